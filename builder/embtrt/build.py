@@ -1,0 +1,304 @@
+"""`embtrt build`: spec -> ONNX -> per-bucket encoders -> parity gate -> render -> check -> manifest.
+
+The repository is written to a temporary folder next to the destination and moved into
+place only after every check passed: a failed build leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import __version__
+from .check import check_repository
+from .errors import EmbtrtError, ParityError, RepositoryError, SpecError
+from .hf2onnx import export
+from .modelinfo import model_hash
+from .parity import GateReport, bucket_label, evaluate
+from .reference import TorchReference
+from .render import model_names, plan_repository, write_repository
+from .resources import data_file, python_backend_dir
+from .spec import BuildSpec
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class BuildResult:
+    repository: Path
+    manifest: dict
+    check_lines: list[str]
+    parity_lines: list[str]
+    pending: list[str]
+
+
+def backend_lib():
+    """Import the serving-side logic (python_backend/embtrt_backend) the builder checks with."""
+    p = str(python_backend_dir())
+    if p not in sys.path:
+        sys.path.insert(0, p)
+    import embtrt_backend.encoder as encoder
+    import embtrt_backend.text as text
+
+    return text, encoder
+
+
+def load_corpus(path: Path | None = None) -> list[str]:
+    """A JSON list of strings, or one text per line. Default: the bundled real-text sample."""
+    path = Path(path) if path else data_file("corpus.txt")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"invalid corpus: cannot read {path}: {exc}", "pass a readable text or JSON file") from exc
+    if raw.lstrip().startswith("["):
+        try:
+            texts = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"invalid corpus: {path} is not valid JSON: {exc}", "a JSON list of strings") from exc
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise SpecError(f"invalid corpus: {path} must be a JSON list of strings")
+    else:
+        texts = [line for line in raw.splitlines() if line.strip()]
+    if len(texts) < 2:
+        raise SpecError(f"invalid corpus: {path} holds {len(texts)} texts", "at least 2 texts are needed")
+    return texts
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def versions() -> dict[str, str]:
+    out = {"embtrt": __version__, "python": platform.python_version()}
+    for mod in ("torch", "transformers", "onnx", "onnxruntime", "tokenizers", "tritonclient", "numpy"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # a missing optional library is recorded as absent
+            out[mod] = "absent"
+    return out
+
+
+def save_tokenizer(spec: BuildSpec, dest: Path) -> int:
+    """Write the fast tokenizer's tokenizer.json; return the pad id the serving side uses."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(spec.model_dir), trust_remote_code=spec.trust_remote_code)
+    tok.backend_tokenizer.save(str(dest))
+    pad = tok.pad_token_id
+    if pad is None:
+        pad = tok.eos_token_id if tok.eos_token_id is not None else 0
+    return int(pad)
+
+
+def check_tokenizer(spec: BuildSpec, tokenizer_json: Path, pad_id: int, texts: list[str], log: Log) -> None:
+    """Serving tokenizer (tokenizers + our truncation) must give the reference's ids."""
+    from transformers import AutoTokenizer
+
+    text_mod, _ = backend_lib()
+    ours = text_mod.TextTokenizer(str(tokenizer_json), spec.max_seq_length, pad_id, "truncate")
+    ref = AutoTokenizer.from_pretrained(str(spec.model_dir), trust_remote_code=spec.trust_remote_code)
+    enc = ours.encode(texts)
+    want = ref(texts, truncation=True, max_length=spec.max_seq_length)["input_ids"]
+    bad = [i for i, (a, b) in enumerate(zip(enc.ids, want)) if list(a) != list(b)]
+    if bad:
+        raise ParityError(f"the serving tokenizer differs from the reference on {len(bad)} of {len(texts)} texts "
+                          f"(first: {texts[bad[0]][:60]!r})", "the tokenizer.json lacks settings of the HF tokenizer")
+    log(f"[ok] serving tokenizer equals the reference tokenizer on {len(texts)} texts")
+
+
+def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path], tokenizer_json: Path, pad_id: int,
+                    output_name: str, texts: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Embed texts exactly as the per-bucket ensembles do: pad to the bucket, run its encoder."""
+    text_mod, enc_mod = backend_lib()
+    sys.path.insert(0, str(python_backend_dir()))
+    from embtrt_backend.pooling import pool_and_normalize
+    from embtrt_backend.routing import plan
+
+    tok = text_mod.TextTokenizer(str(tokenizer_json), spec.max_seq_length, pad_id, "truncate")
+    enc = tok.encode(texts)
+    untruncated = text_mod.TextTokenizer(str(tokenizer_json), 1 << 20, pad_id, "truncate").encode(texts).lengths
+    labels = [bucket_label(int(n), spec.buckets, spec.max_seq_length) for n in untruncated]
+    out = np.zeros((len(texts), spec.hidden_size), dtype=np.float32)
+    sessions: dict[int, object] = {}
+    for b, rows in plan(enc.lengths, spec.buckets, 16):
+        L = spec.buckets[b]
+        if L not in sessions:
+            sessions[L] = enc_mod.OrtEncoder(str(onnx_by_bucket[L]))
+        feeds = tok.pad(enc, rows, L, spec.input_names)
+        res = sessions[L].run(feeds)  # type: ignore[attr-defined]
+        if not spec.fused:
+            res = pool_and_normalize(res, feeds["attention_mask"], spec.pooling, spec.normalize)
+        out[rows] = res
+    return out, labels
+
+
+def quantize_int8(src: Path, dst: Path) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    return dst
+
+
+def identity(spec: BuildSpec, model_sha: str) -> dict[str, str]:
+    import onnxruntime
+
+    if spec.target == "tensorrt":
+        profile = f"tensorrt:gpu:{spec.precision}"
+    elif spec.target == "onnxruntime":
+        profile = f"onnxruntime-backend:{spec.ort_device}:{spec.precision}"
+    else:
+        profile = f"python-ort:cpu:{spec.precision}:onnxruntime-{onnxruntime.__version__}"
+    return {
+        "embtrt.model": spec.model_dir.name if spec.model_dir.name != "model" else spec.name,
+        "embtrt.model_sha256": model_sha,
+        "embtrt.pooling": spec.pooling,
+        "embtrt.normalize": str(spec.normalize).lower(),
+        "embtrt.dim": str(spec.hidden_size),
+        "embtrt.max_seq_length": str(spec.max_seq_length),
+        "embtrt.buckets": ",".join(map(str, spec.buckets)),
+        "embtrt.precision": spec.precision,
+        "embtrt.target": spec.target,
+        "embtrt.backend_profile": profile,
+        "embtrt.version": __version__,
+    }
+
+
+def rebuild_command(spec: BuildSpec) -> str:
+    parts = ["embtrt", "build", str(spec.model_dir), "--out", str(spec.out), "--name", spec.name,
+             "--target", spec.target, "--pooling", spec.pooling,
+             "--normalize" if spec.normalize else "--no-normalize",
+             "--buckets", ",".join(map(str, spec.buckets)), "--max-seq-length", str(spec.max_seq_length),
+             "--max-batch-size", str(spec.max_batch_size), "--max-queue-delay-us", str(spec.max_queue_delay_us),
+             "--preferred-batch-sizes", ",".join(map(str, spec.preferred_batch_sizes)),
+             "--instances", str(spec.instances), "--precision", spec.precision, "--pooler", spec.pooler,
+             "--overflow", spec.overflow]
+    return " ".join(parts)
+
+
+def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, log: Log = print) -> BuildResult:
+    t0 = time.time()
+    out = spec.out.resolve()
+    if out.exists() and any(out.iterdir()) and not force:
+        raise SpecError(f"invalid out: {out} exists and is not empty", "pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    texts = load_corpus(corpus)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.embtrt-", dir=out.parent))
+    try:
+        result = _build_in(spec, tmp, texts, log)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{int(time.time())}")
+            out.rename(old)
+            (tmp / "repo").rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            (tmp / "repo").rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.repository = out
+    log(f"repository written to {out} in {time.time() - t0:.1f} s")
+    return result
+
+
+def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
+    work, repo = tmp / "work", tmp / "repo"
+    repo.mkdir(parents=True)
+    steps = 7
+    log(f"[1/{steps}] reading {spec.model_dir} (target {spec.target}, pooling {spec.pooling}, "
+        f"normalize {spec.normalize}, buckets {','.join(map(str, spec.buckets))})")
+    msha = model_hash(spec.model_dir)
+
+    log(f"[2/{steps}] exporting to ONNX and validating against PyTorch")
+    art = export(spec, work / "onnx", texts, log=log)
+
+    log(f"[3/{steps}] tokenizer")
+    tok_json = work / "tokenizer.json"
+    pad_id = save_tokenizer(spec, tok_json)
+    check_tokenizer(spec, tok_json, pad_id, texts, log)
+
+    log(f"[4/{steps}] per-bucket encoders ({spec.target}, {spec.precision})")
+    encoder_onnx = art.path
+    if spec.precision == "int8" and spec.target in ("python-ort", "onnxruntime"):
+        encoder_onnx = quantize_int8(art.path, work / "onnx" / "model.int8.onnx")
+        log("quantized the encoder to int8 (ONNX Runtime dynamic quantization)")
+    onnx_by_bucket = {b: encoder_onnx for b in spec.buckets}
+    pending: list[str] = []
+    plan_paths: dict[int, Path] = {}
+    trt_manifest: dict = {}
+    if spec.target == "tensorrt":
+        from .onnx2trt import prepare_engines
+
+        plan_paths, trt_manifest, pending = prepare_engines(spec, encoder_onnx, work / "trt", log=log)
+
+    log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
+    ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
+                         spec.input_names, spec.trust_remote_code).embed(texts)
+    cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, art.output_name, texts)
+    report: GateReport = evaluate(ref, cand, labels, spec.gate, texts)
+    for line in report.lines():
+        log(line)
+    if not report.passed:
+        hint = ("int8 dynamic quantization changes MiniLM-class vectors far beyond the gate; use --precision fp32"
+                if spec.precision == "int8" else "check --pooling and --normalize against the model card")
+        if not spec.allow_mismatch:
+            raise ParityError(f"{spec.target}/{spec.precision} encoders fail the quality gate: "
+                              + "; ".join(report.failures()), hint + " (or pass --allow-mismatch to keep it)")
+        log("[x] gate failed; kept because --allow-mismatch was given")
+
+    log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
+    ident = identity(spec, msha)
+    plans = plan_repository(spec, onnx_paths=onnx_by_bucket, encoder_output=art.output_name,
+                            tokenizer_json=tok_json, pad_id=pad_id, identity=ident, plan_paths=plan_paths)
+    write_repository(plans, repo)
+    if spec.target == "tensorrt":
+        from .onnx2trt import write_recipes
+
+        write_recipes(spec, encoder_onnx, repo, log=log)
+
+    log(f"[7/{steps}] checking the repository")
+    rep = check_repository(repo, allow_pending_plans=spec.target == "tensorrt")
+    for line in rep.lines():
+        log(line)
+    if not rep.passed:
+        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
+                              "this is a bug in embtrt; please report it with the lines above")
+    names = model_names(spec)
+    manifest = {
+        "embtrt_manifest": 1,
+        "identity": ident,
+        "source": {"path": str(spec.model_dir), "sha256": msha},
+        "name": spec.name,
+        "models": {"front_door": spec.name, "ensembles": list(names["ensemble"].values()),  # type: ignore[union-attr]
+                   "encoders": list(names["encoder"].values())},  # type: ignore[union-attr]
+        "pooling": spec.pooling, "normalize": spec.normalize, "dim": spec.hidden_size,
+        "buckets": list(spec.buckets), "max_seq_length": spec.max_seq_length, "overflow": spec.overflow,
+        "precision": spec.precision, "target": spec.target, "backend_profile": ident["embtrt.backend_profile"],
+        "pooler": spec.pooler, "input_names": list(spec.input_names), "encoder_output": art.output_name,
+        "pad_id": pad_id,
+        "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
+        "versions": versions(),
+        "onnx": {"sha256": sha256_file(encoder_onnx), "export_validation": art.validation},
+        "parity": report.as_dict(),
+        "tensorrt": trt_manifest,
+        "pending": pending,
+        "rebuild": rebuild_command(spec),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (repo / "embtrt.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    return BuildResult(repo, manifest, rep.lines(), report.lines(), pending)
+
+
+__all__ = ["build", "BuildResult", "load_corpus", "EmbtrtError"]

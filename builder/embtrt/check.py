@@ -1,0 +1,156 @@
+"""Repository check: every config.pbtxt parsed with Triton's model_config.proto, ensembles
+cross-checked (maps, dtypes, dims, referenced models), model files present."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from .errors import RepositoryError
+
+BACKEND_FILES = {"python": "model.py", "onnxruntime": "model.onnx"}
+PLATFORM_FILES = {"tensorrt_plan": "model.plan", "onnxruntime_onnx": "model.onnx"}
+
+
+@dataclass
+class CheckReport:
+    items: list[tuple[bool, str]] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)  # e.g. TensorRT plans to build on the GPU host
+
+    def ok(self, msg: str) -> None:
+        self.items.append((True, msg))
+
+    def fail(self, msg: str) -> None:
+        self.items.append((False, msg))
+
+    @property
+    def passed(self) -> bool:
+        return all(ok for ok, _ in self.items)
+
+    def failures(self) -> list[str]:
+        return [m for ok, m in self.items if not ok]
+
+    def lines(self) -> list[str]:
+        return [("[ok] " if ok else "[x] ") + m for ok, m in self.items] + [f"[pending] {p}" for p in self.pending]
+
+
+def parse_config(path: Path) -> mc.ModelConfig:
+    cfg = mc.ModelConfig()
+    try:
+        text_format.Parse(path.read_text(encoding="utf-8"), cfg)
+    except text_format.ParseError as exc:
+        raise RepositoryError(f"{path}: not a valid Triton model config: {exc}") from exc
+    return cfg
+
+
+def _dims_compatible(a, b) -> bool:
+    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
+
+
+def check_repository(repo: Path, allow_pending_plans: bool = False) -> CheckReport:
+    rep = CheckReport()
+    repo = Path(repo)
+    configs: dict[str, mc.ModelConfig] = {}
+    for d in sorted(p for p in repo.iterdir() if p.is_dir()):
+        cfg_path = d / "config.pbtxt"
+        if not cfg_path.is_file():
+            rep.fail(f"{d.name}: no config.pbtxt (tritonserver would fail to load this folder)")
+            continue
+        try:
+            cfg = parse_config(cfg_path)
+        except RepositoryError as exc:
+            rep.fail(exc.message)
+            continue
+        if cfg.name != d.name:
+            rep.fail(f"{d.name}: config name {cfg.name!r} differs from its folder")
+            continue
+        configs[cfg.name] = cfg
+    for name, cfg in configs.items():
+        _check_model(repo / name, cfg, configs, rep, allow_pending_plans)
+    if not configs:
+        rep.fail(f"{repo}: no models")
+    return rep
+
+
+def _check_model(d: Path, cfg: mc.ModelConfig, configs: dict, rep: CheckReport, allow_pending: bool) -> None:
+    name = cfg.name
+    if cfg.platform == "ensemble":
+        _check_ensemble(cfg, configs, rep)
+        return
+    want = BACKEND_FILES.get(cfg.backend) or PLATFORM_FILES.get(cfg.platform)
+    if want is None:
+        rep.fail(f"{name}: unknown backend {cfg.backend!r} / platform {cfg.platform!r}")
+        return
+    if not (d / "1" / want).is_file():
+        if want == "model.plan" and allow_pending:
+            rep.pending.append(f"{name}: 1/model.plan not built yet (run `embtrt engines` on the GPU host)")
+        else:
+            rep.fail(f"{name}: missing 1/{want}")
+            return
+    if cfg.max_batch_size > 0 and not cfg.HasField("dynamic_batching"):
+        rep.fail(f"{name}: max_batch_size > 0 but no dynamic_batching")
+        return
+    if cfg.HasField("dynamic_batching"):
+        bad = [s for s in cfg.dynamic_batching.preferred_batch_size if s > cfg.max_batch_size]
+        if bad:
+            rep.fail(f"{name}: preferred_batch_size {bad} > max_batch_size {cfg.max_batch_size}")
+            return
+    if not cfg.instance_group:
+        rep.fail(f"{name}: no instance_group")
+        return
+    rep.ok(f"{name}: {cfg.backend or cfg.platform}, max_batch_size {cfg.max_batch_size}, "
+           f"{len(cfg.input)} inputs, {len(cfg.output)} outputs")
+
+
+def _check_ensemble(cfg: mc.ModelConfig, configs: dict, rep: CheckReport) -> None:
+    name = cfg.name
+    # tensor name -> (dtype, dims) available inside the ensemble
+    avail = {t.name: (t.data_type, list(t.dims)) for t in cfg.input}
+    errors: list[str] = []
+    for i, step in enumerate(cfg.ensemble_scheduling.step):
+        sub = configs.get(step.model_name)
+        if sub is None:
+            errors.append(f"step {i} uses model {step.model_name!r} which is not in the repository")
+            continue
+        sub_in = {t.name: t for t in sub.input}
+        sub_out = {t.name: t for t in sub.output}
+        for key, val in step.input_map.items():
+            if key not in sub_in:
+                errors.append(f"step {i} ({sub.name}): input_map key {key!r} is not an input of {sub.name}")
+            elif val not in avail:
+                errors.append(f"step {i} ({sub.name}): input_map value {val!r} is produced by no earlier step")
+            else:
+                dt, dims = avail[val]
+                if dt != sub_in[key].data_type:
+                    errors.append(f"step {i} ({sub.name}): {val!r} is {mc.DataType.Name(dt)}, "
+                                  f"{key!r} wants {mc.DataType.Name(sub_in[key].data_type)}")
+                elif not _dims_compatible(dims, list(sub_in[key].dims)):
+                    errors.append(f"step {i} ({sub.name}): {val!r} dims {dims} do not fit {key!r} "
+                                  f"dims {list(sub_in[key].dims)}")
+        missing = set(sub_in) - set(step.input_map.keys())
+        missing = {m for m in missing if not sub_in[m].optional}
+        if missing:
+            errors.append(f"step {i} ({sub.name}): inputs {sorted(missing)} are not mapped")
+        for key, val in step.output_map.items():
+            if key not in sub_out:
+                errors.append(f"step {i} ({sub.name}): output_map key {key!r} is not an output of {sub.name}")
+            else:
+                avail[val] = (sub_out[key].data_type, list(sub_out[key].dims))
+        if sub.max_batch_size < cfg.max_batch_size:
+            errors.append(f"step {i} ({sub.name}): max_batch_size {sub.max_batch_size} < ensemble's "
+                          f"{cfg.max_batch_size}")
+    for out in cfg.output:
+        if out.name not in avail:
+            errors.append(f"output {out.name!r} is produced by no step")
+        elif avail[out.name][0] != out.data_type or not _dims_compatible(avail[out.name][1], list(out.dims)):
+            errors.append(f"output {out.name!r}: steps produce {mc.DataType.Name(avail[out.name][0])} "
+                          f"{avail[out.name][1]}, config says {mc.DataType.Name(out.data_type)} {list(out.dims)}")
+    if errors:
+        for e in errors:
+            rep.fail(f"{name}: {e}")
+    else:
+        steps = " -> ".join(s.model_name for s in cfg.ensemble_scheduling.step)
+        rep.ok(f"{name}: ensemble {steps}")

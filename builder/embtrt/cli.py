@@ -1,0 +1,114 @@
+"""The `embtrt` command line (Typer). Commands build the spec and call one function."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from .errors import EmbtrtError
+
+app = typer.Typer(
+    name="embtrt",
+    help="Turn a Hugging Face embedding model into a NVIDIA Triton model repository, serve it, prove it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+
+def _fail(exc: EmbtrtError) -> None:
+    err.print(f"[bold red]error:[/] {exc.message}")
+    if exc.hint:
+        err.print(f"[yellow]hint:[/] {exc.hint}")
+    raise typer.Exit(exc.exit_code)
+
+
+@app.command()
+def build(
+    model_dir: Optional[Path] = typer.Argument(None, help="Hugging Face / sentence-transformers model folder. Default: the bundled all-MiniLM-L6-v2."),
+    out_dir: Path = typer.Option(..., "--out", help="Repository folder to write (required)."),
+    name: Optional[str] = typer.Option(None, help="Front-door model name. Default: derived from the folder, sanitized ([A-Za-z0-9_-])."),
+    target: str = typer.Option("auto", help="auto | python-ort | onnxruntime | tensorrt. Default auto: tensorrt when CUDA and TensorRT import, else python-ort."),
+    buckets: Optional[str] = typer.Option(None, help="Input-length buckets in tokens, e.g. 32,128,256. Default: 32,128,512,... below the max sequence length, then the max."),
+    max_seq_length: Optional[int] = typer.Option(None, help="Max tokens per text. Default: the reference's (sentence_bert_config.json), e.g. 256 for MiniLM."),
+    pooling: str = typer.Option("auto", help="auto | cls | mean | last-token. Default auto: from 1_Pooling/config.json; cls for encoders, last-token for decoders without one."),
+    normalize: Optional[bool] = typer.Option(None, "--normalize/--no-normalize", help="L2-normalize vectors. Default: as the model's Normalize module says (on when not a sentence-transformers folder)."),
+    pooler: str = typer.Option("fused", help="fused | python. Default fused: pooling + L2 inside the ONNX graph; python: a Python-backend pooler model."),
+    max_batch_size: int = typer.Option(32, help="max_batch_size of every model. Default 32."),
+    max_queue_delay_us: int = typer.Option(2000, help="Dynamic batching max_queue_delay_microseconds. Default 2000."),
+    preferred_batch_sizes: Optional[str] = typer.Option(None, help="Dynamic batching preferred_batch_size list, e.g. 8,16,32. Default: up to three powers of two ending at max-batch-size."),
+    instances: int = typer.Option(1, help="instance_group count per model. Default 1."),
+    precision: str = typer.Option("fp32", help="fp32 | fp16 | bf16 | int8 | fp8. Default fp32. python-ort: fp32, int8; onnxruntime: fp32, fp16, int8; tensorrt: all."),
+    overflow: str = typer.Option("truncate", help="truncate | reject texts longer than the max sequence length. Default truncate (as sentence-transformers)."),
+    max_queue_size: int = typer.Option(256, help="Bounded queue per model; overload is rejected at once. 0 = unbounded. Default 256."),
+    queue_timeout_us: int = typer.Option(30_000_000, help="Requests waiting longer in the queue are rejected. Default 30000000 (30 s)."),
+    ort_threads: int = typer.Option(0, help="ONNX Runtime intra-op threads per encoder instance. Default 0 (ONNX Runtime decides)."),
+    ort_device: str = typer.Option("cpu", help="cpu | gpu, for --target onnxruntime. Default cpu."),
+    ort_trt_fp16: bool = typer.Option(False, help="onnxruntime target on GPU: add the TensorRT execution accelerator in FP16. Default off."),
+    fp32_layers: bool = typer.Option(False, help="tensorrt: keep LayerNorm, Softmax and the pooling head in fp32. Default off."),
+    builder_opt_level: int = typer.Option(3, help="tensorrt builder optimization level 0..5. Default 3."),
+    calibration_file: Optional[Path] = typer.Option(None, help="tensorrt int8/fp8: calibration texts, one per line. Default none."),
+    corpus: Optional[Path] = typer.Option(None, help="Real texts for the parity gate (JSON list or one per line). Default: the bundled sample."),
+    trust_remote_code: bool = typer.Option(False, help="Allow the model folder's own Python code. Default off."),
+    allow_mismatch: bool = typer.Option(False, help="Keep encoders that fail the quality gate (recorded in embtrt.json). Default off."),
+    force: bool = typer.Option(False, help="Replace --out when it exists. Default off."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON on stdout; progress goes to stderr."),
+) -> None:
+    """Build a Triton model repository from an embedding model folder."""
+    from .build import build as run_build
+    from .spec import spec_from_options
+
+    log = (lambda m: err.print(m, markup=False)) if as_json else (lambda m: out.print(m, markup=False))
+    try:
+        spec = spec_from_options(
+            model_dir, out_dir, name=name, target=target, pooling=pooling, normalize=normalize, buckets=buckets,
+            max_seq_length=max_seq_length, max_batch_size=max_batch_size, preferred_batch_sizes=preferred_batch_sizes,
+            max_queue_delay_us=max_queue_delay_us, instances=instances, precision=precision, pooler=pooler,
+            overflow=overflow, max_queue_size=max_queue_size, queue_timeout_us=queue_timeout_us,
+            ort_threads=ort_threads, ort_device=ort_device, ort_trt_fp16=ort_trt_fp16, fp32_layers=fp32_layers,
+            builder_opt_level=builder_opt_level, calibration_file=calibration_file,
+            trust_remote_code=trust_remote_code, allow_mismatch=allow_mismatch,
+        )
+        result = run_build(spec, force=force, corpus=corpus, log=log)
+    except EmbtrtError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(result.manifest, indent=2, default=str) + "\n")
+    elif result.pending:
+        out.print(f"[yellow]pending:[/] {len(result.pending)} TensorRT plans; run `embtrt engines {result.repository}` on the GPU host")
+
+
+@app.command()
+def check(repo: Path = typer.Argument(..., help="A model repository written by embtrt build."),
+          as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON.")) -> None:
+    """Check a repository: every config.pbtxt against Triton's model_config.proto, ensemble maps, files."""
+    from .check import check_repository
+
+    try:
+        rep = check_repository(repo, allow_pending_plans=True)
+    except EmbtrtError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps({"passed": rep.passed, "items": rep.lines()}, indent=2) + "\n")
+    else:
+        for line in rep.lines():
+            out.print(line, markup=False)
+    if not rep.passed:
+        raise typer.Exit(5)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""EmbeddingClient: texts -> vectors over tritonclient gRPC, sync and asyncio.
+
+Large lists are split into requests of at most `batch_size` texts. Only failures that are
+safe to retry (the server was unavailable or its queue was full) are retried, with
+exponential backoff; a bad request fails at once with the server's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ClientError
+
+RETRYABLE = ("StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED")
+
+
+def _retryable(exc: Exception) -> bool:
+    status = str(getattr(exc, "status", lambda: "")() or "")
+    msg = str(exc)
+    return status in RETRYABLE or "Exceeds maximum queue size" in msg or "failed to connect" in msg
+
+
+def _text_input(texts: list[str]):
+    import tritonclient.grpc as grpcclient
+
+    arr = np.array([[t.encode("utf-8") if isinstance(t, str) else bytes(t)] for t in texts], dtype=object)
+    inp = grpcclient.InferInput("TEXT", [len(texts), 1], "BYTES")
+    inp.set_data_from_numpy(arr)
+    return inp
+
+
+@dataclass
+class ModelIdentity:
+    name: str
+    dim: int
+    max_batch_size: int
+    parameters: dict[str, str]
+
+    @property
+    def identity(self) -> dict[str, str]:
+        return {k: v for k, v in self.parameters.items() if k.startswith("embtrt.")}
+
+
+class EmbeddingClient:
+    def __init__(self, url: str = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *, batch_size: int | None = None,
+                 timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.url, self.model = url, model
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self._c = grpcclient.InferenceServerClient(url)
+        self._meta: ModelIdentity | None = None
+        self._batch_size = batch_size
+
+    def metadata(self) -> ModelIdentity:
+        if self._meta is None:
+            try:
+                cfg = self._c.get_model_config(self.model, as_json=True)["config"]
+            except Exception as exc:  # tritonclient raises InferenceServerException
+                raise ClientError(f"cannot read the config of model {self.model!r} at {self.url}: {exc}",
+                                  "is the server up and the model name right? (`embtrt serve` prints them)") from exc
+            params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+            dims = cfg["output"][0].get("dims", ["0"])
+            self._meta = ModelIdentity(self.model, int(dims[-1]), int(cfg.get("max_batch_size", 0)), params)
+        return self._meta
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size or max(1, self.metadata().max_batch_size)
+
+    def _infer(self, texts: list[str]) -> np.ndarray:
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                r = self._c.infer(self.model, [_text_input(texts)], client_timeout=self.timeout_s)
+                return r.as_numpy("EMBEDDING")
+            except Exception as exc:  # InferenceServerException; decide retry or fail
+                if attempt < self.retries and _retryable(exc):
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise ClientError(f"{self.model}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise ClientError("embed() takes a list of texts, got a single str", "wrap it: embed([text])")
+        if not texts:
+            return np.zeros((0, self.metadata().dim), dtype=np.float32)
+        bs = self.batch_size
+        parts = [self._infer(list(texts[i:i + bs])) for i in range(0, len(texts), bs)]
+        return np.concatenate(parts)
+
+    def close(self) -> None:
+        self._c.close()
+
+    def __enter__(self) -> "EmbeddingClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncEmbeddingClient:
+    """asyncio variant: requests of one embed() call run concurrently."""
+
+    def __init__(self, url: str = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *, batch_size: int = 32,
+                 timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
+        import tritonclient.grpc.aio as aioclient
+
+        self.url, self.model, self.batch_size = url, model, batch_size
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self._c = aioclient.InferenceServerClient(url)
+
+    async def identity(self) -> dict[str, str]:
+        cfg = await self._c.get_model_config(self.model, as_json=True)
+        params = cfg["config"].get("parameters", {})
+        return {k: v.get("string_value", "") for k, v in params.items() if k.startswith("embtrt.")}
+
+    async def _infer(self, texts: list[str]) -> np.ndarray:
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                r = await self._c.infer(self.model, [_text_input(texts)], client_timeout=self.timeout_s)
+                return r.as_numpy("EMBEDDING")
+            except Exception as exc:  # InferenceServerException; decide retry or fail
+                if attempt < self.retries and _retryable(exc):
+                    await asyncio.sleep(delay)
+                    delay *= 2
+                    continue
+                raise ClientError(f"{self.model}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            raise ClientError("embed() needs at least one text")
+        parts = await asyncio.gather(*[self._infer(list(texts[i:i + self.batch_size]))
+                                       for i in range(0, len(texts), self.batch_size)])
+        return np.concatenate(parts)
+
+    async def close(self) -> None:
+        await self._c.close()
+
+    async def __aenter__(self) -> "AsyncEmbeddingClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def identity_json(meta: ModelIdentity) -> str:
+    return json.dumps(meta.identity, sort_keys=True)

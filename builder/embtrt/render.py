@@ -1,0 +1,253 @@
+"""Render every model of the repository contract from the Jinja2 templates.
+
+All decisions are made here; the templates in model_repository_templates/ only print.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from . import __version__
+from .errors import RepositoryError
+from .resources import python_backend_dir, templates_dir
+from .spec import BuildSpec
+
+MAX_TEXT_BYTES = 1 << 20  # texts above 1 MiB are rejected, never truncated silently by bytes
+GPU_TARGETS = ("tensorrt",)
+
+
+def _q(value: object) -> str:
+    """A protobuf text-format string literal."""
+    s = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{s}"'
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = _q
+    return env
+
+
+@dataclass
+class ModelPlan:
+    """One model directory: its config template and context, and the files it needs."""
+
+    name: str
+    template: str
+    context: dict
+    files: dict[str, Path] = field(default_factory=dict)  # "1/model.onnx" -> source
+    backend_code: str | None = None                         # python_backend/<dir>/model.py
+    kind: str = ""
+
+
+def model_names(spec: BuildSpec) -> dict[str, object]:
+    n = spec.name
+    return {
+        "front": n,
+        "ensemble": {b: f"{n}_{b}" for b in spec.buckets},
+        "tokenizer": {b: f"{n}_{b}_tokenizer" for b in spec.buckets},
+        "encoder": {b: f"{n}_{b}_encoder" for b in spec.buckets},
+        "pooler": {b: f"{n}_{b}_pooler" for b in spec.buckets},
+    }
+
+
+def _t(name: str, dtype: str, dims: list[int]) -> dict:
+    return {"name": name, "data_type": dtype, "dims": dims}
+
+
+def _batching(spec: BuildSpec, preferred: tuple[int, ...] | None = None) -> dict:
+    return {
+        "preferred_batch_sizes": list(preferred or spec.preferred_batch_sizes),
+        "max_queue_delay_us": spec.max_queue_delay_us,
+        "max_queue_size": spec.max_queue_size,
+        "queue_timeout_us": spec.queue_timeout_us,
+    }
+
+
+def _group(count: int, gpu: bool, profiles: list[str] | None = None) -> dict:
+    return {"count": count, "kind": "KIND_GPU" if gpu else "KIND_CPU", "gpus": [0] if gpu else [],
+            "profiles": profiles or []}
+
+
+def encoder_dims(spec: BuildSpec, bucket: int) -> int:
+    """TensorRT engines have the sequence fixed at the bucket; ONNX Runtime takes any length."""
+    return bucket if spec.target in GPU_TARGETS else -1
+
+
+def graph_batch_sizes(spec: BuildSpec) -> list[int]:
+    """CUDA-graph batch sizes = preferred batch sizes, plus 1 for single requests."""
+    return sorted({1, *spec.preferred_batch_sizes})
+
+
+def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path], encoder_output: str,
+                    tokenizer_json: Path, pad_id: int, identity: dict[str, str],
+                    plan_paths: dict[int, Path] | None = None) -> list[ModelPlan]:
+    names = model_names(spec)
+    H = spec.hidden_size
+    idp = sorted(identity.items())
+    common = {"version": __version__, "max_batch_size": spec.max_batch_size}
+    text_in = [_t("TEXT", "TYPE_STRING", [1])]
+    emb_out = [_t("EMBEDDING", "TYPE_FP32", [H])]
+    gpu = spec.target in GPU_TARGETS or spec.ort_device == "gpu"
+    shared = [
+        ("max_seq_length", str(spec.max_seq_length)), ("pad_id", str(pad_id)), ("overflow", spec.overflow),
+        ("input_names", ",".join(spec.input_names)), ("max_text_bytes", str(MAX_TEXT_BYTES)),
+    ]
+    plans: list[ModelPlan] = []
+    front_params = shared + [
+        ("buckets", ",".join(map(str, spec.buckets))),
+        ("encoder_models", ",".join(names["encoder"][b] for b in spec.buckets)),  # type: ignore[index]
+        ("encoder_output", encoder_output),
+        ("encoder_max_batch_size", str(spec.max_batch_size)),
+        ("pooler", spec.pooler), ("pooling", spec.pooling), ("normalize", str(spec.normalize).lower()),
+        ("pad_to_bucket", str(spec.target in GPU_TARGETS).lower()),
+    ]
+    plans.append(ModelPlan(
+        name=spec.name, template="router.pbtxt.j2", kind="front door",
+        context={**common, "name": spec.name, "inputs": text_in, "outputs": emb_out,
+                 "batching": _batching(spec), "group": _group(spec.instances, False),
+                 "params": sorted(front_params) + idp},
+        files={"1/tokenizer.json": tokenizer_json}, backend_code="router",
+    ))
+    for b in spec.buckets:
+        tok_name = names["tokenizer"][b]  # type: ignore[index]
+        enc_name = names["encoder"][b]  # type: ignore[index]
+        pool_name = names["pooler"][b]  # type: ignore[index]
+        ens_name = names["ensemble"][b]  # type: ignore[index]
+        enc_dim = encoder_dims(spec, b)
+        enc_inputs = [_t(n, "TYPE_INT64", [enc_dim]) for n in spec.input_names]
+        if spec.fused:
+            enc_outputs = [_t(encoder_output, "TYPE_FP32", [H])]
+        else:
+            enc_outputs = [_t(encoder_output, "TYPE_FP32", [enc_dim, H])]
+        plans.append(ModelPlan(
+            name=tok_name, template="tokenizer.pbtxt.j2", kind="tokenizer",
+            context={**common, "name": tok_name, "inputs": text_in,
+                     "outputs": [_t(n, "TYPE_INT64", [b]) for n in spec.input_names],
+                     "batching": _batching(spec), "group": _group(spec.instances, False),
+                     "params": sorted(shared + [("bucket", str(b)),
+                                                ("largest_bucket", str(b == spec.buckets[-1]).lower())]) + idp},
+            files={"1/tokenizer.json": tokenizer_json}, backend_code="tokenizer",
+        ))
+        plans.append(_encoder_plan(spec, b, enc_name, enc_inputs, enc_outputs, encoder_output,
+                                   onnx_paths, plan_paths or {}, common, idp))
+        steps = [
+            {"model": tok_name, "input_map": [("TEXT", "TEXT")],
+             "output_map": [(n, n) for n in spec.input_names]},
+        ]
+        if spec.fused:
+            steps.append({"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
+                          "output_map": [(encoder_output, "EMBEDDING")]})
+        else:
+            steps.append({"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
+                          "output_map": [(encoder_output, "hidden")]})
+            steps.append({"model": pool_name,
+                          "input_map": [("last_hidden_state", "hidden"), ("attention_mask", "attention_mask")],
+                          "output_map": [("EMBEDDING", "EMBEDDING")]})
+            plans.append(ModelPlan(
+                name=pool_name, template="pooler.pbtxt.j2", kind="pooler",
+                context={**common, "name": pool_name, "pooling": spec.pooling, "normalize": spec.normalize,
+                         "inputs": [_t("last_hidden_state", "TYPE_FP32", [-1, H]),
+                                    _t("attention_mask", "TYPE_INT64", [-1])],
+                         "outputs": emb_out, "batching": _batching(spec), "group": _group(spec.instances, False),
+                         "params": sorted([("pooling", spec.pooling),
+                                           ("normalize", str(spec.normalize).lower())]) + idp,
+                         "warmup": [{"name": f"bucket_{b}", "batch_size": 1,
+                                     "inputs": [_t("last_hidden_state", "TYPE_FP32", [b, H]),
+                                                _t("attention_mask", "TYPE_INT64", [b])]}]},
+                backend_code="pooler",
+            ))
+        plans.append(ModelPlan(
+            name=ens_name, template="ensemble.pbtxt.j2", kind="ensemble",
+            context={**common, "name": ens_name, "bucket": b, "inputs": text_in, "outputs": emb_out,
+                     "steps": steps, "params": idp},
+        ))
+    return plans
+
+
+def _warmup(spec: BuildSpec, bucket: int, batch_sizes: list[int]) -> list[dict]:
+    return [{"name": f"bucket_{bucket}_batch_{bs}", "batch_size": bs,
+             "inputs": [_t(n, "TYPE_INT64", [bucket]) for n in spec.input_names]} for bs in batch_sizes]
+
+
+def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, plan_paths, common, idp) -> ModelPlan:
+    ctx = {**common, "name": name, "bucket": b, "precision": spec.precision, "inputs": inputs, "outputs": outputs}
+    if spec.target == "python-ort":
+        ctx.update(batching=_batching(spec), group=_group(spec.instances, False),
+                   params=sorted([("encoder_output", encoder_output),
+                                  ("intra_op_threads", str(spec.ort_threads))]) + idp,
+                   warmup=_warmup(spec, b, sorted({1, spec.max_batch_size})))
+        return ModelPlan(name, "encoder_python_ort.pbtxt.j2", ctx, files={"1/model.onnx": onnx_paths[b]},
+                         backend_code="encoder_ort", kind="encoder")
+    if spec.target == "onnxruntime":
+        gpu = spec.ort_device == "gpu"
+        backend_params = [("intra_op_thread_count", str(spec.ort_threads)), ("inter_op_thread_count", "1")]
+        trt = None
+        if gpu and spec.ort_trt_fp16:
+            trt = {"precision": "FP16", "workspace": 1 << 30, "cache_path": f"/tmp/embtrt_trt_cache/{name}"}
+        ctx.update(batching=_batching(spec), group=_group(spec.instances, gpu), device="GPU" if gpu else "CPU",
+                   graph_level=1,
+                   trt_accelerator=trt, backend_params=backend_params, params=idp,
+                   warmup=_warmup(spec, b, sorted({1, spec.max_batch_size})))
+        return ModelPlan(name, "encoder_onnxruntime.pbtxt.j2", ctx, files={"1/model.onnx": onnx_paths[b]},
+                         kind="encoder")
+    # tensorrt
+    sizes = graph_batch_sizes(spec)
+    ctx.update(
+        batching=_batching(spec, tuple(s for s in sizes if s > 1) or (1,)),
+        group=_group(spec.instances, True, ["0"]),
+        cc_model_filenames=[],
+        graph_specs=[{"batch_size": bs, "inputs": [{"name": n, "dims": [b]} for n in spec.input_names]}
+                     for bs in sizes],
+        params=idp,
+        warmup=_warmup(spec, b, sizes),
+    )
+    files = {}
+    if b in plan_paths:
+        files["1/model.plan"] = plan_paths[b]
+    return ModelPlan(name, "encoder_tensorrt.pbtxt.j2", ctx, files=files, kind="encoder")
+
+
+def render_config(plan: ModelPlan, env: jinja2.Environment | None = None) -> str:
+    env = env or environment()
+    try:
+        return env.get_template(plan.template).render(**plan.context)
+    except jinja2.UndefinedError as exc:
+        raise RepositoryError(f"template {plan.template} for {plan.name}: {exc}", "a bug in embtrt.render") from exc
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def write_repository(plans: list[ModelPlan], repo: Path) -> list[Path]:
+    """Write each model's config.pbtxt, its files, and the Python-backend code it runs."""
+    env = environment()
+    lib = python_backend_dir() / "embtrt_backend"
+    written = []
+    for plan in plans:
+        d = repo / plan.name
+        (d / "1").mkdir(parents=True, exist_ok=True)
+        (d / "config.pbtxt").write_text(render_config(plan, env), encoding="utf-8")
+        for rel, src in plan.files.items():
+            _link_or_copy(Path(src), d / rel)
+        if plan.backend_code:
+            shutil.copy2(python_backend_dir() / plan.backend_code / "model.py", d / "1" / "model.py")
+            shutil.copytree(lib, d / "1" / "embtrt_backend",
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+        written.append(d)
+    return written

@@ -1,0 +1,246 @@
+"""Find and run tritonserver on a repository: loopback by default, ready only when every model is.
+
+The `nvidia-pytriton` wheel carries a tritonserver with the Python backend; its stub for
+the running Python must sit next to the backend, and the stub must import the packages of
+this environment (numpy, tokenizers, onnxruntime). We prepare both without touching
+site-packages: a private backend folder of symlinks, and PATH/PYTHONPATH for the stub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ServerError
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    repository: Path
+    host: str = "127.0.0.1"
+    grpc_port: int = 8001
+    http_port: int = 8000
+    metrics_port: int = 8002
+    tritonserver: Path | None = None
+    backend_directory: Path | None = None
+    log_file: Path | None = None
+    startup_timeout_s: float = 180.0
+    exit_timeout_s: int = 30
+    extra_args: tuple[str, ...] = ()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _pytriton_root() -> Path | None:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
+    return root if (root / "bin" / "tritonserver").is_file() else None
+
+
+@dataclass(frozen=True)
+class Installation:
+    binary: Path
+    backend_directory: Path | None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _pytriton_backends(root: Path) -> Path:
+    """A private backends/ folder: the wheel's Python backend plus the stub for this Python."""
+    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / ver / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise ServerError(f"the nvidia-pytriton wheel has no Python-backend stub for Python {ver}",
+                          "use a Python the wheel supports (3.8-3.13) or pass --tritonserver")
+    key = hashlib.sha256(f"{root}|{sys.executable}".encode()).hexdigest()[:12]
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "embtrt" / f"backends-{key}"
+    py = base / "python"
+    py.mkdir(parents=True, exist_ok=True)
+    # Symlinks, not copies: the stub finds its libraries through an $ORIGIN-relative RPATH.
+    for src in (root / "backends" / "python" / "libtriton_python.so",
+                root / "backends" / "python" / "triton_python_backend_utils.py", stub):
+        dst = py / src.name
+        if dst.is_symlink() and Path(os.readlink(dst)) == src:
+            continue
+        tmp = py / f".{src.name}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(src)
+        tmp.replace(dst)
+    return base
+
+
+def find_tritonserver(explicit: Path | None = None, backend_directory: Path | None = None) -> Installation:
+    """--tritonserver, else the nvidia-pytriton wheel's, else `tritonserver` on PATH."""
+    env = stub_environment()
+    if explicit is not None:
+        if not Path(explicit).is_file():
+            raise ServerError(f"--tritonserver {explicit} does not exist")
+        return Installation(Path(explicit), backend_directory, env)
+    root = _pytriton_root()
+    if root is not None:
+        libs = root.parent.parent / "nvidia_pytriton.libs"
+        if libs.is_dir():
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                [str(libs)] + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
+        return Installation(root / "bin" / "tritonserver", backend_directory or _pytriton_backends(root), env)
+    found = shutil.which("tritonserver")
+    if found:
+        return Installation(Path(found), backend_directory, env)
+    raise ServerError("no tritonserver found",
+                      "pip install nvidia-pytriton (it carries one), put tritonserver on PATH, or pass --tritonserver")
+
+
+def stub_environment() -> dict[str, str]:
+    """PATH and PYTHONPATH so Python-backend stubs import this environment's packages."""
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bindir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir])
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    paths += [p for p in sys.path if p.endswith("site-packages") or p.endswith("dist-packages")]
+    seen: list[str] = []
+    for p in paths + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]:
+        if p not in seen:
+            seen.append(p)
+    env["PYTHONPATH"] = os.pathsep.join(seen)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+class TritonServer:
+    """A tritonserver child process. Use as a context manager; it is always stopped."""
+
+    def __init__(self, spec: ServerSpec) -> None:
+        self.spec = spec
+        self.proc: subprocess.Popen | None = None
+        self.install = find_tritonserver(spec.tritonserver, spec.backend_directory)
+        self._log_fh = None
+        self.log_path = spec.log_file
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.spec.host}:{self.spec.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.spec.host}:{self.spec.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.spec.host}:{self.spec.metrics_port}/metrics"
+
+    def command(self) -> list[str]:
+        s = self.spec
+        cmd = [
+            str(self.install.binary),
+            f"--model-repository={Path(s.repository).resolve()}",
+            f"--grpc-address={s.host}", f"--grpc-port={s.grpc_port}",
+            f"--http-address={s.host}", f"--http-port={s.http_port}",
+            f"--metrics-address={s.host}", f"--metrics-port={s.metrics_port}",
+            "--allow-metrics=true", "--allow-gpu-metrics=false",
+            "--strict-readiness=true", "--exit-on-error=true",
+            f"--exit-timeout-secs={s.exit_timeout_s}",
+            "--backend-config=python,shm-growth-byte-size=16777216",
+            "--log-verbose=0",
+        ]
+        if self.install.backend_directory is not None:
+            cmd.append(f"--backend-directory={self.install.backend_directory}")
+        return cmd + list(s.extra_args)
+
+    def start(self) -> "TritonServer":
+        if not (Path(self.spec.repository) / "embtrt.json").is_file() and not any(Path(self.spec.repository).glob("*/config.pbtxt")):
+            raise ServerError(f"{self.spec.repository} is not a model repository", "run `embtrt build` first")
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix="embtrt-tritonserver-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        self._log_fh = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), stdout=self._log_fh, stderr=subprocess.STDOUT,
+                                     env=self.install.env, start_new_session=True)
+        return self
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            lines = Path(self.log_path).read_text(errors="replace").splitlines()  # type: ignore[arg-type]
+        except (OSError, TypeError):
+            return ""
+        return "\n".join(lines[-n:])
+
+    def _get(self, path: str, timeout: float = 2.0) -> int:
+        try:
+            with urllib.request.urlopen(self.http_url + path, timeout=timeout) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+        except (urllib.error.URLError, OSError):
+            return 0
+
+    def model_names(self) -> list[str]:
+        repo = Path(self.spec.repository)
+        return sorted(p.parent.name for p in repo.glob("*/config.pbtxt"))
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        deadline = time.time() + (timeout_s or self.spec.startup_timeout_s)
+        while time.time() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ServerError(f"tritonserver exited with code {self.proc.returncode} during start-up:\n"
+                                  f"{self.log_tail()}", f"full log: {self.log_path}")
+            if self._get("/v2/health/ready") == 200 and all(
+                    self._get(f"/v2/models/{m}/ready") == 200 for m in self.model_names()):
+                return
+            time.sleep(0.5)
+        raise ServerError(f"tritonserver was not ready after {timeout_s or self.spec.startup_timeout_s:.0f} s:\n"
+                          f"{self.log_tail()}", f"full log: {self.log_path}")
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """SIGTERM (Triton drains in-flight requests), then SIGKILL after the exit timeout."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout_s or self.spec.exit_timeout_s + 10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # Stubs run in the server's process group; make sure none outlives it.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self._log_fh:
+            self._log_fh.close()
+            self._log_fh = None
+        return self.proc.returncode
+
+    def __enter__(self) -> "TritonServer":
+        try:
+            self.start()
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

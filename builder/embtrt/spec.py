@@ -1,0 +1,242 @@
+"""BuildSpec: the one frozen, validated object that travels from the CLI to the renderer."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .errors import SpecError
+
+TARGETS = ("python-ort", "onnxruntime", "tensorrt")
+POOLINGS = ("cls", "mean", "last-token")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
+POOLER_PLACES = ("fused", "python")
+OVERFLOW = ("truncate", "reject")
+ORT_DEVICES = ("cpu", "gpu")
+
+# Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
+# quantization and must still pass the parity gate).
+TARGET_PRECISIONS = {
+    "python-ort": ("fp32", "int8"),
+    "onnxruntime": ("fp32", "fp16", "int8"),
+    "tensorrt": PRECISIONS,
+}
+
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The vector-quality gate of DESIGN.md; every value may be overridden."""
+
+    cosine_p50: float = 0.9999
+    cosine_p01: float = 0.999
+    top10_overlap: float = 0.98
+    recall_regression: float = 0.005
+
+    def __post_init__(self) -> None:
+        for fname in ("cosine_p50", "cosine_p01", "top10_overlap"):
+            v = getattr(self, fname)
+            if not -1.0 <= v <= 1.0:
+                raise SpecError(f"gate.{fname}={v} is out of range", "allowed: -1.0 .. 1.0")
+        if not 0.0 <= self.recall_regression <= 1.0:
+            raise SpecError(f"gate.recall_regression={self.recall_regression} is out of range", "allowed: 0.0 .. 1.0")
+
+
+def _fail(fieldname: str, value: object, allowed: str) -> SpecError:
+    return SpecError(f"invalid {fieldname}: {value!r}", f"allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    model_dir: Path
+    out: Path
+    name: str
+    target: str = "python-ort"
+    pooling: str = "mean"
+    normalize: bool = True
+    buckets: tuple[int, ...] = (32, 128, 256)
+    max_seq_length: int = 256
+    hidden_size: int = 384
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    is_decoder: bool = False
+    max_batch_size: int = 32
+    max_queue_delay_us: int = 2000
+    preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
+    instances: int = 1
+    precision: str = "fp32"
+    pooler: str = "fused"
+    overflow: str = "truncate"
+    ort_device: str = "cpu"
+    ort_threads: int = 0
+    ort_trt_fp16: bool = False
+    fp32_layers: bool = False
+    builder_opt_level: int = 3
+    calibration_file: Path | None = None
+    max_queue_size: int = 256
+    queue_timeout_us: int = 30_000_000
+    trust_remote_code: bool = False
+    allow_mismatch: bool = False
+    opset: int = 17
+    gate: Gate = field(default_factory=Gate)
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.match(self.name):
+            raise _fail("name", self.name, "a letter, then up to 63 letters, digits, '_' or '-'")
+        if self.target not in TARGETS:
+            raise _fail("target", self.target, ", ".join(TARGETS))
+        if self.pooling not in POOLINGS:
+            raise _fail("pooling", self.pooling, ", ".join(POOLINGS))
+        if self.precision not in PRECISIONS:
+            raise _fail("precision", self.precision, ", ".join(PRECISIONS))
+        if self.precision not in TARGET_PRECISIONS[self.target]:
+            raise _fail(
+                "precision", self.precision,
+                f"{', '.join(TARGET_PRECISIONS[self.target])} for target {self.target}",
+            )
+        if self.precision in ("int8", "fp8") and self.target == "tensorrt" and self.calibration_file is None:
+            raise SpecError(
+                f"invalid precision: {self.precision!r} needs calibration data",
+                "pass --calibration-file with one real text per line",
+            )
+        if self.pooler not in POOLER_PLACES:
+            raise _fail("pooler", self.pooler, ", ".join(POOLER_PLACES))
+        if self.overflow not in OVERFLOW:
+            raise _fail("overflow", self.overflow, ", ".join(OVERFLOW))
+        if self.ort_device not in ORT_DEVICES:
+            raise _fail("ort_device", self.ort_device, ", ".join(ORT_DEVICES))
+        if self.max_seq_length < 2:
+            raise _fail("max_seq_length", self.max_seq_length, "an integer >= 2")
+        b = self.buckets
+        if not b or any(not isinstance(x, int) or x < 2 for x in b) or list(b) != sorted(set(b)):
+            raise _fail("buckets", b, "strictly increasing integers >= 2, e.g. 32,128,256")
+        if b[-1] != self.max_seq_length:
+            raise _fail(
+                "buckets", b,
+                f"the largest bucket must equal the max sequence length {self.max_seq_length}",
+            )
+        if not 1 <= self.max_batch_size <= 4096:
+            raise _fail("max_batch_size", self.max_batch_size, "1 .. 4096")
+        if not 0 <= self.max_queue_delay_us <= 10_000_000:
+            raise _fail("max_queue_delay_us", self.max_queue_delay_us, "0 .. 10000000")
+        p = self.preferred_batch_sizes
+        if not p or list(p) != sorted(set(p)) or p[0] < 1 or p[-1] > self.max_batch_size:
+            raise _fail(
+                "preferred_batch_sizes", p,
+                f"strictly increasing integers in 1 .. max_batch_size ({self.max_batch_size})",
+            )
+        if not 1 <= self.instances <= 64:
+            raise _fail("instances", self.instances, "1 .. 64")
+        if not 0 <= self.ort_threads <= 256:
+            raise _fail("ort_threads", self.ort_threads, "0 (ONNX Runtime's default) .. 256")
+        if not 0 <= self.builder_opt_level <= 5:
+            raise _fail("builder_opt_level", self.builder_opt_level, "0 .. 5")
+        if self.max_queue_size < 0:
+            raise _fail("max_queue_size", self.max_queue_size, "0 (unbounded) or more")
+        if self.queue_timeout_us < 0:
+            raise _fail("queue_timeout_us", self.queue_timeout_us, "0 (none) or more")
+        if "input_ids" not in self.input_names or "attention_mask" not in self.input_names:
+            raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
+
+    @property
+    def fused(self) -> bool:
+        return self.pooler == "fused"
+
+    def with_(self, **changes: object) -> "BuildSpec":
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def default_preferred(max_batch_size: int) -> tuple[int, ...]:
+    """Up to three powers of two at the top of the range, ending at max_batch_size."""
+    sizes = {max_batch_size}
+    p = 1
+    while p < max_batch_size:
+        if p >= 4:
+            sizes.add(p)
+        p *= 2
+    return tuple(sorted(sizes)[-3:])
+
+
+def sanitize_name(raw: str) -> str:
+    """A safe Triton model name from a folder name: [A-Za-z0-9_-], starting with a letter."""
+    s = re.sub(r"[^A-Za-z0-9_\-]+", "_", raw).strip("_-").lower()
+    if not s or not s[0].isalpha():
+        s = "m_" + s
+    return s[:48]
+
+
+def parse_int_list(fieldname: str, text: str | None) -> tuple[int, ...] | None:
+    if text is None or text.strip() == "":
+        return None
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError as exc:
+        raise _fail(fieldname, text, "comma-separated integers, e.g. 32,128,256") from exc
+
+
+def resolve_target(target: str) -> str:
+    """auto -> tensorrt when CUDA and TensorRT import, else python-ort."""
+    if target != "auto":
+        return target
+    from .onnx2trt import tensorrt_available
+
+    ok, _ = tensorrt_available()
+    return "tensorrt" if ok else "python-ort"
+
+
+def spec_from_options(
+    model_dir: Path | None,
+    out: Path,
+    *,
+    name: str | None = None,
+    target: str = "auto",
+    pooling: str = "auto",
+    normalize: bool | None = None,
+    buckets: str | None = None,
+    max_seq_length: int | None = None,
+    max_batch_size: int = 32,
+    preferred_batch_sizes: str | None = None,
+    **rest: object,
+) -> BuildSpec:
+    """Fill the spec from the model folder where the user said nothing, then validate."""
+    from .modelinfo import POOLINGS as _P, default_buckets, default_model_path, inspect_model
+
+    bundled = model_dir is None
+    model_dir = default_model_path() if bundled else Path(model_dir).resolve()
+    if target not in ("auto", *TARGETS):
+        raise _fail("target", target, "auto, " + ", ".join(TARGETS))
+    if pooling not in ("auto", *_P):
+        raise _fail("pooling", pooling, "auto, " + ", ".join(_P))
+    info = inspect_model(model_dir, trust_remote_code=bool(rest.get("trust_remote_code", False)))
+    if pooling == "auto":
+        pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
+    if normalize is None:
+        normalize = info.normalize if info.normalize is not None else True
+    if max_seq_length is None:
+        max_seq_length = info.max_seq_length or 512
+    if info.max_position_embeddings and max_seq_length > info.max_position_embeddings:
+        raise _fail(
+            "max_seq_length", max_seq_length,
+            f"at most max_position_embeddings ({info.max_position_embeddings})",
+        )
+    bucket_t = parse_int_list("buckets", buckets) or default_buckets(max_seq_length)
+    if name is None:
+        name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
+    pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
+    return BuildSpec(
+        model_dir=model_dir,
+        out=Path(out),
+        name=name,
+        target=resolve_target(target),
+        pooling=pooling,
+        normalize=bool(normalize),
+        buckets=bucket_t,
+        max_seq_length=int(max_seq_length),
+        hidden_size=info.hidden_size,
+        input_names=info.input_names,
+        is_decoder=info.is_decoder,
+        max_batch_size=max_batch_size,
+        preferred_batch_sizes=pref,
+        **rest,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,43 @@
+"""Tokenizer for one bucket: TEXT -> encoder inputs right-padded to the bucket length."""
+
+import os
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from embtrt_backend import InputError  # noqa: E402
+from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        p = parameters(args["model_config"])
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.bucket = int(p["bucket"])
+        self.is_largest = p["largest_bucket"] == "true"
+        self.input_names = tuple(p["input_names"].split(","))
+        self.max_bytes = int(p["max_text_bytes"])
+        self.tokenizer = TextTokenizer(
+            os.path.join(here, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]), p["overflow"]
+        )
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                arr = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+                texts = decode_texts(arr, self.max_bytes)
+                if not texts:
+                    raise InputError("TEXT holds no rows")
+                enc = self.tokenizer.encode(texts)
+                self.tokenizer.check(enc.lengths, None if self.is_largest else self.bucket)
+                feeds = self.tokenizer.pad(enc, np.arange(len(texts)), self.bucket, self.input_names)
+            except InputError as exc:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+                continue
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, feeds[n]) for n in self.input_names]))
+        return responses
