@@ -84,6 +84,12 @@ def _check_model(d: Path, cfg: mc.ModelConfig, configs: dict, rep: CheckReport, 
     if want is None:
         rep.fail(f"{name}: unknown backend {cfg.backend!r} / platform {cfg.platform!r}")
         return
+    extra = [f for f in cfg.parameters["embtrt.files"].string_value.split(",") if f] \
+        if "embtrt.files" in cfg.parameters else []
+    missing = [f for f in extra if not (d / "1" / f).is_file()]
+    if missing:
+        rep.fail(f"{name}: missing " + ", ".join(f"1/{f}" for f in missing))
+        return
     if not (d / "1" / want).is_file():
         if want == "model.plan" and allow_pending:
             rep.pending.append(f"{name}: 1/model.plan not built yet (run `embtrt engines` on the GPU host)")

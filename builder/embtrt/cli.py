@@ -19,8 +19,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
 
 
 def _fail(exc: EmbtrtError) -> None:
@@ -104,6 +104,121 @@ def check(repo: Path = typer.Argument(..., help="A model repository written by e
             out.print(line, markup=False)
     if not rep.passed:
         raise typer.Exit(5)
+
+
+@app.command()
+def serve(
+    repo: Path = typer.Argument(..., help="Model repository written by embtrt build."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind. Default 127.0.0.1 (loopback only); 0.0.0.0 exposes it."),
+    grpc_port: int = typer.Option(8001, help="gRPC port. Default 8001; 0 picks a free one."),
+    http_port: int = typer.Option(8000, help="HTTP port. Default 8000; 0 picks a free one."),
+    metrics_port: int = typer.Option(8002, help="Prometheus metrics port. Default 8002; 0 picks a free one."),
+    tritonserver: Optional[Path] = typer.Option(None, help="tritonserver binary. Default: the nvidia-pytriton wheel's, else PATH."),
+    backend_directory: Optional[Path] = typer.Option(None, help="--backend-directory for tritonserver. Default: prepared for the wheel's server."),
+    probe_interval: float = typer.Option(5.0, help="Seconds between inference probes; 0 disables supervision. Default 5."),
+    startup_timeout: float = typer.Option(300.0, help="Seconds to wait for every model to be ready. Default 300."),
+) -> None:
+    """Serve a repository with tritonserver; recover when an inference probe fails; stop on Ctrl-C/SIGTERM."""
+    from .serve import ServerSpec, free_port
+    from .supervise import Supervisor
+
+    spec = ServerSpec(repository=repo, host=host,
+                      grpc_port=grpc_port or free_port(host), http_port=http_port or free_port(host),
+                      metrics_port=metrics_port or free_port(host), tritonserver=tritonserver,
+                      backend_directory=backend_directory, startup_timeout_s=startup_timeout)
+    try:
+        Supervisor(spec, probe_interval_s=probe_interval, log=lambda m: out.print(m, markup=False)).run()
+    except EmbtrtError as exc:
+        _fail(exc)
+
+
+@app.command()
+def embed(
+    texts: list[str] = typer.Argument(..., help="Texts to embed."),
+    url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
+    model: str = typer.Option("all_minilm_l6_v2", help="Model to call (the front door). Default all_minilm_l6_v2."),
+    as_json: bool = typer.Option(False, "--json", help="Print {identity, latency_ms, embeddings} as JSON."),
+) -> None:
+    """Embed texts over gRPC and print the vectors with the latency."""
+    import time
+
+    from .client import EmbeddingClient
+
+    try:
+        with EmbeddingClient(url, model) as c:
+            meta = c.metadata()
+            t0 = time.perf_counter()
+            vecs = c.embed(texts)
+            ms = (time.perf_counter() - t0) * 1e3
+    except EmbtrtError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps({"model": model, "identity": meta.identity, "latency_ms": ms,
+                                     "embeddings": vecs.tolist()}) + "\n")
+        return
+    out.print(f"{model} ({meta.identity.get('embtrt.backend_profile', '?')}), dim {vecs.shape[1]}, "
+              f"{len(texts)} texts in {ms:.1f} ms", markup=False)
+    for t, v in zip(texts, vecs):
+        head = ", ".join(f"{x:+.4f}" for x in v[:6])
+        out.print(f"  |v|={float((v ** 2).sum() ** 0.5):.4f} [{head}, ...]  {t[:60]!r}", markup=False)
+
+
+@app.command()
+def probe(
+    url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
+    model: str = typer.Option("all_minilm_l6_v2", help="Front-door model. Default all_minilm_l6_v2."),
+    timeout: float = typer.Option(10.0, help="Seconds per request. Default 10."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Liveness by real inference through the front door and every bucket; exit 1 when any fails."""
+    from .probe import probe as run_probe
+
+    r = run_probe(url, model, timeout)
+    if as_json:
+        sys.stdout.write(json.dumps({"ok": r.ok, "latency_ms": r.latency_ms, "errors": r.errors,
+                                     "checked": r.checked}) + "\n")
+    else:
+        out.print(r.summary(), markup=False)
+    raise typer.Exit(0 if r.ok else 1)
+
+
+@app.command()
+def demo(
+    out_dir: Path = typer.Option(Path("repo"), "--out", help="Repository folder. Default ./repo (built when missing)."),
+    rebuild: bool = typer.Option(False, help="Rebuild even when --out holds a repository. Default off."),
+) -> None:
+    """The main job on the bundled model: build, serve on free loopback ports, embed texts over gRPC, stop."""
+    import time
+
+    from .build import build as run_build
+    from .client import EmbeddingClient
+    from .serve import ServerSpec, TritonServer, free_port
+    from .spec import spec_from_options
+
+    texts = ["Triton serves embeddings with dynamic batching.", "A dog runs in the park.",
+             "Embedding services are one forward pass, not a generation loop; route texts by length so long "
+             "documents do not slow down short queries."]
+    log = lambda m: out.print(m, markup=False)  # noqa: E731
+    try:
+        if rebuild or not (out_dir / "embtrt.json").is_file():
+            run_build(spec_from_options(None, out_dir), force=True, log=log)
+        spec = ServerSpec(out_dir, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
+        log(f"starting tritonserver on {spec.host} (gRPC {spec.grpc_port}, HTTP {spec.http_port})")
+        with TritonServer(spec) as srv:
+            with EmbeddingClient(srv.grpc_url, "all_minilm_l6_v2") as c:
+                c.embed(texts[:1])  # first call opens the channel
+                for t in texts:
+                    t0 = time.perf_counter()
+                    v = c.embed([t])[0]
+                    ms = (time.perf_counter() - t0) * 1e3
+                    log(f"{ms:6.1f} ms  dim {v.size}  [{', '.join(f'{x:+.4f}' for x in v[:4])}, ...]  {t[:50]!r}")
+                t0 = time.perf_counter()
+                c.embed(texts)
+                log(f"{(time.perf_counter() - t0) * 1e3:6.1f} ms  for all {len(texts)} texts in one request")
+        log("server stopped")
+    except EmbtrtError as exc:
+        _fail(exc)
 
 
 def main() -> None:

@@ -29,7 +29,10 @@ def load_hf(model_dir: Path, trust_remote_code: bool = False):
     """(tokenizer, model) in eval mode, float32, on CPU."""
     import torch
     from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
         model = AutoModel.from_pretrained(

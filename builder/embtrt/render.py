@@ -240,6 +240,9 @@ def write_repository(plans: list[ModelPlan], repo: Path) -> list[Path]:
     lib = python_backend_dir() / "embtrt_backend"
     written = []
     for plan in plans:
+        if plan.backend_code:  # the check verifies these files exist in 1/
+            needed = sorted(["model.py", *(r.split("/", 1)[1] for r in plan.files)])
+            plan.context["params"] = sorted(plan.context["params"] + [("embtrt.files", ",".join(needed))])
         d = repo / plan.name
         (d / "1").mkdir(parents=True, exist_ok=True)
         (d / "config.pbtxt").write_text(render_config(plan, env), encoding="utf-8")

@@ -1,0 +1,46 @@
+# embtrt: `make help` lists the targets. Everything installs into ./.venv from this checkout.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH := torch==2.13.0
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)   # the CPU build from local disk; an unpinned torch pulls CUDA
+	$(BIN)/pip install -q -e '.[server,dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install embtrt with the server, test and lint extras
+
+demo: $(STAMP) ## main job: build the bundled all-MiniLM-L6-v2, serve it, embed texts over gRPC, stop
+	$(BIN)/embtrt demo --out repo
+
+test: $(STAMP) ## the test suite (unit + integration against a real tritonserver); slow cases excluded
+	$(BIN)/python -m pytest -m "not slow" -q
+
+test-all: $(STAMP) ## every test, slow ones too
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP) ## ruff, and mypy (the TensorRT module against tensorrt-stubs)
+	$(BIN)/ruff check builder python_backend tests
+	$(BIN)/pip install -q --no-deps tensorrt-stubs
+	$(BIN)/mypy builder/embtrt
+
+gpu-check: $(STAMP) ## on a GPU host: GPU tests (TensorRT build, serve, parity) and the benchmark, short table
+	bash benchmarks/gpu_check.sh
+
+bench: $(STAMP) ## CPU benchmark: Triton vs sentence-transformers in process (and infinity-emb with BENCH_INFINITY=1)
+	bash benchmarks/run_cpu.sh
+
+clean: ## remove built repositories and caches (keeps .venv)
+	rm -rf repo .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: help install demo test test-all lint gpu-check bench clean

@@ -1,0 +1,63 @@
+"""A real inference probe: health endpoints stay 200 when a Python stub is dead, so ask
+every model for a vector instead (front door and every per-bucket ensemble)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PROBE_TEXT = "embtrt liveness probe: the quick brown fox jumps over the lazy dog."
+
+
+@dataclass
+class ProbeResult:
+    ok: bool
+    latency_ms: float
+    errors: dict[str, str] = field(default_factory=dict)
+    checked: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"ok: {len(self.checked)} models answered in {self.latency_ms:.1f} ms"
+        return "failed: " + "; ".join(f"{m}: {e}" for m, e in self.errors.items())
+
+
+def probe(url: str, model: str, timeout_s: float = 10.0) -> ProbeResult:
+    """Embed PROBE_TEXT through `model` and each `model_<L>`; all must agree (cos >= 0.999)."""
+    import tritonclient.grpc as grpcclient
+
+    t0 = time.perf_counter()
+    errors: dict[str, str] = {}
+    checked: list[str] = []
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        try:
+            cfg = c.get_model_config(model, as_json=True, client_timeout=timeout_s)["config"]
+            buckets = [b for b in cfg.get("parameters", {}).get("embtrt.buckets", {}).get("string_value", "").split(",") if b]
+        except Exception as exc:  # server down or model unknown: the probe fails with the reason
+            return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
+        arr = np.array([[PROBE_TEXT.encode()]], dtype=object)
+        vecs: dict[str, np.ndarray] = {}
+        for name in [model] + [f"{model}_{b}" for b in buckets]:
+            inp = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+            inp.set_data_from_numpy(arr)
+            try:
+                r = c.infer(name, [inp], client_timeout=timeout_s)
+                v = r.as_numpy("EMBEDDING")
+                if v is None or not np.all(np.isfinite(v)):
+                    raise ValueError("no finite EMBEDDING in the response")
+                vecs[name] = v[0]
+            except Exception as exc:  # each model's failure is recorded by name
+                errors[name] = str(exc)
+            checked.append(name)
+        if model in vecs:
+            base = vecs[model]
+            for name, v in vecs.items():
+                cos = float(np.dot(base, v) / max(np.linalg.norm(base) * np.linalg.norm(v), 1e-30))
+                if cos < 0.999:
+                    errors[name] = f"vector differs from the front door's (cosine {cos:.6f})"
+    finally:
+        c.close()
+    return ProbeResult(not errors, (time.perf_counter() - t0) * 1e3, errors, checked)

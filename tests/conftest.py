@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny models and built repositories (session-scoped), real tritonservers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT / "python_backend", ROOT / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="session")
+def corpus() -> list[str]:
+    from embtrt.build import load_corpus
+
+    return load_corpus()
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    from embtrt.modelinfo import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    from tiny_models import MAKERS
+
+    base = tmp_path_factory.mktemp("tiny_models")
+    return {k: make(base / k) for k, make in MAKERS.items()}
+
+
+@pytest.fixture(scope="session")
+def minilm_repo(tmp_path_factory) -> Path:
+    """The default build of the bundled all-MiniLM-L6-v2 (python-ort, fused pooling)."""
+    from embtrt.build import build
+    from embtrt.spec import spec_from_options
+
+    out = tmp_path_factory.mktemp("minilm") / "repo"
+    build(spec_from_options(None, out), log=_quiet)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
+    """Each tiny model built with its own pooling; XLM-R with the Python-backend pooler."""
+    from embtrt.build import build
+    from embtrt.spec import spec_from_options
+
+    base = tmp_path_factory.mktemp("tiny_repos")
+    out = {}
+    for key, path in tiny_models.items():
+        extra = {"pooler": "python"} if key == "xlmr-mean" else {}
+        out[key] = base / key
+        build(spec_from_options(path, out[key], name=key.replace("-", "_"), **extra), log=_quiet)
+    return out
+
+
+def start_server(repo: Path, tmp_path: Path):
+    from embtrt.serve import ServerSpec, TritonServer, free_port
+
+    spec = ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                      log_file=tmp_path / "tritonserver.log")
+    return TritonServer(spec)
+
+
+@pytest.fixture(scope="session")
+def minilm_server(minilm_repo, tmp_path_factory):
+    with start_server(minilm_repo, tmp_path_factory.mktemp("srv")) as srv:
+        yield srv

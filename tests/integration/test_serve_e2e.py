@@ -1,0 +1,129 @@
+"""End to end: a real tritonserver on 127.0.0.1, tritonclient gRPC, vectors equal to the reference."""
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import start_server
+from embtrt.client import AsyncEmbeddingClient, EmbeddingClient
+from embtrt.errors import ClientError
+from embtrt.parity import cosine_rows
+from embtrt.reference import TorchReference, st_embed
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def st_reference(minilm_path, corpus):
+    return st_embed(minilm_path, corpus)
+
+
+@pytest.fixture(scope="module")
+def token_counts(minilm_path, corpus):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(minilm_path / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    return np.array([len(e.ids) for e in tok.encode_batch(corpus)])
+
+
+def _gate(ref, got):
+    cos = cosine_rows(ref, got)
+    assert np.percentile(cos, 50) >= 0.9999, np.percentile(cos, 50)
+    assert np.percentile(cos, 1) >= 0.999, np.percentile(cos, 1)
+    return cos
+
+
+def test_front_door_equals_sentence_transformers_on_every_bucket(minilm_server, corpus, st_reference, token_counts):
+    assert len(corpus) >= 300
+    for lo, hi in ((0, 32), (33, 128), (129, 256), (257, 10**9)):  # every bucket and over-long texts
+        assert ((token_counts >= lo) & (token_counts <= hi)).sum() >= 20
+    with EmbeddingClient(minilm_server.grpc_url, "all_minilm_l6_v2") as c:
+        got = c.embed(corpus)
+        ident = c.metadata().identity
+    assert got.shape == (len(corpus), 384) and got.dtype == np.float32
+    _gate(st_reference, got)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert ident["embtrt.pooling"] == "mean" and ident["embtrt.target"] == "python-ort"
+
+
+def test_each_bucket_ensemble_equals_sentence_transformers(minilm_server, corpus, st_reference, token_counts):
+    edges = (32, 128, 256)
+    for i, L in enumerate(edges):
+        lo = edges[i - 1] if i else 0
+        rows = np.nonzero((token_counts > lo) & ((token_counts <= L) | (L == edges[-1])))[0]
+        with EmbeddingClient(minilm_server.grpc_url, f"all_minilm_l6_v2_{L}") as c:
+            got = c.embed([corpus[r] for r in rows])
+        _gate(st_reference[rows], got)
+
+
+def test_bucket_ensemble_rejects_a_text_longer_than_its_bucket(minilm_server):
+    with EmbeddingClient(minilm_server.grpc_url, "all_minilm_l6_v2_32") as c:
+        with pytest.raises(ClientError, match="do not fit this 32-token bucket"):
+            c.embed(["word " * 60])
+        assert c.embed(["still serving"]).shape == (1, 384)
+
+
+def test_a_request_mixing_short_and_long_texts_returns_each_vector_in_its_row(minilm_server, corpus, st_reference,
+                                                                             token_counts):
+    short = np.nonzero(token_counts <= 32)[0][:6]
+    mid = np.nonzero((token_counts > 32) & (token_counts <= 128))[0][:6]
+    long_ = np.nonzero(token_counts > 256)[0][:6]
+    rows = np.array([x for trio in zip(long_, short, mid) for x in trio])  # interleaved across buckets
+    with EmbeddingClient(minilm_server.grpc_url, "all_minilm_l6_v2", batch_size=32) as c:
+        got = c.embed([corpus[r] for r in rows])
+    cos = cosine_rows(st_reference[rows], got)
+    assert cos.min() >= 0.9999
+    # each row matches its own reference far better than any other row's
+    sims = got @ st_reference[rows].T
+    assert np.array_equal(np.argmax(sims, axis=1), np.arange(len(rows)))
+
+
+def test_async_client_embeds_concurrently_in_order(minilm_server, corpus, st_reference):
+    async def run():
+        async with AsyncEmbeddingClient(minilm_server.grpc_url, "all_minilm_l6_v2", batch_size=7) as c:
+            ident = await c.identity()
+            return ident, await c.embed(corpus[:60])
+
+    ident, got = asyncio.run(run())
+    assert ident["embtrt.dim"] == "384"
+    assert cosine_rows(st_reference[:60], got).min() >= 0.9999
+
+
+def test_cli_embed_prints_vectors_as_json(minilm_server, st_reference, corpus):
+    proc = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", corpus[0], corpus[1], "--url",
+                           minilm_server.grpc_url, "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    got = np.array(doc["embeddings"], dtype=np.float32)
+    assert cosine_rows(st_reference[:2], got).min() >= 0.9999
+    assert doc["latency_ms"] > 0 and doc["identity"]["embtrt.normalize"] == "true"
+
+
+def test_cli_embed_unknown_model_fails_with_a_hint(minilm_server):
+    proc = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", "x", "--url", minilm_server.grpc_url,
+                           "--model", "nope"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 7
+    assert "nope" in proc.stderr and "hint" in proc.stderr
+
+
+@pytest.mark.parametrize("key", ["bert-cls", "xlmr-mean", "qwen3-last"])
+def test_tiny_models_served_equal_pytorch(key, tiny_models, tiny_repos, corpus, tmp_path):
+    from embtrt.spec import spec_from_options
+
+    spec = spec_from_options(tiny_models[key], tmp_path / "unused")
+    ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
+                         spec.input_names).embed(corpus)
+    name = key.replace("-", "_")
+    with start_server(tiny_repos[key], tmp_path) as srv:
+        with EmbeddingClient(srv.grpc_url, name) as c:
+            got = c.embed(corpus)
+        _gate(ref, got)
+        # and through the largest bucket's ensemble (tokenizer -> encoder [-> python pooler])
+        with EmbeddingClient(srv.grpc_url, f"{name}_{spec.buckets[-1]}") as c:
+            _gate(ref[:50], c.embed(corpus[:50]))

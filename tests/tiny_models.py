@@ -1,0 +1,117 @@
+"""Tiny random models, built offline from configs, for the three pooling families.
+
+- BERT, CLS pooling, no Normalize (sentence-transformers folder), MiniLM's WordPiece vocab
+- XLM-RoBERTa, mean pooling + Normalize (bge-m3 family), a Unigram tokenizer trained here
+- Qwen3-style decoder, last-token pooling, left padding, a byte-level BPE trained here
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+
+def _corpus() -> list[str]:
+    from embtrt.build import load_corpus
+
+    return load_corpus()
+
+
+def _st_files(path: Path, pooling: str, normalize: bool, hidden: int, max_seq: int) -> None:
+    mods = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        mods.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (path / "2_Normalize").mkdir(exist_ok=True)
+    (path / "modules.json").write_text(json.dumps(mods, indent=2))
+    (path / "1_Pooling").mkdir(exist_ok=True)
+    (path / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": hidden,
+        "pooling_mode_cls_token": pooling == "cls",
+        "pooling_mode_mean_tokens": pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+        "pooling_mode_lasttoken": pooling == "lasttoken",
+    }, indent=2))
+    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq, "do_lower_case": False}))
+
+
+def make_bert_cls(path: Path) -> Path:
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from embtrt.modelinfo import default_model_path
+
+    path.mkdir(parents=True, exist_ok=True)
+    src = default_model_path()
+    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy2(src / f, path / f)
+    torch.manual_seed(1)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg).eval().save_pretrained(path)
+    _st_files(path, "cls", False, 32, 64)
+    return path
+
+
+def _train(model, trainer, pre, decoder, texts):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre
+    if decoder is not None:
+        tok.decoder = decoder
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def make_xlmr_mean(path: Path) -> Path:
+    import torch
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+    from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
+
+    path.mkdir(parents=True, exist_ok=True)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tok = _train(models.Unigram(), trainers.UnigramTrainer(vocab_size=2000, special_tokens=specials, unk_token="<unk>"),
+                 pre_tokenizers.Metaspace(), decoders.Metaspace(), _corpus())
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+    tmp = path / "_tok.json"
+    tok.save(str(tmp))
+    fast = XLMRobertaTokenizerFast(tokenizer_file=str(tmp), model_max_length=128)
+    tmp.unlink()
+    fast.save_pretrained(path)
+    torch.manual_seed(2)
+    cfg = XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=48, num_hidden_layers=2,
+                           num_attention_heads=4, intermediate_size=96, max_position_embeddings=130,
+                           pad_token_id=fast.pad_token_id, bos_token_id=0, eos_token_id=2, type_vocab_size=1)
+    XLMRobertaModel(cfg, add_pooling_layer=False).eval().save_pretrained(path)
+    _st_files(path, "mean", True, 48, 128)
+    return path
+
+
+def make_qwen3_last(path: Path) -> Path:
+    import torch
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3Model
+
+    path.mkdir(parents=True, exist_ok=True)
+    eos = "<|endoftext|>"
+    tok = _train(models.BPE(), trainers.BpeTrainer(vocab_size=1500, special_tokens=[eos],
+                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+                 pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel(), _corpus())
+    tok.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, tok.token_to_id(eos))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=eos, model_max_length=96,
+                                   padding_side="left")
+    fast.save_pretrained(path)
+    torch.manual_seed(3)
+    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=256,
+                      pad_token_id=fast.pad_token_id, eos_token_id=fast.eos_token_id, tie_word_embeddings=False)
+    Qwen3Model(cfg).eval().save_pretrained(path)
+    return path
+
+
+MAKERS = {"bert-cls": make_bert_cls, "xlmr-mean": make_xlmr_mean, "qwen3-last": make_qwen3_last}

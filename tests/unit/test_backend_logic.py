@@ -1,0 +1,136 @@
+"""The numpy logic the Python-backend models run, tested without Triton."""
+
+import numpy as np
+import pytest
+import torch
+
+from embtrt.reference import torch_pool
+from embtrt_backend import InputError
+from embtrt_backend.pooling import l2_normalize, last_token_index, pool, pool_and_normalize
+from embtrt_backend.routing import assign_buckets, gather, plan
+from embtrt_backend.text import TextTokenizer, decode_texts
+
+
+def _data(seed=0, left=False):
+    rng = np.random.default_rng(seed)
+    h = rng.standard_normal((5, 9, 7)).astype(np.float32)
+    lens = np.array([9, 1, 4, 6, 2])
+    mask = np.zeros((5, 9), dtype=np.int64)
+    for i, n in enumerate(lens):
+        if left:
+            mask[i, 9 - n:] = 1
+        else:
+            mask[i, :n] = 1
+    return h, mask, lens
+
+
+def _loop_reference(h, mask, mode):
+    """Plain per-row loops: the definition of each pooling."""
+    out = []
+    for i in range(h.shape[0]):
+        idx = np.nonzero(mask[i])[0]
+        if mode == "cls":
+            out.append(h[i, 0])
+        elif mode == "mean":
+            out.append(h[i, idx].mean(axis=0))
+        else:
+            out.append(h[i, idx[-1]])
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("mode,left", [("cls", False), ("mean", False), ("mean", True),
+                                       ("last-token", False), ("last-token", True)])
+def test_pooling_equals_the_per_row_definition_and_torch(mode, left):
+    h, mask, _ = _data(left=left)
+    got = pool(h, mask, mode)
+    np.testing.assert_allclose(got, _loop_reference(h, mask, mode), rtol=1e-5, atol=1e-6)
+    t = torch_pool(torch.from_numpy(h), torch.from_numpy(mask), mode).numpy()
+    np.testing.assert_allclose(got, t, rtol=1e-5, atol=1e-6)
+
+
+def test_last_token_index_handles_both_padding_sides():
+    _, right, lens = _data()
+    _, left, _ = _data(left=True)
+    assert last_token_index(right).tolist() == (lens - 1).tolist()
+    assert last_token_index(left).tolist() == [8] * 5
+
+
+def test_l2_normalize_matches_torch_and_keeps_zero_rows_finite():
+    x = np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)
+    got = l2_normalize(x)
+    want = torch.nn.functional.normalize(torch.from_numpy(x), p=2, dim=1).numpy()
+    np.testing.assert_allclose(got, want)
+    assert np.all(np.isfinite(got))
+
+
+def test_pool_rejects_mismatched_shapes():
+    with pytest.raises(ValueError):
+        pool(np.zeros((2, 3, 4)), np.zeros((2, 4)), "mean")
+    with pytest.raises(ValueError, match="unknown pooling"):
+        pool_and_normalize(np.zeros((1, 2, 3)), np.ones((1, 2)), "max", True)
+
+
+def test_router_assigns_the_smallest_bucket_that_holds_each_row():
+    assert assign_buckets(np.array([1, 32, 33, 128, 129, 256]), (32, 128, 256)).tolist() == [0, 0, 1, 1, 2, 2]
+    with pytest.raises(ValueError):
+        assign_buckets(np.array([257]), (32, 128, 256))
+
+
+def test_router_keeps_order_when_rows_span_buckets():
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 257, size=101)
+    chunks = plan(lengths, (32, 128, 256), max_batch=8)
+    assert all(len(rows) <= 8 for _, rows in chunks)
+    covered = np.concatenate([rows for _, rows in chunks])
+    assert sorted(covered.tolist()) == list(range(101))
+    for b, rows in chunks:
+        assert np.all(lengths[rows] <= (32, 128, 256)[b])
+        assert b == 0 or np.all(lengths[rows] > (32, 128, 256)[b - 1])
+    # each "encoder" returns a vector encoding the row id; gather must restore request order
+    parts = [(rows, np.repeat(rows[:, None].astype(np.float32), 3, axis=1)) for _, rows in chunks]
+    out = gather(101, 3, parts)
+    assert out[:, 0].tolist() == list(range(101))
+
+
+def test_gather_refuses_missing_or_duplicate_rows():
+    with pytest.raises(ValueError, match="never filled"):
+        gather(3, 2, [(np.array([0, 1]), np.zeros((2, 2), np.float32))])
+    with pytest.raises(ValueError, match="twice"):
+        gather(2, 2, [(np.array([0, 1]), np.zeros((2, 2), np.float32)), (np.array([1]), np.zeros((1, 2), np.float32))])
+
+
+def test_decode_texts_rejects_invalid_utf8_and_oversized_text():
+    ok = decode_texts(np.array([[b"caf\xc3\xa9"], [b""]], dtype=object), 100)
+    assert ok == ["café", ""]
+    with pytest.raises(InputError, match="row 1: TEXT is not valid UTF-8"):
+        decode_texts(np.array([[b"fine"], [b"\xff\xfe"]], dtype=object), 100)
+    with pytest.raises(InputError, match="over the limit"):
+        decode_texts(np.array([[b"x" * 101]], dtype=object), 100)
+
+
+def test_serving_tokenizer_truncates_like_sentence_transformers(minilm_path, corpus):
+    from transformers import AutoTokenizer
+
+    ours = TextTokenizer(str(minilm_path / "tokenizer.json"), 256, 0)
+    ref = AutoTokenizer.from_pretrained(str(minilm_path))
+    enc = ours.encode(corpus)
+    want = ref(corpus, truncation=True, max_length=256)["input_ids"]
+    assert [list(x) for x in enc.ids] == want
+    assert enc.lengths.max() == 256  # the corpus has over-long texts; they are truncated
+    feeds = ours.pad(enc, [0, 1], 256, ("input_ids", "attention_mask", "token_type_ids"))
+    assert feeds["input_ids"].shape == (2, 256) and feeds["attention_mask"].sum() == enc.lengths[:2].sum()
+
+
+def test_reject_mode_names_the_over_long_row(minilm_path):
+    tok = TextTokenizer(str(minilm_path / "tokenizer.json"), 16, 0, overflow="reject")
+    enc = tok.encode(["short text", "word " * 40])
+    with pytest.raises(InputError, match="row 1: text is longer than the max sequence length 16"):
+        tok.check(enc.lengths)
+    tok.check(enc.lengths[:1])  # the short row alone passes
+
+
+def test_bucket_tokenizer_refuses_rows_longer_than_its_bucket(minilm_path):
+    tok = TextTokenizer(str(minilm_path / "tokenizer.json"), 256, 0)
+    enc = tok.encode(["short", "word " * 50])
+    with pytest.raises(InputError, match="row 1: 52 tokens do not fit this 32-token bucket"):
+        tok.check(enc.lengths, 32)

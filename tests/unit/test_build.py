@@ -1,0 +1,79 @@
+"""embtrt build on the real MiniLM and on tiny models: ONNX parity, manifest, no half-written output."""
+
+import json
+
+import numpy as np
+import pytest
+
+from embtrt.build import build, load_corpus
+from embtrt.check import check_repository
+from embtrt.errors import ParityError, SpecError
+from embtrt.spec import spec_from_options
+
+
+def test_default_build_passes_the_check_and_writes_the_manifest(minilm_repo, minilm_path):
+    assert check_repository(minilm_repo).passed
+    m = json.loads((minilm_repo / "embtrt.json").read_text())
+    assert m["name"] == "all_minilm_l6_v2"
+    assert (m["pooling"], m["normalize"], m["dim"], m["buckets"]) == ("mean", True, 384, [32, 128, 256])
+    assert m["target"] == "python-ort" and m["precision"] == "fp32"
+    assert len(m["source"]["sha256"]) == 64
+    assert m["versions"]["onnxruntime"] and m["versions"]["torch"]
+    assert m["parity"]["passed"] is True
+    assert m["onnx"]["export_validation"]["cosine"]["p01"] >= 0.9999
+    assert set(m["parity"]["buckets"]) == {"<=32", "<=128", "<=256", "over"}
+    assert m["rebuild"].startswith("embtrt build ")
+    assert m["identity"]["embtrt.backend_profile"].startswith("python-ort:cpu:fp32")
+
+
+def test_onnx_matches_pytorch_for_every_tiny_model(tiny_repos):
+    for key, repo in tiny_repos.items():
+        m = json.loads((repo / "embtrt.json").read_text())
+        assert m["onnx"]["export_validation"]["cosine"]["min"] >= 0.9999, key
+        assert m["parity"]["overall"]["p01"] >= 0.9999, key
+        assert check_repository(repo).passed, key
+    pooler = json.loads((tiny_repos["xlmr-mean"] / "embtrt.json").read_text())
+    assert pooler["pooler"] == "python" and pooler["encoder_output"] == "last_hidden_state"
+    assert (tiny_repos["xlmr-mean"] / "xlmr_mean_32_pooler" / "config.pbtxt").is_file()
+
+
+def test_int8_dynamic_quantization_fails_the_gate_and_leaves_nothing(tmp_path, capsys):
+    out = tmp_path / "int8"
+    spec = spec_from_options(None, out, target="python-ort", precision="int8")
+    with pytest.raises(ParityError) as ei:
+        build(spec, log=print)
+    assert "fail the quality gate" in ei.value.message and "cosine p50" in ei.value.message
+    assert "--precision fp32" in ei.value.hint
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir()]  # no temporary folder left behind
+    assert "[x] bucket" in capsys.readouterr().out
+
+
+def test_build_refuses_to_overwrite_without_force(minilm_repo):
+    spec = spec_from_options(None, minilm_repo, target="python-ort")
+    with pytest.raises(SpecError, match="exists and is not empty"):
+        build(spec, log=lambda m: None)
+
+
+def test_corpus_loads_json_or_lines_and_rejects_garbage(tmp_path):
+    assert len(load_corpus()) >= 300
+    (tmp_path / "c.json").write_text(json.dumps(["a", "b"]))
+    assert load_corpus(tmp_path / "c.json") == ["a", "b"]
+    (tmp_path / "c.txt").write_text("one\n\ntwo\n")
+    assert load_corpus(tmp_path / "c.txt") == ["one", "two"]
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(SpecError):
+        load_corpus(tmp_path / "bad.json")
+
+
+def test_wrong_pooling_is_caught_against_sentence_transformers(minilm_path, corpus):
+    """Build-time parity checks the export; verify's reference is sentence-transformers itself."""
+    from embtrt.parity import cosine_rows
+    from embtrt.reference import TorchReference, st_embed
+
+    texts = corpus[:40]
+    st = st_embed(minilm_path, texts)
+    mean = TorchReference(minilm_path, "mean", True, 256, ("input_ids", "attention_mask", "token_type_ids")).embed(texts)
+    cls = TorchReference(minilm_path, "cls", True, 256, ("input_ids", "attention_mask", "token_type_ids")).embed(texts)
+    assert cosine_rows(st, mean).min() > 0.99999
+    assert np.median(cosine_rows(st, cls)) < 0.99

@@ -1,0 +1,154 @@
+"""Every template renders and parses with Triton's model_config.proto; the check catches corruption."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from embtrt.check import check_repository
+from embtrt.render import plan_repository, render_config, write_repository
+from embtrt.spec import BuildSpec
+
+IDENTITY = {"embtrt.model": "m", "embtrt.pooling": "mean", "embtrt.dim": "16"}
+
+
+def _spec(**kw) -> BuildSpec:
+    args = dict(model_dir=Path("/m"), out=Path("/o"), name="emb", buckets=(16, 64), max_seq_length=64,
+                hidden_size=16, input_names=("input_ids", "attention_mask", "token_type_ids"),
+                max_batch_size=8, preferred_batch_sizes=(4, 8))
+    args.update(kw)
+    return BuildSpec(**args)
+
+
+def _repo(tmp_path: Path, spec: BuildSpec, with_plans: bool = False) -> Path:
+    onnx = tmp_path / "model.onnx"
+    onnx.write_bytes(b"onnx")
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text("{}")
+    plans = {}
+    if with_plans:
+        for b in spec.buckets:
+            plans[b] = tmp_path / f"p{b}.plan"
+            plans[b].write_bytes(b"plan")
+    out = plan_repository(spec, onnx_paths={b: onnx for b in spec.buckets},
+                          encoder_output="embedding" if spec.fused else "last_hidden_state",
+                          tokenizer_json=tok, pad_id=0, identity=IDENTITY, plan_paths=plans)
+    repo = tmp_path / "repo"
+    write_repository(out, repo)
+    return repo
+
+
+VARIANTS = [
+    dict(target="python-ort"),
+    dict(target="python-ort", pooler="python"),
+    dict(target="python-ort", overflow="reject", max_queue_size=0, queue_timeout_us=0),
+    dict(target="onnxruntime"),
+    dict(target="onnxruntime", ort_device="gpu", ort_trt_fp16=True, precision="fp16"),
+    dict(target="tensorrt", precision="fp16"),
+    dict(target="tensorrt", pooler="python"),
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v))
+def test_every_rendered_config_parses_with_the_triton_proto(tmp_path, variant):
+    spec = _spec(**variant)
+    repo = _repo(tmp_path, spec, with_plans=spec.target == "tensorrt")
+    names = sorted(p.name for p in repo.iterdir())
+    expected = {"emb", "emb_16", "emb_64", "emb_16_tokenizer", "emb_64_tokenizer", "emb_16_encoder", "emb_64_encoder"}
+    if not spec.fused:
+        expected |= {"emb_16_pooler", "emb_64_pooler"}
+    assert set(names) == expected
+    for d in repo.iterdir():
+        cfg = text_format.Parse((d / "config.pbtxt").read_text(), mc.ModelConfig())
+        assert cfg.name == d.name
+        assert cfg.max_batch_size == 8
+        assert cfg.parameters["embtrt.model"].string_value == "m"
+        if cfg.platform != "ensemble":
+            db = cfg.dynamic_batching
+            assert cfg.HasField("dynamic_batching") and db.max_queue_delay_microseconds == 2000
+            assert cfg.instance_group[0].count == 1
+            if spec.max_queue_size:
+                assert db.default_queue_policy.max_queue_size == 256
+    rep = check_repository(repo)
+    assert rep.passed, rep.failures()
+
+
+def test_front_door_contract(tmp_path):
+    repo = _repo(tmp_path, _spec())
+    cfg = text_format.Parse((repo / "emb" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert (cfg.input[0].name, cfg.input[0].data_type, list(cfg.input[0].dims)) == ("TEXT", mc.TYPE_STRING, [1])
+    assert (cfg.output[0].name, cfg.output[0].data_type, list(cfg.output[0].dims)) == ("EMBEDDING", mc.TYPE_FP32, [16])
+    assert cfg.backend == "python" and cfg.max_batch_size > 0
+    assert cfg.parameters["encoder_models"].string_value == "emb_16_encoder,emb_64_encoder"
+    assert (repo / "emb" / "1" / "model.py").is_file()
+    assert (repo / "emb" / "1" / "embtrt_backend" / "routing.py").is_file()
+
+
+def test_encoders_warm_up_at_their_bucket_length(tmp_path):
+    repo = _repo(tmp_path, _spec())
+    cfg = text_format.Parse((repo / "emb_64_encoder" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert [w.batch_size for w in cfg.model_warmup] == [1, 8]
+    assert all(list(i.dims) == [64] and i.zero_data for w in cfg.model_warmup for i in w.inputs.values())
+
+
+def test_tensorrt_encoder_has_graphs_profiles_and_warmup_per_batch_size(tmp_path):
+    spec = _spec(target="tensorrt", precision="fp16")
+    repo = _repo(tmp_path, spec, with_plans=True)
+    cfg = text_format.Parse((repo / "emb_16_encoder" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert cfg.platform == "tensorrt_plan"
+    assert cfg.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    assert list(cfg.instance_group[0].profile) == ["0"]
+    assert cfg.optimization.cuda.graphs
+    sizes = [g.batch_size for g in cfg.optimization.cuda.graph_spec]
+    assert sizes == [1, 4, 8]
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [4, 8]
+    for g in cfg.optimization.cuda.graph_spec:
+        assert {k: list(v.dim) for k, v in g.input.items()} == {n: [16] for n in spec.input_names}
+    assert [w.batch_size for w in cfg.model_warmup] == sizes
+    assert all(list(t.dims) == [16] for t in cfg.input)
+
+
+def test_template_with_a_missing_value_fails_loudly(tmp_path):
+    from embtrt.errors import RepositoryError
+    from embtrt.render import ModelPlan
+
+    with pytest.raises(RepositoryError, match="undefined"):
+        render_config(ModelPlan("x", "router.pbtxt.j2", {"name": "x"}))
+
+
+def _corrupt(repo: Path, model: str, old: str, new: str) -> None:
+    p = repo / model / "config.pbtxt"
+    text = p.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("model,old,new,needle", [
+    ("emb_16", 'value: "attention_mask"', 'value: "attn_mask"', "produced by no earlier step"),
+    ("emb_16", 'model_name: "emb_16_encoder"', 'model_name: "emb_99_encoder"', "not in the repository"),
+    ("emb_16", 'key: "embedding"', 'key: "pooled"', "not an output of"),
+    ("emb_16_tokenizer", "TYPE_INT64", "TYPE_INT32", "wants TYPE_INT64"),
+    ("emb_16", 'data_type: TYPE_FP32', 'data_type: TYPE_FP16', "config says TYPE_FP16"),
+    ("emb_64_encoder", "max_batch_size: 8", "max_batch_size: 2", "preferred_batch_size"),
+    ("emb", 'name: "emb"', 'name: "other"', "differs from its folder"),
+])
+def test_check_catches_a_corrupted_repository(tmp_path, model, old, new, needle):
+    repo = _repo(tmp_path, _spec())
+    assert check_repository(repo).passed
+    _corrupt(repo, model, old, new)
+    rep = check_repository(repo)
+    assert not rep.passed
+    assert any(needle in f for f in rep.failures()), rep.failures()
+
+
+def test_check_catches_unparseable_config_and_missing_files(tmp_path):
+    repo = _repo(tmp_path, _spec())
+    (repo / "emb_16_encoder" / "1" / "model.onnx").unlink()
+    (repo / "emb_64" / "config.pbtxt").write_text("name: \"emb_64\" platform: ensemble bogus_field: 1")
+    fails = check_repository(repo).failures()
+    assert any("missing 1/model.onnx" in f for f in fails)
+    assert any("not a valid Triton model config" in f for f in fails)
+    shutil.rmtree(repo / "emb_16_encoder")
+    assert any("not in the repository" in f for f in check_repository(repo).failures())

@@ -1,0 +1,93 @@
+from pathlib import Path
+
+import pytest
+
+from embtrt.errors import SpecError
+from embtrt.spec import BuildSpec, Gate, default_preferred, sanitize_name, spec_from_options
+
+
+def base(**kw) -> BuildSpec:
+    args = dict(model_dir=Path("/m"), out=Path("/o"), name="m")
+    args.update(kw)
+    return BuildSpec(**args)
+
+
+@pytest.mark.parametrize("field,value,allowed", [
+    ("name", "../escape", "a letter"),
+    ("name", "bad name", "a letter"),
+    ("target", "vllm", "python-ort"),
+    ("pooling", "max", "cls, mean, last-token"),
+    ("precision", "fp4", "fp32"),
+    ("pooler", "gpu", "fused, python"),
+    ("overflow", "drop", "truncate, reject"),
+    ("buckets", (128, 32, 256), "strictly increasing"),
+    ("buckets", (32, 128), "largest bucket must equal"),
+    ("max_batch_size", 0, "1 .. 4096"),
+    ("preferred_batch_sizes", (8, 64), "max_batch_size"),
+    ("instances", 0, "1 .. 64"),
+])
+def test_spec_error_names_the_field_and_allowed_values(field, value, allowed):
+    with pytest.raises(SpecError) as ei:
+        base(**{field: value})
+    assert field in ei.value.message
+    assert allowed in ei.value.hint
+
+
+def test_precision_must_suit_the_target():
+    with pytest.raises(SpecError) as ei:
+        base(precision="fp16")  # python-ort runs fp32 or int8
+    assert "precision" in ei.value.message and "python-ort" in ei.value.hint
+    with pytest.raises(SpecError, match="calibration"):
+        base(target="tensorrt", precision="int8")
+    assert base(target="tensorrt", precision="fp16").precision == "fp16"
+
+
+def test_gate_rejects_out_of_range_thresholds():
+    with pytest.raises(SpecError, match="cosine_p50"):
+        Gate(cosine_p50=1.5)
+
+
+def test_spec_is_frozen():
+    s = base()
+    with pytest.raises(AttributeError):
+        s.name = "other"  # type: ignore[misc]
+
+
+def test_default_preferred_sizes_end_at_max_batch():
+    assert default_preferred(32) == (8, 16, 32)
+    assert default_preferred(48) == (16, 32, 48)
+    assert default_preferred(2) == (2,)
+
+
+def test_sanitize_name_makes_safe_triton_names():
+    assert sanitize_name("BAAI/bge-m3") == "baai_bge-m3"
+    assert sanitize_name("../../etc") == "etc"
+    assert sanitize_name("123") == "m_123"
+
+
+def test_spec_from_bundled_model_reads_sentence_transformers_files():
+    s = spec_from_options(None, Path("/tmp/x"), target="python-ort")
+    assert (s.pooling, s.normalize, s.max_seq_length) == ("mean", True, 256)
+    assert s.buckets == (32, 128, 256)
+    assert s.name == "all_minilm_l6_v2"
+    assert s.hidden_size == 384
+
+
+def test_spec_options_override_the_model_files():
+    s = spec_from_options(None, Path("/tmp/x"), target="python-ort", pooling="cls", normalize=False,
+                          buckets="64,256")
+    assert (s.pooling, s.normalize, s.buckets) == ("cls", False, (64, 256))
+
+
+def test_max_seq_length_over_position_embeddings_is_refused():
+    with pytest.raises(SpecError, match="max_seq_length"):
+        spec_from_options(None, Path("/tmp/x"), target="python-ort", max_seq_length=1024)
+
+
+def test_tiny_models_get_their_family_defaults(tiny_models):
+    assert spec_from_options(tiny_models["bert-cls"], Path("/tmp/x")).pooling == "cls"
+    assert spec_from_options(tiny_models["bert-cls"], Path("/tmp/x")).normalize is False
+    x = spec_from_options(tiny_models["xlmr-mean"], Path("/tmp/x"))
+    assert (x.pooling, x.normalize, x.input_names) == ("mean", True, ("input_ids", "attention_mask"))
+    q = spec_from_options(tiny_models["qwen3-last"], Path("/tmp/x"))
+    assert (q.pooling, q.is_decoder, q.max_seq_length) == ("last-token", True, 96)
