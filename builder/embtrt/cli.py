@@ -221,6 +221,50 @@ def demo(
         _fail(exc)
 
 
+@app.command()
+def verify(
+    url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
+    model: str = typer.Option("all_minilm_l6_v2", help="Served model (front door or a NAME_<L> ensemble). Default all_minilm_l6_v2."),
+    reference: Optional[Path] = typer.Option(None, help="Reference model folder. Default: the bundled all-MiniLM-L6-v2."),
+    corpus: Optional[Path] = typer.Option(None, help="Texts: JSON list or one per line. Default: the bundled real-text sample (370 texts)."),
+    ref_pooling: Optional[str] = typer.Option(None, help="Reference pooling for non-sentence-transformers folders: cls | mean | last-token. Default: from the model."),
+    cosine_p50: float = typer.Option(0.9999, help="Gate: cosine p50 per bucket, at least. Default 0.9999."),
+    cosine_p01: float = typer.Option(0.999, help="Gate: cosine p01 per bucket, at least. Default 0.999."),
+    top10_overlap: float = typer.Option(0.98, help="Gate: top-10 neighbour overlap, at least. Default 0.98."),
+    recall_regression: float = typer.Option(0.005, help="Gate: recall@10 regression, at most. Default 0.005."),
+    under_load: bool = typer.Option(False, help="Also resend every text at --concurrency in mixed-length requests with background traffic; each vector must equal its unloaded value. Default off."),
+    concurrency: int = typer.Option(64, help="Concurrency of --under-load. Default 64."),
+    load_cosine: float = typer.Option(0.999, help="--under-load: cosine to the unloaded vector, at least. Default 0.999."),
+    index_identity: Optional[Path] = typer.Option(None, help="embtrt.json (or identity JSON) of the deployment your index was built with; differences are warned about. Default none."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON; progress to stderr."),
+) -> None:
+    """The vector-quality gate: served vectors vs the reference, per length bucket; exit 4 when any gate fails."""
+    from .build import load_corpus
+    from .modelinfo import default_model_path
+    from .spec import Gate
+    from .verify import Reference, verify as run_verify
+
+    log = (lambda m: err.print(m, markup=False)) if as_json else (lambda m: out.print(m, markup=False))
+    try:
+        gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
+        ref = Reference(reference or default_model_path(), pooling=ref_pooling)
+        idx = None
+        if index_identity is not None:
+            doc = json.loads(index_identity.read_text())
+            idx = doc.get("identity", doc)
+        rep = run_verify(url, model, ref, load_corpus(corpus), gate, under_load=under_load,
+                         concurrency=concurrency, load_cosine=load_cosine, index_identity=idx, log=log)
+    except EmbtrtError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
+    else:
+        for line in rep.lines():
+            out.print(line, markup=False)
+    raise typer.Exit(0 if rep.passed else 4)
+
+
 def main() -> None:
     app()
 

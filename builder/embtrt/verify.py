@@ -1,0 +1,229 @@
+"""`embtrt verify`: the served vectors against the reference, per length bucket, also under load.
+
+Reference: sentence-transformers for sentence-transformers folders, else PyTorch fp32 with the
+model's own pooling (never the served model's claim about itself, which is what is tested).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ClientError
+from .modelinfo import default_buckets, inspect_model, model_hash
+from .parity import GateReport, bucket_label, cosine_rows, evaluate
+from .spec import Gate
+
+
+@dataclass
+class LoadReport:
+    concurrency: int
+    requests: int
+    texts: int
+    errors: int
+    background_requests: int
+    seconds: float
+    cosine_min: float
+    threshold: float
+    lost_rows: int
+    mismatched: list[dict] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.errors == 0 and self.lost_rows == 0 and self.cosine_min >= self.threshold
+
+    def line(self) -> str:
+        mark = "[ok]" if self.passed else "[x]"
+        return (f"{mark} under load: {self.texts} texts in {self.requests} mixed-length requests at concurrency "
+                f"{self.concurrency} (+{self.background_requests} background requests) in {self.seconds:.1f} s; "
+                f"errors {self.errors}; rows without a vector {self.lost_rows}; min cosine to the unloaded vector {self.cosine_min:.6f} "
+                f"(>= {self.threshold})")
+
+
+@dataclass
+class VerifyReport:
+    model: str
+    reference: str
+    gate: GateReport
+    identity: dict[str, str]
+    warnings: list[str]
+    load: LoadReport | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.gate.passed and (self.load is None or self.load.passed)
+
+    def lines(self) -> list[str]:
+        out = [f"verify {self.model} against {self.reference}"] + self.gate.lines()
+        if self.load is not None:
+            out.append(self.load.line())
+            for m in self.load.mismatched[:5]:
+                out.append(f"    cosine {m['cosine']:.6f}: {m['text']!r}")
+        if not self.gate.passed:
+            out.append("worst texts:")
+            for w in self.gate.worst_texts:
+                out.append(f"    [{w['bucket']}] cosine {w['cosine']:.6f}: {w['text']!r}")
+        out += [f"warning: {w}" for w in self.warnings]
+        out.append("PASSED" if self.passed else "FAILED: " + "; ".join(
+            self.gate.failures() + ([] if self.load is None or self.load.passed else ["under-load check"])))
+        return out
+
+    def as_dict(self) -> dict:
+        d = {"model": self.model, "reference": self.reference, "passed": self.passed, "identity": self.identity,
+             "warnings": self.warnings, "gate": self.gate.as_dict()}
+        if self.load is not None:
+            d["under_load"] = {**self.load.__dict__, "passed": self.load.passed}
+        return d
+
+
+class Reference:
+    def __init__(self, model_dir: Path, pooling: str | None = None, normalize: bool | None = None,
+                 trust_remote_code: bool = False) -> None:
+        self.path = Path(model_dir)
+        self.info = inspect_model(self.path, trust_remote_code)
+        self.pooling = pooling or self.info.pooling or ("last-token" if self.info.is_decoder else "cls")
+        self.normalize = normalize if normalize is not None else (self.info.normalize if self.info.normalize is not None else True)
+        self.max_len = self.info.max_seq_length or 512
+        self.trust_remote_code = trust_remote_code
+        self.use_st = self.info.is_sentence_transformers and pooling is None and normalize is None
+
+    def describe(self) -> str:
+        kind = "sentence-transformers" if self.use_st else f"PyTorch fp32 ({self.pooling}, normalize {self.normalize})"
+        return f"{self.path} [{kind}]"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if self.use_st:
+            from .reference import st_embed
+
+            return st_embed(self.path, texts)
+        from .reference import TorchReference
+
+        return TorchReference(self.path, self.pooling, self.normalize, self.max_len, self.info.input_names,
+                              self.trust_remote_code).embed(texts)
+
+    def token_counts(self, texts: list[str]) -> np.ndarray:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=self.trust_remote_code)
+        return np.array([len(x) for x in tok(texts, truncation=False)["input_ids"]])
+
+
+def identity_warnings(served: dict[str, str], ref: Reference, index_identity: dict[str, str] | None) -> list[str]:
+    out = []
+    if not served:
+        out.append("the served model publishes no embtrt identity; index and query provenance cannot be checked")
+        return out
+    sha = served.get("embtrt.model_sha256")
+    if sha and sha != model_hash(ref.path):
+        out.append(f"the served model was built from different weights than {ref.path} "
+                   f"(sha256 {sha[:12]}... vs {model_hash(ref.path)[:12]}...)")
+    if served.get("embtrt.precision", "fp32") != "fp32":
+        out.append(f"the served model runs {served['embtrt.precision']}; vectors indexed with an fp32 backend "
+                   "would be compared with reduced-precision queries")
+    if index_identity:
+        for key in ("embtrt.model_sha256", "embtrt.pooling", "embtrt.normalize", "embtrt.precision",
+                    "embtrt.backend_profile"):
+            if key in index_identity and index_identity.get(key) != served.get(key):
+                out.append(f"index and query differ in {key}: index {index_identity.get(key)!r}, "
+                           f"served {served.get(key)!r}; re-embed the index or serve the same profile")
+    return out
+
+
+async def _under_load(url: str, model: str, texts: list[str], baseline: np.ndarray, concurrency: int,
+                      threshold: float, seed: int = 0, max_request: int = 8) -> LoadReport:
+    """Send every text again in shuffled mixed-length requests at `concurrency`, while background
+    traffic (random corpus texts) runs; every vector must equal its unloaded value."""
+    import tritonclient.grpc.aio as aioclient
+
+    from .client import _text_input
+
+    rng = random.Random(seed)
+    order = list(range(len(texts)))
+    rng.shuffle(order)
+    requests: list[list[int]] = []
+    i = 0
+    while i < len(order):
+        n = rng.randint(1, max_request)
+        requests.append(order[i:i + n])
+        i += n
+    got = np.full_like(baseline, np.nan)
+    errors = 0
+    background = 0
+    queue: asyncio.Queue = asyncio.Queue()
+    for r in requests:
+        queue.put_nowait(r)
+    done = asyncio.Event()
+    client = aioclient.InferenceServerClient(url)
+
+    async def worker() -> None:
+        nonlocal errors
+        while True:
+            try:
+                rows = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                res = await client.infer(model, [_text_input([texts[j] for j in rows])], client_timeout=120)
+                got[rows] = res.as_numpy("EMBEDDING")
+            except Exception:  # counted; the report fails on any error
+                errors += 1
+
+    async def noise() -> None:
+        nonlocal background
+        r = random.Random(seed + 1)
+        while not done.is_set():
+            batch = [texts[r.randrange(len(texts))] for _ in range(r.randint(1, max_request))]
+            try:
+                await client.infer(model, [_text_input(batch)], client_timeout=120)
+            except Exception:  # background traffic only loads the server
+                pass
+            background += 1
+
+    t0 = time.perf_counter()
+    bg = [asyncio.create_task(noise()) for _ in range(max(1, concurrency // 8))]
+    try:
+        await asyncio.gather(*[worker() for _ in range(concurrency)])
+    finally:
+        done.set()
+        await asyncio.gather(*bg)
+        await client.close()
+    seconds = time.perf_counter() - t0
+    filled = ~np.isnan(got).any(axis=1)
+    cos = np.full(len(texts), -1.0)
+    if filled.any():
+        cos[filled] = cosine_rows(baseline[filled], got[filled])
+    bad = [{"index": int(k), "cosine": float(cos[k]), "text": texts[k][:100]} for k in np.argsort(cos)[:5]
+           if cos[k] < threshold]
+    return LoadReport(concurrency, len(requests), len(texts), errors, background, seconds, float(cos.min()),
+                      threshold, int((~filled).sum()), bad)
+
+
+def verify(url: str, model: str, reference: Reference, texts: list[str], gate: Gate, *,
+           under_load: bool = False, concurrency: int = 64, load_cosine: float = 0.999,
+           index_identity: dict[str, str] | None = None, log=print) -> VerifyReport:
+    from .client import EmbeddingClient
+
+    with EmbeddingClient(url, model) as c:
+        meta = c.metadata()
+        log(f"embedding {len(texts)} texts through {model} at {url}")
+        served = c.embed(texts)
+    log(f"reference: {reference.describe()}")
+    ref = reference.embed(texts)
+    if ref.shape != served.shape:
+        raise ClientError(f"{model} returns vectors of shape {served.shape}, the reference {ref.shape}",
+                          "is --reference the model this repository was built from?")
+    buckets = tuple(int(b) for b in meta.parameters.get("embtrt.buckets", "").split(",") if b) \
+        or default_buckets(reference.max_len)
+    max_len = int(meta.parameters.get("embtrt.max_seq_length", reference.max_len))
+    labels = [bucket_label(int(n), buckets, max_len) for n in reference.token_counts(texts)]
+    report = VerifyReport(model, reference.describe(), evaluate(ref, served, labels, gate, texts),
+                          meta.identity, identity_warnings(meta.identity, reference, index_identity))
+    if under_load:
+        log(f"under load: concurrency {concurrency}")
+        report.load = asyncio.run(_under_load(url, model, texts, served, concurrency, load_cosine))
+    return report
