@@ -117,6 +117,7 @@ def serve(
     backend_directory: Optional[Path] = typer.Option(None, help="--backend-directory for tritonserver. Default: prepared for the wheel's server."),
     probe_interval: float = typer.Option(5.0, help="Seconds between inference probes; 0 disables supervision. Default 5."),
     startup_timeout: float = typer.Option(300.0, help="Seconds to wait for every model to be ready. Default 300."),
+    failures_to_recover: int = typer.Option(2, help="Consecutive failed probes before tritonserver is restarted. Default 2."),
 ) -> None:
     """Serve a repository with tritonserver; recover when an inference probe fails; stop on Ctrl-C/SIGTERM."""
     from .serve import ServerSpec, free_port
@@ -127,7 +128,7 @@ def serve(
                       metrics_port=metrics_port or free_port(host), tritonserver=tritonserver,
                       backend_directory=backend_directory, startup_timeout_s=startup_timeout)
     try:
-        Supervisor(spec, probe_interval_s=probe_interval, log=lambda m: out.print(m, markup=False)).run()
+        Supervisor(spec, probe_interval_s=probe_interval, failures_to_recover=failures_to_recover, log=lambda m: out.print(m, markup=False)).run()
     except EmbtrtError as exc:
         _fail(exc)
 

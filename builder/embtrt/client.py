@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from dataclasses import dataclass
 
@@ -17,6 +18,14 @@ import numpy as np
 from .errors import ClientError
 
 RETRYABLE = ("StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED")
+
+
+MAX_BACKOFF_S = 2.0
+
+
+def _backoff(delay: float) -> float:
+    """Exponential backoff with jitter, so that rejected clients do not retry in lockstep."""
+    return min(MAX_BACKOFF_S, delay) * (0.5 + random.random())
 
 
 def _retryable(exc: Exception) -> bool:
@@ -81,7 +90,7 @@ class EmbeddingClient:
                 return r.as_numpy("EMBEDDING")
             except Exception as exc:  # InferenceServerException; decide retry or fail
                 if attempt < self.retries and _retryable(exc):
-                    time.sleep(delay)
+                    time.sleep(_backoff(delay))
                     delay *= 2
                     continue
                 raise ClientError(f"{self.model}: {exc}") from exc
@@ -130,7 +139,7 @@ class AsyncEmbeddingClient:
                 return r.as_numpy("EMBEDDING")
             except Exception as exc:  # InferenceServerException; decide retry or fail
                 if attempt < self.retries and _retryable(exc):
-                    await asyncio.sleep(delay)
+                    await asyncio.sleep(_backoff(delay))
                     delay *= 2
                     continue
                 raise ClientError(f"{self.model}: {exc}") from exc

@@ -209,17 +209,54 @@ class TritonServer:
         raise ServerError(f"tritonserver was not ready after {timeout_s or self.spec.startup_timeout_s:.0f} s:\n"
                           f"{self.log_tail()}", f"full log: {self.log_path}")
 
-    def stop(self, timeout_s: float | None = None) -> int | None:
-        """SIGTERM (Triton drains in-flight requests), then SIGKILL after the exit timeout."""
+    def _activity(self) -> tuple[float, float] | None:
+        """(pending requests, finished requests) summed over models, from the metrics endpoint."""
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=2) as r:
+                text = r.read().decode()
+        except (urllib.error.URLError, OSError):
+            return None
+        pending = done = 0.0
+        for line in text.splitlines():
+            if line.startswith("nv_inference_pending_request_count{"):
+                pending += float(line.rsplit(" ", 1)[1])
+            elif line.startswith(("nv_inference_request_success{", "nv_inference_request_failure{")):
+                done += float(line.rsplit(" ", 1)[1])
+        return pending, done
+
+    def drain(self, timeout_s: float, quiet_s: float = 1.0, step_s: float = 0.2) -> bool:
+        """Wait until no request is pending and none finished for `quiet_s` (nothing in flight).
+
+        Triton's own SIGTERM handling refuses new requests at once, including the BLS calls a
+        front-door request in flight still has to make; so we drain before signalling it.
+        """
+        deadline = time.time() + timeout_s
+        last = self._activity()
+        quiet_since = time.time()
+        while time.time() < deadline:
+            time.sleep(step_s)
+            now = self._activity()
+            if now is None:
+                return False
+            if last is None or now[0] > 0 or now[1] != last[1]:
+                quiet_since = time.time()
+            elif time.time() - quiet_since >= quiet_s:
+                return True
+            last = now
+        return False
+
+    def stop(self, timeout_s: float | None = None, drain: bool = False) -> int | None:
+        """Optionally drain in-flight requests, then SIGTERM, then SIGKILL after the exit timeout."""
         if self.proc is None:
             return None
+        if drain and self.proc.poll() is None:
+            self.drain(self.spec.exit_timeout_s)
         if self.proc.poll() is None:
+            # SIGTERM to tritonserver alone: its Python stubs share the process group and must
+            # keep running until the server has drained in-flight requests and unloaded them.
+            self.proc.send_signal(signal.SIGTERM)
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=timeout_s or self.spec.exit_timeout_s + 10)
+                self.proc.wait(timeout=timeout_s if timeout_s is not None else self.spec.exit_timeout_s + 10)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)

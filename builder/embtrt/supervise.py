@@ -87,5 +87,5 @@ class Supervisor:
         finally:
             if self.server is not None:
                 self.log("stopping: draining in-flight requests")
-                code = self.server.stop()
+                code = self.server.stop(drain=True)
                 self.log(f"tritonserver exited with code {code}")

@@ -1,0 +1,240 @@
+"""Bad input, load, queue policy, faults, shutdown: nothing is lost, every failure is clear."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from conftest import start_server
+from embtrt.build import build
+from embtrt.client import AsyncEmbeddingClient, EmbeddingClient
+from embtrt.errors import ClientError
+from embtrt.parity import cosine_rows
+from embtrt.probe import probe
+from embtrt.serve import free_port
+from embtrt.spec import spec_from_options
+
+pytestmark = pytest.mark.integration
+MODEL = "all_minilm_l6_v2"
+
+
+def _raw(url, model, arr, dtype="BYTES", shape=None):
+    c = grpcclient.InferenceServerClient(url)
+    inp = grpcclient.InferInput("TEXT", list(shape or arr.shape), dtype)
+    inp.set_data_from_numpy(arr)
+    try:
+        return c.infer(model, [inp]).as_numpy("EMBEDDING")
+    finally:
+        c.close()
+
+
+def _still_serving(url):
+    with EmbeddingClient(url, MODEL) as c:
+        v = c.embed(["still serving after a bad request"])
+    assert v.shape == (1, 384) and np.all(np.isfinite(v))
+
+
+@pytest.mark.parametrize("case,arr,dtype,needle", [
+    ("invalid utf-8", np.array([[b"ok"], [b"\xff\xfe\xfd"]], dtype=object), "BYTES", "not valid UTF-8"),
+    ("over 1 MiB", np.array([[b"a " * (600 * 1024)]], dtype=object), "BYTES", "over the limit of 1048576 bytes"),
+    ("wrong dtype", np.zeros((2, 1), dtype=np.float32), "FP32", "data-type"),
+    ("wrong shape", np.array([[b"a", b"b"]], dtype=object), "BYTES", "shape"),
+    ("batch over max_batch_size", np.array([[b"x"]] * 33, dtype=object), "BYTES", "batch"),
+    ("empty list", np.zeros((0, 1), dtype=object), "BYTES", ""),
+])
+def test_bad_input_fails_its_request_and_the_server_keeps_serving(minilm_server, case, arr, dtype, needle):
+    with pytest.raises(Exception) as ei:
+        _raw(minilm_server.grpc_url, MODEL, arr, dtype)
+    assert needle.lower() in str(ei.value).lower(), str(ei.value)
+    _still_serving(minilm_server.grpc_url)
+
+
+def test_unknown_model_is_a_clear_client_error(minilm_server):
+    with pytest.raises(ClientError, match="nope"):
+        EmbeddingClient(minilm_server.grpc_url, "nope").metadata()
+
+
+def test_empty_whitespace_and_1mb_texts_are_embedded_like_sentence_transformers(minilm_server, minilm_path):
+    from embtrt.reference import st_embed
+
+    texts = ["", "   \t\n ", "word " * 200_000]  # the last is 1,000,000 bytes: truncated at 256 tokens
+    with EmbeddingClient(minilm_server.grpc_url, MODEL) as c:
+        got = c.embed(texts)
+    assert cosine_rows(st_embed(minilm_path, texts), got).min() >= 0.9999
+
+
+def test_a_bad_request_in_a_concurrent_batch_fails_alone(minilm_server, corpus):
+    """Good and bad requests arrive together (one dynamic batch); only the bad one fails."""
+    async def run():
+        import tritonclient.grpc.aio as aio
+
+        c = aio.InferenceServerClient(minilm_server.grpc_url)
+
+        async def one(payload):
+            inp = aio.InferInput("TEXT", [len(payload), 1], "BYTES")
+            inp.set_data_from_numpy(np.array([[p] for p in payload], dtype=object))
+            try:
+                return (await c.infer(MODEL, [inp])).as_numpy("EMBEDDING")
+            except Exception as exc:  # the error is the result for the bad request
+                return exc
+
+        good = [[corpus[i].encode()] for i in range(12)]
+        res = await asyncio.gather(*[one(p) for p in good[:6]], one([b"\xc3\x28"]), *[one(p) for p in good[6:]])
+        await c.close()
+        return res
+
+    res = asyncio.run(run())
+    assert isinstance(res[6], Exception) and "UTF-8" in str(res[6])
+    assert all(isinstance(r, np.ndarray) and r.shape == (1, 384) for i, r in enumerate(res) if i != 6)
+
+
+def test_concurrency_64_mixed_lengths_loses_and_reorders_nothing(minilm_server, corpus):
+    texts = corpus[:192]
+    with EmbeddingClient(minilm_server.grpc_url, MODEL) as c:
+        single = np.concatenate([c.embed([t]) for t in texts[:64]])  # single-request values
+
+    async def run():
+        async with AsyncEmbeddingClient(minilm_server.grpc_url, MODEL, batch_size=3) as c:
+            sem = asyncio.Semaphore(64)
+
+            async def part(i):
+                async with sem:
+                    return i, await c.embed(texts[i:i + 3])
+
+            return await asyncio.gather(*[part(i) for i in range(0, len(texts), 3)])
+
+    got = np.zeros((len(texts), 384), np.float32)
+    for i, v in asyncio.run(run()):
+        got[i:i + 3] = v
+    assert cosine_rows(single, got[:64]).min() >= 0.9999
+    assert np.all(np.linalg.norm(got, axis=1) > 0.99)
+
+
+def test_overload_is_rejected_fast_and_the_client_retries_it(tiny_models, tmp_path):
+    repo = tmp_path / "repo"
+    build(spec_from_options(tiny_models["bert-cls"], repo, name="bert", max_queue_size=1, max_batch_size=4,
+                            max_queue_delay_us=100_000), log=lambda m: None)
+    with start_server(repo, tmp_path) as srv:
+        async def flood():
+            import tritonclient.grpc.aio as aio
+
+            c = aio.InferenceServerClient(srv.grpc_url)
+
+            async def one():
+                inp = aio.InferInput("TEXT", [4, 1], "BYTES")
+                inp.set_data_from_numpy(np.array([[b"load " * 30]] * 4, dtype=object))
+                t0 = time.perf_counter()
+                try:
+                    await c.infer("bert", [inp])
+                    return None, time.perf_counter() - t0
+                except Exception as exc:  # rejected: that is what is measured
+                    return str(exc), time.perf_counter() - t0
+
+            res = await asyncio.gather(*[one() for _ in range(40)])
+            await c.close()
+            return res
+
+        res = asyncio.run(flood())
+        rejected = [(e, t) for e, t in res if e]
+        assert rejected, "a queue of 1 with 40 concurrent requests must reject some"
+        assert all("queue" in e.lower() for e, _ in rejected), rejected[0]
+        assert max(t for _, t in rejected) < 5.0
+        # the client retries queue-full rejections with backoff and gets every vector
+        async def retried():
+            async with AsyncEmbeddingClient(srv.grpc_url, "bert", batch_size=4, retries=12) as c:
+                return await asyncio.gather(*[c.embed(["retry me"] * 4) for _ in range(12)])
+        assert all(v.shape == (4, 32) for v in asyncio.run(retried()))
+
+
+def _stub_pids(server_pid: int, model: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if "triton_python_backend_stub" in cmd and f"/{model}/" in cmd and int(stat[1]) == server_pid:
+            pids.append(int(d.name))
+    return pids
+
+
+def test_probe_detects_a_dead_stub_that_health_endpoints_miss(minilm_repo, tmp_path):
+    with start_server(minilm_repo, tmp_path) as srv:
+        assert probe(srv.grpc_url, MODEL).ok
+        victim = f"{MODEL}_128_encoder"
+        for pid in _stub_pids(srv.proc.pid, victim):
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(1.0)
+        assert srv._get("/v2/health/ready") == 200  # Triton still says ready ...
+        r = probe(srv.grpc_url, MODEL)
+        assert not r.ok and f"{MODEL}_128" in r.errors  # ... the inference probe does not
+        p = subprocess.run([sys.executable, "-m", "embtrt.cli", "probe", "--url", srv.grpc_url, "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1 and json.loads(p.stdout)["ok"] is False
+
+
+def _wait_line(proc, needle, timeout):
+    deadline = time.time() + timeout
+    lines = []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            time.sleep(0.05)
+            continue
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError(f"{needle!r} not seen in {timeout} s: {''.join(lines)}")
+
+
+def test_serve_recovers_from_a_killed_stub_within_30s_and_drains_on_sigterm(minilm_repo, corpus):
+    ports = [free_port() for _ in range(3)]
+    url = f"127.0.0.1:{ports[0]}"
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "embtrt.cli", "serve", str(minilm_repo), "--grpc-port",
+                             str(ports[0]), "--http-port", str(ports[1]), "--metrics-port", str(ports[2]),
+                             "--probe-interval", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = "".join(_wait_line(proc, "Ctrl-C", 180))
+        assert f"gRPC    {url}" in out
+        with EmbeddingClient(url, MODEL) as c:
+            before = c.embed(corpus[:40])
+        server_pid = int(subprocess.check_output(["pgrep", "-P", str(proc.pid), "tritonserver"]).split()[0])
+        victims = _stub_pids(server_pid, f"{MODEL}_32_encoder")
+        assert victims
+        t_kill = time.time()
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        _wait_line(proc, "recovered in", 60)
+        with EmbeddingClient(url, MODEL, retries=20, backoff_s=0.2) as c:
+            after = c.embed(corpus[:40])
+        assert time.time() - t_kill < 30
+        np.testing.assert_allclose(after, before, atol=1e-6)  # a restarted server serves identical vectors
+        # SIGTERM while requests are in flight: every one completes, then the process exits 0
+        results = []
+
+        async def inflight():
+            async with AsyncEmbeddingClient(url, MODEL, batch_size=8, retries=0) as c:
+                tasks = [asyncio.create_task(c.embed(corpus[i:i + 8])) for i in range(0, 160, 8)]
+                await asyncio.sleep(0.05)
+                proc.send_signal(signal.SIGTERM)
+                results.extend(await asyncio.gather(*tasks, return_exceptions=True))
+
+        asyncio.run(inflight())
+        assert proc.wait(timeout=60) == 0
+        assert all(isinstance(r, np.ndarray) and r.shape == (8, 384) for r in results), \
+            [str(r)[:200] for r in results if not isinstance(r, np.ndarray)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
