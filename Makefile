@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)   # the CPU build from local disk; an unpinned torch pulls CUDA
 	$(BIN)/pip install -q -e '.[server,dev]'
+	$(BIN)/pip install -q --no-deps tensorrt-stubs   # type stubs only; its tensorrt dependency cannot install here
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install embtrt with the server, test and lint extras
@@ -31,8 +32,8 @@ test-all: $(STAMP) ## every test, slow ones too
 
 lint: $(STAMP) ## ruff, and mypy (the TensorRT module against tensorrt-stubs)
 	$(BIN)/ruff check builder python_backend tests
-	$(BIN)/pip install -q --no-deps tensorrt-stubs
-	$(BIN)/mypy builder/embtrt
+	$(BIN)/python tests/typecheck/prepare_trt_stubs.py .mypy-stubs
+	MYPYPATH=.mypy-stubs $(BIN)/mypy builder/embtrt
 
 gpu-check: $(STAMP) ## on a GPU host: GPU tests (TensorRT build, serve, parity) and the benchmark, short table
 	bash benchmarks/gpu_check.sh

@@ -189,6 +189,21 @@ def rebuild_command(spec: BuildSpec) -> str:
     return " ".join(parts)
 
 
+def _tensorrt_engines(spec: BuildSpec, onnx: Path, repo: Path, texts: list[str], log: Log) -> tuple[list[str], dict]:
+    """Write the per-bucket recipes; build the plans now where TensorRT and CUDA exist."""
+    from .onnx2trt import build_engines, tensorrt_available, write_recipes
+
+    write_recipes(spec, onnx, repo, log=log)
+    ok, why = tensorrt_available()
+    if not ok:
+        log(f"TensorRT plans not built here: {why}.")
+        log(f"Finish on the GPU host: embtrt engines {spec.out}")
+        return ([f"{spec.name}_{b}_encoder/1/model.plan" for b in spec.buckets],
+                {"built": False, "reason": why, "finish_with": f"embtrt engines {spec.out}"})
+    states = build_engines(repo, allow_mismatch=spec.allow_mismatch, texts=texts, gate=spec.gate, log=log)
+    return [], {"built": True, "plans": {s.model: s.state for s in states}}
+
+
 def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, log: Log = print) -> BuildResult:
     t0 = time.time()
     out = spec.out.resolve()
@@ -236,12 +251,6 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         log("quantized the encoder to int8 (ONNX Runtime dynamic quantization)")
     onnx_by_bucket = {b: encoder_onnx for b in spec.buckets}
     pending: list[str] = []
-    plan_paths: dict[int, Path] = {}
-    trt_manifest: dict = {}
-    if spec.target == "tensorrt":
-        from .onnx2trt import prepare_engines
-
-        plan_paths, trt_manifest, pending = prepare_engines(spec, encoder_onnx, work / "trt", log=log)
 
     log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
     ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
@@ -261,28 +270,16 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
     ident = identity(spec, msha)
     plans = plan_repository(spec, onnx_paths=onnx_by_bucket, encoder_output=art.output_name,
-                            tokenizer_json=tok_json, pad_id=pad_id, identity=ident, plan_paths=plan_paths)
+                            tokenizer_json=tok_json, pad_id=pad_id, identity=ident)
     write_repository(plans, repo)
-    if spec.target == "tensorrt":
-        from .onnx2trt import write_recipes
-
-        write_recipes(spec, encoder_onnx, repo, log=log)
-
-    log(f"[7/{steps}] checking the repository")
-    rep = check_repository(repo, allow_pending_plans=spec.target == "tensorrt")
-    for line in rep.lines():
-        log(line)
-    if not rep.passed:
-        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
-                              "this is a bug in embtrt; please report it with the lines above")
     names = model_names(spec)
     manifest = {
         "embtrt_manifest": 1,
         "identity": ident,
         "source": {"path": str(spec.model_dir), "sha256": msha},
         "name": spec.name,
-        "models": {"front_door": spec.name, "ensembles": list(names["ensemble"].values()),  # type: ignore[union-attr]
-                   "encoders": list(names["encoder"].values())},  # type: ignore[union-attr]
+        "models": {"front_door": spec.name, "ensembles": list(names["ensemble"].values()),
+                   "encoders": list(names["encoder"].values())},
         "pooling": spec.pooling, "normalize": spec.normalize, "dim": spec.hidden_size,
         "buckets": list(spec.buckets), "max_seq_length": spec.max_seq_length, "overflow": spec.overflow,
         "precision": spec.precision, "target": spec.target, "backend_profile": ident["embtrt.backend_profile"],
@@ -292,12 +289,28 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         "versions": versions(),
         "onnx": {"sha256": sha256_file(encoder_onnx), "export_validation": art.validation},
         "parity": report.as_dict(),
-        "tensorrt": trt_manifest,
-        "pending": pending,
+        "tensorrt": {},
+        "pending": [],
         "rebuild": rebuild_command(spec),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    (repo / "embtrt.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+
+    def write_manifest() -> None:
+        (repo / "embtrt.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+
+    write_manifest()
+    if spec.target == "tensorrt":  # engines read the manifest (tokenizer, pad id, buckets)
+        pending, manifest["tensorrt"] = _tensorrt_engines(spec, encoder_onnx, repo, texts, log)
+        manifest["pending"] = pending
+        write_manifest()
+
+    log(f"[7/{steps}] checking the repository")
+    rep = check_repository(repo, allow_pending_plans=spec.target == "tensorrt")
+    for line in rep.lines():
+        log(line)
+    if not rep.passed:
+        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
+                              "this is a bug in embtrt; please report it with the lines above")
     return BuildResult(repo, manifest, rep.lines(), report.lines(), pending)
 
 

@@ -107,6 +107,31 @@ def check(repo: Path = typer.Argument(..., help="A model repository written by e
 
 
 @app.command()
+def engines(
+    repo: Path = typer.Argument(..., help="Repository written by `embtrt build --target tensorrt`."),
+    force: bool = typer.Option(False, help="Rebuild every plan, even those that match. Default off."),
+    check_only: bool = typer.Option(False, "--check", help="Only report missing / stale / foreign plans; exit 1 if any. Default off."),
+    allow_mismatch: bool = typer.Option(False, help="Keep plans that fail the quality gate against their ONNX. Default off."),
+    corpus: Optional[Path] = typer.Option(None, help="Texts for the plan-vs-ONNX parity check. Default: the bundled sample."),
+) -> None:
+    """On the GPU host: build every missing, stale or foreign TensorRT plan in place (usable as an init step)."""
+    from .build import load_corpus
+    from .onnx2trt import build_engines, check_plans
+
+    log = lambda m: out.print(m, markup=False)  # noqa: E731
+    try:
+        if check_only:
+            states = check_plans(repo)
+            for st in states:
+                log(f"[{st.state}] {st.message}")
+            raise typer.Exit(1 if any(st.needs_build for st in states) else 0)
+        build_engines(repo, force=force, allow_mismatch=allow_mismatch,
+                      texts=load_corpus(corpus) if corpus else None, log=log)
+    except EmbtrtError as exc:
+        _fail(exc)
+
+
+@app.command()
 def serve(
     repo: Path = typer.Argument(..., help="Model repository written by embtrt build."),
     host: str = typer.Option("127.0.0.1", help="Address to bind. Default 127.0.0.1 (loopback only); 0.0.0.0 exposes it."),

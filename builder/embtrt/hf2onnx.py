@@ -107,7 +107,7 @@ def validate(spec: BuildSpec, onnx_path: Path, tok, head, out_name: str, texts: 
     all_cos: list[np.ndarray] = []
     max_abs = 0.0
     rng = np.random.default_rng(0)
-    for i, (batch, length) in enumerate(_shapes(spec)):
+    for batch, length in _shapes(spec):
         pick = [texts[j] for j in rng.choice(len(texts), size=min(batch, len(texts)), replace=False)]
         if length is None:
             enc = tok(pick, padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="np")

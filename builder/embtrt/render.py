@@ -9,6 +9,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -50,7 +51,7 @@ class ModelPlan:
     kind: str = ""
 
 
-def model_names(spec: BuildSpec) -> dict[str, object]:
+def model_names(spec: BuildSpec) -> dict[str, Any]:
     n = spec.name
     return {
         "front": n,
@@ -98,7 +99,6 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path], encoder_out
     common = {"version": __version__, "max_batch_size": spec.max_batch_size}
     text_in = [_t("TEXT", "TYPE_STRING", [1])]
     emb_out = [_t("EMBEDDING", "TYPE_FP32", [H])]
-    gpu = spec.target in GPU_TARGETS or spec.ort_device == "gpu"
     shared = [
         ("max_seq_length", str(spec.max_seq_length)), ("pad_id", str(pad_id)), ("overflow", spec.overflow),
         ("input_names", ",".join(spec.input_names)), ("max_text_bytes", str(MAX_TEXT_BYTES)),
@@ -106,7 +106,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path], encoder_out
     plans: list[ModelPlan] = []
     front_params = shared + [
         ("buckets", ",".join(map(str, spec.buckets))),
-        ("encoder_models", ",".join(names["encoder"][b] for b in spec.buckets)),  # type: ignore[index]
+        ("encoder_models", ",".join(names["encoder"][b] for b in spec.buckets)),
         ("encoder_output", encoder_output),
         ("encoder_max_batch_size", str(spec.max_batch_size)),
         ("pooler", spec.pooler), ("pooling", spec.pooling), ("normalize", str(spec.normalize).lower()),
@@ -120,10 +120,10 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path], encoder_out
         files={"1/tokenizer.json": tokenizer_json}, backend_code="router",
     ))
     for b in spec.buckets:
-        tok_name = names["tokenizer"][b]  # type: ignore[index]
-        enc_name = names["encoder"][b]  # type: ignore[index]
-        pool_name = names["pooler"][b]  # type: ignore[index]
-        ens_name = names["ensemble"][b]  # type: ignore[index]
+        tok_name = names["tokenizer"][b]
+        enc_name = names["encoder"][b]
+        pool_name = names["pooler"][b]
+        ens_name = names["ensemble"][b]
         enc_dim = encoder_dims(spec, b)
         enc_inputs = [_t(n, "TYPE_INT64", [enc_dim]) for n in spec.input_names]
         if spec.fused:

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from .errors import ServerError
 
@@ -131,7 +132,7 @@ class TritonServer:
         self.spec = spec
         self.proc: subprocess.Popen | None = None
         self.install = find_tritonserver(spec.tritonserver, spec.backend_directory)
-        self._log_fh = None
+        self._log_fh: IO[bytes] | None = None
         self.log_path = spec.log_file
 
     @property

@@ -203,7 +203,7 @@ def spec_from_options(
     from .modelinfo import POOLINGS as _P, default_buckets, default_model_path, inspect_model
 
     bundled = model_dir is None
-    model_dir = default_model_path() if bundled else Path(model_dir).resolve()
+    model_dir = default_model_path() if model_dir is None else Path(model_dir).resolve()
     if target not in ("auto", *TARGETS):
         raise _fail("target", target, "auto, " + ", ".join(TARGETS))
     if pooling not in ("auto", *_P):

@@ -71,7 +71,7 @@ class TritonPythonModel:
         enc = self.tokenizer.encode(texts)
         # Reject-mode over-long rows fail their own request only.
         keep_rows, keep_counts, keep_live = [], [], []
-        for i, (req_idx, rows) in enumerate(zip(live, split_rows(np.arange(len(texts)), counts))):
+        for req_idx, rows in zip(live, split_rows(np.arange(len(texts)), counts)):
             try:
                 self.tokenizer.check(enc.lengths[rows])
             except InputError as exc:

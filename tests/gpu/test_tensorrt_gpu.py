@@ -1,0 +1,57 @@
+"""On a GPU host: build TensorRT engines per bucket, check their parity, serve them.
+
+Skipped with the concrete reason where CUDA or TensorRT is missing. Serving needs a
+tritonserver with the TensorRT backend (an NGC container); point EMBTRT_TRITONSERVER and
+EMBTRT_BACKEND_DIR at it, or that part is skipped with its reason.
+"""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embtrt.onnx2trt import tensorrt_available
+
+pytestmark = pytest.mark.gpu
+OK, WHY = tensorrt_available()
+needs_trt = pytest.mark.skipif(not OK, reason=WHY)
+
+
+@needs_trt
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_engines_build_and_match_onnx(tiny_models, tmp_path, precision):
+    from embtrt.build import build
+    from embtrt.onnx2trt import check_plans
+    from embtrt.spec import spec_from_options
+
+    out = tmp_path / "repo"
+    res = build(spec_from_options(tiny_models["bert-cls"], out, name="bert", target="tensorrt", precision=precision),
+                log=print)
+    assert res.pending == []
+    assert all(st.state == "ok" for st in check_plans(out))
+
+
+@needs_trt
+def test_minilm_engines_serve_equal_to_sentence_transformers(tmp_path, corpus, minilm_path):
+    binary = os.environ.get("EMBTRT_TRITONSERVER")
+    if not binary:
+        pytest.skip("EMBTRT_TRITONSERVER is not set: no tritonserver with the TensorRT backend to serve plans")
+    from conftest import start_server
+
+    from embtrt.build import build
+    from embtrt.client import EmbeddingClient
+    from embtrt.parity import cosine_rows
+    from embtrt.reference import st_embed
+    from embtrt.serve import ServerSpec, TritonServer
+    from embtrt.spec import spec_from_options
+
+    out = tmp_path / "repo"
+    build(spec_from_options(None, out, target="tensorrt", precision="fp16", fp32_layers=True), log=print)
+    srv = start_server(out, tmp_path)
+    spec = ServerSpec(**{**srv.spec.__dict__, "tritonserver": Path(binary),
+                         "backend_directory": Path(os.environ.get("EMBTRT_BACKEND_DIR", "/opt/tritonserver/backends"))})
+    with TritonServer(spec) as s, EmbeddingClient(s.grpc_url, "all_minilm_l6_v2") as c:
+        got = c.embed(corpus)
+    cos = cosine_rows(st_embed(minilm_path, corpus), got)
+    assert np.percentile(cos, 50) >= 0.9999 and np.percentile(cos, 1) >= 0.999
