@@ -291,6 +291,72 @@ def verify(
     raise typer.Exit(0 if rep.passed else 4)
 
 
+@app.command()
+def bench(
+    url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address of the --model targets. Default 127.0.0.1:8001."),
+    model: Optional[list[str]] = typer.Option(None, help="Triton model to benchmark; repeat for several. Default: none."),
+    openai_url: Optional[list[str]] = typer.Option(None, help="Base URL of an OpenAI-compatible server; POSTs go to <url>/embeddings (vLLM/TEI: http://host:port/v1; infinity: http://host:port). Repeat with --openai-model. Default: none."),
+    openai_model: Optional[list[str]] = typer.Option(None, help="Model name sent to each --openai-url, in the same order. Default: none."),
+    inprocess: bool = typer.Option(True, "--inprocess/--no-inprocess", help="Add sentence-transformers in process as a reference line. Default on."),
+    reference: Optional[Path] = typer.Option(None, help="Model folder for token counts and the in-process line. Default: the bundled all-MiniLM-L6-v2."),
+    corpus: Optional[Path] = typer.Option(None, help="Texts: JSON list or one per line. Default: the bundled real-text sample."),
+    buckets: str = typer.Option("32,128,256", help="Length bucket edges in tokens; texts are grouped by their token count, plus a 'mixed' scenario. Default 32,128,256."),
+    only: Optional[str] = typer.Option(None, help="Run only these bucket labels, e.g. '<=32,mixed'. Default: all."),
+    concurrency: str = typer.Option("1,8,32,64", help="Concurrency levels. Default 1,8,32,64."),
+    texts_per_request: int = typer.Option(1, help="Texts per request. Default 1."),
+    requests: int = typer.Option(200, help="Measured requests per target and scenario. Default 200."),
+    warmup: int = typer.Option(20, help="Warm-up requests per target and scenario, excluded. Default 20."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, results.md and PNG plots here. Default: none."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr."),
+) -> None:
+    """Side-by-side load test: Triton and OpenAI-compatible targets on the same texts, per bucket and concurrency."""
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from .bench import Target, markdown, run_bench, save
+    from .build import load_corpus
+    from .modelinfo import default_model_path
+    from .spec import parse_int_list
+    from .verify import Reference
+
+    try:
+        targets = [Target(f"triton:{m}", "triton", url, m) for m in (model or [])]
+        ou, om = openai_url or [], openai_model or []
+        if len(ou) != len(om):
+            raise EmbtrtError("invalid openai targets: give one --openai-model per --openai-url")
+        targets += [Target(f"openai:{m}@{u}", "openai", u, m) for u, m in zip(ou, om)]
+        ref_dir = reference or default_model_path()
+        texts = load_corpus(corpus)
+        counts = Reference(ref_dir).token_counts(texts)
+        edges = parse_int_list("buckets", buckets) or (32, 128, 256)
+        levels = parse_int_list("concurrency", concurrency) or (1,)
+        only_t = tuple(x for x in only.split(",") if x) if only else None
+        console = err if as_json else out
+        with Progress(console=console, transient=True) as prog:
+            task = prog.add_task("bench", total=None)
+            doc = run_bench(targets, texts, counts, buckets=edges, concurrency=levels, texts_per_request=texts_per_request,
+                            requests=requests, warmup=warmup, inprocess_model=ref_dir if inprocess else None,
+                            only_buckets=only_t, progress=lambda m: prog.update(task, description=m))
+    except EmbtrtError as exc:
+        _fail(exc)
+        return
+    if out_dir is not None:
+        for p in save(doc, out_dir):
+            err.print(f"wrote {p}", markup=False)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    table = Table(title="embtrt bench")
+    for col in ("target", "bucket", "conc", "req/s", "texts/s", "tokens/s", "p50", "p95", "p99", "max", "err"):
+        table.add_column(col, justify="left" if col in ("target", "bucket") else "right")
+    for r in doc["results"]:
+        table.add_row(r["target"], r["bucket"], str(r["concurrency"]), f"{r['req_per_s']:.1f}", f"{r['texts_per_s']:.1f}",
+                      f"{r['tokens_per_s']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}", f"{r['p99_ms']:.1f}",
+                      f"{r['max_ms']:.1f}", str(r["errors"]))
+    out.print(table)
+    del markdown
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,356 @@
+"""`embtrt bench`: the same texts against every target, side by side, in one run.
+
+Targets: Triton gRPC models and OpenAI-compatible `/embeddings` servers (vLLM, TEI,
+infinity), plus sentence-transformers in process as a reference line. Scenarios: input
+length bucket x concurrency, a fixed number of requests each, warm-up excluded. Targets
+alternate within every scenario (and their order rotates between scenarios) so that
+machine drift hits all alike. Never one average: every bucket and concurrency is reported
+on its own, with p50/p95/p99/max latency, errors, and Triton's queue and compute time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import SpecError
+
+
+@dataclass
+class Target:
+    name: str
+    kind: str          # triton | openai | inprocess
+    url: str = ""
+    model: str = ""
+
+
+@dataclass
+class Result:
+    target: str
+    kind: str
+    bucket: str
+    concurrency: int
+    texts_per_request: int
+    sent: int
+    ok: int
+    errors: int
+    seconds: float
+    req_per_s: float
+    texts_per_s: float
+    tokens_per_s: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    error_samples: list[str] = field(default_factory=list)
+    triton: dict = field(default_factory=dict)  # queue / compute per request, from the statistics API
+
+
+def _pct(lat: list[float], q: float) -> float:
+    return float(np.percentile(lat, q)) if lat else float("nan")
+
+
+def length_buckets(counts: np.ndarray, edges: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Text indices per length bucket label ('<=32', '<=128', ..., '>L' for the rest), plus 'mixed'."""
+    out: dict[str, np.ndarray] = {}
+    lo = 0
+    for e in edges:
+        rows = np.nonzero((counts > lo) & (counts <= e))[0]
+        if rows.size:
+            out[f"<={e}"] = rows
+        lo = e
+    rest = np.nonzero(counts > lo)[0]
+    if rest.size:
+        out[f">{lo}"] = rest
+    out["mixed"] = np.arange(counts.size)
+    return out
+
+
+class _Triton:
+    def __init__(self, t: Target) -> None:
+        import tritonclient.grpc.aio as aio
+
+        self.t, self.c = t, aio.InferenceServerClient(t.url)
+
+    async def embed(self, texts: list[str]) -> None:
+        from .client import _text_input
+
+        r = await self.c.infer(self.t.model, [_text_input(texts)], client_timeout=120)
+        v = r.as_numpy("EMBEDDING")
+        if v is None or v.shape[0] != len(texts):
+            raise RuntimeError(f"expected {len(texts)} vectors, got {None if v is None else v.shape}")
+
+    async def stats(self) -> dict[str, tuple[int, int, int]]:
+        """model -> (request count, queue ns, compute-infer ns), summed over versions."""
+        s = await self.c.get_inference_statistics(as_json=True)
+        out = {}
+        for m in s.get("model_stats", []):
+            st = m.get("inference_stats", {})
+            out[m["name"]] = (int(st.get("success", {}).get("count", 0)), int(st.get("queue", {}).get("ns", 0)),
+                              int(st.get("compute_infer", {}).get("ns", 0)))
+        return out
+
+    async def close(self) -> None:
+        await self.c.close()
+
+
+class _OpenAI:
+    def __init__(self, t: Target) -> None:
+        import aiohttp
+
+        self.t = t
+        self.s = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+        self.endpoint = t.url.rstrip("/") + "/embeddings"
+
+    async def embed(self, texts: list[str]) -> None:
+        async with self.s.post(self.endpoint, json={"model": self.t.model, "input": texts}) as r:
+            body = await r.json(content_type=None)
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}: {str(body)[:200]}")
+            if len(body.get("data", [])) != len(texts):
+                raise RuntimeError(f"expected {len(texts)} vectors, got {len(body.get('data', []))}")
+
+    async def stats(self) -> dict:
+        return {}
+
+    async def close(self) -> None:
+        await self.s.close()
+
+
+async def _run_one(client, texts: list[str], rows: np.ndarray, concurrency: int, per_req: int, requests: int,
+                   warmup: int, seed: int, tokens: np.ndarray) -> tuple[list[float], int, list[str], float, int]:
+    """Warm-up requests first (not measured), then `requests` at `concurrency`."""
+    rng = random.Random(seed)
+    plans = [[int(rows[rng.randrange(rows.size)]) for _ in range(per_req)] for _ in range(requests + warmup)]
+
+    async def drive(batch: list[list[int]], conc: int) -> tuple[list[float], list[str], int]:
+        pending = list(reversed(batch))
+        lat: list[float] = []
+        errors: list[str] = []
+        n_tok = 0
+
+        async def worker() -> None:
+            nonlocal n_tok
+            while pending:
+                plan = pending.pop()
+                t0 = time.perf_counter()
+                try:
+                    await client.embed([texts[j] for j in plan])
+                except Exception as exc:  # counted and sampled in the report
+                    errors.append(str(exc)[:200])
+                    continue
+                lat.append((time.perf_counter() - t0) * 1e3)
+                n_tok += int(tokens[plan].sum())
+
+        await asyncio.gather(*[worker() for _ in range(conc)])
+        return lat, errors, n_tok
+
+    if warmup:
+        await drive(plans[:warmup], min(concurrency, warmup))
+    t0 = time.perf_counter()
+    lat, errors, n_tok = await drive(plans[warmup:], concurrency)
+    return lat, len(errors), errors[:3], time.perf_counter() - t0, n_tok
+
+
+def _inprocess(model_dir: Path, texts: list[str], rows: np.ndarray, per_req: int, requests: int, warmup: int,
+               seed: int, tokens: np.ndarray, st_model=None) -> tuple[list[float], float, int]:
+    rng = random.Random(seed)
+    plans = [[int(rows[rng.randrange(rows.size)]) for _ in range(per_req)] for _ in range(requests + warmup)]
+    for p in plans[:warmup]:
+        st_model.encode([texts[j] for j in p], batch_size=per_req)
+    lat = []
+    t0 = time.perf_counter()
+    n_tok = 0
+    for p in plans[warmup:]:
+        s = time.perf_counter()
+        st_model.encode([texts[j] for j in p], batch_size=per_req)
+        lat.append((time.perf_counter() - s) * 1e3)
+        n_tok += int(tokens[p].sum())
+    return lat, time.perf_counter() - t0, n_tok
+
+
+def _result(target: Target, bucket: str, conc: int, per_req: int, sent: int, lat: list[float], errors: int,
+            samples: list[str], seconds: float, n_tok: int, triton: dict | None = None) -> Result:
+    ok = len(lat)
+    if ok + errors != sent:
+        raise AssertionError(f"bench bookkeeping: {ok} ok + {errors} errors != {sent} sent")
+    secs = max(seconds, 1e-9)
+    return Result(target.name, target.kind, bucket, conc, per_req, sent, ok, errors, seconds, ok / secs,
+                  ok * per_req / secs, n_tok / secs, _pct(lat, 50), _pct(lat, 95), _pct(lat, 99),
+                  max(lat) if lat else float("nan"), samples, triton or {})
+
+
+def _triton_delta(before: dict, after: dict, model: str) -> dict:
+    out = {}
+    for name in sorted(after):
+        if name != model and not name.startswith(model + "_"):
+            continue
+        b = before.get(name, (0, 0, 0))
+        a = after[name]
+        n = a[0] - b[0]
+        if n > 0:
+            out[name] = {"requests": n, "queue_us": (a[1] - b[1]) / n / 1e3, "compute_us": (a[2] - b[2]) / n / 1e3}
+    return out
+
+
+def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray, *, buckets: tuple[int, ...],
+              concurrency: tuple[int, ...], texts_per_request: int = 1, requests: int = 200, warmup: int = 20,
+              inprocess_model: Path | None = None, seed: int = 0, only_buckets: tuple[str, ...] | None = None,
+              progress: Callable[[str], None] | None = None) -> dict:
+    if not targets and inprocess_model is None:
+        raise SpecError("invalid targets: none given", "pass --url/--model, --openai-url/--openai-model or --inprocess")
+    if requests < 1 or texts_per_request < 1 or any(c < 1 for c in concurrency):
+        raise SpecError("invalid scenario: requests, texts per request and concurrency must be >= 1")
+    groups = length_buckets(token_counts, buckets)
+    if only_buckets:
+        groups = {k: v for k, v in groups.items() if k in only_buckets}
+    results: list[Result] = []
+    st_model = None
+    if inprocess_model is not None:
+        from sentence_transformers import SentenceTransformer
+
+        st_model = SentenceTransformer(str(inprocess_model), device="cpu")
+    scenario = 0
+    for bucket, rows in groups.items():
+        for conc in concurrency:
+            order = targets[scenario % len(targets):] + targets[:scenario % len(targets)] if targets else []
+            scenario += 1
+            for t in order:
+                if progress:
+                    progress(f"{t.name}: bucket {bucket}, concurrency {conc}")
+                results.append(asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
+                                                     seed + scenario, token_counts, bucket)))
+            if st_model is not None and conc == concurrency[0]:
+                if progress:
+                    progress(f"sentence-transformers in process: bucket {bucket}")
+                lat, secs, n_tok = _inprocess(inprocess_model, texts, rows, texts_per_request,  # type: ignore[arg-type]
+                                              min(requests, 200), min(warmup, 10), seed + scenario, token_counts, st_model)
+                results.append(_result(Target("sentence-transformers (in process)", "inprocess"), bucket, 1,
+                                       texts_per_request, len(lat), lat, 0, [], secs, n_tok))
+    return {
+        "embtrt_bench": 1,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "scenario": {"buckets": list(buckets), "concurrency": list(concurrency), "texts_per_request": texts_per_request,
+                     "requests": requests, "warmup": warmup, "texts": len(texts),
+                     "bucket_sizes": {k: int(v.size) for k, v in groups.items()}},
+        "targets": [asdict(t) for t in targets],
+        "results": [asdict(r) for r in results],
+    }
+
+
+async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, seed, tokens, bucket) -> Result:
+    client = _Triton(t) if t.kind == "triton" else _OpenAI(t)
+    try:
+        before = await client.stats()
+        lat, n_err, samples, secs, n_tok = await _run_one(client, texts, rows, conc, per_req, requests, warmup, seed,
+                                                          tokens)
+        # Triton updates its statistics just after a response is sent: wait until they include ours.
+        want = before.get(t.model, (0, 0, 0))[0] + warmup + len(lat)
+        after = await client.stats()
+        for _ in range(20):
+            if t.kind != "triton" or after.get(t.model, (0, 0, 0))[0] >= want:
+                break
+            await asyncio.sleep(0.05)
+            after = await client.stats()
+    finally:
+        await client.close()
+    tri = _triton_delta(before, after, t.model) if t.kind == "triton" else {}
+    return _result(t, bucket, conc, per_req, requests, lat, n_err, samples, secs, n_tok, tri)
+
+
+def machine() -> dict:
+    import os
+
+    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+        info["isa"] = sorted({f for f in flags.split() if f.startswith(("avx512", "amx", "avx2"))})
+        mem = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+        info["memory_gib"] = round(int(mem.split()[1]) / 2**20, 1)
+    except (OSError, StopIteration):
+        pass
+    return info
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# embtrt bench, {doc['started']}", "",
+             f"Machine: {doc['machine'].get('cpu', '?')}, {doc['machine'].get('cpus')} CPUs, "
+             f"{doc['machine'].get('memory_gib', '?')} GiB; Python {doc['machine']['python']}", "",
+             f"Scenario: {doc['scenario']['requests']} requests of {doc['scenario']['texts_per_request']} text(s) per "
+             f"target, bucket and concurrency ({doc['scenario']['warmup']} warm-up requests excluded); "
+             f"texts per bucket: {doc['scenario']['bucket_sizes']}", "",
+             "| target | bucket | conc | req/s | texts/s | tokens/s | p50 ms | p95 ms | p99 ms | max ms | errors | "
+             "Triton queue/compute µs (front door) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in doc["results"]:
+        tri = ""
+        front = r["triton"].get(next((t["model"] for t in doc["targets"] if t["name"] == r["target"]), ""), None)
+        if front:
+            tri = f"{front['queue_us']:.0f} / {front['compute_us']:.0f}"
+        lines.append(f"| {r['target']} | {r['bucket']} | {r['concurrency']} | {r['req_per_s']:.1f} | "
+                     f"{r['texts_per_s']:.1f} | {r['tokens_per_s']:.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
+                     f"{r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['errors']} | {tri} |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(doc: dict, out_dir: Path) -> list[Path]:
+    """Per bucket: p50/p95/p99 latency and throughput vs concurrency, one line per target."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = doc["results"]
+    written = []
+    for bucket in dict.fromkeys(r["bucket"] for r in res):
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        for target in dict.fromkeys(r["target"] for r in res):
+            rows = sorted((r for r in res if r["bucket"] == bucket and r["target"] == target and r["kind"] != "inprocess"),
+                          key=lambda r: r["concurrency"])
+            if rows:
+                xs = [r["concurrency"] for r in rows]
+                for q, style in (("p50_ms", "-"), ("p95_ms", "--"), ("p99_ms", ":")):
+                    ax1.plot(xs, [r[q] for r in rows], style, marker="o", label=f"{target} {q[:3]}")
+                ax2.plot(xs, [r["req_per_s"] for r in rows], marker="o", label=target)
+            inproc = [r for r in res if r["bucket"] == bucket and r["target"] == target and r["kind"] == "inprocess"]
+            for r in inproc:
+                ax1.axhline(r["p50_ms"], color="grey", linestyle="-.", label=f"{target} p50")
+                ax2.axhline(r["req_per_s"], color="grey", linestyle="-.", label=target)
+        levels = sorted({r["concurrency"] for r in res if r["bucket"] == bucket and r["kind"] != "inprocess"}) or [1]
+        ax1.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="latency (ms)", title=f"latency, bucket {bucket}")
+        ax2.set(xscale="log", xlabel="concurrency", ylabel="requests/s", title=f"throughput, bucket {bucket}")
+        for ax in (ax1, ax2):
+            ax.set_xticks(levels)
+            ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax1.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax1.legend(fontsize=6)
+        ax2.legend(fontsize=6)
+        fig.tight_layout()
+        name = "bench_" + bucket.replace("<=", "le").replace(">", "gt") + ".png"
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        written.append(out_dir / name)
+    return written
+
+
+def save(doc: dict, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out_dir / "results.md").write_text(markdown(doc))
+    return [out_dir / "results.json", out_dir / "results.md", *plots(doc, out_dir)]

@@ -1,0 +1,92 @@
+"""embtrt bench against a real tritonserver and a local OpenAI-compatible peer."""
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embtrt.bench import Target, length_buckets, run_bench, save
+from embtrt.serve import free_port
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+RESULT_KEYS = {"target", "kind", "bucket", "concurrency", "texts_per_request", "sent", "ok", "errors", "seconds",
+               "req_per_s", "texts_per_s", "tokens_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "error_samples",
+               "triton"}
+
+
+@pytest.fixture(scope="module")
+def openai_peer():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "openai_peer.py"), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/embeddings", timeout=1)
+            except urllib.error.HTTPError:
+                break  # 405 for GET: the server is up
+            except OSError:
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_length_buckets_group_by_token_count():
+    g = length_buckets(np.array([5, 40, 300, 32, 129]), (32, 128, 256))
+    assert {k: v.tolist() for k, v in g.items()} == {"<=32": [0, 3], "<=128": [1], "<=256": [4], ">256": [2],
+                                                     "mixed": [0, 1, 2, 3, 4]}
+
+
+def test_bench_side_by_side_counts_are_consistent(minilm_server, openai_peer, corpus, tmp_path):
+    from embtrt.verify import Reference
+    from embtrt.modelinfo import default_model_path
+
+    counts = Reference(default_model_path()).token_counts(corpus)
+    targets = [Target("triton", "triton", minilm_server.grpc_url, "all_minilm_l6_v2"),
+               Target("peer", "openai", openai_peer, "fake")]
+    doc = run_bench(targets, corpus, counts, buckets=(32, 128, 256), concurrency=(1, 4), texts_per_request=2,
+                    requests=12, warmup=2, inprocess_model=default_model_path(), only_buckets=("<=32", "mixed"))
+    res = doc["results"]
+    assert {(r["target"], r["bucket"], r["concurrency"]) for r in res if r["kind"] != "inprocess"} == \
+        {(t, b, c) for t in ("triton", "peer") for b in ("<=32", "mixed") for c in (1, 4)}
+    assert sum(r["kind"] == "inprocess" for r in res) == 2
+    for r in res:
+        assert set(r) == RESULT_KEYS
+        assert r["sent"] == r["ok"] + r["errors"]
+        assert r["errors"] == 0 and r["ok"] == 12
+        assert 0 < r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"] <= r["max_ms"]
+        assert r["texts_per_s"] == pytest.approx(2 * r["req_per_s"])
+        assert r["tokens_per_s"] > r["texts_per_s"]
+    tri = [r for r in res if r["target"] == "triton"]
+    assert all(r["triton"]["all_minilm_l6_v2"]["requests"] >= 12 for r in tri)  # warm-up is counted by Triton too
+    assert all(r["triton"]["all_minilm_l6_v2"]["queue_us"] >= 0 for r in tri)
+    files = save(doc, tmp_path / "out")
+    names = sorted(p.name for p in files)
+    assert names == ["bench_le32.png", "bench_mixed.png", "results.json", "results.md"]
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["scenario"]["requests"] == 12
+    assert "| triton | <=32 | 4 |" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_bench_counts_errors_and_cli_json(minilm_server, openai_peer, tmp_path):
+    corpus = tmp_path / "c.json"
+    corpus.write_text(json.dumps(["FAIL this one", "a good text", "another good text"]))
+    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--url", minilm_server.grpc_url, "--model",
+                        "all_minilm_l6_v2", "--openai-url", openai_peer, "--openai-model", "fake", "--no-inprocess",
+                        "--corpus", str(corpus), "--concurrency", "2", "--requests", "30", "--warmup", "0",
+                        "--only", "mixed", "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    peer = next(r for r in doc["results"] if r["kind"] == "openai")
+    tri = next(r for r in doc["results"] if r["kind"] == "triton")
+    assert peer["sent"] == 30 == peer["ok"] + peer["errors"] and peer["errors"] > 0
+    assert "HTTP 500" in peer["error_samples"][0]
+    assert tri["errors"] == 0 and tri["ok"] == 30
