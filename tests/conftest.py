@@ -52,14 +52,15 @@ def minilm_repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
-    """Each tiny model built with its own pooling; XLM-R with the Python-backend pooler."""
+    """Each tiny model built with its own pooling; XLM-R with the Python-backend pooler; Qwen3 with a
+    front door that calls the bucket encoders over BLS (the path TensorRT repositories use)."""
     from embtrt.build import build
     from embtrt.spec import spec_from_options
 
     base = tmp_path_factory.mktemp("tiny_repos")
     out = {}
     for key, path in tiny_models.items():
-        extra = {"pooler": "python"} if key == "xlmr-mean" else {}
+        extra = {"xlmr-mean": {"pooler": "python"}, "qwen3-last": {"router_encoder": "bls"}}.get(key, {})
         out[key] = base / key
         build(spec_from_options(path, out[key], name=key.replace("-", "_"), **extra), log=_quiet)
     return out

@@ -177,6 +177,54 @@ def _inprocess(model_dir: Path, texts: list[str], rows: np.ndarray, per_req: int
     return lat, time.perf_counter() - t0, n_tok
 
 
+class OrtInProcess:
+    """ONNX Runtime in process on a repository's own ONNX and tokenizer: the hardware line.
+
+    Same tokenizer, same graph and same texts as the served model: one request at a time
+    (latency), and length-sorted batches of 32 texts (throughput)."""
+
+    def __init__(self, repo: Path, threads: int = 0) -> None:
+        from .build import backend_lib
+
+        text_mod, enc_mod = backend_lib()
+        m = json.loads((Path(repo) / "embtrt.json").read_text())
+        front = Path(repo) / m["name"] / "1"
+        onnx = front / "model.onnx" if (front / "model.onnx").is_file() else \
+            Path(repo) / m["models"]["encoders"][-1] / "1" / "model.onnx"
+        self.tok = text_mod.TextTokenizer(str(front / "tokenizer.json"), int(m["max_seq_length"]), int(m["pad_id"]))
+        self.enc = enc_mod.OrtEncoder(str(onnx), threads, spinning=True)
+        self.names = tuple(m["input_names"])
+        self.pooled = m["pooler"] == "fused"
+
+    def embed(self, texts: list[str]) -> None:
+        e = self.tok.encode(texts)
+        self.enc.run(self.tok.pad(e, list(range(len(texts))), int(e.lengths.max()), self.names))
+
+
+def _ort_inprocess(ort: OrtInProcess, texts: list[str], rows: np.ndarray, per_req: int, requests: int, warmup: int,
+                   seed: int, tokens: np.ndarray) -> tuple[tuple[list[float], float, int], tuple[list[float], float, int]]:
+    rng = random.Random(seed)
+    plans = [[int(rows[rng.randrange(rows.size)]) for _ in range(per_req)] for _ in range(requests + warmup)]
+    for p in plans[:warmup]:
+        ort.embed([texts[j] for j in p])
+    lat, n_tok = [], 0
+    t0 = time.perf_counter()
+    for p in plans[warmup:]:
+        s = time.perf_counter()
+        ort.embed([texts[j] for j in p])
+        lat.append((time.perf_counter() - s) * 1e3)
+        n_tok += int(tokens[p].sum())
+    single = (lat, time.perf_counter() - t0, n_tok)
+    flat = sorted((j for p in plans[warmup:] for j in p), key=lambda j: tokens[j])
+    blat = []
+    t0 = time.perf_counter()
+    for i in range(0, len(flat), 32):
+        s = time.perf_counter()
+        ort.embed([texts[j] for j in flat[i:i + 32]])
+        blat.append((time.perf_counter() - s) * 1e3)
+    return single, (blat, time.perf_counter() - t0, int(tokens[flat].sum()))
+
+
 def _result(target: Target, bucket: str, conc: int, per_req: int, sent: int, lat: list[float], errors: int,
             samples: list[str], seconds: float, n_tok: int, triton: dict | None = None) -> Result:
     ok = len(lat)
@@ -203,9 +251,9 @@ def _triton_delta(before: dict, after: dict, model: str) -> dict:
 
 def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray, *, buckets: tuple[int, ...],
               concurrency: tuple[int, ...], texts_per_request: int = 1, requests: int = 200, warmup: int = 20,
-              inprocess_model: Path | None = None, seed: int = 0, only_buckets: tuple[str, ...] | None = None,
+              inprocess_model: Path | None = None, ort_repo: Path | None = None, seed: int = 0, only_buckets: tuple[str, ...] | None = None,
               progress: Callable[[str], None] | None = None) -> dict:
-    if not targets and inprocess_model is None:
+    if not targets and inprocess_model is None and ort_repo is None:
         raise SpecError("invalid targets: none given", "pass --url/--model, --openai-url/--openai-model or --inprocess")
     if requests < 1 or texts_per_request < 1 or any(c < 1 for c in concurrency):
         raise SpecError("invalid scenario: requests, texts per request and concurrency must be >= 1")
@@ -218,6 +266,7 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
         from sentence_transformers import SentenceTransformer
 
         st_model = SentenceTransformer(str(inprocess_model), device="cpu")
+    ort_line = OrtInProcess(ort_repo) if ort_repo is not None else None
     scenario = 0
     for bucket, rows in groups.items():
         for conc in concurrency:
@@ -235,6 +284,18 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                                               min(requests, 200), min(warmup, 10), seed + scenario, token_counts, st_model)
                 results.append(_result(Target("sentence-transformers (in process)", "inprocess"), bucket, 1,
                                        texts_per_request, len(lat), lat, 0, [], secs, n_tok))
+            if ort_line is not None and conc == concurrency[0]:
+                if progress:
+                    progress(f"onnxruntime in process: bucket {bucket}")
+                (lat, secs, n_tok), (blat, bsecs, btok) = _ort_inprocess(
+                    ort_line, texts, rows, texts_per_request, min(requests, 300), min(warmup, 20), seed + scenario,
+                    token_counts)
+                results.append(_result(Target("onnxruntime (in process)", "inprocess"), bucket, 1, texts_per_request,
+                                       len(lat), lat, 0, [], secs, n_tok))
+                r = _result(Target("onnxruntime (in process, batches of 32)", "inprocess"), bucket, 1, 32,
+                            len(blat), blat, 0, [], bsecs, btok)
+                r.texts_per_s = len(lat) * texts_per_request / max(bsecs, 1e-9)
+                results.append(r)
     return {
         "embtrt_bench": 1,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -185,7 +185,13 @@ def rebuild_command(spec: BuildSpec) -> str:
              "--max-batch-size", str(spec.max_batch_size), "--max-queue-delay-us", str(spec.max_queue_delay_us),
              "--preferred-batch-sizes", ",".join(map(str, spec.preferred_batch_sizes)),
              "--instances", str(spec.instances), "--precision", spec.precision, "--pooler", spec.pooler,
-             "--overflow", spec.overflow]
+             "--overflow", spec.overflow, "--max-queue-size", str(spec.max_queue_size),
+             "--queue-timeout-us", str(spec.queue_timeout_us), "--ort-threads", str(spec.ort_threads),
+             "--router-encoder", spec.router_mode]
+    if spec.target == "tensorrt":
+        parts += ["--builder-opt-level", str(spec.builder_opt_level)] + (["--fp32-layers"] if spec.fp32_layers else [])
+    if spec.target == "onnxruntime":
+        parts += ["--ort-device", spec.ort_device] + (["--ort-trt-fp16"] if spec.ort_trt_fp16 else [])
     return " ".join(parts)
 
 

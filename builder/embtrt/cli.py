@@ -50,6 +50,8 @@ def build(
     max_queue_size: int = typer.Option(256, help="Bounded queue per model; overload is rejected at once. 0 = unbounded. Default 256."),
     queue_timeout_us: int = typer.Option(30_000_000, help="Requests waiting longer in the queue are rejected. Default 30000000 (30 s)."),
     ort_threads: int = typer.Option(0, help="ONNX Runtime intra-op threads per encoder instance. Default 0 (ONNX Runtime decides)."),
+    router_encoder: str = typer.Option("auto", help="auto | local | bls. How the python-ort front door runs the encoder: local = ONNX Runtime inside the front door (one stub hop less); bls = calls each bucket's encoder model. Default auto: local for python-ort, bls for the other targets."),
+    ort_spinning: bool = typer.Option(False, help="Let ONNX Runtime threads spin-wait. Default off (on 2 cores it stalled requests by ~500 ms)."),
     ort_device: str = typer.Option("cpu", help="cpu | gpu, for --target onnxruntime. Default cpu."),
     ort_trt_fp16: bool = typer.Option(False, help="onnxruntime target on GPU: add the TensorRT execution accelerator in FP16. Default off."),
     fp32_layers: bool = typer.Option(False, help="tensorrt: keep LayerNorm, Softmax and the pooling head in fp32. Default off."),
@@ -72,7 +74,8 @@ def build(
             max_seq_length=max_seq_length, max_batch_size=max_batch_size, preferred_batch_sizes=preferred_batch_sizes,
             max_queue_delay_us=max_queue_delay_us, instances=instances, precision=precision, pooler=pooler,
             overflow=overflow, max_queue_size=max_queue_size, queue_timeout_us=queue_timeout_us,
-            ort_threads=ort_threads, ort_device=ort_device, ort_trt_fp16=ort_trt_fp16, fp32_layers=fp32_layers,
+            ort_threads=ort_threads, ort_device=ort_device, ort_spinning=ort_spinning,
+            router_encoder=router_encoder, ort_trt_fp16=ort_trt_fp16, fp32_layers=fp32_layers,
             builder_opt_level=builder_opt_level, calibration_file=calibration_file,
             trust_remote_code=trust_remote_code, allow_mismatch=allow_mismatch,
         )
@@ -298,6 +301,7 @@ def bench(
     openai_url: Optional[list[str]] = typer.Option(None, help="Base URL of an OpenAI-compatible server; POSTs go to <url>/embeddings (vLLM/TEI: http://host:port/v1; infinity: http://host:port). Repeat with --openai-model. Default: none."),
     openai_model: Optional[list[str]] = typer.Option(None, help="Model name sent to each --openai-url, in the same order. Default: none."),
     inprocess: bool = typer.Option(True, "--inprocess/--no-inprocess", help="Add sentence-transformers in process as a reference line. Default on."),
+    ort_repo: Optional[Path] = typer.Option(None, help="Repository whose ONNX and tokenizer run in process as the ONNX Runtime line (one request at a time, and batches of 32). Default: none."),
     reference: Optional[Path] = typer.Option(None, help="Model folder for token counts and the in-process line. Default: the bundled all-MiniLM-L6-v2."),
     corpus: Optional[Path] = typer.Option(None, help="Texts: JSON list or one per line. Default: the bundled real-text sample."),
     buckets: str = typer.Option("32,128,256", help="Length bucket edges in tokens; texts are grouped by their token count, plus a 'mixed' scenario. Default 32,128,256."),
@@ -335,7 +339,7 @@ def bench(
         with Progress(console=console, transient=True) as prog:
             task = prog.add_task("bench", total=None)
             doc = run_bench(targets, texts, counts, buckets=edges, concurrency=levels, texts_per_request=texts_per_request,
-                            requests=requests, warmup=warmup, inprocess_model=ref_dir if inprocess else None,
+                            requests=requests, warmup=warmup, inprocess_model=ref_dir if inprocess else None, ort_repo=ort_repo,
                             only_buckets=only_t, progress=lambda m: prog.update(task, description=m))
     except EmbtrtError as exc:
         _fail(exc)

@@ -111,13 +111,18 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path], encoder_out
         ("encoder_max_batch_size", str(spec.max_batch_size)),
         ("pooler", spec.pooler), ("pooling", spec.pooling), ("normalize", str(spec.normalize).lower()),
         ("pad_to_bucket", str(spec.target in GPU_TARGETS).lower()),
+        ("encoder_mode", spec.router_mode), ("run_overhead_tokens", "8"),
+        ("intra_op_threads", str(spec.ort_threads)), ("ort_spinning", str(spec.ort_spinning).lower()),
     ]
+    front_files = {"1/tokenizer.json": tokenizer_json}
+    if spec.router_mode == "local":
+        front_files["1/model.onnx"] = onnx_paths[spec.buckets[0]]
     plans.append(ModelPlan(
         name=spec.name, template="router.pbtxt.j2", kind="front door",
         context={**common, "name": spec.name, "inputs": text_in, "outputs": emb_out,
                  "batching": _batching(spec), "group": _group(spec.instances, False),
                  "params": sorted(front_params) + idp},
-        files={"1/tokenizer.json": tokenizer_json}, backend_code="router",
+        files=front_files, backend_code="router",
     ))
     for b in spec.buckets:
         tok_name = names["tokenizer"][b]
@@ -184,8 +189,8 @@ def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, pl
     ctx = {**common, "name": name, "bucket": b, "precision": spec.precision, "inputs": inputs, "outputs": outputs}
     if spec.target == "python-ort":
         ctx.update(batching=_batching(spec), group=_group(spec.instances, False),
-                   params=sorted([("encoder_output", encoder_output),
-                                  ("intra_op_threads", str(spec.ort_threads))]) + idp,
+                   params=sorted([("encoder_output", encoder_output), ("intra_op_threads", str(spec.ort_threads)),
+                                  ("ort_spinning", str(spec.ort_spinning).lower())]) + idp,
                    warmup=_warmup(spec, b, sorted({1, spec.max_batch_size})))
         return ModelPlan(name, "encoder_python_ort.pbtxt.j2", ctx, files={"1/model.onnx": onnx_paths[b]},
                          backend_code="encoder_ort", kind="encoder")

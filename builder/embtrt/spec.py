@@ -14,6 +14,8 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 POOLER_PLACES = ("fused", "python")
 OVERFLOW = ("truncate", "reject")
 ORT_DEVICES = ("cpu", "gpu")
+ROUTER_ENCODERS = ("auto", "local", "bls")
+LOCAL_TARGETS = ("python-ort",)
 
 # Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
 # quantization and must still pass the parity gate).
@@ -70,6 +72,8 @@ class BuildSpec:
     overflow: str = "truncate"
     ort_device: str = "cpu"
     ort_threads: int = 0
+    ort_spinning: bool = False
+    router_encoder: str = "auto"
     ort_trt_fp16: bool = False
     fp32_layers: bool = False
     builder_opt_level: int = 3
@@ -104,6 +108,10 @@ class BuildSpec:
             raise _fail("pooler", self.pooler, ", ".join(POOLER_PLACES))
         if self.overflow not in OVERFLOW:
             raise _fail("overflow", self.overflow, ", ".join(OVERFLOW))
+        if self.router_encoder not in ROUTER_ENCODERS:
+            raise _fail("router_encoder", self.router_encoder, ", ".join(ROUTER_ENCODERS))
+        if self.router_encoder == "local" and self.target not in LOCAL_TARGETS:
+            raise _fail("router_encoder", self.router_encoder, f"auto or bls for target {self.target}")
         if self.ort_device not in ORT_DEVICES:
             raise _fail("ort_device", self.ort_device, ", ".join(ORT_DEVICES))
         if self.max_seq_length < 2:
@@ -138,6 +146,13 @@ class BuildSpec:
             raise _fail("queue_timeout_us", self.queue_timeout_us, "0 (none) or more")
         if "input_ids" not in self.input_names or "attention_mask" not in self.input_names:
             raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
+
+    @property
+    def router_mode(self) -> str:
+        """local: the front door runs the encoder itself (python-ort); bls: it calls each bucket's encoder."""
+        if self.router_encoder == "auto":
+            return "local" if self.target in LOCAL_TARGETS else "bls"
+        return self.router_encoder
 
     @property
     def fused(self) -> bool:
@@ -224,11 +239,12 @@ def spec_from_options(
     if name is None:
         name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
     pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
+    resolved = resolve_target(target)
     return BuildSpec(
         model_dir=model_dir,
         out=Path(out),
         name=name,
-        target=resolve_target(target),
+        target=resolved,
         pooling=pooling,
         normalize=bool(normalize),
         buckets=bucket_t,

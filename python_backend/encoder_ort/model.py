@@ -16,7 +16,8 @@ class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
-        self.encoder = OrtEncoder(os.path.join(here, "model.onnx"), int(p.get("intra_op_threads", "0")))
+        self.encoder = OrtEncoder(os.path.join(here, "model.onnx"), int(p.get("intra_op_threads", "0")),
+                                  spinning=p.get("ort_spinning") == "true")
         self.output_name = p["encoder_output"]
 
     def execute(self, requests):

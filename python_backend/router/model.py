@@ -1,9 +1,12 @@
 """Front door: TEXT -> tokenize once per batch -> route rows to bucket encoders (BLS) -> EMBEDDING.
 
 Only pb_utils glue; the logic is in embtrt_backend (tested without Triton).
+
+encoder_mode "bls": each bucket's rows go to that bucket's encoder model (TensorRT, the
+onnxruntime backend). encoder_mode "local" (python-ort): the front door runs the same ONNX
+Runtime graph itself, saving one stub round trip per chunk.
 """
 
-import asyncio
 import os
 import sys
 
@@ -33,25 +36,37 @@ class TritonPythonModel:
         self.dim = int(p["embtrt.dim"])
         self.pad_to_bucket = p["pad_to_bucket"] == "true"
         self.encoder_batch = int(p["encoder_max_batch_size"])
+        self.run_overhead = int(p.get("run_overhead_tokens", "8"))
         self.max_bytes = int(p["max_text_bytes"])
         self.tokenizer = TextTokenizer(
             os.path.join(here, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]), p["overflow"]
         )
+        self.local = None
+        if p.get("encoder_mode") == "local":
+            from embtrt_backend.encoder import OrtEncoder
 
-    async def _encode(self, feeds, length):
-        inputs = [pb_utils.Tensor(n, feeds[n]) for n in self.input_names]
-        req = pb_utils.InferenceRequest(
-            model_name=self.encoders[length], requested_output_names=[self.output_name], inputs=inputs
-        )
-        resp = await req.async_exec()
-        if resp.has_error():
-            raise RuntimeError(f"encoder {self.encoders[length]}: {resp.error().message()}")
-        out = pb_utils.get_output_tensor_by_name(resp, self.output_name).as_numpy()
+            self.local = OrtEncoder(os.path.join(here, "model.onnx"), int(p.get("intra_op_threads", "0")),
+                                    spinning=p.get("ort_spinning") == "true")
+
+    def _encode(self, feeds, bucket):
+        """One chunk of rows of one bucket -> vectors (synchronous: measured steadier than
+        an async execute under the Python backend)."""
+        if self.local is not None:
+            out = self.local.run(feeds)
+        else:
+            inputs = [pb_utils.Tensor(n, feeds[n]) for n in self.input_names]
+            req = pb_utils.InferenceRequest(
+                model_name=self.encoders[bucket], requested_output_names=[self.output_name], inputs=inputs
+            )
+            resp = req.exec()
+            if resp.has_error():
+                raise RuntimeError(f"encoder {self.encoders[bucket]}: {resp.error().message()}")
+            out = pb_utils.get_output_tensor_by_name(resp, self.output_name).as_numpy()
         if not self.fused:
             out = pool_and_normalize(out, feeds["attention_mask"], self.pooling, self.normalize)
         return out
 
-    async def execute(self, requests):
+    def execute(self, requests):
         responses = [None] * len(requests)
         texts, counts, live = [], [], []
         for i, request in enumerate(requests):
@@ -84,19 +99,16 @@ class TritonPythonModel:
             return responses
         rows_all = np.concatenate(keep_rows)
         lengths = enc.lengths[rows_all]
-        jobs, where = [], []
-        for b, chunk in plan(lengths, self.buckets, self.encoder_batch):
-            src = rows_all[chunk]
-            pad = self.buckets[b] if self.pad_to_bucket else int(lengths[chunk].max())
-            jobs.append(self._encode(self.tokenizer.pad(enc, src, pad, self.input_names), b))
-            where.append(chunk)
+        parts = []
         try:
-            outs = await asyncio.gather(*jobs)
+            for b, chunk in plan(lengths, self.buckets, self.encoder_batch, self.run_overhead, self.pad_to_bucket):
+                pad = self.buckets[b] if self.pad_to_bucket else int(lengths[chunk].max())
+                parts.append((chunk, self._encode(self.tokenizer.pad(enc, rows_all[chunk], pad, self.input_names), b)))
         except Exception as exc:  # an encoder failure fails this batch's requests, not the model
             for req_idx in keep_live:
                 responses[req_idx] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
             return responses
-        vecs = gather(rows_all.size, self.dim, list(zip(where, outs)))
+        vecs = gather(rows_all.size, self.dim, parts)
         for req_idx, part in zip(keep_live, split_rows(vecs, keep_counts)):
             responses[req_idx] = pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", part)])
         return responses

@@ -134,3 +134,31 @@ def test_bucket_tokenizer_refuses_rows_longer_than_its_bucket(minilm_path):
     enc = tok.encode(["short", "word " * 50])
     with pytest.raises(InputError, match="row 1: 52 tokens do not fit this 32-token bucket"):
         tok.check(enc.lengths, 32)
+
+
+def test_padding_aware_chunks_are_optimal_and_bounded():
+    from itertools import combinations
+
+    from embtrt_backend.routing import chunk_sorted
+
+    lengths = np.array([3, 4, 4, 5, 12, 13, 30, 31])
+
+    def cost(bounds, c):
+        return sum(c + (e - s) * lengths[e - 1] for s, e in bounds)
+
+    for c, mb in ((0, 8), (8, 8), (100, 8), (8, 3)):
+        got = chunk_sorted(lengths, mb, c)
+        assert got[0][0] == 0 and got[-1][1] == len(lengths)
+        assert all(e - s <= mb for s, e in got) and all(a[1] == b[0] for a, b in zip(got, got[1:]))
+        best = min(cost(list(zip((0,) + cuts, cuts + (len(lengths),))), c)
+                   for k in range(len(lengths)) for cuts in combinations(range(1, len(lengths)), k)
+                   if all(e - s <= mb for s, e in zip((0,) + cuts, cuts + (len(lengths),))))
+        assert cost(got, c) == best  # exhaustive check of the dynamic program
+    assert chunk_sorted(lengths, 8, 10_000) == [(0, 8)]  # huge run overhead: one chunk
+    assert len(chunk_sorted(lengths, 8, 0)) >= 4  # no overhead: split wherever the length grows
+
+
+def test_fixed_shape_plans_fill_chunks_to_max_batch():
+    lengths = np.array([2, 3, 30, 31, 5, 6, 7, 8, 9, 10])
+    chunks = plan(lengths, (32,), max_batch=4, pad_to_bucket=True)
+    assert sorted(len(r) for _, r in chunks) == [2, 4, 4]

@@ -32,6 +32,10 @@ def test_onnx_matches_pytorch_for_every_tiny_model(tiny_repos):
         assert m["onnx"]["export_validation"]["cosine"]["min"] >= 0.9999, key
         assert m["parity"]["overall"]["p01"] >= 0.9999, key
         assert check_repository(repo).passed, key
+    bls = json.loads((tiny_repos["qwen3-last"] / "embtrt.json").read_text())
+    assert "--router-encoder bls" in bls["rebuild"]
+    assert not (tiny_repos["qwen3-last"] / "qwen3_last" / "1" / "model.onnx").exists()
+    assert (tiny_repos["bert-cls"] / "bert_cls" / "1" / "model.onnx").is_file()  # local: the front door runs it
     pooler = json.loads((tiny_repos["xlmr-mean"] / "embtrt.json").read_text())
     assert pooler["pooler"] == "python" and pooler["encoder_output"] == "last_hidden_state"
     assert (tiny_repos["xlmr-mean"] / "xlmr_mean_32_pooler" / "config.pbtxt").is_file()
