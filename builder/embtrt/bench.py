@@ -331,7 +331,7 @@ async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, see
 def machine() -> dict:
     import os
 
-    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    info: dict[str, object] = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
