@@ -120,11 +120,11 @@ def check_tokenizer(spec: BuildSpec, tokenizer_json: Path, pad_id: int, texts: l
     log(f"[ok] serving tokenizer equals the reference tokenizer on {len(texts)} texts")
 
 
-def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path], tokenizer_json: Path, pad_id: int,
+def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tokenizer_json: Path, pad_id: int,
                     output_name: str, texts: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Embed texts exactly as the per-bucket ensembles do: pad to the bucket, run its encoder."""
+    """Embed texts exactly as the per-bucket ensembles do: pad to the bucket, run its encoder
+    through the same factory the Python-backend models use."""
     text_mod, enc_mod = backend_lib()
-    sys.path.insert(0, str(python_backend_dir()))
     from embtrt_backend.pooling import pool_and_normalize
     from embtrt_backend.routing import plan
 
@@ -133,13 +133,23 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path], tokenizer_
     untruncated = text_mod.TextTokenizer(str(tokenizer_json), 1 << 20, pad_id, "truncate").encode(texts).lengths
     labels = [bucket_label(int(n), spec.buckets, spec.max_seq_length) for n in untruncated]
     out = np.zeros((len(texts), spec.hidden_size), dtype=np.float32)
-    sessions: dict[int, object] = {}
+    from .render import runtime_params
+
+    params = dict(runtime_params(spec, output_name))
+    sessions: dict[object, object] = {}
     for b, rows in plan(enc.lengths, spec.buckets, 16):
         L = spec.buckets[b]
-        if L not in sessions:
-            sessions[L] = enc_mod.OrtEncoder(str(onnx_by_bucket[L]))
+        key = onnx_by_bucket[L]
+        if key not in sessions:
+            if spec.target == "python-torch":
+                from embtrt_backend.torch_encoder import TorchEncoder
+
+                sessions[key] = TorchEncoder(str(spec.model_dir), spec.precision, spec.ort_threads, spec.pooling,
+                                             spec.normalize, spec.fused, spec.trust_remote_code)
+            else:
+                sessions[key] = enc_mod.OrtEncoder(str(key), int(params["intra_op_threads"]))
         feeds = tok.pad(enc, rows, L, spec.input_names)
-        res = sessions[L].run(feeds)  # type: ignore[attr-defined]
+        res = sessions[key].run(feeds)  # type: ignore[attr-defined]
         if not spec.fused:
             res = pool_and_normalize(res, feeds["attention_mask"], spec.pooling, spec.normalize)
         out[rows] = res
@@ -160,6 +170,10 @@ def identity(spec: BuildSpec, model_sha: str) -> dict[str, str]:
         profile = f"tensorrt:gpu:{spec.precision}"
     elif spec.target == "onnxruntime":
         profile = f"onnxruntime-backend:{spec.ort_device}:{spec.precision}"
+    elif spec.target == "python-torch":
+        import torch
+
+        profile = f"python-torch:cpu:{spec.precision}:torch-{torch.__version__}"
     else:
         profile = f"python-ort:cpu:{spec.precision}:onnxruntime-{onnxruntime.__version__}"
     return {
@@ -237,13 +251,19 @@ def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, l
 def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
     work, repo = tmp / "work", tmp / "repo"
     repo.mkdir(parents=True)
+    work.mkdir(parents=True)
     steps = 7
     log(f"[1/{steps}] reading {spec.model_dir} (target {spec.target}, pooling {spec.pooling}, "
         f"normalize {spec.normalize}, buckets {','.join(map(str, spec.buckets))})")
     msha = model_hash(spec.model_dir)
 
-    log(f"[2/{steps}] exporting to ONNX and validating against PyTorch")
-    art = export(spec, work / "onnx", texts, log=log)
+    art = None
+    output_name = "embedding" if spec.fused else "last_hidden_state"
+    if spec.target == "python-torch":
+        log(f"[2/{steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself")
+    else:
+        log(f"[2/{steps}] exporting to ONNX and validating against PyTorch")
+        art = export(spec, work / "onnx", texts, log=log)
 
     log(f"[3/{steps}] tokenizer")
     tok_json = work / "tokenizer.json"
@@ -251,23 +271,27 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     check_tokenizer(spec, tok_json, pad_id, texts, log)
 
     log(f"[4/{steps}] per-bucket encoders ({spec.target}, {spec.precision})")
-    encoder_onnx = art.path
-    if spec.precision == "int8" and spec.target in ("python-ort", "onnxruntime"):
+    encoder_onnx = art.path if art is not None else None
+    if spec.precision == "int8" and art is not None and spec.target in ("python-ort", "onnxruntime"):
         encoder_onnx = quantize_int8(art.path, work / "onnx" / "model.int8.onnx")
         log("quantized the encoder to int8 (ONNX Runtime dynamic quantization)")
-    onnx_by_bucket = {b: encoder_onnx for b in spec.buckets}
+    if spec.target == "python-torch":
+        log(f"PyTorch {spec.precision}" + (" autocast (AMX/AVX-512 bf16 where the CPU has it)" if spec.precision == "bf16" else ""))
+    onnx_by_bucket: dict[int, Path | None] = {b: encoder_onnx for b in spec.buckets}
     pending: list[str] = []
 
     log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
     ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
                          spec.input_names, spec.trust_remote_code).embed(texts)
-    cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, art.output_name, texts)
+    cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, output_name, texts)
     report: GateReport = evaluate(ref, cand, labels, spec.gate, texts)
     for line in report.lines():
         log(line)
     if not report.passed:
-        hint = ("int8 dynamic quantization changes MiniLM-class vectors far beyond the gate; use --precision fp32"
-                if spec.precision == "int8" else "check --pooling and --normalize against the model card")
+        hint = {"int8": "int8 dynamic quantization changes MiniLM-class vectors far beyond the gate; use --precision "
+                        "fp32, or bf16 with --target python-torch on a CPU with AMX/AVX-512 bf16",
+                "bf16": "bf16 loses too much for this model; use --precision fp32"}.get(
+                    spec.precision, "check --pooling and --normalize against the model card")
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} encoders fail the quality gate: "
                               + "; ".join(report.failures()), hint + " (or pass --allow-mismatch to keep it)")
@@ -275,7 +299,7 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
 
     log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
     ident = identity(spec, msha)
-    plans = plan_repository(spec, onnx_paths=onnx_by_bucket, encoder_output=art.output_name,
+    plans = plan_repository(spec, onnx_paths=onnx_by_bucket, encoder_output=output_name,
                             tokenizer_json=tok_json, pad_id=pad_id, identity=ident)
     write_repository(plans, repo)
     names = model_names(spec)
@@ -289,11 +313,12 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         "pooling": spec.pooling, "normalize": spec.normalize, "dim": spec.hidden_size,
         "buckets": list(spec.buckets), "max_seq_length": spec.max_seq_length, "overflow": spec.overflow,
         "precision": spec.precision, "target": spec.target, "backend_profile": ident["embtrt.backend_profile"],
-        "pooler": spec.pooler, "input_names": list(spec.input_names), "encoder_output": art.output_name,
+        "pooler": spec.pooler, "input_names": list(spec.input_names), "encoder_output": output_name,
         "pad_id": pad_id,
         "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
         "versions": versions(),
-        "onnx": {"sha256": sha256_file(encoder_onnx), "export_validation": art.validation},
+        "onnx": ({"sha256": sha256_file(encoder_onnx), "export_validation": art.validation}
+                 if art is not None and encoder_onnx is not None else None),
         "parity": report.as_dict(),
         "tensorrt": {},
         "pending": [],
@@ -305,7 +330,7 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         (repo / "embtrt.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
 
     write_manifest()
-    if spec.target == "tensorrt":  # engines read the manifest (tokenizer, pad id, buckets)
+    if spec.target == "tensorrt" and encoder_onnx is not None:  # engines read the manifest (tokenizer, pad id)
         pending, manifest["tensorrt"] = _tensorrt_engines(spec, encoder_onnx, repo, texts, log)
         manifest["pending"] = pending
         write_manifest()

@@ -90,7 +90,29 @@ def graph_batch_sizes(spec: BuildSpec) -> list[int]:
     return sorted({1, *spec.preferred_batch_sizes})
 
 
-def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path], encoder_output: str,
+def hf_files(model_dir: Path) -> dict[str, Path]:
+    """The model folder's own files the python-torch encoder loads (config and weights)."""
+    keep = (".json", ".safetensors", ".bin", ".py", ".txt", ".model")
+    return {f"1/hf/{f.name}": f for f in sorted(Path(model_dir).iterdir())
+            if f.is_file() and f.suffix in keep and not f.name.startswith(".")}
+
+
+def encoder_files(spec: BuildSpec, onnx_path: Path | None) -> dict[str, Path]:
+    if spec.target == "python-torch":
+        return hf_files(spec.model_dir)
+    assert onnx_path is not None
+    return {"1/model.onnx": onnx_path}
+
+
+def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]]:
+    """What a Python-backend encoder (or a local front door) needs to run the encoder."""
+    return [("runtime", "torch" if spec.target == "python-torch" else "onnxruntime"), ("precision", spec.precision),
+            ("encoder_output", encoder_output), ("intra_op_threads", str(spec.ort_threads)),
+            ("ort_spinning", str(spec.ort_spinning).lower()), ("pooler", spec.pooler), ("pooling", spec.pooling),
+            ("normalize", str(spec.normalize).lower()), ("input_names", ",".join(spec.input_names))]
+
+
+def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], encoder_output: str,
                     tokenizer_json: Path, pad_id: int, identity: dict[str, str],
                     plan_paths: dict[int, Path] | None = None) -> list[ModelPlan]:
     names = model_names(spec)
@@ -104,19 +126,16 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path], encoder_out
         ("input_names", ",".join(spec.input_names)), ("max_text_bytes", str(MAX_TEXT_BYTES)),
     ]
     plans: list[ModelPlan] = []
-    front_params = shared + [
+    front_params = [p for p in shared if p[0] != "input_names"] + runtime_params(spec, encoder_output) + [
         ("buckets", ",".join(map(str, spec.buckets))),
         ("encoder_models", ",".join(names["encoder"][b] for b in spec.buckets)),
-        ("encoder_output", encoder_output),
         ("encoder_max_batch_size", str(spec.max_batch_size)),
-        ("pooler", spec.pooler), ("pooling", spec.pooling), ("normalize", str(spec.normalize).lower()),
         ("pad_to_bucket", str(spec.target in GPU_TARGETS).lower()),
         ("encoder_mode", spec.router_mode), ("run_overhead_tokens", "8"),
-        ("intra_op_threads", str(spec.ort_threads)), ("ort_spinning", str(spec.ort_spinning).lower()),
     ]
     front_files = {"1/tokenizer.json": tokenizer_json}
     if spec.router_mode == "local":
-        front_files["1/model.onnx"] = onnx_paths[spec.buckets[0]]
+        front_files.update(encoder_files(spec, onnx_paths[spec.buckets[0]]))
     plans.append(ModelPlan(
         name=spec.name, template="router.pbtxt.j2", kind="front door",
         context={**common, "name": spec.name, "inputs": text_in, "outputs": emb_out,
@@ -187,13 +206,13 @@ def _warmup(spec: BuildSpec, bucket: int, batch_sizes: list[int]) -> list[dict]:
 
 def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, plan_paths, common, idp) -> ModelPlan:
     ctx = {**common, "name": name, "bucket": b, "precision": spec.precision, "inputs": inputs, "outputs": outputs}
-    if spec.target == "python-ort":
+    if spec.target in ("python-ort", "python-torch"):
         ctx.update(batching=_batching(spec), group=_group(spec.instances, False),
-                   params=sorted([("encoder_output", encoder_output), ("intra_op_threads", str(spec.ort_threads)),
-                                  ("ort_spinning", str(spec.ort_spinning).lower())]) + idp,
+                   runtime="PyTorch" if spec.target == "python-torch" else "ONNX Runtime",
+                   params=sorted(runtime_params(spec, encoder_output)) + idp,
                    warmup=_warmup(spec, b, sorted({1, spec.max_batch_size})))
-        return ModelPlan(name, "encoder_python_ort.pbtxt.j2", ctx, files={"1/model.onnx": onnx_paths[b]},
-                         backend_code="encoder_ort", kind="encoder")
+        return ModelPlan(name, "encoder_python.pbtxt.j2", ctx, files=encoder_files(spec, onnx_paths[b]),
+                         backend_code="encoder_python", kind="encoder")
     if spec.target == "onnxruntime":
         gpu = spec.ort_device == "gpu"
         backend_params = [("intra_op_thread_count", str(spec.ort_threads)), ("inter_op_thread_count", "1")]

@@ -100,7 +100,7 @@ def find_tritonserver(explicit: Path | None = None, backend_directory: Path | No
         libs = root.parent.parent / "nvidia_pytriton.libs"
         if libs.is_dir():
             env["LD_LIBRARY_PATH"] = os.pathsep.join(
-                [str(libs)] + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
+                [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p] + [str(libs)])
         return Installation(root / "bin" / "tritonserver", backend_directory or _pytriton_backends(root), env)
     found = shutil.which("tritonserver")
     if found:
@@ -121,7 +121,20 @@ def stub_environment() -> dict[str, str]:
         if p not in seen:
             seen.append(p)
     env["PYTHONPATH"] = os.pathsep.join(seen)
+    # The stub links libpython3.X from the system's loader path; when the running Python is a
+    # different build (pyenv, conda), its stdlib extension modules do not match that library
+    # (seen here: `import ssl` fails with "undefined symbol: _PyModule_Add", which breaks
+    # transformers in a stub). Put this interpreter's own shared libpython first.
+    libdir = sysconfig.get_config_var("LIBDIR")
+    ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir and (Path(libdir) / ldlib).exists():
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            [libdir] + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != libdir])
     env.setdefault("OMP_NUM_THREADS", "1")
+    # OpenMP threads (PyTorch) that spin while idle steal the cores the server and the other
+    # stubs need, as ONNX Runtime's spinning did (see embtrt_backend.encoder).
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
 
 

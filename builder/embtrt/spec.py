@@ -8,19 +8,20 @@ from pathlib import Path
 
 from .errors import SpecError
 
-TARGETS = ("python-ort", "onnxruntime", "tensorrt")
+TARGETS = ("python-ort", "python-torch", "onnxruntime", "tensorrt")
 POOLINGS = ("cls", "mean", "last-token")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 POOLER_PLACES = ("fused", "python")
 OVERFLOW = ("truncate", "reject")
 ORT_DEVICES = ("cpu", "gpu")
 ROUTER_ENCODERS = ("auto", "local", "bls")
-LOCAL_TARGETS = ("python-ort",)
+LOCAL_TARGETS = ("python-ort", "python-torch")
 
 # Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
 # quantization and must still pass the parity gate).
 TARGET_PRECISIONS = {
     "python-ort": ("fp32", "int8"),
+    "python-torch": ("fp32", "bf16"),
     "onnxruntime": ("fp32", "fp16", "int8"),
     "tensorrt": PRECISIONS,
 }

@@ -29,3 +29,16 @@ class OrtEncoder:
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return self.session.run([self.output_name], {k: feeds[k] for k in self.input_names})[0]
+
+
+def encoder_from_parameters(folder: str, p: dict[str, str]):
+    """The encoder a Python-backend model runs, from its config parameters."""
+    import os
+
+    threads = int(p.get("intra_op_threads", "0"))
+    if p.get("runtime", "onnxruntime") == "torch":
+        from .torch_encoder import TorchEncoder
+
+        return TorchEncoder(os.path.join(folder, "hf"), p["precision"], threads, p["pooling"],
+                            p["normalize"] == "true", p["pooler"] == "fused")
+    return OrtEncoder(os.path.join(folder, "model.onnx"), threads, spinning=p.get("ort_spinning") == "true")

@@ -3,8 +3,8 @@
 Only pb_utils glue; the logic is in embtrt_backend (tested without Triton).
 
 encoder_mode "bls": each bucket's rows go to that bucket's encoder model (TensorRT, the
-onnxruntime backend). encoder_mode "local" (python-ort): the front door runs the same ONNX
-Runtime graph itself, saving one stub round trip per chunk.
+onnxruntime backend). encoder_mode "local" (python-ort, python-torch): the front door runs
+the same encoder itself, saving one stub round trip per chunk.
 """
 
 import os
@@ -43,10 +43,9 @@ class TritonPythonModel:
         )
         self.local = None
         if p.get("encoder_mode") == "local":
-            from embtrt_backend.encoder import OrtEncoder
+            from embtrt_backend.encoder import encoder_from_parameters
 
-            self.local = OrtEncoder(os.path.join(here, "model.onnx"), int(p.get("intra_op_threads", "0")),
-                                    spinning=p.get("ort_spinning") == "true")
+            self.local = encoder_from_parameters(here, p)
 
     def _encode(self, feeds, bucket):
         """One chunk of rows of one bucket -> vectors (synchronous: measured steadier than

@@ -1,4 +1,4 @@
-"""Encoder: ONNX Runtime inside the Python backend (any tritonserver with the Python backend)."""
+"""Encoder inside the Python backend (any tritonserver with it): ONNX Runtime or PyTorch."""
 
 import os
 import sys
@@ -9,19 +9,19 @@ import triton_python_backend_utils as pb_utils
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from embtrt_backend.batching import parameters, split_rows  # noqa: E402
-from embtrt_backend.encoder import OrtEncoder  # noqa: E402
+from embtrt_backend.encoder import encoder_from_parameters  # noqa: E402
 
 
 class TritonPythonModel:
     def initialize(self, args):
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
-        self.encoder = OrtEncoder(os.path.join(here, "model.onnx"), int(p.get("intra_op_threads", "0")),
-                                  spinning=p.get("ort_spinning") == "true")
+        self.encoder = encoder_from_parameters(here, p)
         self.output_name = p["encoder_output"]
+        self.names = tuple(p["input_names"].split(","))
 
     def execute(self, requests):
-        names = self.encoder.input_names
+        names = self.names
         feeds = [{n: pb_utils.get_input_tensor_by_name(r, n).as_numpy() for n in names} for r in requests]
         responses = [None] * len(requests)
         # The dynamic batcher merges requests of one shape; group by shape to stay correct anyway.
@@ -32,7 +32,7 @@ class TritonPythonModel:
             batch = {n: np.concatenate([feeds[i][n] for i in idx]) for n in names}
             try:
                 out = self.encoder.run(batch)
-            except Exception as exc:  # ORT raises its own types; the request fails, the model serves on
+            except Exception as exc:  # ORT / torch raise their own types; the request fails, the model serves on
                 for i in idx:
                     responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"encoder: {exc}"))
                 continue
