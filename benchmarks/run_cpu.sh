@@ -28,6 +28,7 @@ G=$(port); H=$(port); M=$(port)
 PIDS+=($!)
 for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" > /dev/null 2>&1 && break; sleep 1; done
 "$BIN/embtrt" probe --url "127.0.0.1:$G"
+TRITON_PGID=$(pgrep -f "tritonserver --model-repository=$WORK/repo" | head -1)
 
 PEER=()
 if [ "${BENCH_INFINITY:-0}" = "1" ]; then
@@ -44,11 +45,14 @@ if [ "${BENCH_INFINITY:-0}" = "1" ]; then
   PIDS+=($!)
   for _ in $(seq 1 180); do curl -sf "http://127.0.0.1:$I/models" > /dev/null && break; sleep 1; done
   curl -sf "http://127.0.0.1:$I/models" > /dev/null || { tail -20 "$WORK/infinity.log"; exit 1; }
-  PEER=(--openai-url "http://127.0.0.1:$I" --openai-model "$MODEL_DIR")
+  PEER=(--openai-url "http://127.0.0.1:$I" --openai-model "$MODEL_DIR" --openai-pid "${PIDS[-1]}")
 fi
 
 mkdir -p "$OUT"
-CMD=("$BIN/embtrt" bench --url "127.0.0.1:$G" --model all_minilm_l6_v2 "${PEER[@]}" --ort-repo "$WORK/repo"
+# Each server is paused (SIGSTOP) while the other targets are measured: idle infinity-emb polls at
+# ~65% of a core here, which would otherwise be taken from the server under test.
+CMD=("$BIN/embtrt" bench --url "127.0.0.1:$G" --model all_minilm_l6_v2 --triton-pid=-$TRITON_PGID "${PEER[@]}"
+     --ort-repo "$WORK/repo"
      --concurrency "$CONCURRENCY" --requests "$REQUESTS" --warmup 30 --out "$OUT")
 echo "== ${CMD[*]}"
 "${CMD[@]}"

@@ -300,6 +300,8 @@ def bench(
     model: Optional[list[str]] = typer.Option(None, help="Triton model to benchmark; repeat for several. Default: none."),
     openai_url: Optional[list[str]] = typer.Option(None, help="Base URL of an OpenAI-compatible server; POSTs go to <url>/embeddings (vLLM/TEI: http://host:port/v1; infinity: http://host:port). Repeat with --openai-model. Default: none."),
     openai_model: Optional[list[str]] = typer.Option(None, help="Model name sent to each --openai-url, in the same order. Default: none."),
+    triton_pid: Optional[int] = typer.Option(None, help="Process (or, negative, process group) of the Triton server, paused while other targets are measured. Default: none."),
+    openai_pid: Optional[list[int]] = typer.Option(None, help="Process of each --openai-url server, in order, paused while other targets are measured (an idle server can poll). Default: none."),
     inprocess: bool = typer.Option(True, "--inprocess/--no-inprocess", help="Add sentence-transformers in process as a reference line. Default on."),
     ort_repo: Optional[Path] = typer.Option(None, help="Repository whose ONNX and tokenizer run in process as the ONNX Runtime line (one request at a time, and batches of 32). Default: none."),
     reference: Optional[Path] = typer.Option(None, help="Model folder for token counts and the in-process line. Default: the bundled all-MiniLM-L6-v2."),
@@ -324,11 +326,13 @@ def bench(
     from .verify import Reference
 
     try:
-        targets = [Target(f"triton:{m}", "triton", url, m) for m in (model or [])]
-        ou, om = openai_url or [], openai_model or []
-        if len(ou) != len(om):
-            raise EmbtrtError("invalid openai targets: give one --openai-model per --openai-url")
-        targets += [Target(f"openai:{m}@{u}", "openai", u, m) for u, m in zip(ou, om)]
+        tp = (triton_pid,) if triton_pid else ()
+        targets = [Target(f"triton:{m}", "triton", url, m, tp) for m in (model or [])]
+        ou, om, opid = openai_url or [], openai_model or [], openai_pid or []
+        if len(ou) != len(om) or (opid and len(opid) != len(ou)):
+            raise EmbtrtError("invalid openai targets: give one --openai-model (and --openai-pid, if any) per --openai-url")
+        targets += [Target(f"openai:{m}@{u}", "openai", u, m, (opid[i],) if opid else ())
+                    for i, (u, m) in enumerate(zip(ou, om))]
         ref_dir = reference or default_model_path()
         texts = load_corpus(corpus)
         counts = Reference(ref_dir).token_counts(texts)

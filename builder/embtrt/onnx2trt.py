@@ -316,26 +316,36 @@ def make_calibrator(model_dir: Path, recipe: EngineRecipe) -> "trt.IInt8Calibrat
     return Calibrator()
 
 
-def run_plan(plan: Path, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:  # pragma: no cover - GPU only
-    """Run a plan once on CUDA (torch for device memory)."""
-    import tensorrt as trt
-    import torch
+class PlanRunner:  # pragma: no cover - GPU only
+    """A deserialized plan with one execution context; torch provides the device memory."""
 
-    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-    engine = runtime.deserialize_cuda_engine(plan.read_bytes())
-    ctx = engine.create_execution_context()
-    dev = {n: torch.from_numpy(a).cuda() for n, a in feeds.items()}
-    for n, t in dev.items():
-        ctx.set_input_shape(n, tuple(t.shape))
-        ctx.set_tensor_address(n, int(t.data_ptr()))
-    dims = ctx.get_tensor_shape(output)
-    shape = tuple(int(dims[i]) for i in range(len(dims)))
-    out = torch.empty(shape, dtype=torch.float32, device="cuda")
-    ctx.set_tensor_address(output, int(out.data_ptr()))
-    stream = torch.cuda.Stream()
-    ctx.execute_async_v3(stream.cuda_stream)
-    stream.synchronize()
-    return out.cpu().numpy()
+    def __init__(self, plan: Path) -> None:
+        import tensorrt as trt
+
+        self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self.engine = self.runtime.deserialize_cuda_engine(Path(plan).read_bytes())
+        self.ctx = self.engine.create_execution_context()
+
+    def run(self, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:
+        import torch
+
+        dev = {n: torch.from_numpy(a).cuda() for n, a in feeds.items()}
+        for n, t in dev.items():
+            self.ctx.set_input_shape(n, tuple(t.shape))
+            self.ctx.set_tensor_address(n, int(t.data_ptr()))
+        dims = self.ctx.get_tensor_shape(output)
+        shape = tuple(int(dims[i]) for i in range(len(dims)))
+        out = torch.empty(shape, dtype=torch.float32, device="cuda")
+        self.ctx.set_tensor_address(output, int(out.data_ptr()))
+        stream = torch.cuda.Stream()
+        self.ctx.execute_async_v3(stream.cuda_stream)
+        stream.synchronize()
+        return out.cpu().numpy()
+
+
+def run_plan(plan: Path, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:  # pragma: no cover - GPU only
+    """Run a plan once on CUDA."""
+    return PlanRunner(plan).run(feeds, output)
 
 
 def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print):  # pragma: no cover - GPU only
@@ -352,10 +362,11 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print):  # p
     lo = max([b for b in m["buckets"] if b < recipe.bucket], default=0)
     rows = [i for i, n in enumerate(enc.lengths) if lo < n <= recipe.bucket][:256] or list(range(min(32, len(texts))))
     ort = enc_mod.OrtEncoder(str(model_dir / recipe.onnx))
+    runner = PlanRunner(model_dir / PLAN)
     got, want = [], []
     for s in range(0, len(rows), recipe.max_batch):
         feeds = tok.pad(enc, rows[s:s + recipe.max_batch], recipe.bucket, recipe.input_names)
-        got.append(run_plan(model_dir / PLAN, feeds, m["encoder_output"]))
+        got.append(runner.run(feeds, m["encoder_output"]))
         want.append(ort.run(feeds))
     g, w = np.concatenate(got), np.concatenate(want)
     if g.ndim == 3:  # hidden states: compare the pooled vectors

@@ -90,3 +90,22 @@ def test_bench_counts_errors_and_cli_json(minilm_server, openai_peer, tmp_path):
     assert peer["sent"] == 30 == peer["ok"] + peer["errors"] and peer["errors"] > 0
     assert "HTTP 500" in peer["error_samples"][0]
     assert tri["errors"] == 0 and tri["ok"] == 30
+
+
+def test_other_servers_are_paused_while_one_target_is_measured():
+    from embtrt.bench import _Paused
+
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        state = lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]  # noqa: E731
+        with _Paused([proc.pid]):
+            time.sleep(0.1)
+            assert state() == "T"
+        time.sleep(0.1)
+        assert state() == "S"
+        with _Paused([-proc.pid]):  # the process group
+            time.sleep(0.1)
+            assert state() == "T"
+    finally:
+        proc.kill()
+        proc.wait()
