@@ -6,7 +6,6 @@ place only after every check passed: a failed build leaves nothing half-written.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import shutil
@@ -23,7 +22,7 @@ from . import __version__
 from .check import check_repository
 from .errors import EmbtrtError, ParityError, RepositoryError, SpecError
 from .hf2onnx import export
-from .modelinfo import model_hash
+from .modelinfo import model_hash, sha256_file
 from .parity import GateReport, bucket_label, evaluate
 from .reference import TorchReference
 from .render import model_names, plan_repository, write_repository
@@ -72,14 +71,6 @@ def load_corpus(path: Path | None = None) -> list[str]:
     if len(texts) < 2:
         raise SpecError(f"invalid corpus: {path} holds {len(texts)} texts", "at least 2 texts are needed")
     return texts
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def versions() -> dict[str, str]:

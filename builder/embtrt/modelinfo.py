@@ -131,6 +131,14 @@ def inspect_model(path: Path, trust_remote_code: bool = False) -> ModelInfo:
     )
 
 
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def model_hash(path: Path) -> str:
     """sha256 over config, tokenizer and weight files (name and bytes), in sorted order."""
     h = hashlib.sha256()

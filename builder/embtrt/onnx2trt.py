@@ -12,7 +12,6 @@ size), sequence fixed at the bucket length, so CUDA graphs apply at every batch 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import time
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from .errors import DependencyError, ParityError, SpecError
+from .modelinfo import sha256_file
 
 RECIPE = "embtrt_engine.json"
 PLAN = "1/model.plan"
@@ -103,14 +103,6 @@ class EngineRecipe:
         d = json.loads(Path(path).read_text())
         d["input_names"] = tuple(d["input_names"])
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_recipes(spec, onnx_path: Path, repo: Path, log: Log = print) -> list[Path]:

@@ -246,7 +246,7 @@ def test_onnx2trt_type_checks_against_tensorrt_stubs(tmp_path):
     # and the check has teeth: a misspelt API call is caught
     bad = tmp_path / "bad" / "embtrt"
     bad.mkdir(parents=True)
-    for f in ("__init__.py", "errors.py", "onnx2trt.py"):
+    for f in ("__init__.py", "errors.py", "modelinfo.py", "onnx2trt.py"):
         (bad / f).write_text((ROOT / "builder" / "embtrt" / f).read_text())
     src = (bad / "onnx2trt.py").read_text().replace("config.set_flag(trt.BuilderFlag.FP16)",
                                                     "config.set_flags(trt.BuilderFlag.FP16)")
