@@ -190,7 +190,7 @@ async def _run_one(client, texts: list[str], rows: np.ndarray, concurrency: int,
     return lat, len(errors), errors[:3], time.perf_counter() - t0, n_tok
 
 
-def _inprocess(model_dir: Path, texts: list[str], rows: np.ndarray, per_req: int, requests: int, warmup: int,
+def _inprocess(texts: list[str], rows: np.ndarray, per_req: int, requests: int, warmup: int,
                seed: int, tokens: np.ndarray, st_model=None) -> tuple[list[float], float, int]:
     rng = random.Random(seed)
     plans = [[int(rows[rng.randrange(rows.size)]) for _ in range(per_req)] for _ in range(requests + warmup)]
@@ -314,8 +314,8 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                     if st_model is not None:
                         if progress:
                             progress(f"sentence-transformers in process: bucket {bucket}")
-                        lat, secs, n_tok = _inprocess(inprocess_model, texts, rows, texts_per_request,  # type: ignore[arg-type]
-                                                      min(requests, 200), min(warmup, 10), seed + scenario, token_counts, st_model)
+                        lat, secs, n_tok = _inprocess(texts, rows, texts_per_request, min(requests, 200), min(warmup, 10),
+                                                      seed + scenario, token_counts, st_model)
                         results.append(_result(Target("sentence-transformers (in process)", "inprocess"), bucket, 1,
                                                texts_per_request, len(lat), lat, 0, [], secs, n_tok))
                     if ort_line is not None:

@@ -132,13 +132,8 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
         L = spec.buckets[b]
         key = onnx_by_bucket[L]
         if key not in sessions:
-            if spec.target == "python-torch":
-                from embtrt_backend.torch_encoder import TorchEncoder
-
-                sessions[key] = TorchEncoder(str(spec.model_dir), spec.precision, spec.ort_threads, spec.pooling,
-                                             spec.normalize, spec.fused, spec.trust_remote_code)
-            else:
-                sessions[key] = enc_mod.OrtEncoder(str(key), int(params["intra_op_threads"]))
+            sessions[key] = enc_mod.make_encoder(params, str(key) if key else None, str(spec.model_dir),
+                                                 spec.trust_remote_code)
         feeds = tok.pad(enc, rows, L, spec.input_names)
         res = sessions[key].run(feeds)  # type: ignore[attr-defined]
         if not spec.fused:

@@ -319,7 +319,7 @@ def bench(
     from rich.progress import Progress
     from rich.table import Table
 
-    from .bench import Target, markdown, run_bench, save
+    from .bench import Target, run_bench, save
     from .build import load_corpus
     from .modelinfo import default_model_path
     from .spec import parse_int_list
@@ -362,7 +362,6 @@ def bench(
                       f"{r['tokens_per_s']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}", f"{r['p99_ms']:.1f}",
                       f"{r['max_ms']:.1f}", str(r["errors"]))
     out.print(table)
-    del markdown
 
 
 def main() -> None:

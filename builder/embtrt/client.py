@@ -8,7 +8,6 @@ exponential backoff; a bad request fails at once with the server's message.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from dataclasses import dataclass
@@ -161,6 +160,3 @@ class AsyncEmbeddingClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-
-def identity_json(meta: ModelIdentity) -> str:
-    return json.dumps(meta.identity, sort_keys=True)

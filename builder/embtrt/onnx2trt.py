@@ -335,11 +335,6 @@ class PlanRunner:  # pragma: no cover - GPU only
         return out.cpu().numpy()
 
 
-def run_plan(plan: Path, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:  # pragma: no cover - GPU only
-    """Run a plan once on CUDA."""
-    return PlanRunner(plan).run(feeds, output)
-
-
 def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print):  # pragma: no cover - GPU only
     """The plan vs its ONNX (ONNX Runtime, CPU) on the corpus texts of its bucket."""
     from .build import backend_lib

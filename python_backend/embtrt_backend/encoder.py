@@ -31,14 +31,20 @@ class OrtEncoder:
         return self.session.run([self.output_name], {k: feeds[k] for k in self.input_names})[0]
 
 
-def encoder_from_parameters(folder: str, p: dict[str, str]):
-    """The encoder a Python-backend model runs, from its config parameters."""
-    import os
-
+def make_encoder(p: dict[str, str], onnx_path: str | None, hf_dir: str | None, trust_remote_code: bool = False):
+    """The encoder a Python-backend model runs, from its config parameters (the build's
+    parity gate calls this too, so it checks exactly what is served)."""
     threads = int(p.get("intra_op_threads", "0"))
     if p.get("runtime", "onnxruntime") == "torch":
         from .torch_encoder import TorchEncoder
 
-        return TorchEncoder(os.path.join(folder, "hf"), p["precision"], threads, p["pooling"],
-                            p["normalize"] == "true", p["pooler"] == "fused")
-    return OrtEncoder(os.path.join(folder, "model.onnx"), threads, spinning=p.get("ort_spinning") == "true")
+        return TorchEncoder(str(hf_dir), p["precision"], threads, p["pooling"], p["normalize"] == "true",
+                            p["pooler"] == "fused", trust_remote_code)
+    return OrtEncoder(str(onnx_path), threads, spinning=p.get("ort_spinning") == "true")
+
+
+def encoder_from_parameters(folder: str, p: dict[str, str]):
+    """A model folder's encoder: 1/model.onnx or 1/hf/, as the parameters say."""
+    import os
+
+    return make_encoder(p, os.path.join(folder, "model.onnx"), os.path.join(folder, "hf"))
