@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __version__
 from .check import check_repository
-from .errors import EmbtrtError, ParityError, RepositoryError, SpecError
+from .errors import DependencyError, EmbtrtError, ParityError, RepositoryError, SpecError
 from .hf2onnx import export
 from .modelinfo import model_hash, sha256_file
 from .parity import GateReport, bucket_label, evaluate
@@ -75,9 +75,16 @@ def load_corpus(path: Path | None = None) -> list[str]:
 
 def versions() -> dict[str, str]:
     out = {"embtrt": __version__, "python": platform.python_version()}
-    for mod in ("torch", "transformers", "onnx", "onnxruntime", "tokenizers", "tritonclient", "numpy"):
+    for mod in ("torch", "transformers", "onnx", "onnxruntime", "openvino", "tokenizers", "tritonclient", "numpy"):
         try:
-            out[mod] = __import__(mod).__version__
+            out[mod] = str(__import__(mod).__version__)
+        except AttributeError:  # e.g. tritonclient has no __version__: ask the installed distribution
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                out[mod] = version(mod)
+            except PackageNotFoundError:
+                out[mod] = "unknown"
         except Exception:  # a missing optional library is recorded as absent
             out[mod] = "absent"
     return out
@@ -142,6 +149,70 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
     return out, labels
 
 
+def overhead_from_timings(samples: list[tuple[int, int, float]]) -> tuple[float, float, int]:
+    """Fit seconds = fixed + per_token * rows * length over (rows, length, seconds) samples;
+    return (fixed s, per-token s, fixed cost in tokens) — the run overhead the front door's
+    chunking weighs against padding. Clipped to 0 .. 4096 tokens."""
+    x = np.array([[1.0, r * n] for r, n, _ in samples])
+    y = np.array([t for *_, t in samples])
+    (fixed, per_token), *_ = np.linalg.lstsq(x, y, rcond=None)
+    if per_token <= 0:
+        return float(fixed), float(per_token), 4096
+    return float(fixed), float(per_token), int(np.clip(round(fixed / per_token), 0, 4096))
+
+
+def measure_run_overhead(encoder, input_names: tuple[str, ...], ids: list[int], reps: int = 5,
+                         shapes: tuple[tuple[int, int], ...] = ((1, 16), (16, 16), (1, 32), (8, 32), (16, 32))
+                         ) -> tuple[float, float, int]:
+    """Time the built encoder on a few (rows, length) shapes of real token ids (median of
+    `reps` runs each) and fit the fixed cost of one run against the cost of one token."""
+    samples = []
+    for rows, length in shapes:
+        seq = (ids * (length // max(1, len(ids)) + 1))[:length]
+        feeds = {"input_ids": np.tile(np.asarray(seq, dtype=np.int64), (rows, 1)),
+                 "attention_mask": np.ones((rows, length), dtype=np.int64)}
+        if "token_type_ids" in input_names:
+            feeds["token_type_ids"] = np.zeros((rows, length), dtype=np.int64)
+        encoder.run(feeds)  # warm this shape
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            encoder.run(feeds)
+            times.append(time.perf_counter() - t0)
+        samples.append((rows, length, float(np.median(times))))
+    return overhead_from_timings(samples)
+
+
+def require_openvino(precision: str, log: Log) -> None:
+    """The python-openvino target needs the openvino package here (the parity gate runs it)
+    and in the serving environment; bf16 needs a CPU that OpenVINO can run bf16 on."""
+    try:
+        import openvino as ov
+    except ImportError as exc:
+        raise DependencyError(f"--target python-openvino needs the openvino package ({exc})",
+                              "pip install 'embtrt[openvino]' (or make install)") from None
+    caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    if precision == "bf16" and "BF16" not in caps:
+        raise DependencyError("--precision bf16: OpenVINO reports no bf16 support on this CPU "
+                              f"(capabilities: {', '.join(caps)})",
+                              "bf16 needs AVX-512 bf16 or AMX (Xeon Sapphire Rapids or newer); use --precision fp32")
+    log(f"OpenVINO {ov.__version__.split('-')[0]}, CPU capabilities: {', '.join(caps)}")
+
+
+def _calibrate_chunking(spec: BuildSpec, onnx: Path | None, output_name: str, tok_json: Path, pad_id: int,
+                        texts: list[str], log: Log) -> int:
+    from .render import runtime_params
+
+    text_mod, enc_mod = backend_lib()
+    encoder = enc_mod.make_encoder(dict(runtime_params(spec, output_name)), str(onnx) if onnx else None,
+                                   str(spec.model_dir), spec.trust_remote_code)
+    ids = text_mod.TextTokenizer(str(tok_json), spec.max_seq_length, pad_id).encode(texts[:1]).ids[0]
+    fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
+    log(f"encoder run cost measured here: {fixed * 1e3:.2f} ms per run + {per_token * 1e6:.1f} us per token "
+        f"-> run overhead {tokens} tokens (front-door chunking; --run-overhead-tokens overrides)")
+    return tokens
+
+
 def quantize_int8(src: Path, dst: Path) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -160,6 +231,10 @@ def identity(spec: BuildSpec, model_sha: str) -> dict[str, str]:
         import torch
 
         profile = f"python-torch:cpu:{spec.precision}:torch-{torch.__version__}"
+    elif spec.target == "python-openvino":
+        import openvino
+
+        profile = f"python-openvino:cpu:{spec.precision}:openvino-{openvino.__version__.split('-')[0]}"
     else:
         profile = f"python-ort:cpu:{spec.precision}:onnxruntime-{onnxruntime.__version__}"
     return {
@@ -184,10 +259,13 @@ def rebuild_command(spec: BuildSpec) -> str:
              "--buckets", ",".join(map(str, spec.buckets)), "--max-seq-length", str(spec.max_seq_length),
              "--max-batch-size", str(spec.max_batch_size), "--max-queue-delay-us", str(spec.max_queue_delay_us),
              "--preferred-batch-sizes", ",".join(map(str, spec.preferred_batch_sizes)),
-             "--instances", str(spec.instances), "--precision", spec.precision, "--pooler", spec.pooler,
+             "--instances", str(spec.instances), "--front-door-instances", str(spec.front_instances),
+             "--precision", spec.precision, "--pooler", spec.pooler,
              "--overflow", spec.overflow, "--max-queue-size", str(spec.max_queue_size),
              "--queue-timeout-us", str(spec.queue_timeout_us), "--ort-threads", str(spec.ort_threads),
              "--router-encoder", spec.router_mode]
+    if spec.run_overhead_tokens is not None:
+        parts += ["--run-overhead-tokens", str(spec.run_overhead_tokens)]
     if spec.target == "tensorrt":
         parts += ["--builder-opt-level", str(spec.builder_opt_level)] + (["--fp32-layers"] if spec.fp32_layers else [])
     if spec.target == "onnxruntime":
@@ -242,6 +320,8 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     log(f"[1/{steps}] reading {spec.model_dir} (target {spec.target}, pooling {spec.pooling}, "
         f"normalize {spec.normalize}, buckets {','.join(map(str, spec.buckets))})")
     msha = model_hash(spec.model_dir)
+    if spec.target == "python-openvino":
+        require_openvino(spec.precision, log)
 
     art = None
     output_name = "embedding" if spec.fused else "last_hidden_state"
@@ -275,13 +355,17 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         log(line)
     if not report.passed:
         hint = {"int8": "int8 dynamic quantization changes MiniLM-class vectors far beyond the gate; use --precision "
-                        "fp32, or bf16 with --target python-torch on a CPU with AMX/AVX-512 bf16",
+                        "fp32, or bf16 with --target python-openvino (or python-torch) on a CPU with AMX/AVX-512 bf16",
                 "bf16": "bf16 loses too much for this model; use --precision fp32"}.get(
                     spec.precision, "check --pooling and --normalize against the model card")
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} encoders fail the quality gate: "
                               + "; ".join(report.failures()), hint + " (or pass --allow-mismatch to keep it)")
         log("[x] gate failed; kept because --allow-mismatch was given")
+
+    if spec.run_overhead_tokens is None and spec.target != "tensorrt":
+        spec = spec.with_(run_overhead_tokens=_calibrate_chunking(spec, encoder_onnx, output_name, tok_json, pad_id,
+                                                                  texts, log))
 
     log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
     ident = identity(spec, msha)

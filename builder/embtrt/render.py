@@ -104,9 +104,17 @@ def encoder_files(spec: BuildSpec, onnx_path: Path | None) -> dict[str, Path]:
     return {"1/model.onnx": onnx_path}
 
 
+# Chunking cost of one extra encoder run when none was measured (in tokens of compute).
+DEFAULT_RUN_OVERHEAD = 32
+
+# The engine a Python-backend encoder runs, per target ("runtime" parameter of the model).
+RUNTIMES = {"python-ort": "onnxruntime", "python-openvino": "openvino", "python-torch": "torch"}
+RUNTIME_LABELS = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO", "torch": "PyTorch"}
+
+
 def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]]:
     """What a Python-backend encoder (or a local front door) needs to run the encoder."""
-    return [("runtime", "torch" if spec.target == "python-torch" else "onnxruntime"), ("precision", spec.precision),
+    return [("runtime", RUNTIMES.get(spec.target, "onnxruntime")), ("precision", spec.precision),
             ("encoder_output", encoder_output), ("intra_op_threads", str(spec.ort_threads)),
             ("ort_spinning", str(spec.ort_spinning).lower()), ("pooler", spec.pooler), ("pooling", spec.pooling),
             ("normalize", str(spec.normalize).lower()), ("input_names", ",".join(spec.input_names))]
@@ -131,7 +139,8 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         ("encoder_models", ",".join(names["encoder"][b] for b in spec.buckets)),
         ("encoder_max_batch_size", str(spec.max_batch_size)),
         ("pad_to_bucket", str(spec.target in GPU_TARGETS).lower()),
-        ("encoder_mode", spec.router_mode), ("run_overhead_tokens", "8"),
+        ("encoder_mode", spec.router_mode),
+        ("run_overhead_tokens", str(spec.run_overhead_tokens if spec.run_overhead_tokens is not None else DEFAULT_RUN_OVERHEAD)),
     ]
     front_files = {"1/tokenizer.json": tokenizer_json}
     if spec.router_mode == "local":
@@ -139,7 +148,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
     plans.append(ModelPlan(
         name=spec.name, template="router.pbtxt.j2", kind="front door",
         context={**common, "name": spec.name, "inputs": text_in, "outputs": emb_out,
-                 "batching": _batching(spec), "group": _group(spec.instances, False),
+                 "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(front_params) + idp},
         files=front_files, backend_code="router",
     ))
@@ -206,9 +215,9 @@ def _warmup(spec: BuildSpec, bucket: int, batch_sizes: list[int]) -> list[dict]:
 
 def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, plan_paths, common, idp) -> ModelPlan:
     ctx = {**common, "name": name, "bucket": b, "precision": spec.precision, "inputs": inputs, "outputs": outputs}
-    if spec.target in ("python-ort", "python-torch"):
+    if spec.target in RUNTIMES:
         ctx.update(batching=_batching(spec), group=_group(spec.instances, False),
-                   runtime="PyTorch" if spec.target == "python-torch" else "ONNX Runtime",
+                   runtime=RUNTIME_LABELS[RUNTIMES[spec.target]],
                    params=sorted(runtime_params(spec, encoder_output)) + idp,
                    warmup=_warmup(spec, b, sorted({1, spec.max_batch_size})))
         return ModelPlan(name, "encoder_python.pbtxt.j2", ctx, files=encoder_files(spec, onnx_paths[b]),

@@ -162,3 +162,66 @@ def test_fixed_shape_plans_fill_chunks_to_max_batch():
     lengths = np.array([2, 3, 30, 31, 5, 6, 7, 8, 9, 10])
     chunks = plan(lengths, (32,), max_batch=4, pad_to_bucket=True)
     assert sorted(len(r) for _, r in chunks) == [2, 4, 4]
+
+
+def test_balanced_parts_minimise_the_largest_padded_part():
+    from itertools import combinations
+
+    from embtrt_backend.encoder import balanced_parts
+
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        n = int(rng.integers(1, 9))
+        lengths = np.sort(rng.integers(1, 40, n)) if rng.random() < 0.7 else rng.integers(1, 40, n)
+        parts = int(rng.integers(1, 4))
+        got = balanced_parts(lengths, parts)
+        assert got[0][0] == 0 and got[-1][1] == n and len(got) <= parts
+        assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(got, got[1:]))
+
+        def worst(bounds, lengths=lengths):
+            return max((e - s) * int(lengths[s:e].max()) for s, e in bounds)
+
+        best = min(worst(list(zip((0,) + cuts, cuts + (n,))))
+                   for k in range(min(parts, n)) for cuts in combinations(range(1, n), k))
+        assert worst(got) == best  # exhaustive check
+    assert balanced_parts(np.array([], dtype=np.int64), 2) == []
+
+
+def test_trim_padding_drops_only_all_padding_columns():
+    from embtrt_backend.encoder import trim_padding
+
+    right = {"input_ids": np.array([[5, 6, 0, 0, 0], [7, 0, 0, 0, 0]]),
+             "attention_mask": np.array([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])}
+    out = trim_padding(right)
+    assert out["input_ids"].tolist() == [[5, 6], [7, 0]] and out["attention_mask"].tolist() == [[1, 1], [1, 0]]
+    left = {"input_ids": np.array([[0, 0, 5, 6], [0, 0, 0, 7]]), "attention_mask": np.array([[0, 0, 1, 1], [0, 0, 0, 1]])}
+    assert trim_padding(left)["input_ids"].tolist() == [[5, 6], [0, 7]]
+    full = {"input_ids": np.ones((2, 3), dtype=np.int64), "attention_mask": np.ones((2, 3), dtype=np.int64)}
+    assert trim_padding(full) is full
+
+
+def test_openvino_encoder_equals_onnx_runtime_and_its_row_split_is_exact(tiny_repos, corpus):
+    """The real OpenVINO CPU plugin on a tiny BERT export: fp32 equals ONNX Runtime, and a batch cut
+    across two streams (each slice re-padded to its own longest row) equals one whole-batch run."""
+    pytest.importorskip("openvino")
+    from embtrt_backend.encoder import OpenVinoEncoder, OrtEncoder
+
+    repo = tiny_repos["bert-cls"]
+    onnx = str(repo / "bert_cls" / "1" / "model.onnx")
+    tok = TextTokenizer(str(repo / "bert_cls" / "1" / "tokenizer.json"), 64, 0)
+    texts = sorted(corpus[:24], key=len)
+    enc = tok.encode(texts)
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    feeds = tok.pad(enc, list(range(len(texts))), int(enc.lengths.max()), names)
+    ref = OrtEncoder(onnx).run(feeds)
+    two = OpenVinoEncoder(onnx, "fp32", intra_threads=2)
+    one = OpenVinoEncoder(onnx, "fp32", intra_threads=1)
+    assert two.streams == 2 and one.streams == 1
+    a, b = two.run(feeds), one.run(feeds)
+    assert a.shape == ref.shape == b.shape
+    assert np.abs(a - ref).max() < 1e-4 and np.abs(b - ref).max() < 1e-4
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    single = two.run({k: v[:1] for k, v in feeds.items()})  # one row: one stream
+    np.testing.assert_allclose(single[0], ref[0], atol=1e-4)
+    with pytest.raises(ValueError, match="fp32 or bf16"):
+        OpenVinoEncoder(onnx, "int8")

@@ -81,3 +81,38 @@ def test_wrong_pooling_is_caught_against_sentence_transformers(minilm_path, corp
     cls = TorchReference(minilm_path, "cls", True, 256, ("input_ids", "attention_mask", "token_type_ids")).embed(texts)
     assert cosine_rows(st, mean).min() > 0.99999
     assert np.median(cosine_rows(st, cls)) < 0.99
+
+
+def test_run_overhead_fit_recovers_a_linear_cost_model():
+    from embtrt.build import overhead_from_timings
+
+    fixed, per_token = 2e-3, 20e-6
+    samples = [(r, n, fixed + per_token * r * n) for r, n in ((1, 16), (16, 16), (1, 32), (8, 32), (16, 32))]
+    f, p, tokens = overhead_from_timings(samples)
+    assert abs(f - fixed) < 1e-9 and abs(p - per_token) < 1e-12 and tokens == 100
+    assert overhead_from_timings([(1, 16, 1.0), (16, 16, 0.5)])[2] == 4096  # nonsense timings: one chunk
+
+
+def test_python_openvino_needs_openvino_and_bf16_on_the_cpu(monkeypatch):
+    """The refusals a user sees where OpenVINO is missing or the CPU has no bf16 (neither can
+    happen on this machine, so the import and the capability query are replaced)."""
+    import sys
+    import types
+
+    from embtrt.build import require_openvino
+    from embtrt.errors import DependencyError
+
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    with pytest.raises(DependencyError, match="needs the openvino package") as ei:
+        require_openvino("fp32", lambda m: None)
+    assert "embtrt[openvino]" in ei.value.hint
+
+    class Core:
+        def get_property(self, device, name):
+            return ["FP32", "INT8"]
+
+    monkeypatch.setitem(sys.modules, "openvino", types.SimpleNamespace(Core=Core, __version__="2026.4.1-x"))
+    with pytest.raises(DependencyError, match="no bf16 support") as ei:
+        require_openvino("bf16", lambda m: None)
+    assert "--precision fp32" in ei.value.hint
+    require_openvino("fp32", lambda m: None)  # fp32 runs anywhere

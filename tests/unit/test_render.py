@@ -42,6 +42,7 @@ def _repo(tmp_path: Path, spec: BuildSpec, with_plans: bool = False) -> Path:
 
 VARIANTS = [
     dict(target="python-ort"),
+    dict(target="python-openvino", precision="bf16"),
     dict(target="python-ort", pooler="python"),
     dict(target="python-ort", overflow="reject", max_queue_size=0, queue_timeout_us=0),
     dict(target="onnxruntime"),
@@ -68,11 +69,28 @@ def test_every_rendered_config_parses_with_the_triton_proto(tmp_path, variant):
         if cfg.platform != "ensemble":
             db = cfg.dynamic_batching
             assert cfg.HasField("dynamic_batching") and db.max_queue_delay_microseconds == 2000
-            assert cfg.instance_group[0].count == 1
+            # The front door runs the encoder itself for python-* targets: two instances (auto).
+            front_local = d.name == "emb" and spec.router_mode == "local"
+            assert cfg.instance_group[0].count == (2 if front_local else 1)
             if spec.max_queue_size:
                 assert db.default_queue_policy.max_queue_size == 256
     rep = check_repository(repo)
     assert rep.passed, rep.failures()
+
+
+def test_front_door_instances_auto_and_override(tmp_path):
+    def count(spec, name="emb"):
+        where = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
+        where.mkdir()
+        repo = _repo(where, spec)
+        return text_format.Parse((repo / name / "config.pbtxt").read_text(), mc.ModelConfig()).instance_group[0].count
+
+    assert count(_spec(target="python-ort")) == 2
+    assert count(_spec(target="python-ort", router_encoder="bls")) == 1
+    assert count(_spec(target="onnxruntime")) == 1
+    assert count(_spec(target="python-ort", front_door_instances=1)) == 1
+    assert count(_spec(target="python-ort", front_door_instances=3)) == 3
+    assert count(_spec(target="python-ort", front_door_instances=3), "emb_16_encoder") == 1
 
 
 def test_front_door_contract(tmp_path):

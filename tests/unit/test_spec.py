@@ -91,3 +91,20 @@ def test_tiny_models_get_their_family_defaults(tiny_models):
     assert (x.pooling, x.normalize, x.input_names) == ("mean", True, ("input_ids", "attention_mask"))
     q = spec_from_options(tiny_models["qwen3-last"], Path("/tmp/x"))
     assert (q.pooling, q.is_decoder, q.max_seq_length) == ("last-token", True, 96)
+
+
+def test_python_openvino_precisions_and_front_door_instances(tmp_path):
+    from embtrt.spec import BuildSpec
+
+    base = dict(model_dir=tmp_path, out=tmp_path / "o", name="m")
+    assert BuildSpec(**base, target="python-openvino", precision="bf16").router_mode == "local"
+    with pytest.raises(SpecError, match="precision"):
+        BuildSpec(**base, target="python-openvino", precision="int8")
+    with pytest.raises(SpecError, match="front_door_instances"):
+        BuildSpec(**base, front_door_instances=0)
+    with pytest.raises(SpecError, match="run_overhead_tokens"):
+        BuildSpec(**base, run_overhead_tokens=-1)
+    assert BuildSpec(**base).front_instances == 2
+    assert BuildSpec(**base, instances=3).front_instances == 3
+    assert BuildSpec(**base, front_door_instances=1).front_instances == 1
+    assert BuildSpec(**base, target="onnxruntime").front_instances == 1

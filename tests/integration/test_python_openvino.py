@@ -1,0 +1,45 @@
+"""The python-openvino target: bf16 on AMX passes the quality gate, serves the reference's vectors
+through a two-instance front door, and passes `embtrt verify`."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import start_server
+from embtrt.build import build
+from embtrt.client import EmbeddingClient
+from embtrt.parity import cosine_rows
+from embtrt.reference import st_embed
+from embtrt.spec import Gate, spec_from_options
+from embtrt.verify import Reference, verify
+
+pytestmark = pytest.mark.integration
+ov = pytest.importorskip("openvino")
+
+
+def test_bf16_build_serves_equal_vectors_and_passes_verify(tmp_path, minilm_path, corpus):
+    caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    precision = "bf16" if "BF16" in caps else "fp32"
+    repo = tmp_path / "repo"
+    lines: list[str] = []
+    res = build(spec_from_options(None, repo, target="python-openvino", precision=precision), log=lines.append)
+    m = res.manifest
+    assert m["parity"]["passed"]
+    assert all(b["p50"] >= 0.9999 and b["p01"] >= 0.999 for b in m["parity"]["buckets"].values())
+    assert m["identity"]["embtrt.backend_profile"].startswith(f"python-openvino:cpu:{precision}:openvino-")
+    assert m["spec"]["run_overhead_tokens"] >= 0 and any("run overhead" in x for x in lines)
+    front = (repo / "all_minilm_l6_v2" / "config.pbtxt").read_text()
+    assert "count: 2" in front and '"openvino"' in front
+    assert f"--run-overhead-tokens {m['spec']['run_overhead_tokens']}" in m["rebuild"]
+    texts = corpus[:150]
+    with start_server(repo, tmp_path) as srv:
+        with EmbeddingClient(srv.grpc_url, "all_minilm_l6_v2") as c:
+            got = c.embed(texts)
+            one = c.embed(texts[:1])
+        cos = cosine_rows(st_embed(minilm_path, texts), got)
+        assert np.percentile(cos, 50) >= 0.9999 and cos.min() >= 0.999
+        assert cosine_rows(one, got[:1])[0] >= 0.99999  # alone or in a batch: the same vector
+        report = verify(srv.grpc_url, "all_minilm_l6_v2", Reference(minilm_path), corpus, Gate(), log=lambda m: None)
+    assert report.passed, report.gate.failures()
+    assert json.loads((repo / "embtrt.json").read_text())["rebuild"].count("--target python-openvino") == 1
