@@ -5,7 +5,8 @@
 #   BENCH_INFINITY=1 make bench     # ... and an infinity-emb server, installed into benchmarks/.venv-infinity
 #
 # Environment: OUT (results folder), CONCURRENCY (default 1,8,32,64), REQUESTS (default 300),
-# DELAY (max_queue_delay_us of the build, default 0), EXTRA_BUILD (more `embtrt build` options).
+# DELAY (max_queue_delay_us of the build, default 0), EXTRA_BUILD (more `embtrt build` options),
+# ONLY (bucket labels to run, e.g. '<=32,mixed'; default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
@@ -21,14 +22,34 @@ trap cleanup EXIT
 port() { "$BIN/python" -c "from embtrt.serve import free_port; print(free_port())"; }
 MODEL_DIR=$("$BIN/python" -c "from embtrt.modelinfo import default_model_path; print(default_model_path())")
 
-echo "== building the default repository (max_queue_delay_us=$DELAY) into $WORK/repo"
-"$BIN/embtrt" build --out "$WORK/repo" --max-queue-delay-us "$DELAY" ${EXTRA_BUILD:-} > "$WORK/build.log"
-G=$(port); H=$(port); M=$(port)
-"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$G" --http-port "$H" --metrics-port "$M" --probe-interval 0 > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" > /dev/null 2>&1 && break; sleep 1; done
-"$BIN/embtrt" probe --url "127.0.0.1:$G"
-TRITON_PGID=$(pgrep -f "tritonserver --model-repository=$WORK/repo" | head -1)
+# serve_repo NAME [build options...]: build a repository of the default model named NAME, serve it
+# on free ports; sets G_<NAME> (gRPC port) and P_<NAME> (tritonserver process group).
+serve_repo() {
+  local name=$1; shift
+  echo "== building $name ($*, max_queue_delay_us=$DELAY) into $WORK/$name"
+  "$BIN/embtrt" build --out "$WORK/$name" --name "$name" --max-queue-delay-us "$DELAY" "$@" > "$WORK/build-$name.log"
+  local g h m
+  g=$(port); h=$(port); m=$(port)
+  "$BIN/embtrt" serve "$WORK/$name" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --probe-interval 0 > "$WORK/serve-$name.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model "$name" > /dev/null 2>&1 && break; sleep 1; done
+  "$BIN/embtrt" probe --url "127.0.0.1:$g" --model "$name"
+  printf -v "G_$name" '%s' "$g"
+  printf -v "P_$name" '%s' "$(pgrep -f "tritonserver --model-repository=$WORK/$name" | head -1)"
+}
+
+# The exact variant (python-ort fp32) and the fast one that passes the same gate
+# (python-openvino bf16, where OpenVINO reports bf16 on this CPU).
+serve_repo all_minilm_l6_v2 --target python-ort --precision fp32 ${EXTRA_BUILD:-}
+TRITON=(--model "all_minilm_l6_v2@127.0.0.1:$G_all_minilm_l6_v2" --triton-pid=-"$P_all_minilm_l6_v2")
+INPROC=(--ort-repo "$WORK/all_minilm_l6_v2")
+if "$BIN/python" -c "import openvino as ov, sys; sys.exit('BF16' not in ov.Core().get_property('CPU', 'OPTIMIZATION_CAPABILITIES'))" 2>/dev/null; then
+  serve_repo all_minilm_l6_v2_bf16 --target python-openvino --precision bf16 ${EXTRA_BUILD:-}
+  TRITON+=(--model "all_minilm_l6_v2_bf16@127.0.0.1:$G_all_minilm_l6_v2_bf16" --triton-pid=-"$P_all_minilm_l6_v2_bf16")
+  INPROC+=(--engine-repo "$WORK/all_minilm_l6_v2_bf16")
+else
+  echo "== no bf16 variant: OpenVINO is missing or reports no bf16 on this CPU"
+fi
 
 PEER=()
 if [ "${BENCH_INFINITY:-0}" = "1" ]; then
@@ -51,9 +72,8 @@ fi
 mkdir -p "$OUT"
 # Each server is paused (SIGSTOP) while the other targets are measured: idle infinity-emb polls at
 # ~65% of a core here, which would otherwise be taken from the server under test.
-CMD=("$BIN/embtrt" bench --url "127.0.0.1:$G" --model all_minilm_l6_v2 --triton-pid=-$TRITON_PGID "${PEER[@]}"
-     --ort-repo "$WORK/repo"
-     --concurrency "$CONCURRENCY" --requests "$REQUESTS" --warmup 30 --out "$OUT")
+CMD=("$BIN/embtrt" bench "${TRITON[@]}" "${PEER[@]}" "${INPROC[@]}"
+     --concurrency "$CONCURRENCY" --requests "$REQUESTS" --warmup 30 --out "$OUT" ${ONLY:+--only "$ONLY"})
 echo "== ${CMD[*]}"
 "${CMD[@]}"
 {
@@ -64,6 +84,9 @@ echo "== ${CMD[*]}"
   echo "memory: $(free -g | awk '/Mem:/{print $2}') GiB"
   echo "load generator: the same machine (one Python asyncio process), sharing its cores with the servers"
   "$BIN/python" -c "import embtrt.build as b, json; print('versions:', json.dumps(b.versions()))"
-  grep -E '^\[ok\]|^\[x\]' "$WORK/build.log" | grep -E "bucket|top-10|recall" | sed 's/^/build gate: /'
+  for f in "$WORK"/build-*.log; do
+    n=$(basename "$f" .log); n=${n#build-}
+    grep -E '^\[ok\]|^\[x\]|run overhead' "$f" | grep -E "bucket|top-10|recall|overhead" | sed "s/^/build gate ($n): /"
+  done
 } > "$OUT/machine.txt"
 echo "== results in $OUT"

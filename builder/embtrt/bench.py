@@ -208,13 +208,16 @@ def _inprocess(texts: list[str], rows: np.ndarray, per_req: int, requests: int, 
 
 
 class OrtInProcess:
-    """ONNX Runtime in process on a repository's own ONNX and tokenizer: the hardware line.
+    """A repository's encoder in process, on its own ONNX and tokenizer: the hardware line.
 
     Same tokenizer, same graph and same texts as the served model: one request at a time
-    (latency), and length-sorted batches of 32 texts (throughput)."""
+    (latency), and length-sorted batches of 32 texts (throughput). `runtime=None` runs ONNX
+    Runtime fp32 (spinning threads, its fastest single-text setting); `runtime="repo"` runs the
+    repository's own encoder exactly as its front door is configured (e.g. OpenVINO bf16)."""
 
-    def __init__(self, repo: Path, threads: int = 0) -> None:
+    def __init__(self, repo: Path, threads: int = 0, runtime: str | None = None) -> None:
         from .build import backend_lib
+        from .check import parse_config
 
         text_mod, enc_mod = backend_lib()
         m = json.loads((Path(repo) / "embtrt.json").read_text())
@@ -222,9 +225,16 @@ class OrtInProcess:
         onnx = front / "model.onnx" if (front / "model.onnx").is_file() else \
             Path(repo) / m["models"]["encoders"][-1] / "1" / "model.onnx"
         self.tok = text_mod.TextTokenizer(str(front / "tokenizer.json"), int(m["max_seq_length"]), int(m["pad_id"]))
-        self.enc = enc_mod.OrtEncoder(str(onnx), threads, spinning=True)
         self.names = tuple(m["input_names"])
         self.pooled = m["pooler"] == "fused"
+        if runtime == "repo":
+            cfg = parse_config(Path(repo) / m["name"] / "config.pbtxt")
+            params = {k: v.string_value for k, v in cfg.parameters.items()}
+            self.enc = enc_mod.encoder_from_parameters(str(front), params)
+            self.label = f"{params.get('runtime', 'onnxruntime')} {params.get('precision', 'fp32')}"
+        else:
+            self.enc = enc_mod.OrtEncoder(str(onnx), threads, spinning=True)
+            self.label = "onnxruntime"
 
     def embed(self, texts: list[str]) -> None:
         e = self.tok.encode(texts)
@@ -281,9 +291,10 @@ def _triton_delta(before: dict, after: dict, model: str) -> dict:
 
 def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray, *, buckets: tuple[int, ...],
               concurrency: tuple[int, ...], texts_per_request: int = 1, requests: int = 200, warmup: int = 20,
-              inprocess_model: Path | None = None, ort_repo: Path | None = None, seed: int = 0, only_buckets: tuple[str, ...] | None = None,
+              inprocess_model: Path | None = None, ort_repo: Path | None = None, engine_repos: tuple[Path, ...] = (),
+              seed: int = 0, only_buckets: tuple[str, ...] | None = None,
               progress: Callable[[str], None] | None = None) -> dict:
-    if not targets and inprocess_model is None and ort_repo is None:
+    if not targets and inprocess_model is None and ort_repo is None and not engine_repos:
         raise SpecError("invalid targets: none given", "pass --url/--model, --openai-url/--openai-model or --inprocess")
     if requests < 1 or texts_per_request < 1 or any(c < 1 for c in concurrency):
         raise SpecError("invalid scenario: requests, texts per request and concurrency must be >= 1")
@@ -296,7 +307,8 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
         from sentence_transformers import SentenceTransformer
 
         st_model = SentenceTransformer(str(inprocess_model), device="cpu")
-    ort_line = OrtInProcess(ort_repo) if ort_repo is not None else None
+    lines = ([OrtInProcess(ort_repo)] if ort_repo is not None else []) + \
+        [OrtInProcess(r, runtime="repo") for r in engine_repos]
     scenario = 0
     for bucket, rows in groups.items():
         for conc in concurrency:
@@ -305,7 +317,7 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
             for t in order:
                 if progress:
                     progress(f"{t.name}: bucket {bucket}, concurrency {conc}")
-                others = [p for o in targets if o is not t for p in o.pids]
+                others = sorted({p for o in targets if o is not t for p in o.pids} - set(t.pids))  # never its own server
                 with _Paused(others):
                     results.append(asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
                                                          seed + scenario, token_counts, bucket)))
@@ -318,15 +330,15 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                                                       seed + scenario, token_counts, st_model)
                         results.append(_result(Target("sentence-transformers (in process)", "inprocess"), bucket, 1,
                                                texts_per_request, len(lat), lat, 0, [], secs, n_tok))
-                    if ort_line is not None:
+                    for line in lines:
                         if progress:
-                            progress(f"onnxruntime in process: bucket {bucket}")
+                            progress(f"{line.label} in process: bucket {bucket}")
                         (lat, secs, n_tok), (blat, bsecs, btok) = _ort_inprocess(
-                            ort_line, texts, rows, texts_per_request, min(requests, 300), min(warmup, 20), seed + scenario,
+                            line, texts, rows, texts_per_request, min(requests, 300), min(warmup, 20), seed + scenario,
                             token_counts)
-                        results.append(_result(Target("onnxruntime (in process)", "inprocess"), bucket, 1, texts_per_request,
+                        results.append(_result(Target(f"{line.label} (in process)", "inprocess"), bucket, 1, texts_per_request,
                                                len(lat), lat, 0, [], secs, n_tok))
-                        r = _result(Target("onnxruntime (in process, batches of 32)", "inprocess"), bucket, 1, 32,
+                        r = _result(Target(f"{line.label} (in process, batches of 32)", "inprocess"), bucket, 1, 32,
                                     len(blat), blat, 0, [], bsecs, btok)
                         r.texts_per_s = len(lat) * texts_per_request / max(bsecs, 1e-9)
                         results.append(r)

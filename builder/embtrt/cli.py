@@ -35,7 +35,7 @@ def build(
     model_dir: Optional[Path] = typer.Argument(None, help="Hugging Face / sentence-transformers model folder. Default: the bundled all-MiniLM-L6-v2."),
     out_dir: Path = typer.Option(..., "--out", help="Repository folder to write (required)."),
     name: Optional[str] = typer.Option(None, help="Front-door model name. Default: derived from the folder, sanitized ([A-Za-z0-9_-])."),
-    target: str = typer.Option("auto", help="auto | python-ort | onnxruntime | tensorrt. Default auto: tensorrt when CUDA and TensorRT import, else python-ort."),
+    target: str = typer.Option("auto", help="auto | python-ort | python-openvino | python-torch | onnxruntime | tensorrt. Default auto: tensorrt when CUDA and TensorRT import, else python-ort. python-openvino (bf16 on AMX) is the fastest CPU target that passes the gate."),
     buckets: Optional[str] = typer.Option(None, help="Input-length buckets in tokens, e.g. 32,128,256. Default: 32,128,512,... below the max sequence length, then the max."),
     max_seq_length: Optional[int] = typer.Option(None, help="Max tokens per text. Default: the reference's (sentence_bert_config.json), e.g. 256 for MiniLM."),
     pooling: str = typer.Option("auto", help="auto | cls | mean | last-token. Default auto: from 1_Pooling/config.json; cls for encoders, last-token for decoders without one."),
@@ -45,12 +45,13 @@ def build(
     max_queue_delay_us: int = typer.Option(2000, help="Dynamic batching max_queue_delay_microseconds. Default 2000."),
     preferred_batch_sizes: Optional[str] = typer.Option(None, help="Dynamic batching preferred_batch_size list, e.g. 8,16,32. Default: up to three powers of two ending at max-batch-size."),
     instances: int = typer.Option(1, help="instance_group count per model. Default 1."),
-    precision: str = typer.Option("fp32", help="fp32 | fp16 | bf16 | int8 | fp8. Default fp32. python-ort: fp32, int8; onnxruntime: fp32, fp16, int8; tensorrt: all."),
+    front_door_instances: Optional[int] = typer.Option(None, help="instance_group count of the front door. Default: 2 when it runs the encoder itself (python-* targets; one instance showed 500 ms stalls in Triton's dynamic batcher under load), else --instances. 1 gives the lowest single-request latency."),
+    precision: str = typer.Option("fp32", help="fp32 | fp16 | bf16 | int8 | fp8. Default fp32. python-ort: fp32, int8; python-openvino, python-torch: fp32, bf16; onnxruntime: fp32, fp16, int8; tensorrt: all."),
     overflow: str = typer.Option("truncate", help="truncate | reject texts longer than the max sequence length. Default truncate (as sentence-transformers)."),
     max_queue_size: int = typer.Option(256, help="Bounded queue per model; overload is rejected at once. 0 = unbounded. Default 256."),
     queue_timeout_us: int = typer.Option(30_000_000, help="Requests waiting longer in the queue are rejected. Default 30000000 (30 s)."),
-    ort_threads: int = typer.Option(0, help="ONNX Runtime intra-op threads per encoder instance. Default 0 (ONNX Runtime decides)."),
-    router_encoder: str = typer.Option("auto", help="auto | local | bls. How the python-ort front door runs the encoder: local = ONNX Runtime inside the front door (one stub hop less); bls = calls each bucket's encoder model. Default auto: local for python-ort, bls for the other targets."),
+    ort_threads: int = typer.Option(0, help="Encoder threads per instance (ONNX Runtime intra-op, OpenVINO, PyTorch). Default 0 (the runtime decides)."),
+    router_encoder: str = typer.Option("auto", help="auto | local | bls. How the front door runs the encoder: local = the encoder runs inside the front door (one stub hop less); bls = calls each bucket's encoder model. Default auto: local for the python-* targets, bls for onnxruntime and tensorrt."),
     ort_spinning: bool = typer.Option(False, help="Let ONNX Runtime threads spin-wait. Default off (on 2 cores it stalled requests by ~500 ms)."),
     ort_device: str = typer.Option("cpu", help="cpu | gpu, for --target onnxruntime. Default cpu."),
     ort_trt_fp16: bool = typer.Option(False, help="onnxruntime target on GPU: add the TensorRT execution accelerator in FP16. Default off."),
@@ -58,6 +59,7 @@ def build(
     builder_opt_level: int = typer.Option(3, help="tensorrt builder optimization level 0..5. Default 3."),
     calibration_file: Optional[Path] = typer.Option(None, help="tensorrt int8/fp8: calibration texts, one per line. Default none."),
     corpus: Optional[Path] = typer.Option(None, help="Real texts for the parity gate (JSON list or one per line). Default: the bundled sample."),
+    run_overhead_tokens: Optional[int] = typer.Option(None, help="Fixed cost of one encoder run, in tokens, used to cut mixed-length batches into padded chunks. Default: measured on the built encoder at build time."),
     trust_remote_code: bool = typer.Option(False, help="Allow the model folder's own Python code. Default off."),
     allow_mismatch: bool = typer.Option(False, help="Keep encoders that fail the quality gate (recorded in embtrt.json). Default off."),
     force: bool = typer.Option(False, help="Replace --out when it exists. Default off."),
@@ -72,12 +74,12 @@ def build(
         spec = spec_from_options(
             model_dir, out_dir, name=name, target=target, pooling=pooling, normalize=normalize, buckets=buckets,
             max_seq_length=max_seq_length, max_batch_size=max_batch_size, preferred_batch_sizes=preferred_batch_sizes,
-            max_queue_delay_us=max_queue_delay_us, instances=instances, precision=precision, pooler=pooler,
+            max_queue_delay_us=max_queue_delay_us, instances=instances, front_door_instances=front_door_instances, precision=precision, pooler=pooler,
             overflow=overflow, max_queue_size=max_queue_size, queue_timeout_us=queue_timeout_us,
             ort_threads=ort_threads, ort_device=ort_device, ort_spinning=ort_spinning,
             router_encoder=router_encoder, ort_trt_fp16=ort_trt_fp16, fp32_layers=fp32_layers,
             builder_opt_level=builder_opt_level, calibration_file=calibration_file,
-            trust_remote_code=trust_remote_code, allow_mismatch=allow_mismatch,
+            trust_remote_code=trust_remote_code, allow_mismatch=allow_mismatch, run_overhead_tokens=run_overhead_tokens,
         )
         result = run_build(spec, force=force, corpus=corpus, log=log)
     except EmbtrtError as exc:
@@ -297,13 +299,14 @@ def verify(
 @app.command()
 def bench(
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address of the --model targets. Default 127.0.0.1:8001."),
-    model: Optional[list[str]] = typer.Option(None, help="Triton model to benchmark; repeat for several. Default: none."),
+    model: Optional[list[str]] = typer.Option(None, help="Triton model to benchmark; repeat for several. NAME uses --url; NAME@HOST:PORT another server. Default: none."),
     openai_url: Optional[list[str]] = typer.Option(None, help="Base URL of an OpenAI-compatible server; POSTs go to <url>/embeddings (vLLM/TEI: http://host:port/v1; infinity: http://host:port). Repeat with --openai-model. Default: none."),
     openai_model: Optional[list[str]] = typer.Option(None, help="Model name sent to each --openai-url, in the same order. Default: none."),
-    triton_pid: Optional[int] = typer.Option(None, help="Process (or, negative, process group) of the Triton server, paused while other targets are measured. Default: none."),
+    triton_pid: Optional[list[int]] = typer.Option(None, help="Process (or, negative, process group) of the Triton server, paused while other targets are measured: one for all --model targets, or one per --model in order. Default: none."),
     openai_pid: Optional[list[int]] = typer.Option(None, help="Process of each --openai-url server, in order, paused while other targets are measured (an idle server can poll). Default: none."),
     inprocess: bool = typer.Option(True, "--inprocess/--no-inprocess", help="Add sentence-transformers in process as a reference line. Default on."),
-    ort_repo: Optional[Path] = typer.Option(None, help="Repository whose ONNX and tokenizer run in process as the ONNX Runtime line (one request at a time, and batches of 32). Default: none."),
+    ort_repo: Optional[Path] = typer.Option(None, help="Repository whose ONNX and tokenizer run in process as the ONNX Runtime fp32 line (one request at a time, and batches of 32). Default: none."),
+    engine_repo: Optional[list[Path]] = typer.Option(None, help="Repository whose own encoder (e.g. OpenVINO bf16) runs in process as configured in its front door, as a line like --ort-repo's; repeat for several. Default: none."),
     reference: Optional[Path] = typer.Option(None, help="Model folder for token counts and the in-process line. Default: the bundled all-MiniLM-L6-v2."),
     corpus: Optional[Path] = typer.Option(None, help="Texts: JSON list or one per line. Default: the bundled real-text sample."),
     buckets: str = typer.Option("32,128,256", help="Length bucket edges in tokens; texts are grouped by their token count, plus a 'mixed' scenario. Default 32,128,256."),
@@ -326,8 +329,15 @@ def bench(
     from .verify import Reference
 
     try:
-        tp = (triton_pid,) if triton_pid else ()
-        targets = [Target(f"triton:{m}", "triton", url, m, tp) for m in (model or [])]
+        models = model or []
+        pids = triton_pid or []
+        if len(pids) > 1 and len(pids) != len(models):
+            raise EmbtrtError("invalid --triton-pid: give one for all --model targets or one per --model")
+        targets = []
+        for i, m in enumerate(models):
+            name, _, murl = m.partition("@")
+            tp = (pids[i] if len(pids) > 1 else pids[0],) if pids else ()
+            targets.append(Target(f"triton:{m}" if murl else f"triton:{name}", "triton", murl or url, name, tp))
         ou, om, opid = openai_url or [], openai_model or [], openai_pid or []
         if len(ou) != len(om) or (opid and len(opid) != len(ou)):
             raise EmbtrtError("invalid openai targets: give one --openai-model (and --openai-pid, if any) per --openai-url")
@@ -344,6 +354,7 @@ def bench(
             task = prog.add_task("bench", total=None)
             doc = run_bench(targets, texts, counts, buckets=edges, concurrency=levels, texts_per_request=texts_per_request,
                             requests=requests, warmup=warmup, inprocess_model=ref_dir if inprocess else None, ort_repo=ort_repo,
+                            engine_repos=tuple(engine_repo or ()),
                             only_buckets=only_t, progress=lambda m: prog.update(task, description=m))
     except EmbtrtError as exc:
         _fail(exc)
