@@ -10,7 +10,8 @@ from embtrt.build import build
 from embtrt.client import EmbeddingClient
 from embtrt.parity import cosine_rows
 from embtrt.reference import st_embed
-from embtrt.spec import spec_from_options
+from embtrt.spec import Gate, spec_from_options
+from embtrt.verify import Reference, verify
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +27,12 @@ def test_bf16_build_passes_the_gate_and_serves_equal_vectors(tmp_path, minilm_pa
     cfg = (repo / "all_minilm_l6_v2_32_encoder" / "config.pbtxt").read_text()
     assert "PyTorch (bf16)" in cfg and '"runtime"' in cfg
     texts = corpus[:120]
-    with start_server(repo, tmp_path) as srv, EmbeddingClient(srv.grpc_url, "all_minilm_l6_v2") as c:
-        got = c.embed(texts)
-        ident = c.metadata().identity
+    with start_server(repo, tmp_path) as srv:
+        with EmbeddingClient(srv.grpc_url, "all_minilm_l6_v2") as c:
+            got = c.embed(texts)
+            ident = c.metadata().identity
+        report = verify(srv.grpc_url, "all_minilm_l6_v2", Reference(minilm_path), corpus, Gate(), log=lambda m: None)
+    assert report.passed, report.gate.failures()
     cos = cosine_rows(st_embed(minilm_path, texts), got)
     assert np.percentile(cos, 50) >= 0.9999 and np.percentile(cos, 1) >= 0.999
     assert ident["embtrt.precision"] == "bf16"
