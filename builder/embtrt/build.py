@@ -119,9 +119,11 @@ def check_tokenizer(spec: BuildSpec, tokenizer_json: Path, pad_id: int, texts: l
 
 
 def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tokenizer_json: Path, pad_id: int,
-                    output_name: str, texts: list[str]) -> tuple[np.ndarray, list[str]]:
+                    output_name: str, texts: list[str],
+                    sessions: dict[object, object] | None = None) -> tuple[np.ndarray, list[str]]:
     """Embed texts exactly as the per-bucket ensembles do: pad to the bucket, run its encoder
-    through the same factory the Python-backend models use."""
+    through the same factory the Python-backend models use. The encoders it creates are left in
+    `sessions` (keyed by their ONNX file) for the caller to reuse."""
     text_mod, enc_mod = backend_lib()
     from embtrt_backend.pooling import pool_and_normalize
     from embtrt_backend.routing import plan
@@ -134,7 +136,7 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
     from .render import runtime_params
 
     params = dict(runtime_params(spec, output_name))
-    sessions: dict[object, object] = {}
+    sessions = {} if sessions is None else sessions
     for b, rows in plan(enc.lengths, spec.buckets, 16):
         L = spec.buckets[b]
         key = onnx_by_bucket[L]
@@ -199,13 +201,10 @@ def require_openvino(precision: str, log: Log) -> None:
     log(f"OpenVINO {ov.__version__.split('-')[0]}, CPU capabilities: {', '.join(caps)}")
 
 
-def _calibrate_chunking(spec: BuildSpec, onnx: Path | None, output_name: str, tok_json: Path, pad_id: int,
-                        texts: list[str], log: Log) -> int:
-    from .render import runtime_params
-
-    text_mod, enc_mod = backend_lib()
-    encoder = enc_mod.make_encoder(dict(runtime_params(spec, output_name)), str(onnx) if onnx else None,
-                                   str(spec.model_dir), spec.trust_remote_code)
+def _calibrate_chunking(spec: BuildSpec, encoder: object, tok_json: Path, pad_id: int, texts: list[str],
+                        log: Log) -> int:
+    """Measure the run overhead on the encoder the parity gate just ran (the one that is served)."""
+    text_mod, _ = backend_lib()
     ids = text_mod.TextTokenizer(str(tok_json), spec.max_seq_length, pad_id).encode(texts[:1]).ids[0]
     fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
     log(f"encoder run cost measured here: {fixed * 1e3:.2f} ms per run + {per_token * 1e6:.1f} us per token "
@@ -349,7 +348,8 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
     ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
                          spec.input_names, spec.trust_remote_code).embed(texts)
-    cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, output_name, texts)
+    sessions: dict[object, object] = {}
+    cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, output_name, texts, sessions)
     report: GateReport = evaluate(ref, cand, labels, spec.gate, texts)
     for line in report.lines():
         log(line)
@@ -364,8 +364,8 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         log("[x] gate failed; kept because --allow-mismatch was given")
 
     if spec.run_overhead_tokens is None and spec.target != "tensorrt":
-        spec = spec.with_(run_overhead_tokens=_calibrate_chunking(spec, encoder_onnx, output_name, tok_json, pad_id,
-                                                                  texts, log))
+        served = sessions[encoder_onnx]  # every bucket of a non-TensorRT build runs this one encoder
+        spec = spec.with_(run_overhead_tokens=_calibrate_chunking(spec, served, tok_json, pad_id, texts, log))
 
     log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
     ident = identity(spec, msha)

@@ -71,9 +71,8 @@ def pad_single_row(feeds: dict[str, np.ndarray], step: int) -> dict[str, np.ndar
     mask = feeds["attention_mask"]
     if step <= 0 or mask.shape[0] != 1 or mask.shape[1] % step == 0 or not mask.all():
         return feeds
-    target = -(-mask.shape[1] // step) * step
-    length = mask.shape[1]
-    return {k: np.pad(v, ((0, 0), (0, target - length))) for k, v in feeds.items()}
+    extra = -mask.shape[1] % step
+    return {k: np.pad(v, ((0, 0), (0, extra))) for k, v in feeds.items()}
 
 
 def trim_padding(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
