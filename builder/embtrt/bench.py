@@ -207,7 +207,7 @@ def _inprocess(texts: list[str], rows: np.ndarray, per_req: int, requests: int, 
     return lat, time.perf_counter() - t0, n_tok
 
 
-class OrtInProcess:
+class EncoderInProcess:
     """A repository's encoder in process, on its own ONNX and tokenizer: the hardware line.
 
     Same tokenizer, same graph and same texts as the served model: one request at a time
@@ -222,17 +222,16 @@ class OrtInProcess:
         text_mod, enc_mod = backend_lib()
         m = json.loads((Path(repo) / "embtrt.json").read_text())
         front = Path(repo) / m["name"] / "1"
-        onnx = front / "model.onnx" if (front / "model.onnx").is_file() else \
-            Path(repo) / m["models"]["encoders"][-1] / "1" / "model.onnx"
         self.tok = text_mod.TextTokenizer(str(front / "tokenizer.json"), int(m["max_seq_length"]), int(m["pad_id"]))
         self.names = tuple(m["input_names"])
-        self.pooled = m["pooler"] == "fused"
         if runtime == "repo":
             cfg = parse_config(Path(repo) / m["name"] / "config.pbtxt")
             params = {k: v.string_value for k, v in cfg.parameters.items()}
             self.enc = enc_mod.encoder_from_parameters(str(front), params)
             self.label = f"{params.get('runtime', 'onnxruntime')} {params.get('precision', 'fp32')}"
         else:
+            onnx = front / "model.onnx" if (front / "model.onnx").is_file() else \
+                Path(repo) / m["models"]["encoders"][-1] / "1" / "model.onnx"
             self.enc = enc_mod.OrtEncoder(str(onnx), threads, spinning=True)
             self.label = "onnxruntime"
 
@@ -241,28 +240,28 @@ class OrtInProcess:
         self.enc.run(self.tok.pad(e, list(range(len(texts))), int(e.lengths.max()), self.names))
 
 
-def _ort_inprocess(ort: OrtInProcess, texts: list[str], rows: np.ndarray, per_req: int, requests: int, warmup: int,
+def _encoder_inprocess(line: EncoderInProcess, texts: list[str], rows: np.ndarray, per_req: int, requests: int, warmup: int,
                    seed: int, tokens: np.ndarray) -> tuple[tuple[list[float], float, int], tuple[list[float], float, int]]:
     rng = random.Random(seed)
     plans = [[int(rows[rng.randrange(rows.size)]) for _ in range(per_req)] for _ in range(requests + warmup)]
     for p in plans[:warmup]:
-        ort.embed([texts[j] for j in p])
+        line.embed([texts[j] for j in p])
     lat, n_tok = [], 0
     t0 = time.perf_counter()
     for p in plans[warmup:]:
         s = time.perf_counter()
-        ort.embed([texts[j] for j in p])
+        line.embed([texts[j] for j in p])
         lat.append((time.perf_counter() - s) * 1e3)
         n_tok += int(tokens[p].sum())
     single = (lat, time.perf_counter() - t0, n_tok)
     flat = sorted((j for p in plans[warmup:] for j in p), key=lambda j: tokens[j])
     for i in range(0, len(flat), 32):  # one unmeasured pass: the first run of each new shape is slower
-        ort.embed([texts[j] for j in flat[i:i + 32]])
+        line.embed([texts[j] for j in flat[i:i + 32]])
     blat = []
     t0 = time.perf_counter()
     for i in range(0, len(flat), 32):
         s = time.perf_counter()
-        ort.embed([texts[j] for j in flat[i:i + 32]])
+        line.embed([texts[j] for j in flat[i:i + 32]])
         blat.append((time.perf_counter() - s) * 1e3)
     return single, (blat, time.perf_counter() - t0, int(tokens[flat].sum()))
 
@@ -309,8 +308,8 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
         from sentence_transformers import SentenceTransformer
 
         st_model = SentenceTransformer(str(inprocess_model), device="cpu")
-    lines = ([OrtInProcess(ort_repo)] if ort_repo is not None else []) + \
-        [OrtInProcess(r, runtime="repo") for r in engine_repos]
+    lines = ([EncoderInProcess(ort_repo)] if ort_repo is not None else []) + \
+        [EncoderInProcess(r, runtime="repo") for r in engine_repos]
     scenario = 0
     for bucket, rows in groups.items():
         for conc in concurrency:
@@ -335,7 +334,7 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                     for line in lines:
                         if progress:
                             progress(f"{line.label} in process: bucket {bucket}")
-                        (lat, secs, n_tok), (blat, bsecs, btok) = _ort_inprocess(
+                        (lat, secs, n_tok), (blat, bsecs, btok) = _encoder_inprocess(
                             line, texts, rows, texts_per_request, min(requests, 300), min(warmup, 20), seed + scenario,
                             token_counts)
                         results.append(_result(Target(f"{line.label} (in process)", "inprocess"), bucket, 1, texts_per_request,
