@@ -120,7 +120,8 @@ def check_tokenizer(spec: BuildSpec, tokenizer_json: Path, pad_id: int, texts: l
 
 def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tokenizer_json: Path, pad_id: int,
                     output_name: str, texts: list[str],
-                    sessions: dict[object, object] | None = None) -> tuple[np.ndarray, list[str]]:
+                    sessions: dict[object, object] | None = None,
+                    extra_params: dict[str, str] | None = None) -> tuple[np.ndarray, list[str]]:
     """Embed texts exactly as the per-bucket ensembles do: pad to the bucket, run its encoder
     through the same factory the Python-backend models use. The encoders it creates are left in
     `sessions` (keyed by their ONNX file) for the caller to reuse."""
@@ -135,9 +136,9 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
     out = np.zeros((len(texts), spec.hidden_size), dtype=np.float32)
     from .render import runtime_params
 
-    params = dict(runtime_params(spec, output_name))
+    params = {**dict(runtime_params(spec, output_name)), **(extra_params or {})}
     sessions = {} if sessions is None else sessions
-    for b, rows in plan(enc.lengths, spec.buckets, 16):
+    for b, rows in plan(enc.lengths, spec.buckets, [min(16, spec.bucket_max_batch(L)) for L in spec.buckets]):
         L = spec.buckets[b]
         key = onnx_by_bucket[L]
         if key not in sessions:
@@ -265,18 +266,21 @@ def rebuild_command(spec: BuildSpec) -> str:
              "--router-encoder", spec.router_mode]
     if spec.run_overhead_tokens is not None:
         parts += ["--run-overhead-tokens", str(spec.run_overhead_tokens)]
+    parts += ["--max-batch-tokens", str(spec.max_batch_tokens)]
     if spec.target == "tensorrt":
         parts += ["--builder-opt-level", str(spec.builder_opt_level)] + (["--fp32-layers"] if spec.fp32_layers else [])
+        if spec.calibration_file is not None:
+            parts += ["--calibration-file", str(spec.calibration_file)]
     if spec.target == "onnxruntime":
         parts += ["--ort-device", spec.ort_device] + (["--ort-trt-fp16"] if spec.ort_trt_fp16 else [])
     return " ".join(parts)
 
 
-def _tensorrt_engines(spec: BuildSpec, onnx: Path, repo: Path, texts: list[str], log: Log) -> tuple[list[str], dict]:
-    """Write the per-bucket recipes; build the plans now where TensorRT and CUDA exist."""
+def _tensorrt_engines(spec: BuildSpec, prec, repo: Path, texts: list[str], log: Log) -> tuple[list[str], dict]:
+    """Write the per-bucket recipes; build the plans now where TensorRT and a GPU exist."""
     from .onnx2trt import build_engines, tensorrt_available, write_recipes
 
-    write_recipes(spec, onnx, repo, log=log)
+    write_recipes(spec, prec, repo, log=log)
     ok, why = tensorrt_available()
     if not ok:
         log(f"TensorRT plans not built here: {why}.")
@@ -343,21 +347,44 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     if spec.target == "python-torch":
         log(f"PyTorch {spec.precision}" + (" autocast (AMX/AVX-512 bf16 where the CPU has it)" if spec.precision == "bf16" else ""))
     onnx_by_bucket: dict[int, Path | None] = {b: encoder_onnx for b in spec.buckets}
+    prec = None
+    if spec.target == "tensorrt" and art is not None:
+        from .precision import make_precision_onnx
+
+        prec = make_precision_onnx(spec, art.path, work / "precision", texts, tok_json, pad_id, log)
+        onnx_by_bucket = dict(prec.gate_by_bucket)  # the gate judges the exact graph each plan is built from
     pending: list[str] = []
 
     log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
     ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
                          spec.input_names, spec.trust_remote_code).embed(texts)
     sessions: dict[object, object] = {}
-    cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, output_name, texts, sessions)
+    try:
+        exact = {"ort_optimize": "false"} if prec is not None and prec.gate_run == "simulated" else None
+        cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, output_name, texts, sessions, exact)
+    except Exception as exc:  # e.g. ONNX Runtime has no CPU kernel for a type of the precision graph
+        if prec is None or type(exc).__module__.split(".")[0] != "onnxruntime":
+            raise
+        raise ParityError(f"the {spec.precision} ONNX cannot run in ONNX Runtime on this CPU, so the quality gate "
+                          f"cannot judge it ({type(exc).__name__}: {str(exc)[:200]})",
+                          "reduced precision ships only behind the gate: use fp16 or int8 for TensorRT") from None
     report: GateReport = evaluate(ref, cand, labels, spec.gate, texts)
     for line in report.lines():
         log(line)
+    if prec is not None and prec.gate_run != "exact":
+        log(f"[note] the gate ran a {prec.gate_run} {spec.precision} graph: " + "; ".join(prec.notes))
     if not report.passed:
-        hint = {"int8": "int8 dynamic quantization changes MiniLM-class vectors far beyond the gate; use --precision "
-                        "fp32, or bf16 with --target python-openvino (or python-torch) on a CPU with AMX/AVX-512 bf16",
-                "bf16": "bf16 loses too much for this model; use --precision fp32"}.get(
-                    spec.precision, "check --pooling and --normalize against the model card")
+        if spec.target == "tensorrt":
+            hint = {"fp16": "rebuild with --fp32-layers (LayerNorm, Softmax, reductions in fp32) or use --precision fp32",
+                    "bf16": "rebuild with --fp32-layers, or use fp16 (more mantissa) or fp32",
+                    "int8": "int8 Q/DQ changes the vectors beyond the gate for this model; use --precision fp16",
+                    "fp8": "fp8 Q/DQ changes the vectors beyond the gate for this model; use --precision fp16"}.get(
+                        spec.precision, "check --pooling and --normalize against the model card")
+        else:
+            hint = {"int8": "int8 dynamic quantization changes MiniLM-class vectors far beyond the gate; use --precision "
+                            "fp32, or bf16 with --target python-openvino (or python-torch) on a CPU with AMX/AVX-512 bf16",
+                    "bf16": "bf16 loses too much for this model; use --precision fp32"}.get(
+                        spec.precision, "check --pooling and --normalize against the model card")
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} encoders fail the quality gate: "
                               + "; ".join(report.failures()), hint + " (or pass --allow-mismatch to keep it)")
@@ -389,7 +416,11 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         "versions": versions(),
         "onnx": ({"sha256": sha256_file(encoder_onnx), "export_validation": art.validation}
                  if art is not None and encoder_onnx is not None else None),
-        "parity": report.as_dict(),
+        "parity": {**report.as_dict(), "graph": (prec.gate_run if prec is not None else "exact"),
+                   "allowed_mismatch": (not report.passed) and spec.allow_mismatch},
+        "max_batch_tokens": spec.max_batch_tokens,
+        "bucket_max_batch": {str(b): spec.bucket_max_batch(b) for b in spec.buckets},
+        "precision_onnx": prec.manifest() if prec is not None else None,
         "tensorrt": {},
         "pending": [],
         "rebuild": rebuild_command(spec),
@@ -400,8 +431,8 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         (repo / "embtrt.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
 
     write_manifest()
-    if spec.target == "tensorrt" and encoder_onnx is not None:  # engines read the manifest (tokenizer, pad id)
-        pending, manifest["tensorrt"] = _tensorrt_engines(spec, encoder_onnx, repo, texts, log)
+    if prec is not None:  # engines read the manifest (tokenizer, pad id)
+        pending, manifest["tensorrt"] = _tensorrt_engines(spec, prec, repo, texts, log)
         manifest["pending"] = pending
         write_manifest()
 

@@ -3,6 +3,7 @@ cross-checked (maps, dtypes, dims, referenced models), model files present."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +73,55 @@ def check_repository(repo: Path, allow_pending_plans: bool = False) -> CheckRepo
         _check_model(repo / name, cfg, configs, rep, allow_pending_plans)
     if not configs:
         rep.fail(f"{repo}: no models")
+    manifest = repo / "embtrt.json"
+    if configs and manifest.is_file():
+        check_token_budget(repo, json.loads(manifest.read_text(encoding="utf-8")), configs, rep)
     return rep
+
+
+def check_token_budget(repo: Path, manifest: dict, configs: dict, rep: CheckReport) -> None:
+    """Every bucket's models, TensorRT recipe and CUDA-graph / warm-up batch sizes agree with
+    the token budget: max batch = min(max_batch_size, max_batch_tokens // bucket)."""
+    budget = manifest.get("max_batch_tokens")
+    if budget is None:
+        rep.fail("embtrt.json has no max_batch_tokens (written by an older embtrt): rebuild the repository")
+        return
+    name, cap = manifest["name"], int(manifest["spec"]["max_batch_size"])
+    want = {int(b): max(1, min(cap, int(budget) // int(b))) for b in manifest["buckets"]}
+    errors = []
+    for b, mb in want.items():
+        for model in (f"{name}_{b}", f"{name}_{b}_tokenizer", f"{name}_{b}_encoder", f"{name}_{b}_pooler"):
+            cfg = configs.get(model)
+            if cfg is None:
+                continue
+            if cfg.max_batch_size != mb:
+                errors.append(f"{model}: max_batch_size {cfg.max_batch_size}, the budget gives {mb} for the {b}-token bucket")
+            sizes = {"preferred_batch_size": list(cfg.dynamic_batching.preferred_batch_size),
+                     "model_warmup": [w.batch_size for w in cfg.model_warmup],
+                     "graph_spec": [g.batch_size for g in cfg.optimization.cuda.graph_spec]}
+            for what, vals in sizes.items():
+                over = [v for v in vals if v > mb]
+                if over:
+                    errors.append(f"{model}: {what} {over} over the bucket's max batch {mb}")
+        recipe = repo / f"{name}_{b}_encoder" / "embtrt_engine.json"
+        if recipe.is_file():
+            r = json.loads(recipe.read_text())
+            if r.get("max_batch") != mb or r.get("max_batch_tokens") != budget or r.get("opt_batch", 0) > mb:
+                errors.append(f"{recipe.parent.name}: recipe batch {r.get('min_batch')}..{r.get('max_batch')} "
+                              f"(opt {r.get('opt_batch')}, budget {r.get('max_batch_tokens')}) disagrees with the "
+                              f"budget {budget}: max batch {mb}")
+    front = configs.get(name)
+    if front is not None and "encoder_max_batch_sizes" in front.parameters:
+        got = front.parameters["encoder_max_batch_sizes"].string_value
+        exp = ",".join(str(want[int(b)]) for b in manifest["buckets"])
+        if got != exp:
+            errors.append(f"{name}: encoder_max_batch_sizes {got!r}, the budget gives {exp!r}")
+    if errors:
+        for e in errors:
+            rep.fail(e)
+    else:
+        rep.ok("token budget " + str(budget) + ": max batch per bucket "
+               + ", ".join(f"{b}:{mb}" for b, mb in want.items()) + " in every config, recipe, CUDA graph and warm-up")
 
 
 def _check_model(d: Path, cfg: mc.ModelConfig, configs: dict, rep: CheckReport, allow_pending: bool) -> None:

@@ -24,9 +24,11 @@ out = Console(highlight=False, soft_wrap=True)
 
 
 def _fail(exc: EmbtrtError) -> None:
-    err.print(f"[bold red]error:[/] {exc.message}")
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(exc.message)}")  # messages name extras like embtrt[tensorrt]
     if exc.hint:
-        err.print(f"[yellow]hint:[/] {exc.hint}")
+        err.print(f"[yellow]hint:[/] {escape(exc.hint)}")
     raise typer.Exit(exc.exit_code)
 
 
@@ -41,12 +43,13 @@ def build(
     pooling: str = typer.Option("auto", help="auto | cls | mean | last-token. Default auto: from 1_Pooling/config.json; cls for encoders, last-token for decoders without one."),
     normalize: Optional[bool] = typer.Option(None, "--normalize/--no-normalize", help="L2-normalize vectors. Default: as the model's Normalize module says (on when not a sentence-transformers folder)."),
     pooler: str = typer.Option("fused", help="fused | python. Default fused: pooling + L2 inside the ONNX graph; python: a Python-backend pooler model."),
-    max_batch_size: int = typer.Option(32, help="max_batch_size of every model. Default 32."),
+    max_batch_size: int = typer.Option(32, help="Largest batch of any model (the front door's max_batch_size). Default 32."),
+    max_batch_tokens: int = typer.Option(16384, help="Token budget per encoder run: each bucket's max batch (config, preferred sizes, TensorRT profile, CUDA graphs, warm-up) is min(--max-batch-size, budget // bucket length). Default 16384."),
     max_queue_delay_us: int = typer.Option(2000, help="Dynamic batching max_queue_delay_microseconds. Default 2000."),
     preferred_batch_sizes: Optional[str] = typer.Option(None, help="Dynamic batching preferred_batch_size list, e.g. 8,16,32. Default: up to three powers of two ending at max-batch-size."),
     instances: int = typer.Option(1, help="instance_group count per model. Default 1."),
     front_door_instances: Optional[int] = typer.Option(None, help="instance_group count of the front door. Default: 2 when it runs the encoder itself (python-* targets; one instance showed 500 ms stalls in Triton's dynamic batcher under load), else --instances. 1 gives the lowest single-request latency."),
-    precision: str = typer.Option("fp32", help="fp32 | fp16 | bf16 | int8 | fp8. Default fp32. python-ort: fp32, int8; python-openvino, python-torch: fp32, bf16; onnxruntime: fp32, fp16, int8; tensorrt: all."),
+    precision: str = typer.Option("fp32", help="fp32 | fp16 | bf16 | int8 | fp8. Default fp32. python-ort: fp32, int8; python-openvino, python-torch: fp32, bf16; onnxruntime: fp32, fp16, int8; tensorrt: all, written into the ONNX (fp16/bf16: ModelOpt AutoCast; int8/fp8: ModelOpt Q/DQ) and gated on this CPU."),
     overflow: str = typer.Option("truncate", help="truncate | reject texts longer than the max sequence length. Default truncate (as sentence-transformers)."),
     max_queue_size: int = typer.Option(256, help="Bounded queue per model; overload is rejected at once. 0 = unbounded. Default 256."),
     queue_timeout_us: int = typer.Option(30_000_000, help="Requests waiting longer in the queue are rejected. Default 30000000 (30 s)."),
@@ -55,9 +58,9 @@ def build(
     ort_spinning: bool = typer.Option(False, help="Let ONNX Runtime threads spin-wait. Default off (on 2 cores it stalled requests by ~500 ms)."),
     ort_device: str = typer.Option("cpu", help="cpu | gpu, for --target onnxruntime. Default cpu."),
     ort_trt_fp16: bool = typer.Option(False, help="onnxruntime target on GPU: add the TensorRT execution accelerator in FP16. Default off."),
-    fp32_layers: bool = typer.Option(False, help="tensorrt: keep LayerNorm, Softmax and the pooling head in fp32. Default off."),
+    fp32_layers: bool = typer.Option(False, help="tensorrt fp16/bf16: AutoCast also keeps LayerNorm, Softmax and reductions in fp32 (the pooling head always is). Default off."),
     builder_opt_level: int = typer.Option(3, help="tensorrt builder optimization level 0..5. Default 3."),
-    calibration_file: Optional[Path] = typer.Option(None, help="tensorrt int8/fp8: calibration texts, one per line. Default none."),
+    calibration_file: Optional[Path] = typer.Option(None, help="tensorrt reduced precision: real texts (one per line, or a JSON list) for AutoCast's range check and Q/DQ calibration, per bucket. Default: the bundled corpus."),
     corpus: Optional[Path] = typer.Option(None, help="Real texts for the parity gate (JSON list or one per line). Default: the bundled sample."),
     run_overhead_tokens: Optional[int] = typer.Option(None, help="Fixed cost of one encoder run, in tokens, used to cut mixed-length batches into padded chunks. Default: measured on the built encoder at build time."),
     trust_remote_code: bool = typer.Option(False, help="Allow the model folder's own Python code. Default off."),
@@ -74,6 +77,7 @@ def build(
         spec = spec_from_options(
             model_dir, out_dir, name=name, target=target, pooling=pooling, normalize=normalize, buckets=buckets,
             max_seq_length=max_seq_length, max_batch_size=max_batch_size, preferred_batch_sizes=preferred_batch_sizes,
+            max_batch_tokens=max_batch_tokens,
             max_queue_delay_us=max_queue_delay_us, instances=instances, front_door_instances=front_door_instances, precision=precision, pooler=pooler,
             overflow=overflow, max_queue_size=max_queue_size, queue_timeout_us=queue_timeout_us,
             ort_threads=ort_threads, ort_device=ort_device, ort_spinning=ort_spinning,
@@ -119,7 +123,8 @@ def engines(
     allow_mismatch: bool = typer.Option(False, help="Keep plans that fail the quality gate against their ONNX. Default off."),
     corpus: Optional[Path] = typer.Option(None, help="Texts for the plan-vs-ONNX parity check. Default: the bundled sample."),
 ) -> None:
-    """On the GPU host: build every missing, stale or foreign TensorRT plan in place (usable as an init step)."""
+    """On the GPU host: build every missing, stale or foreign TensorRT plan in place (usable as an init container).
+    Needs TensorRT, nvidia-ml-py and Polygraphy (pip install 'embtrt[tensorrt]'), not PyTorch."""
     from .build import load_corpus
     from .onnx2trt import build_engines, check_plans
 

@@ -1,23 +1,35 @@
-"""ONNX -> one TensorRT engine per length bucket, built on the GPU host.
+"""Precision ONNX -> one strongly typed TensorRT engine per length bucket, built on the GPU host.
 
 Engines are specific to a GPU model and TensorRT version, so `embtrt build --target
-tensorrt` writes, per bucket, the ONNX file, a recipe (`embtrt_engine.json`) and the
-equivalent `trtexec` command; where TensorRT and CUDA are importable it builds the plans
-at once, elsewhere `embtrt engines REPO` on the GPU host (e.g. a Kubernetes init step)
-builds every missing, stale or foreign plan in place.
+tensorrt` writes, per bucket, the precision ONNX the gate accepted (`model.onnx`), a recipe
+(`embtrt_engine.json`) and the equivalent `trtexec` command; where TensorRT and a GPU are
+present it builds the plans at once, elsewhere `embtrt engines REPO` on the GPU host (e.g. a
+Kubernetes init container beside Triton's TensorRT backend) builds every missing, stale or
+foreign plan in place.
 
-Each engine has one optimization profile: batch 1..max (opt at the largest preferred
-size), sequence fixed at the bucket length, so CUDA graphs apply at every batch size.
+Strong typing only: TensorRT 11 removed the precision builder flags, the calibrators and
+per-layer precision (and 10.12+ deprecates them). The network is created with
+`NetworkDefinitionCreationFlag.STRONGLY_TYPED` (required on 10.x, ignored on 11.x, where it
+is always on), so the engine computes in exactly the types of its ONNX graph: precision is
+decided in `embtrt.precision`, on a file the gate judged. This module only parses, sets
+the optimization profile and builds.
+
+Each engine has one optimization profile: batch 1..max for that bucket (from the token
+budget), opt at the largest preferred size, sequence fixed at the bucket length, so CUDA
+graphs apply at every batch size. The GPU host needs no PyTorch: NVML (nvidia-ml-py) names
+the GPU, Polygraphy's TensorRT runner runs a plan for the parity check.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -27,10 +39,9 @@ from .modelinfo import sha256_file
 RECIPE = "embtrt_engine.json"
 PLAN = "1/model.plan"
 PLAN_MANIFEST = "1/model.plan.json"
+GATE_ONNX = "gate.onnx"          # the graph the gate ran, where it is not model.onnx (bf16: a simulation)
 TIMING_CACHE = "embtrt_timing.cache"  # at the repository root, shared by every bucket
 WORKSPACE_BYTES = 4 << 30
-# Layers kept in fp32 with --fp32-layers: normalization, softmax, and the pooling head's reductions.
-FP32_LAYER_TYPES = ("NORMALIZATION", "SOFTMAX", "REDUCE")
 
 Log = Callable[[str], None]
 
@@ -38,8 +49,30 @@ if TYPE_CHECKING:  # mypy checks the calls below against tensorrt-stubs
     import tensorrt as trt
 
 
+def gpu_info() -> tuple[str, str]:
+    """(name, compute capability) of GPU 0 from NVML; raises DependencyError with the reason."""
+    try:
+        import pynvml
+    except ImportError:
+        raise DependencyError("nvidia-ml-py (pynvml) is not installed to query the GPU",
+                              "pip install 'embtrt[tensorrt]'") from None
+    try:
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() < 1:
+                raise DependencyError("NVML reports no GPU")
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            name = pynvml.nvmlDeviceGetName(h)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError as exc:
+        raise DependencyError(f"no usable GPU: NVML says {exc}") from None
+    return (name.decode() if isinstance(name, bytes) else str(name)), f"{major}.{minor}"
+
+
 def tensorrt_available() -> tuple[bool, str]:
-    """(True, "") when TensorRT imports and a CUDA device exists, else (False, the reason).
+    """(True, "") when TensorRT imports and NVML sees a GPU, else (False, the reason).
 
     `tensorrt-stubs` installs a `tensorrt/` folder of type stubs only, which imports as an
     empty namespace package: we look for the real API, not just a successful import.
@@ -51,12 +84,9 @@ def tensorrt_available() -> tuple[bool, str]:
     if not hasattr(trt, "Builder"):
         return False, "TensorRT is not importable (only type stubs are installed: no tensorrt.Builder)"
     try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return False, "no CUDA device is visible"
-    except ImportError:
-        return False, "torch is not importable to query CUDA"
+        gpu_info()
+    except DependencyError as exc:
+        return False, exc.message
     return True, ""
 
 
@@ -66,78 +96,80 @@ class EngineRecipe:
 
     model: str
     bucket: int
-    onnx: str                     # relative to the model folder
+    onnx: str                     # relative to the model folder: the precision ONNX the gate accepted
     onnx_sha256: str
+    gate_onnx: str                # the graph the gate ran (model.onnx, or gate.onnx for a bf16 simulation)
+    gate_onnx_sha256: str
+    gate_run: str                 # exact | simulated
+    precision: str                # what the ONNX graph holds; no builder flag depends on it
     input_names: tuple[str, ...]
     min_batch: int
     opt_batch: int
     max_batch: int
-    precision: str
-    fp32_layers: bool
+    max_batch_tokens: int
     builder_opt_level: int
     workspace_bytes: int
-    calibration_file: str | None  # relative to the model folder
+    strongly_typed: bool = True
 
     def shapes(self) -> dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
         L = self.bucket
         return {n: ((self.min_batch, L), (self.opt_batch, L), (self.max_batch, L)) for n in self.input_names}
 
     def trtexec(self, timing_cache: str) -> str:
+        """The equivalent trtexec build. Only flags TensorRT 10 and 11 both accept: --stronglyTyped
+        is required on 10.x and a no-op on 11.x; no precision or per-layer precision flags."""
         def dims(i: int) -> str:
             return ",".join(f"{n}:{s[i][0]}x{s[i][1]}" for n, s in self.shapes().items())
 
-        args = ["trtexec", f"--onnx={self.onnx}", f"--saveEngine={PLAN}", f"--minShapes={dims(0)}",
-                f"--optShapes={dims(1)}", f"--maxShapes={dims(2)}", f"--memPoolSize=workspace:{self.workspace_bytes >> 20}M",
+        args = ["trtexec", f"--onnx={self.onnx}", f"--saveEngine={PLAN}", "--stronglyTyped",
+                f"--minShapes={dims(0)}", f"--optShapes={dims(1)}", f"--maxShapes={dims(2)}",
+                f"--memPoolSize=workspace:{self.workspace_bytes >> 20}M",
                 f"--builderOptimizationLevel={self.builder_opt_level}", f"--timingCacheFile={timing_cache}"]
-        if self.precision in ("fp16", "bf16", "int8"):
-            args.append(f"--{self.precision}")
-        if self.precision == "int8":
-            args.append("--calib=<calibration cache from `embtrt engines`>")
-        if self.fp32_layers:
-            args += ["--precisionConstraints=obey",
-                     "--layerPrecisions=" + ",".join(f"*{t.lower()}*:fp32" for t in FP32_LAYER_TYPES)]
-        return " ".join(shlex.quote(a) if "<" not in a else a for a in args)
+        return " ".join(shlex.quote(a) for a in args)
 
     @classmethod
     def load(cls, path: Path) -> "EngineRecipe":
         d = json.loads(Path(path).read_text())
         d["input_names"] = tuple(d["input_names"])
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        missing = [k for k in cls.__dataclass_fields__ if k not in d and k != "strongly_typed"]
+        if missing:
+            raise SpecError(f"invalid recipe {path}: missing {', '.join(missing)} (written by an older embtrt?)",
+                            "rebuild the repository with this embtrt: `embtrt build --target tensorrt ...`")
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-def write_recipes(spec, onnx_path: Path, repo: Path, log: Log = print) -> list[Path]:
-    """Per bucket: model.onnx (hard link), embtrt_engine.json and trtexec.sh in the encoder folder."""
-    import os
-    import shutil
+def _link(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
-    if spec.precision == "fp8":
-        raise SpecError("invalid precision: 'fp8' needs an explicitly quantized (Q/DQ) ONNX model",
-                        "embtrt does not produce one yet; use fp16 or bf16 (or int8 with --calibration-file)")
-    sha = sha256_file(onnx_path)
-    opt = max(spec.preferred_batch_sizes)
+
+def write_recipes(spec, art, repo: Path, log: Log = print) -> list[Path]:
+    """Per bucket: model.onnx (the precision ONNX the gate accepted), gate.onnx where the gate ran
+    another graph, embtrt_engine.json and trtexec.sh in the encoder folder."""
     out = []
     for b in spec.buckets:
         d = repo / f"{spec.name}_{b}_encoder"
-        dst = d / "model.onnx"
-        try:
-            os.link(onnx_path, dst)
-        except OSError:
-            shutil.copy2(onnx_path, dst)
-        calib = None
-        if spec.calibration_file is not None:
-            shutil.copy2(spec.calibration_file, d / "calibration.txt")
-            calib = "calibration.txt"
-        r = EngineRecipe(model=d.name, bucket=b, onnx="model.onnx", onnx_sha256=sha, input_names=tuple(spec.input_names),
-                         min_batch=1, opt_batch=opt, max_batch=spec.max_batch_size, precision=spec.precision,
-                         fp32_layers=spec.fp32_layers, builder_opt_level=spec.builder_opt_level,
-                         workspace_bytes=WORKSPACE_BYTES, calibration_file=calib)
+        src, gate = art.by_bucket[b], art.gate_by_bucket[b]
+        _link(src, d / "model.onnx")
+        gate_rel = "model.onnx"
+        if gate != src:
+            _link(gate, d / GATE_ONNX)
+            gate_rel = GATE_ONNX
+        mb = spec.bucket_max_batch(b)
+        r = EngineRecipe(model=d.name, bucket=b, onnx="model.onnx", onnx_sha256=sha256_file(d / "model.onnx"),
+                         gate_onnx=gate_rel, gate_onnx_sha256=sha256_file(d / gate_rel), gate_run=art.gate_run,
+                         precision=spec.precision, input_names=tuple(spec.input_names), min_batch=1,
+                         opt_batch=max(spec.bucket_preferred(b)), max_batch=mb, max_batch_tokens=spec.max_batch_tokens,
+                         builder_opt_level=spec.builder_opt_level, workspace_bytes=WORKSPACE_BYTES)
         doc = asdict(r)
         doc["trtexec"] = r.trtexec(f"../{TIMING_CACHE}")
         (d / RECIPE).write_text(json.dumps(doc, indent=2) + "\n")
-        (d / "trtexec.sh").write_text("#!/bin/sh\n# Equivalent trtexec build of this bucket's plan; run in this folder.\n"
-                                      f"set -e\n{doc['trtexec']}\n")
+        (d / "trtexec.sh").write_text("#!/bin/sh\n# Equivalent trtexec build of this bucket's plan (TensorRT 10 or 11); "
+                                      f"run in this folder.\nset -e\n{doc['trtexec']}\n")
         out.append(d / RECIPE)
-    log(f"wrote {len(out)} engine recipes (embtrt_engine.json + trtexec.sh per bucket)")
+    log(f"wrote {len(out)} engine recipes (embtrt_engine.json + trtexec.sh per bucket, strongly typed, {spec.precision} in the ONNX)")
     return out
 
 
@@ -150,10 +182,9 @@ class HostInfo:
 
 def host_info() -> HostInfo:
     import tensorrt as trt
-    import torch
 
-    major, minor = torch.cuda.get_device_capability(0)
-    return HostInfo(trt.__version__, torch.cuda.get_device_name(0), f"{major}.{minor}")
+    gpu, cc = gpu_info()
+    return HostInfo(trt.__version__, gpu, cc)
 
 
 @dataclass(frozen=True)
@@ -190,153 +221,86 @@ def encoder_dirs(repo: Path) -> list[Path]:
     return sorted(p.parent for p in Path(repo).glob(f"*/{RECIPE}"))
 
 
-def configure_builder(builder: "trt.Builder", network: "trt.INetworkDefinition", recipe: EngineRecipe,
-                      timing_cache: bytes, calibrator: "trt.IInt8Calibrator | None" = None,
-                      ) -> "tuple[trt.IBuilderConfig, trt.ITimingCache]":
-    """The builder config for one bucket: profile, precision flags, fp32 layers, timing cache."""
+def create_network(builder: "trt.Builder") -> "trt.INetworkDefinition":
+    """A strongly typed network: required on TensorRT 10.x, always on (flag ignored) on 11.x."""
+    import tensorrt as trt
+
+    return builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+
+
+def configure_builder(builder: "trt.Builder", recipe: EngineRecipe, timing_cache: bytes) -> "trt.IBuilderConfig":
+    """The builder config for one bucket: workspace, optimization level, profile, timing cache.
+    No precision: a strongly typed network takes its types from the ONNX graph."""
     import tensorrt as trt
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, recipe.workspace_bytes)
     config.builder_optimization_level = recipe.builder_opt_level
-    if recipe.precision == "fp16":
-        config.set_flag(trt.BuilderFlag.FP16)
-    elif recipe.precision == "bf16":
-        config.set_flag(trt.BuilderFlag.BF16)
-    elif recipe.precision == "int8":
-        config.set_flag(trt.BuilderFlag.INT8)
-        config.set_flag(trt.BuilderFlag.FP16)
-        if calibrator is None:
-            raise SpecError("invalid precision: 'int8' needs calibration data", "pass --calibration-file")
-        config.int8_calibrator = calibrator
-    if recipe.fp32_layers and recipe.precision != "fp32":
-        config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-        keep = {getattr(trt.LayerType, t) for t in FP32_LAYER_TYPES}
-        for i in range(network.num_layers):
-            layer = network.get_layer(i)
-            if layer.type in keep:
-                layer.precision = trt.float32
-                for j in range(layer.num_outputs):
-                    layer.set_output_type(j, trt.float32)
     profile = builder.create_optimization_profile()
     for name, (mn, opt, mx) in recipe.shapes().items():
         profile.set_shape(name, trt.Dims(list(mn)), trt.Dims(list(opt)), trt.Dims(list(mx)))
     config.add_optimization_profile(profile)
     cache = config.create_timing_cache(timing_cache)
     config.set_timing_cache(cache, False)
-    return config, cache
+    return config
 
 
 def build_engine(model_dir: Path, timing_cache_path: Path, host: HostInfo, log: Log = print) -> Path:
-    """Parse the bucket's ONNX, build its plan with the recipe, write plan + manifest."""
+    """Parse the bucket's precision ONNX, build its plan with the recipe, write plan + manifest."""
     import tensorrt as trt
 
     recipe = EngineRecipe.load(model_dir / RECIPE)
+    if sha256_file(model_dir / recipe.onnx) != recipe.onnx_sha256:
+        raise SpecError(f"{model_dir.name}: {recipe.onnx} is not the file the quality gate accepted (sha256 differs)",
+                        "rebuild the repository with `embtrt build`; never edit model.onnx by hand")
     t0 = time.time()
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)
+    network = create_network(builder)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(model_dir / recipe.onnx)):
         errs = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise DependencyError(f"{model_dir.name}: TensorRT cannot parse {recipe.onnx}: {errs}",
                               "try another --opset, or report the model")
-    calibrator = None
-    if recipe.precision == "int8":
-        calibrator = make_calibrator(model_dir, recipe)
     cache_bytes = timing_cache_path.read_bytes() if timing_cache_path.is_file() else b""
-    config, cache = configure_builder(builder, network, recipe, cache_bytes, calibrator)
+    config = configure_builder(builder, recipe, cache_bytes)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise DependencyError(f"{model_dir.name}: TensorRT failed to build the engine", "see the TensorRT log above")
     plan = model_dir / PLAN
     plan.parent.mkdir(exist_ok=True)
     plan.write_bytes(bytes(serialized))
-    timing_cache_path.write_bytes(bytes(cache.serialize()))
+    timing_cache_path.write_bytes(bytes(config.get_timing_cache().serialize()))
     manifest = {"tensorrt": host.tensorrt, "gpu": host.gpu, "compute_capability": host.compute_capability,
                 "onnx_sha256": recipe.onnx_sha256, "recipe": asdict(recipe), "shapes": recipe.shapes(),
-                "trtexec": recipe.trtexec(f"../{TIMING_CACHE}"), "build_seconds": round(time.time() - t0, 1),
+                "strongly_typed": True, "trtexec": recipe.trtexec(f"../{TIMING_CACHE}"),
+                "build_seconds": round(time.time() - t0, 1),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (model_dir / PLAN_MANIFEST).write_text(json.dumps(manifest, indent=2, default=list) + "\n")
-    log(f"built {model_dir.name}/{PLAN} ({recipe.precision}, batch 1..{recipe.max_batch}, seq {recipe.bucket}) "
-        f"in {manifest['build_seconds']} s")
+    log(f"built {model_dir.name}/{PLAN} (strongly typed, {recipe.precision} ONNX, batch 1..{recipe.max_batch}, "
+        f"seq {recipe.bucket}) in {manifest['build_seconds']} s")
     return plan
 
 
-def make_calibrator(model_dir: Path, recipe: EngineRecipe) -> "trt.IInt8Calibrator":  # pragma: no cover - GPU only
-    """Entropy calibrator over the recipe's calibration texts, padded to the bucket length."""
-    import tensorrt as trt
-    import torch
-
-    from .build import backend_lib
-
-    text_mod, _ = backend_lib()
-    texts = [t for t in (model_dir / str(recipe.calibration_file)).read_text().splitlines() if t.strip()]
-    repo = model_dir.parent
-    front = json.loads((repo / "embtrt.json").read_text()) if (repo / "embtrt.json").is_file() else None
-    pad_id = int(front["pad_id"]) if front else 0
-    tok = text_mod.TextTokenizer(str(model_dir / "tokenizer.json") if (model_dir / "tokenizer.json").is_file()
-                                 else str(next(repo.glob("*/1/tokenizer.json"))), recipe.bucket, pad_id)
-    enc = tok.encode(texts)
-    batches = [tok.pad(enc, list(range(i, min(i + recipe.opt_batch, len(texts)))), recipe.bucket, recipe.input_names)
-               for i in range(0, len(texts), recipe.opt_batch)]
-
-    class Calibrator(trt.IInt8EntropyCalibrator2):
-        def __init__(self) -> None:
-            super().__init__()
-            self.i = 0
-            self.buffers: dict[str, torch.Tensor] = {}
-
-        def get_batch_size(self) -> int:
-            return recipe.opt_batch
-
-        def get_batch(self, names: list[str]) -> list[int]:
-            if self.i >= len(batches):
-                return []
-            feeds = batches[self.i]
-            self.i += 1
-            self.buffers = {n: torch.from_numpy(feeds[n]).cuda() for n in names}
-            return [int(self.buffers[n].data_ptr()) for n in names]
-
-        def read_calibration_cache(self) -> bytes | None:
-            p = model_dir / "calibration.cache"
-            return p.read_bytes() if p.is_file() else None
-
-        def write_calibration_cache(self, cache: Any) -> None:
-            (model_dir / "calibration.cache").write_bytes(bytes(cache))
-
-    return Calibrator()
-
-
 class PlanRunner:  # pragma: no cover - GPU only
-    """A deserialized plan with one execution context; torch provides the device memory."""
+    """A deserialized plan run by Polygraphy's TensorRT runner (its own CUDA bindings: no PyTorch)."""
 
     def __init__(self, plan: Path) -> None:
-        import tensorrt as trt
+        from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
-        self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-        self.engine = self.runtime.deserialize_cuda_engine(Path(plan).read_bytes())
-        self.ctx = self.engine.create_execution_context()
+        self._runner = TrtRunner(EngineFromBytes(Path(plan).read_bytes()))
+        self._runner.activate()
 
     def run(self, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:
-        import torch
+        return np.asarray(self._runner.infer(feed_dict=feeds)[output], dtype=np.float32)
 
-        dev = {n: torch.from_numpy(a).cuda() for n, a in feeds.items()}
-        for n, t in dev.items():
-            self.ctx.set_input_shape(n, tuple(t.shape))
-            self.ctx.set_tensor_address(n, int(t.data_ptr()))
-        dims = self.ctx.get_tensor_shape(output)
-        shape = tuple(int(dims[i]) for i in range(len(dims)))
-        out = torch.empty(shape, dtype=torch.float32, device="cuda")
-        self.ctx.set_tensor_address(output, int(out.data_ptr()))
-        stream = torch.cuda.Stream()
-        self.ctx.execute_async_v3(stream.cuda_stream)
-        stream.synchronize()
-        return out.cpu().numpy()
+    def close(self) -> None:
+        self._runner.deactivate()
 
 
-def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print):  # pragma: no cover - GPU only
-    """The plan vs its ONNX (ONNX Runtime, CPU) on the corpus texts of its bucket."""
+def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runner_cls=None):
+    """The plan vs the graph the build's gate ran (ONNX Runtime, CPU) on the corpus texts of its
+    bucket: model.onnx itself, or for bf16 the simulation of it (gate.onnx)."""
     from .build import backend_lib
     from .parity import CosineStats, cosine_rows
 
@@ -348,8 +312,9 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print):  # p
     enc = tok.encode(texts)
     lo = max([b for b in m["buckets"] if b < recipe.bucket], default=0)
     rows = [i for i, n in enumerate(enc.lengths) if lo < n <= recipe.bucket][:256] or list(range(min(32, len(texts))))
-    ort = enc_mod.OrtEncoder(str(model_dir / recipe.onnx))
-    runner = PlanRunner(model_dir / PLAN)
+    # a simulated graph runs exactly as written: the optimizer would drop its rounding casts
+    ort = enc_mod.OrtEncoder(str(model_dir / recipe.gate_onnx), optimize=recipe.gate_run == "exact")
+    runner = (runner_cls or PlanRunner)(model_dir / PLAN)
     got, want = [], []
     for s in range(0, len(rows), recipe.max_batch):
         feeds = tok.pad(enc, rows[s:s + recipe.max_batch], recipe.bucket, recipe.input_names)
@@ -363,15 +328,17 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print):  # p
                                for s in range(0, len(rows), recipe.max_batch)])
         g = pool_and_normalize(g, mask, m["pooling"], m["normalize"])
         w = pool_and_normalize(w, mask, m["pooling"], m["normalize"])
+    runner.close()
     st = CosineStats.of(cosine_rows(w, g))
     ok = st.passes(gate)
-    log(f"{'[ok]' if ok else '[x]'} {model_dir.name}: plan vs ONNX on {st.n} texts: cosine p50 {st.p50:.6f} "
+    log(f"{'[ok]' if ok else '[x]'} {model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on {st.n} texts: "
+        f"cosine p50 {st.p50:.6f} "
         f"p01 {st.p01:.6f} min {st.min:.6f}")
     return st, ok
 
 
 def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = False, texts: list[str] | None = None,
-                  gate=None, log: Log = print) -> list[PlanStatus]:
+                  gate=None, log: Log = print, runner_cls=None) -> list[PlanStatus]:
     """Build every missing, stale or foreign plan in `repo`; parity-check each new plan."""
     ok, why = tensorrt_available()
     dirs = encoder_dirs(repo)
@@ -381,7 +348,8 @@ def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = Fal
     if not ok:
         raise DependencyError(f"cannot build TensorRT engines here: {why}",
                               f"run `embtrt engines {repo}` on the GPU host that will serve it "
-                              "(TensorRT and a CUDA device are needed; it can run as a Kubernetes init step)")
+                              "(TensorRT, nvidia-ml-py and a GPU are needed: pip install 'embtrt[tensorrt]'; "
+                              "it can run as a Kubernetes init container)")
     from .build import load_corpus
     from .spec import Gate
 
@@ -394,12 +362,12 @@ def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = Fal
         if st.needs_build or force:
             log(f"building {d.name}: {st.message}")
             build_engine(d, Path(repo) / TIMING_CACHE, host, log)
-            _, good = plan_parity(d, texts, gate, log)
+            _, good = plan_parity(d, texts, gate, log, runner_cls)
             if not good and not allow_mismatch:
                 (d / PLAN).unlink(missing_ok=True)
                 (d / PLAN_MANIFEST).unlink(missing_ok=True)
                 raise ParityError(f"{d.name}: the TensorRT plan fails the quality gate and was removed",
-                                  "try --fp32-layers, or a higher precision (fp16 -> fp32, int8 -> fp16)")
+                                  "rebuild with --fp32-layers, or a higher precision (fp16 -> fp32, int8 -> fp16)")
             st = plan_status(d, host)
         results.append(st)
         log(f"[{st.state}] {st.message}")

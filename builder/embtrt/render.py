@@ -85,9 +85,9 @@ def encoder_dims(spec: BuildSpec, bucket: int) -> int:
     return bucket if spec.target in GPU_TARGETS else -1
 
 
-def graph_batch_sizes(spec: BuildSpec) -> list[int]:
-    """CUDA-graph batch sizes = preferred batch sizes, plus 1 for single requests."""
-    return sorted({1, *spec.preferred_batch_sizes})
+def graph_batch_sizes(spec: BuildSpec, bucket: int) -> list[int]:
+    """CUDA-graph batch sizes = the bucket's preferred batch sizes, plus 1 for single requests."""
+    return sorted({1, *spec.bucket_preferred(bucket)})
 
 
 def hf_files(model_dir: Path) -> dict[str, Path]:
@@ -137,7 +137,8 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
     front_params = [p for p in shared if p[0] != "input_names"] + runtime_params(spec, encoder_output) + [
         ("buckets", ",".join(map(str, spec.buckets))),
         ("encoder_models", ",".join(names["encoder"][b] for b in spec.buckets)),
-        ("encoder_max_batch_size", str(spec.max_batch_size)),
+        ("encoder_max_batch_sizes", ",".join(str(spec.bucket_max_batch(b)) for b in spec.buckets)),
+        ("max_batch_tokens", str(spec.max_batch_tokens)),
         ("pad_to_bucket", str(spec.target in GPU_TARGETS).lower()),
         ("encoder_mode", spec.router_mode),
         ("run_overhead_tokens", str(spec.run_overhead_tokens if spec.run_overhead_tokens is not None else DEFAULT_RUN_OVERHEAD)),
@@ -153,6 +154,8 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         files=front_files, backend_code="router",
     ))
     for b in spec.buckets:
+        bcommon = {**common, "max_batch_size": spec.bucket_max_batch(b)}  # the token budget's rows
+        bbatch = _batching(spec, spec.bucket_preferred(b))
         tok_name = names["tokenizer"][b]
         enc_name = names["encoder"][b]
         pool_name = names["pooler"][b]
@@ -165,15 +168,15 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
             enc_outputs = [_t(encoder_output, "TYPE_FP32", [enc_dim, H])]
         plans.append(ModelPlan(
             name=tok_name, template="tokenizer.pbtxt.j2", kind="tokenizer",
-            context={**common, "name": tok_name, "inputs": text_in,
+            context={**bcommon, "name": tok_name, "inputs": text_in,
                      "outputs": [_t(n, "TYPE_INT64", [b]) for n in spec.input_names],
-                     "batching": _batching(spec), "group": _group(spec.instances, False),
+                     "batching": bbatch, "group": _group(spec.instances, False),
                      "params": sorted(shared + [("bucket", str(b)),
                                                 ("largest_bucket", str(b == spec.buckets[-1]).lower())]) + idp},
             files={"1/tokenizer.json": tokenizer_json}, backend_code="tokenizer",
         ))
         plans.append(_encoder_plan(spec, b, enc_name, enc_inputs, enc_outputs, encoder_output,
-                                   onnx_paths, plan_paths or {}, common, idp))
+                                   onnx_paths, plan_paths or {}, bcommon, idp))
         steps = [
             {"model": tok_name, "input_map": [("TEXT", "TEXT")],
              "output_map": [(n, n) for n in spec.input_names]},
@@ -189,10 +192,10 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
                           "output_map": [("EMBEDDING", "EMBEDDING")]})
             plans.append(ModelPlan(
                 name=pool_name, template="pooler.pbtxt.j2", kind="pooler",
-                context={**common, "name": pool_name, "pooling": spec.pooling, "normalize": spec.normalize,
+                context={**bcommon, "name": pool_name, "pooling": spec.pooling, "normalize": spec.normalize,
                          "inputs": [_t("last_hidden_state", "TYPE_FP32", [-1, H]),
                                     _t("attention_mask", "TYPE_INT64", [-1])],
-                         "outputs": emb_out, "batching": _batching(spec), "group": _group(spec.instances, False),
+                         "outputs": emb_out, "batching": bbatch, "group": _group(spec.instances, False),
                          "params": sorted([("pooling", spec.pooling),
                                            ("normalize", str(spec.normalize).lower())]) + idp,
                          "warmup": [{"name": f"bucket_{b}", "batch_size": 1,
@@ -202,7 +205,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
             ))
         plans.append(ModelPlan(
             name=ens_name, template="ensemble.pbtxt.j2", kind="ensemble",
-            context={**common, "name": ens_name, "bucket": b, "inputs": text_in, "outputs": emb_out,
+            context={**bcommon, "name": ens_name, "bucket": b, "inputs": text_in, "outputs": emb_out,
                      "steps": steps, "params": idp},
         ))
     return plans
@@ -215,11 +218,12 @@ def _warmup(spec: BuildSpec, bucket: int, batch_sizes: list[int]) -> list[dict]:
 
 def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, plan_paths, common, idp) -> ModelPlan:
     ctx = {**common, "name": name, "bucket": b, "precision": spec.precision, "inputs": inputs, "outputs": outputs}
+    mb, batching = common["max_batch_size"], _batching(spec, spec.bucket_preferred(b))
     if spec.target in RUNTIMES:
-        ctx.update(batching=_batching(spec), group=_group(spec.instances, False),
+        ctx.update(batching=batching, group=_group(spec.instances, False),
                    runtime=RUNTIME_LABELS[RUNTIMES[spec.target]],
                    params=sorted(runtime_params(spec, encoder_output)) + idp,
-                   warmup=_warmup(spec, b, sorted({1, spec.max_batch_size})))
+                   warmup=_warmup(spec, b, sorted({1, mb})))
         return ModelPlan(name, "encoder_python.pbtxt.j2", ctx, files=encoder_files(spec, onnx_paths[b]),
                          backend_code="encoder_python", kind="encoder")
     if spec.target == "onnxruntime":
@@ -228,14 +232,14 @@ def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, pl
         trt = None
         if gpu and spec.ort_trt_fp16:
             trt = {"precision": "FP16", "workspace": 1 << 30, "cache_path": f"/tmp/embtrt_trt_cache/{name}"}
-        ctx.update(batching=_batching(spec), group=_group(spec.instances, gpu), device="GPU" if gpu else "CPU",
+        ctx.update(batching=batching, group=_group(spec.instances, gpu), device="GPU" if gpu else "CPU",
                    graph_level=1,
                    trt_accelerator=trt, backend_params=backend_params, params=idp,
-                   warmup=_warmup(spec, b, sorted({1, spec.max_batch_size})))
+                   warmup=_warmup(spec, b, sorted({1, mb})))
         return ModelPlan(name, "encoder_onnxruntime.pbtxt.j2", ctx, files={"1/model.onnx": onnx_paths[b]},
                          kind="encoder")
     # tensorrt
-    sizes = graph_batch_sizes(spec)
+    sizes = graph_batch_sizes(spec, b)
     ctx.update(
         batching=_batching(spec, tuple(s for s in sizes if s > 1) or (1,)),
         group=_group(spec.instances, True, ["0"]),

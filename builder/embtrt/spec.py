@@ -66,6 +66,9 @@ class BuildSpec:
     input_names: tuple[str, ...] = ("input_ids", "attention_mask")
     is_decoder: bool = False
     max_batch_size: int = 32
+    # Rows x bucket length per encoder run: each bucket's max batch is min(max_batch_size,
+    # max_batch_tokens // bucket), so long buckets batch few rows and memory per run stays bounded.
+    max_batch_tokens: int = 16384
     max_queue_delay_us: int = 2000
     preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
     instances: int = 1
@@ -106,11 +109,8 @@ class BuildSpec:
                 "precision", self.precision,
                 f"{', '.join(TARGET_PRECISIONS[self.target])} for target {self.target}",
             )
-        if self.precision in ("int8", "fp8") and self.target == "tensorrt" and self.calibration_file is None:
-            raise SpecError(
-                f"invalid precision: {self.precision!r} needs calibration data",
-                "pass --calibration-file with one real text per line",
-            )
+        if self.calibration_file is not None and not Path(self.calibration_file).is_file():
+            raise _fail("calibration_file", str(self.calibration_file), "a readable file of real texts, one per line")
         if self.pooler not in POOLER_PLACES:
             raise _fail("pooler", self.pooler, ", ".join(POOLER_PLACES))
         if self.overflow not in OVERFLOW:
@@ -133,6 +133,8 @@ class BuildSpec:
             )
         if not 1 <= self.max_batch_size <= 4096:
             raise _fail("max_batch_size", self.max_batch_size, "1 .. 4096")
+        if not 1 <= self.max_batch_tokens <= 1 << 24:
+            raise _fail("max_batch_tokens", self.max_batch_tokens, "1 .. 16777216 (rows x bucket length per run)")
         if not 0 <= self.max_queue_delay_us <= 10_000_000:
             raise _fail("max_queue_delay_us", self.max_queue_delay_us, "0 .. 10000000")
         p = self.preferred_batch_sizes
@@ -174,6 +176,15 @@ class BuildSpec:
         if self.front_door_instances is not None:
             return self.front_door_instances
         return max(2, self.instances) if self.router_mode == "local" else self.instances
+
+    def bucket_max_batch(self, bucket: int) -> int:
+        """Max rows per run for one bucket: the token budget, capped by max_batch_size."""
+        return max(1, min(self.max_batch_size, self.max_batch_tokens // bucket))
+
+    def bucket_preferred(self, bucket: int) -> tuple[int, ...]:
+        """The preferred batch sizes that fit the bucket's max batch (else the max batch alone)."""
+        m = self.bucket_max_batch(bucket)
+        return tuple(p for p in self.preferred_batch_sizes if p <= m) or (m,)
 
     @property
     def fused(self) -> bool:

@@ -41,18 +41,22 @@ def chunk_sorted(lengths: np.ndarray, max_batch: int, run_overhead_tokens: int) 
     return bounds[::-1]
 
 
-def plan(lengths: np.ndarray, buckets: tuple[int, ...] | list[int], max_batch: int,
+def plan(lengths: np.ndarray, buckets: tuple[int, ...] | list[int], max_batch: int | tuple[int, ...] | list[int],
          run_overhead_tokens: int = 8, pad_to_bucket: bool = False) -> list[tuple[int, np.ndarray]]:
     """[(bucket_index, row_indices)]: rows of one bucket, sorted by length, in chunks of at most
-    max_batch rows. With pad_to_bucket (fixed-shape engines) every row costs the bucket length,
-    so chunks are simply as large as allowed."""
+    max_batch rows (one number, or one per bucket: long buckets take fewer rows per run). With
+    pad_to_bucket (fixed-shape engines) every row costs the bucket length, so chunks are simply
+    as large as allowed."""
+    limits = [int(max_batch)] * len(buckets) if isinstance(max_batch, (int, np.integer)) else [int(m) for m in max_batch]
+    if len(limits) != len(buckets) or min(limits) < 1:
+        raise ValueError(f"max_batch {max_batch!r}: one positive number, or one per bucket {list(buckets)}")
     idx = assign_buckets(lengths, buckets)
     out: list[tuple[int, np.ndarray]] = []
     for b in np.unique(idx):
         rows = np.nonzero(idx == b)[0]
         rows = rows[np.argsort(lengths[rows], kind="stable")]
         eff = np.full(rows.size, buckets[b]) if pad_to_bucket else lengths[rows]
-        for start, end in chunk_sorted(eff, max_batch, run_overhead_tokens):
+        for start, end in chunk_sorted(eff, limits[b], run_overhead_tokens):
             out.append((int(b), rows[start:end]))
     return out
 

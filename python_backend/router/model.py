@@ -35,7 +35,7 @@ class TritonPythonModel:
         self.normalize = p["normalize"] == "true"
         self.dim = int(p["embtrt.dim"])
         self.pad_to_bucket = p["pad_to_bucket"] == "true"
-        self.encoder_batch = int(p["encoder_max_batch_size"])
+        self.encoder_batch = [int(x) for x in p["encoder_max_batch_sizes"].split(",")]  # per bucket (token budget)
         self.run_overhead = int(p.get("run_overhead_tokens", "8"))
         self.max_bytes = int(p["max_text_bytes"])
         self.tokenizer = TextTokenizer(

@@ -37,9 +37,19 @@ def test_precision_must_suit_the_target():
     with pytest.raises(SpecError) as ei:
         base(precision="fp16")  # python-ort runs fp32 or int8
     assert "precision" in ei.value.message and "python-ort" in ei.value.hint
-    with pytest.raises(SpecError, match="calibration"):
-        base(target="tensorrt", precision="int8")
+    # TensorRT int8 / fp8 calibrate on the bundled corpus unless --calibration-file says otherwise
+    assert base(target="tensorrt", precision="int8").calibration_file is None
+    with pytest.raises(SpecError, match="calibration_file"):
+        base(target="tensorrt", precision="int8", calibration_file=Path("/nonexistent/texts.txt"))
     assert base(target="tensorrt", precision="fp16").precision == "fp16"
+
+
+def test_token_budget_gives_long_buckets_fewer_rows():
+    s = base(buckets=(32, 128, 512, 2048, 8192), max_seq_length=8192, max_batch_size=32, max_batch_tokens=16384)
+    assert [s.bucket_max_batch(b) for b in s.buckets] == [32, 32, 32, 8, 2]
+    assert [s.bucket_preferred(b) for b in s.buckets] == [(8, 16, 32), (8, 16, 32), (8, 16, 32), (8,), (2,)]
+    with pytest.raises(SpecError, match="max_batch_tokens"):
+        base(max_batch_tokens=0)
 
 
 def test_gate_rejects_out_of_range_thresholds():
