@@ -25,7 +25,7 @@ from .hf2onnx import export
 from .modelinfo import model_hash, sha256_file
 from .parity import GateReport, bucket_label, evaluate
 from .reference import TorchReference
-from .render import model_names, plan_repository, write_repository
+from .render import attach_deps, bundle_dir, model_names, plan_repository, write_repository
 from .resources import data_file, python_backend_dir
 from .spec import BuildSpec
 
@@ -266,7 +266,9 @@ def rebuild_command(spec: BuildSpec) -> str:
              "--router-encoder", spec.router_mode]
     if spec.run_overhead_tokens is not None:
         parts += ["--run-overhead-tokens", str(spec.run_overhead_tokens)]
-    parts += ["--max-batch-tokens", str(spec.max_batch_tokens)]
+    parts += ["--max-batch-tokens", str(spec.max_batch_tokens), "--server-python", spec.server_python]
+    if not spec.bundle_deps:
+        parts.append("--no-bundle-deps")
     if spec.target == "tensorrt":
         parts += ["--builder-opt-level", str(spec.builder_opt_level)] + (["--fp32-layers"] if spec.fp32_layers else [])
         if spec.calibration_file is not None:
@@ -398,7 +400,17 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     ident = identity(spec, msha)
     plans = plan_repository(spec, onnx_paths=onnx_by_bucket, encoder_output=output_name,
                             tokenizer_json=tok_json, pad_id=pad_id, identity=ident)
+    attach_deps(spec, plans)
     write_repository(plans, repo)
+    bundle = None
+    if spec.bundle_deps:
+        from .bundle import make_bundle
+
+        bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log)
+        bundle["path"] = bundle_dir(spec)
+    else:
+        log("no Python packages bundled (--no-bundle-deps): the server's Python must have "
+            + ", ".join(sorted({m for p in plans if p.deps for m in p.deps["requires"]})))
     names = model_names(spec)
     manifest = {
         "embtrt_manifest": 1,
@@ -421,6 +433,8 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         "max_batch_tokens": spec.max_batch_tokens,
         "bucket_max_batch": {str(b): spec.bucket_max_batch(b) for b in spec.buckets},
         "precision_onnx": prec.manifest() if prec is not None else None,
+        "bundle": bundle,
+        "server_python": spec.server_python,
         "tensorrt": {},
         "pending": [],
         "rebuild": rebuild_command(spec),

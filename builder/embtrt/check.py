@@ -51,7 +51,7 @@ def _dims_compatible(a, b) -> bool:
     return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
 
 
-def check_repository(repo: Path, allow_pending_plans: bool = False) -> CheckReport:
+def check_repository(repo: Path, allow_pending_plans: bool = False, server_python: str | None = None) -> CheckReport:
     rep = CheckReport()
     repo = Path(repo)
     configs: dict[str, mc.ModelConfig] = {}
@@ -75,8 +75,56 @@ def check_repository(repo: Path, allow_pending_plans: bool = False) -> CheckRepo
         rep.fail(f"{repo}: no models")
     manifest = repo / "embtrt.json"
     if configs and manifest.is_file():
-        check_token_budget(repo, json.loads(manifest.read_text(encoding="utf-8")), configs, rep)
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+        check_token_budget(repo, doc, configs, rep)
+        check_bundle(repo, doc, configs, rep, server_python)
     return rep
+
+
+def check_bundle(repo: Path, manifest: dict, configs: dict, rep: CheckReport, server_python: str | None) -> None:
+    """The bundle holds what the Python models import, built for the Python they say, and (with
+    server_python) for the Python that will serve them."""
+    from .bundle import BUNDLE_META, EXPECTED, MODEL_DEPS, bundle_python_tags, python_tag
+
+    b = manifest.get("bundle")
+    errors: list[str] = []
+    folder = repo / b["path"] if b else None
+    meta = None
+    if b:
+        if not (folder / BUNDLE_META).is_file():
+            rep.fail(f"bundle: {b['path']}/{BUNDLE_META} is missing (copy the whole repository)")
+            return
+        meta = json.loads((folder / BUNDLE_META).read_text())
+        tags = bundle_python_tags(folder)
+        if meta["python"] != b["python"] or tags - {python_tag(b["python"])}:
+            errors.append(f"bundle: recorded for Python {b['python']} but holds modules built for "
+                          f"{', '.join(sorted(tags))} (metadata says {meta['python']})")
+        if server_python and server_python != meta["python"]:
+            errors.append(f"bundle: built for Python {meta['python']}, but the server runs Python {server_python}: "
+                          f"rebuild with --server-python {server_python}")
+    for name, cfg in configs.items():
+        dep_file = repo / name / "1" / MODEL_DEPS
+        if cfg.backend != "python" or not dep_file.is_file():
+            continue
+        d = json.loads(dep_file.read_text())
+        mb = d.get("bundle")
+        if bool(mb) != bool(b):
+            errors.append(f"{name}: {MODEL_DEPS} and embtrt.json disagree on whether a bundle exists")
+            continue
+        if mb:
+            target = (repo / name / "1" / mb["path"]).resolve()
+            if target != folder.resolve() or mb["python"] != b["python"]:
+                errors.append(f"{name}: points at {mb['path']} for Python {mb['python']}, not the bundle "
+                              f"{b['path']} for Python {b['python']}")
+            want = [m for m in d.get("requires", []) if m not in EXPECTED.get(manifest.get("target", ""), [])]
+            absent = [m for m in want if not ((folder / m).is_dir() or any(folder.glob(f"{m}.*")))]
+            if absent:
+                errors.append(f"{name}: imports {', '.join(absent)}, which the bundle lacks")
+    for e in errors:
+        rep.fail(e)
+    if not errors and b:
+        rep.ok(f"bundle: {', '.join(f'{n} {v}' for n, v in meta['packages'].items())} for Python {meta['python']} "
+               f"({meta['size_bytes'] / 2**20:.0f} MiB) holds what every Python model imports")
 
 
 def check_token_budget(repo: Path, manifest: dict, configs: dict, rep: CheckReport) -> None:

@@ -64,6 +64,8 @@ def build(
     corpus: Optional[Path] = typer.Option(None, help="Real texts for the parity gate (JSON list or one per line). Default: the bundled sample."),
     run_overhead_tokens: Optional[int] = typer.Option(None, help="Fixed cost of one encoder run, in tokens, used to cut mixed-length batches into padded chunks. Default: measured on the built encoder at build time."),
     trust_remote_code: bool = typer.Option(False, help="Allow the model folder's own Python code. Default off."),
+    bundle_deps: bool = typer.Option(True, "--bundle-deps/--no-bundle-deps", help="Put the wheels the Python-backend models import (tokenizers; the encoder runtime for python-ort / python-openvino) into the repository, so a stock tritonserver loads it. Default on."),
+    server_python: Optional[str] = typer.Option(None, help="Python version of the serving tritonserver's Python backend, for the bundled wheels, e.g. 3.12 for current NGC images. Default: this interpreter's version."),
     allow_mismatch: bool = typer.Option(False, help="Keep encoders that fail the quality gate (recorded in embtrt.json). Default off."),
     force: bool = typer.Option(False, help="Replace --out when it exists. Default off."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON on stdout; progress goes to stderr."),
@@ -84,6 +86,7 @@ def build(
             router_encoder=router_encoder, ort_trt_fp16=ort_trt_fp16, fp32_layers=fp32_layers,
             builder_opt_level=builder_opt_level, calibration_file=calibration_file,
             trust_remote_code=trust_remote_code, allow_mismatch=allow_mismatch, run_overhead_tokens=run_overhead_tokens,
+            bundle_deps=bundle_deps, server_python=server_python,
         )
         result = run_build(spec, force=force, corpus=corpus, log=log)
     except EmbtrtError as exc:
@@ -97,12 +100,15 @@ def build(
 
 @app.command()
 def check(repo: Path = typer.Argument(..., help="A model repository written by embtrt build."),
+          server_python: Optional[str] = typer.Option(None, help="Python version of the tritonserver that will serve it (e.g. 3.12): the bundle must be built for it. Default: not checked."),
           as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON.")) -> None:
-    """Check a repository: every config.pbtxt against Triton's model_config.proto, ensemble maps, files."""
+    """Check a repository: every config.pbtxt against Triton's model_config.proto, ensemble maps, files, token budget, bundle."""
+    from .bundle import parse_python
     from .check import check_repository
 
     try:
-        rep = check_repository(repo, allow_pending_plans=True)
+        rep = check_repository(repo, allow_pending_plans=True,
+                               server_python=parse_python(server_python) if server_python else None)
     except EmbtrtError as exc:
         _fail(exc)
         return
@@ -153,6 +159,7 @@ def serve(
     probe_interval: float = typer.Option(5.0, help="Seconds between inference probes; 0 disables supervision. Default 5."),
     startup_timeout: float = typer.Option(300.0, help="Seconds to wait for every model to be ready. Default 300."),
     failures_to_recover: int = typer.Option(2, help="Consecutive failed probes before tritonserver is restarted. Default 2."),
+    python_env: Optional[Path] = typer.Option(None, help="Run the Python-backend stubs with this environment's python3 (a venv or prefix) and none of embtrt's packages, as a stock tritonserver image does. Default: embtrt's own environment."),
 ) -> None:
     """Serve a repository with tritonserver; recover when an inference probe fails; stop on Ctrl-C/SIGTERM."""
     from .serve import ServerSpec, free_port
@@ -161,7 +168,7 @@ def serve(
     spec = ServerSpec(repository=repo, host=host,
                       grpc_port=grpc_port or free_port(host), http_port=http_port or free_port(host),
                       metrics_port=metrics_port or free_port(host), tritonserver=tritonserver,
-                      backend_directory=backend_directory, startup_timeout_s=startup_timeout)
+                      backend_directory=backend_directory, startup_timeout_s=startup_timeout, python_env=python_env)
     try:
         Supervisor(spec, probe_interval_s=probe_interval, failures_to_recover=failures_to_recover, log=lambda m: out.print(m, markup=False)).run()
     except EmbtrtError as exc:

@@ -5,6 +5,7 @@ All decisions are made here; the templates in model_repository_templates/ only p
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class ModelPlan:
     files: dict[str, Path] = field(default_factory=dict)  # "1/model.onnx" -> source
     backend_code: str | None = None                         # python_backend/<dir>/model.py
     kind: str = ""
+    deps: dict | None = None                                # 1/embtrt_deps.json of a Python model
 
 
 def model_names(spec: BuildSpec) -> dict[str, Any]:
@@ -271,6 +273,25 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+def bundle_dir(spec: BuildSpec) -> str:
+    """The bundle's folder, relative to the repository: inside the front-door model folder, where
+    Triton ignores it (a top-level folder that is not a model fails the load)."""
+    from .bundle import DEPS_DIR, python_tag
+
+    return f"{spec.name}/{DEPS_DIR}/{python_tag(spec.server_python)}"
+
+
+def attach_deps(spec: BuildSpec, plans: list[ModelPlan]) -> None:
+    """Each Python model's embtrt_deps.json: the modules it imports, and where the bundle is."""
+    from .bundle import model_requires
+
+    for plan in plans:
+        if plan.backend_code:
+            bundle = {"path": f"../../{bundle_dir(spec)}", "python": spec.server_python} if spec.bundle_deps else None
+            plan.deps = {"requires": model_requires(plan.kind, spec.target, spec.router_mode == "local"),
+                         "bundle": bundle}
+
+
 def write_repository(plans: list[ModelPlan], repo: Path) -> list[Path]:
     """Write each model's config.pbtxt, its files, and the Python-backend code it runs."""
     env = environment()
@@ -278,13 +299,15 @@ def write_repository(plans: list[ModelPlan], repo: Path) -> list[Path]:
     written = []
     for plan in plans:
         if plan.backend_code:  # the check verifies these files exist in 1/
-            needed = sorted(["model.py", *(r.split("/", 1)[1] for r in plan.files)])
+            needed = sorted(["model.py", *(r.split("/", 1)[1] for r in plan.files)] + (["embtrt_deps.json"] if plan.deps else []))
             plan.context["params"] = sorted(plan.context["params"] + [("embtrt.files", ",".join(needed))])
         d = repo / plan.name
         (d / "1").mkdir(parents=True, exist_ok=True)
         (d / "config.pbtxt").write_text(render_config(plan, env), encoding="utf-8")
         for rel, src in plan.files.items():
             _link_or_copy(Path(src), d / rel)
+        if plan.deps is not None:
+            (d / "1" / "embtrt_deps.json").write_text(json.dumps(plan.deps, indent=2) + "\n", encoding="utf-8")
         if plan.backend_code:
             shutil.copy2(python_backend_dir() / plan.backend_code / "model.py", d / "1" / "model.py")
             shutil.copytree(lib, d / "1" / "embtrt_backend",

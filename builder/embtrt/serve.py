@@ -41,6 +41,10 @@ class ServerSpec:
     startup_timeout_s: float = 180.0
     exit_timeout_s: int = 30
     extra_args: tuple[str, ...] = ()
+    # Serve with this Python environment (a venv or prefix with bin/python3) instead of embtrt's
+    # own: its bin/ first on PATH and none of embtrt's packages on PYTHONPATH, as a stock
+    # tritonserver image runs the stubs with its own python3 (numpy only).
+    python_env: Path | None = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -88,9 +92,10 @@ def _pytriton_backends(root: Path) -> Path:
     return base
 
 
-def find_tritonserver(explicit: Path | None = None, backend_directory: Path | None = None) -> Installation:
+def find_tritonserver(explicit: Path | None = None, backend_directory: Path | None = None,
+                      python_env: Path | None = None) -> Installation:
     """--tritonserver, else the nvidia-pytriton wheel's, else `tritonserver` on PATH."""
-    env = stub_environment()
+    env = stub_environment(python_env)
     if explicit is not None:
         if not Path(explicit).is_file():
             raise ServerError(f"--tritonserver {explicit} does not exist")
@@ -109,18 +114,26 @@ def find_tritonserver(explicit: Path | None = None, backend_directory: Path | No
                       "pip install nvidia-pytriton (it carries one), put tritonserver on PATH, or pass --tritonserver")
 
 
-def stub_environment() -> dict[str, str]:
-    """PATH and PYTHONPATH so Python-backend stubs import this environment's packages."""
+def stub_environment(python_env: Path | None = None) -> dict[str, str]:
+    """PATH and PYTHONPATH so Python-backend stubs import this environment's packages (or, with
+    python_env, only that environment's: the stub runs the first python3 on PATH)."""
     env = dict(os.environ)
-    bindir = str(Path(sys.executable).parent)
+    bindir = str(Path(python_env) / "bin") if python_env is not None else str(Path(sys.executable).parent)
+    if python_env is not None and not (Path(bindir) / "python3").exists():
+        raise ServerError(f"--python-env {python_env} has no bin/python3")
     env["PATH"] = os.pathsep.join([bindir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir])
-    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    paths += [p for p in sys.path if p.endswith("site-packages") or p.endswith("dist-packages")]
+    if python_env is not None:
+        env.pop("PYTHONPATH", None)
+        env.pop("VIRTUAL_ENV", None)
+    paths = [] if python_env is not None else [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    if python_env is None:
+        paths += [p for p in sys.path if p.endswith("site-packages") or p.endswith("dist-packages")]
     seen: list[str] = []
     for p in paths + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]:
         if p not in seen:
             seen.append(p)
-    env["PYTHONPATH"] = os.pathsep.join(seen)
+    if seen:
+        env["PYTHONPATH"] = os.pathsep.join(seen)
     # The stub links libpython3.X from the system's loader path; when the running Python is a
     # different build (pyenv, conda), its stdlib extension modules do not match that library
     # (seen here: `import ssl` fails with "undefined symbol: _PyModule_Add", which breaks
@@ -144,7 +157,7 @@ class TritonServer:
     def __init__(self, spec: ServerSpec) -> None:
         self.spec = spec
         self.proc: subprocess.Popen | None = None
-        self.install = find_tritonserver(spec.tritonserver, spec.backend_directory)
+        self.install = find_tritonserver(spec.tritonserver, spec.backend_directory, spec.python_env)
         self._log_fh: IO[bytes] | None = None
         self.log_path = spec.log_file
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -93,6 +94,9 @@ class BuildSpec:
     # front door. None: measured at build time on the built encoder.
     run_overhead_tokens: int | None = None
     opset: int = 17
+    # The repository carries the wheels its Python models import, built for this server Python.
+    bundle_deps: bool = True
+    server_python: str = field(default_factory=lambda: f"{sys.version_info.major}.{sys.version_info.minor}")
     gate: Gate = field(default_factory=Gate)
 
     def __post_init__(self) -> None:
@@ -157,6 +161,10 @@ class BuildSpec:
             raise _fail("max_queue_size", self.max_queue_size, "0 (unbounded) or more")
         if self.queue_timeout_us < 0:
             raise _fail("queue_timeout_us", self.queue_timeout_us, "0 (none) or more")
+        from .bundle import parse_python
+
+        if parse_python(self.server_python) != self.server_python:
+            raise _fail("server_python", self.server_python, "a CPython version such as 3.12")
         if "input_ids" not in self.input_names or "attention_mask" not in self.input_names:
             raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
 
@@ -271,6 +279,9 @@ def spec_from_options(
     if name is None:
         name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
     pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
+    from .bundle import parse_python
+
+    rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
     resolved = resolve_target(target)
     return BuildSpec(
         model_dir=model_dir,

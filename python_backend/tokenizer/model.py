@@ -7,6 +7,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from embtrt_backend.deps import use_bundle  # noqa: E402
+
+use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own packages, before importing them
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402

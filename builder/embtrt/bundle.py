@@ -1,0 +1,166 @@
+"""The repository carries the Python packages its Python-backend models import.
+
+NVIDIA's stock tritonserver images give the Python backend numpy and nothing else; the
+generated models import `tokenizers` (every target) and the encoder runtime (python-*
+targets). `embtrt build` installs those wheels, for the server's Python version and
+platform (pip's --python-version / --platform / --only-binary), into `NAME/_deps/cpXY/`
+inside the front-door model folder: Triton ignores a model folder's non-numeric
+subfolders ("ignore version directory '_deps'"), while a top-level folder that is not a
+model fails the whole load. Every Python model's `1/embtrt_deps.json` points there; its
+model.py puts the folder first on sys.path and refuses, with both versions named, a bundle
+built for another Python.
+
+Bundles are cached per (packages, Python, platform) under ~/.cache/embtrt/bundles and
+hard-linked into each repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Callable
+
+from .errors import DependencyError, SpecError
+
+DEPS_DIR = "_deps"
+BUNDLE_META = "embtrt_bundle.json"
+MODEL_DEPS = "embtrt_deps.json"  # in each Python model's 1/ folder
+# pip distribution -> the module it provides
+PACKAGES = {"tokenizers": "tokenizers", "onnxruntime": "onnxruntime", "openvino": "openvino"}
+# The encoder runtime each python-* target imports; PyTorch (python-torch) is far too large to
+# bundle (a CUDA build from PyPI), so it must be in the server's Python, which the models check.
+RUNTIME = {"python-ort": ["onnxruntime"], "python-openvino": ["openvino"], "python-torch": []}
+EXPECTED = {"python-torch": ["torch", "transformers"]}
+# glibc baselines the wheels may target; stock Triton images are Ubuntu 22.04 / 24.04 (glibc 2.35+)
+MANYLINUX = ("manylinux2014", "manylinux_2_17", "manylinux_2_27", "manylinux_2_28", "manylinux_2_31",
+             "manylinux_2_34", "manylinux_2_35")
+
+Log = Callable[[str], None]
+
+
+def python_tag(py: str) -> str:
+    major, minor = py.split(".")
+    return f"cp{major}{minor}"
+
+
+def parse_python(value: str | None) -> str:
+    if value is None:
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    parts = value.strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or parts[0] != "3" or not 8 <= int(parts[1]) <= 14:
+        raise SpecError(f"invalid server_python: {value!r}", "a CPython version such as 3.12 (3.8 .. 3.14)")
+    return f"{parts[0]}.{int(parts[1])}"
+
+
+def packages_for(target: str) -> list[str]:
+    """What the target's Python-backend models import besides numpy (which the server has)."""
+    return ["tokenizers", *RUNTIME.get(target, [])]
+
+
+def model_requires(kind: str, target: str, local_encoder: bool) -> list[str]:
+    """Modules one model imports: kind is front door, tokenizer, encoder or pooler."""
+    runtime = [PACKAGES[p] for p in RUNTIME.get(target, [])] + EXPECTED.get(target, [])
+    if kind == "front door":
+        return ["tokenizers"] + (runtime if local_encoder else [])
+    if kind == "tokenizer":
+        return ["tokenizers"]
+    if kind == "encoder" and target in RUNTIME:
+        return runtime
+    return []
+
+
+def _pins(names: list[str]) -> dict[str, str]:
+    out = {}
+    for n in names:
+        try:
+            out[n] = version(n)   # the exact version the build's gate ran here
+        except PackageNotFoundError:
+            raise DependencyError(f"cannot bundle {n}: it is not installed here", f"pip install {n}") from None
+    return out
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "embtrt" / "bundles"
+
+
+def _install(pins: dict[str, str], py: str, machine: str, dest: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+           "--only-binary=:all:", "--target", str(dest), "--python-version", py, "--implementation", "cp"]
+    for tag in MANYLINUX:
+        cmd += ["--platform", f"{tag}_{machine}"]
+    cmd += [f"{n}=={v}" for n, v in pins.items()]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise DependencyError(f"pip could not fetch {', '.join(f'{n}=={v}' for n, v in pins.items())} for Python {py} "
+                              f"on {machine}: {p.stderr.strip()[-600:]}",
+                              "check the package index is reachable and has wheels for that Python, or build with "
+                              "--no-bundle-deps and install the packages into the server's Python yourself")
+
+
+def _tree_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def make_bundle(target: str, server_python: str, dest: Path, log: Log = print) -> dict:
+    """Install the target's packages for `server_python` into dest (via the cache); return the metadata."""
+    py = parse_python(server_python)
+    machine = platform.machine() or "x86_64"
+    pins = _pins(packages_for(target))
+    key = hashlib.sha256(json.dumps([pins, py, machine, MANYLINUX]).encode()).hexdigest()[:16]
+    cached = _cache_root() / f"{python_tag(py)}-{key}"
+    if not (cached / BUNDLE_META).is_file():
+        log(f"bundling {', '.join(f'{n} {v}' for n, v in pins.items())} for Python {py} ({machine}) with pip")
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".bundle-", dir=cached.parent))
+        try:
+            _install(pins, py, machine, tmp)
+            shutil.rmtree(tmp / "bin", ignore_errors=True)  # console scripts: nothing runs them in the stub
+            meta = {"python": py, "python_tag": python_tag(py), "platform": f"manylinux_{machine}",
+                    "packages": pins, "size_bytes": _tree_size(tmp), "cache_key": key}
+            (tmp / BUNDLE_META).write_text(json.dumps(meta, indent=2) + "\n")
+            try:
+                tmp.rename(cached)
+            except OSError:  # another build filled the cache meanwhile
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    else:
+        log(f"bundle for Python {py} from the cache ({cached})")
+    _link_tree(cached, dest)
+    meta = json.loads((dest / BUNDLE_META).read_text())
+    log(f"bundled {', '.join(f'{n} {v}' for n, v in meta['packages'].items())} for Python {py}: "
+        f"{meta['size_bytes'] / 2**20:.0f} MiB in {dest}")
+    return meta
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    for f in src.rglob("*"):
+        rel = f.relative_to(src)
+        if f.is_dir():
+            (dst / rel).mkdir(parents=True, exist_ok=True)
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(f, dst / rel)
+        except OSError:
+            shutil.copy2(f, dst / rel)
+
+
+def bundle_python_tags(folder: Path) -> set[str]:
+    """The CPython tags of the compiled modules in a bundle (cpython-311-... -> cp311); abi3 is any."""
+    tags = set()
+    for so in folder.rglob("*.so"):
+        parts = so.name.split(".")
+        if len(parts) >= 3 and parts[-2].startswith("cpython-"):
+            ver = parts[-2].split("-")[1]
+            tags.add(f"cp{ver}")
+    return tags
