@@ -86,10 +86,10 @@ def check_bundle(repo: Path, manifest: dict, configs: dict, rep: CheckReport, se
     server_python) for the Python that will serve them."""
     from .bundle import BUNDLE_META, EXPECTED, MODEL_DEPS, bundle_python_tags, python_tag
 
-    b = manifest.get("bundle")
+    b: dict = manifest.get("bundle") or {}
     errors: list[str] = []
-    folder = repo / b["path"] if b else None
-    meta = None
+    folder = repo / b["path"] if b else repo
+    meta: dict = {}
     if b:
         if not (folder / BUNDLE_META).is_file():
             rep.fail(f"bundle: {b['path']}/{BUNDLE_META} is missing (copy the whole repository)")
