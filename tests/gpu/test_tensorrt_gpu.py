@@ -1,11 +1,15 @@
-"""On a GPU host: build TensorRT engines per bucket, check their parity, serve them.
+"""On a GPU host: build strongly typed TensorRT engines per bucket from fp32 and fp16 ONNX, check
+each plan against the graph the build's gate ran, serve them.
 
-Skipped with the concrete reason where CUDA or TensorRT is missing. Serving needs a
+The plans are built, run (Polygraphy's runner) and compared without PyTorch on the GPU; the
+ONNX export before them runs PyTorch on the CPU. Skipped with the concrete reason where
+TensorRT or a GPU (NVML) is missing. Serving needs a
 tritonserver with the TensorRT backend (an NGC container); point EMBTRT_TRITONSERVER and
 EMBTRT_BACKEND_DIR at it, or that part is skipped with its reason.
 """
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +30,11 @@ def test_engines_build_and_match_onnx(tiny_models, tmp_path, precision):
     from embtrt.spec import spec_from_options
 
     out = tmp_path / "repo"
-    res = build(spec_from_options(tiny_models["bert-cls"], out, name="bert", target="tensorrt", precision=precision),
+    res = build(spec_from_options(tiny_models["qwen3-last"], out, name="q", target="tensorrt", precision=precision),
                 log=print)
-    assert res.pending == []
+    assert res.pending == [] and res.manifest["tensorrt"]["built"] is True
     assert all(st.state == "ok" for st in check_plans(out))
+    assert "torch" not in sys.modules or not sys.modules["torch"].cuda.is_initialized()
 
 
 @needs_trt
