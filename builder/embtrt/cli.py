@@ -387,6 +387,36 @@ def bench(
     out.print(table)
 
 
+@app.command()
+def gateway(
+    repo: Path = typer.Argument(..., help="The repository the pools serve (its embtrt.json and tokenizer.json are read)."),
+    triton: Optional[str] = typer.Option(None, help="gRPC address of the tritonserver for every bucket without a --pool. Default: none."),
+    pool: Optional[list[str]] = typer.Option(None, help="BUCKET=HOST:PORT[,HOST:PORT...]: the replicas serving that bucket (round robin, retried on another replica). Repeat per bucket. Default: none."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind. Default 127.0.0.1 (loopback only)."),
+    port: int = typer.Option(8080, help="HTTP port. Default 8080."),
+    api_key_env: Optional[str] = typer.Option(None, help="Name of an environment variable holding the API key; requests must send Authorization: Bearer <key>. Default: no key."),
+    route: str = typer.Option("ids", help="ids | text. ids: token ids to the bucket encoders (one tokenization); text: text to the NAME_<L> ensembles. Default ids."),
+    max_items: int = typer.Option(2048, help="Most items per request (OpenAI's limit). Default 2048."),
+    max_body_bytes: int = typer.Option(16 << 20, help="Largest request body; larger ones get 413. Default 16777216."),
+) -> None:
+    """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""
+    import os
+
+    from .gateway import GatewayConfig, parse_pool, run
+
+    try:
+        key = None
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise EmbtrtError(f"--api-key-env {api_key_env}: that environment variable is empty or unset")
+        cfg = GatewayConfig(repo, triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])), api_key=key,
+                            route=route, max_items=max_items, max_body_bytes=max_body_bytes)
+        run(cfg, host, port, log=lambda m: out.print(m, markup=False))
+    except EmbtrtError as exc:
+        _fail(exc)
+
+
 def main() -> None:
     app()
 

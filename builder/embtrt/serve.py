@@ -45,6 +45,9 @@ class ServerSpec:
     # own: its bin/ first on PATH and none of embtrt's packages on PYTHONPATH, as a stock
     # tritonserver image runs the stubs with its own python3 (numpy only).
     python_env: Path | None = None
+    # Serve only these models (--model-control-mode=explicit --load-model=...), e.g. one length
+    # pool's encoders; None serves the whole repository.
+    models: tuple[str, ...] | None = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -189,6 +192,8 @@ class TritonServer:
         ]
         if self.install.backend_directory is not None:
             cmd.append(f"--backend-directory={self.install.backend_directory}")
+        if s.models is not None:
+            cmd += ["--model-control-mode=explicit"] + [f"--load-model={m}" for m in s.models]
         return cmd + list(s.extra_args)
 
     def start(self) -> "TritonServer":
@@ -220,6 +225,8 @@ class TritonServer:
             return 0
 
     def model_names(self) -> list[str]:
+        if self.spec.models is not None:
+            return sorted(self.spec.models)
         repo = Path(self.spec.repository)
         return sorted(p.parent.name for p in repo.glob("*/config.pbtxt"))
 

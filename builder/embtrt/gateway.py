@@ -1,0 +1,482 @@
+"""`embtrt gateway`: OpenAI's /v1/embeddings in front of length pools of tritonservers.
+
+Every input is tokenized once here with the served tokenizer.json, so token counts are
+exact (usage, routing). Each item goes to the pool of the smallest bucket that holds it;
+the per-bucket groups go out concurrently over tritonclient gRPC (asyncio) as token ids to
+that bucket's encoder (`NAME_<L>_encoder`: one tokenization in all, not one here and one
+in Triton; `--route text` sends text to the `NAME_<L>` ensembles instead), round robin over
+a pool's replicas, retried on another replica when one is unavailable or its queue is
+full. Results come back in input order.
+
+Token-id input (`input` as a list of ints, or of lists of ints) takes the model's own ids
+as its tokenizer.json produces them, special tokens included, and must fit the max length.
+"""
+
+
+import asyncio
+import base64
+import hmac
+import itertools
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import SpecError
+
+MAX_ITEMS = 2048
+RETRYABLE_HINTS = ("Exceeds maximum queue size", "failed to connect", "Stub process", "is not healthy",
+                   "Socket closed", "Connection reset", "connection refused", "unavailable")
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's envelope with its HTTP status."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    repository: Path
+    triton: str | None = None
+    pools: tuple[tuple[int, tuple[str, ...]], ...] = ()   # (bucket, urls)
+    api_key: str | None = None
+    route: str = "ids"                                     # ids | text
+    max_items: int = MAX_ITEMS
+    max_body_bytes: int = 16 << 20
+    attempts: int = 4
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.route not in ("ids", "text"):
+            raise SpecError(f"invalid route: {self.route!r}", "ids or text")
+        if not 1 <= self.max_items <= MAX_ITEMS:
+            raise SpecError(f"invalid max_items: {self.max_items}", f"1 .. {MAX_ITEMS}")
+
+
+def parse_pool(text: str) -> tuple[int, tuple[str, ...]]:
+    """'256=host:8001,host2:8001' -> (256, ('host:8001', 'host2:8001'))."""
+    bucket, sep, urls = text.partition("=")
+    try:
+        b = int(bucket)
+    except ValueError:
+        b = -1
+    addrs = tuple(u.strip() for u in urls.split(",") if u.strip())
+    if not sep or b < 1 or not addrs:
+        raise SpecError(f"invalid --pool {text!r}", "BUCKET=HOST:PORT[,HOST:PORT...], e.g. 256=10.0.0.5:8001")
+    return b, addrs
+
+
+@dataclass
+class Pool:
+    name: str
+    buckets: tuple[int, ...]
+    urls: tuple[str, ...]
+    _rr: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rr = itertools.cycle(range(len(self.urls)))
+
+    def order(self) -> list[str]:
+        """This call's replica order: round robin start, then the others."""
+        start = next(self._rr)
+        return [self.urls[(start + i) % len(self.urls)] for i in range(len(self.urls))]
+
+
+class Served:
+    """What the gateway needs to know of the repository it fronts."""
+
+    def __init__(self, repo: Path) -> None:
+        repo = Path(repo)
+        man = repo / "embtrt.json"
+        if not man.is_file():
+            raise SpecError(f"invalid repository: {repo} has no embtrt.json", "point at a folder written by `embtrt build`")
+        m = json.loads(man.read_text())
+        self.name: str = m["name"]
+        self.dim = int(m["dim"])
+        self.buckets = [int(b) for b in m["buckets"]]
+        self.max_len = int(m["max_seq_length"])
+        self.overflow = m["overflow"]
+        self.input_names = tuple(m["input_names"])
+        self.output = m["encoder_output"]
+        self.fused = m["pooler"] == "fused"
+        self.pooling, self.normalize = m["pooling"], bool(m["normalize"])
+        self.fixed_length = m["target"] == "tensorrt"    # engines have the sequence fixed at the bucket
+        budget = m.get("bucket_max_batch") or {}
+        self.max_batch = {b: int(budget.get(str(b), m["spec"]["max_batch_size"])) for b in self.buckets}
+        self.identity = m.get("identity", {})
+        from .build import backend_lib
+
+        text_mod, _ = backend_lib()
+        self.tok = text_mod.TextTokenizer(str(repo / self.name / "1" / "tokenizer.json"), self.max_len, int(m["pad_id"]),
+                                 self.overflow)
+        self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
+
+    def bucket_of(self, n: int) -> int:
+        for b in self.buckets:
+            if n <= b:
+                return b
+        raise ValueError(f"{n} tokens exceed the largest bucket {self.buckets[-1]}")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry()
+        self.requests = Counter("embtrt_gateway_requests", "HTTP requests by route and status", ["route", "status"],
+                                registry=self.registry)
+        self.items = Counter("embtrt_gateway_items", "Items embedded, per pool", ["pool"], registry=self.registry)
+        self.tokens = Counter("embtrt_gateway_tokens", "Tokens embedded, per pool", ["pool"], registry=self.registry)
+        self.errors = Counter("embtrt_gateway_errors", "Error responses by status", ["status"], registry=self.registry)
+        self.retries = Counter("embtrt_gateway_upstream_retries", "Upstream calls retried on another replica",
+                               ["pool", "reason"], registry=self.registry)
+        buckets = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
+        self.latency = Histogram("embtrt_gateway_request_seconds", "Latency of /v1/embeddings", buckets=buckets,
+                                 registry=self.registry)
+        self.upstream = Histogram("embtrt_gateway_upstream_seconds", "Latency of one upstream call, per pool", ["pool"],
+                                  buckets=buckets, registry=self.registry)
+
+
+class Gateway:
+    def __init__(self, cfg: GatewayConfig) -> None:
+        self.cfg = cfg
+        self.served = Served(cfg.repository)
+        explicit = dict(cfg.pools)
+        unknown = sorted(set(explicit) - set(self.served.buckets))
+        if unknown:
+            raise SpecError(f"invalid --pool: buckets {unknown} are not buckets of {self.served.name}",
+                            f"its buckets: {','.join(map(str, self.served.buckets))}")
+        by_urls: dict[tuple[str, ...], list[int]] = {}
+        for b in self.served.buckets:
+            urls = explicit.get(b) or ((cfg.triton,) if cfg.triton else None)
+            if not urls:
+                raise SpecError(f"bucket {b} of {self.served.name} has no pool",
+                                f"pass --pool {b}=HOST:PORT or --triton HOST:PORT for every bucket without a pool")
+            by_urls.setdefault(tuple(urls), []).append(b)
+        self.pools = [Pool(f"<={max(bs)}" if len(by_urls) > 1 else "all", tuple(bs), urls) for urls, bs in by_urls.items()]
+        self.pool_of = {b: p for p in self.pools for b in p.buckets}
+        self.metrics = Metrics()
+        self._clients: dict[str, Any] = {}
+
+    def client(self, url: str):
+        c = self._clients.get(url)
+        if c is None:
+            import tritonclient.grpc.aio as aioclient
+
+            c = self._clients[url] = aioclient.InferenceServerClient(url)
+        return c
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()
+
+    # ---- request parsing ------------------------------------------------------------------
+
+    def parse(self, body: dict) -> tuple[list[str] | None, list[list[int]] | None, str, int | None]:
+        """-> (texts or None, token lists or None, encoding_format, dimensions)."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        model = body.get("model")
+        if model is None:
+            raise ApiError(400, "you must provide a model parameter", param="model")
+        if not isinstance(model, str):
+            raise ApiError(400, "model must be a string", param="model")
+        if model != self.served.name:
+            raise ApiError(404, f"the model {model!r} does not exist; this gateway serves {self.served.name!r}",
+                           param="model", code="model_not_found")
+        fmt = body.get("encoding_format", "float")
+        if fmt not in ("float", "base64"):
+            raise ApiError(400, f"encoding_format must be 'float' or 'base64', not {fmt!r}", param="encoding_format")
+        dims = body.get("dimensions")
+        if dims is not None:
+            if not isinstance(dims, int) or isinstance(dims, bool):
+                raise ApiError(400, "dimensions must be an integer", param="dimensions")
+            if dims != self.served.dim:
+                raise ApiError(400, f"{self.served.name} has {self.served.dim} dimensions and does not support "
+                               f"shortening: dimensions must be {self.served.dim} or absent", param="dimensions")
+        if "input" not in body:
+            raise ApiError(400, "you must provide an input parameter", param="input")
+        inp = body["input"]
+        if isinstance(inp, str):
+            return [inp], None, fmt, dims
+        if not isinstance(inp, list) or not inp:
+            raise ApiError(400, "input must be a string, a non-empty list of strings, a list of token ids or a list "
+                           "of token-id lists", param="input")
+        if len(inp) > self.cfg.max_items:
+            raise ApiError(400, f"input has {len(inp)} items; at most {self.cfg.max_items} per request", param="input")
+        if all(isinstance(x, str) for x in inp):
+            return list(inp), None, fmt, dims
+        if all(_is_int(x) for x in inp):
+            return None, [self._ids(inp, 0)], fmt, dims
+        if all(isinstance(x, list) for x in inp):
+            return None, [self._ids(x, i) for i, x in enumerate(inp)], fmt, dims
+        raise ApiError(400, "input items must all be strings, all token ids, or all token-id lists", param="input")
+
+    def _ids(self, ids: list, i: int) -> list[int]:
+        if not ids or not all(_is_int(t) for t in ids):
+            raise ApiError(400, f"input[{i}] must be a non-empty list of integer token ids", param="input")
+        bad = [t for t in ids if not 0 <= t < self.served.vocab_size]
+        if bad:
+            raise ApiError(400, f"input[{i}]: token id {bad[0]} is outside the vocabulary (0..{self.served.vocab_size - 1})",
+                           param="input")
+        if len(ids) > self.served.max_len:
+            raise ApiError(400, f"input[{i}] has {len(ids)} tokens; {self.served.name} takes at most "
+                           f"{self.served.max_len} (token-id input is never truncated)", param="input")
+        return [int(t) for t in ids]
+
+    # ---- embedding ------------------------------------------------------------------------
+
+    async def embed(self, texts: list[str] | None, ids: list[list[int]] | None) -> tuple[np.ndarray, int]:
+        """-> (vectors in input order, prompt tokens)."""
+        s = self.served
+        if texts is not None:
+            enc = s.tok.encode(texts)
+            if s.overflow == "reject":
+                over = np.nonzero(enc.lengths > s.max_len)[0]
+                if over.size:
+                    raise ApiError(400, f"input[{int(over[0])}] is longer than the max sequence length {s.max_len} "
+                                   "tokens and this model was built with --overflow reject", param="input")
+            seqs, types = enc.ids, enc.type_ids
+        else:
+            assert ids is not None
+            seqs, types = ids, [[0] * len(x) for x in ids]
+        lengths = np.array([len(x) for x in seqs], dtype=np.int64)
+        groups: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            groups.setdefault(s.bucket_of(int(n)), []).append(i)
+        out = np.empty((len(seqs), s.dim), dtype=np.float32)
+        jobs = []
+        for b, rows in groups.items():
+            rows.sort(key=lambda r: int(lengths[r]))
+            mb = s.max_batch[b]
+            for k in range(0, len(rows), mb):
+                chunk = rows[k:k + mb]
+                jobs.append(self._chunk(b, chunk, seqs, types, texts, out))
+        await asyncio.gather(*jobs)
+        return out, int(lengths.sum())
+
+    async def _chunk(self, bucket: int, rows: list[int], seqs, types, texts, out: np.ndarray) -> None:
+        s = self.served
+        pool = self.pool_of[bucket]
+        import tritonclient.grpc.aio as aioclient
+
+        if self.cfg.route == "text" and texts is not None:
+            model, output = f"{s.name}_{bucket}", "EMBEDDING"
+            arr = np.array([[texts[r].encode("utf-8")] for r in rows], dtype=object)
+            inputs = [aioclient.InferInput("TEXT", list(arr.shape), "BYTES")]
+            inputs[0].set_data_from_numpy(arr)
+            mask = None
+        else:
+            model, output = f"{s.name}_{bucket}_encoder", s.output
+            width = bucket if s.fixed_length else max(len(seqs[r]) for r in rows)
+            feeds = _pad([seqs[r] for r in rows], [types[r] for r in rows], width, s.tok.pad_id, s.input_names)
+            inputs = []
+            for n in s.input_names:
+                t = aioclient.InferInput(n, list(feeds[n].shape), "INT64")
+                t.set_data_from_numpy(feeds[n])
+                inputs.append(t)
+            mask = feeds["attention_mask"]
+        vec = await self._call(pool, bucket, model, inputs, output)
+        if mask is not None and not s.fused:
+            from embtrt_backend.pooling import pool_and_normalize
+
+            vec = pool_and_normalize(vec, mask, s.pooling, s.normalize)
+        out[rows] = vec
+        self.metrics.items.labels(pool.name).inc(len(rows))
+        self.metrics.tokens.labels(pool.name).inc(sum(len(seqs[r]) for r in rows))
+
+    async def _call(self, pool: Pool, bucket: int, model: str, inputs, output: str) -> np.ndarray:
+        import tritonclient.grpc.aio as aioclient
+
+        last, reasons = "", set()
+        delay = 0.02
+        for _attempt in range(self.cfg.attempts):
+            for url in pool.order():
+                t0 = time.perf_counter()
+                try:
+                    r = await self.client(url).infer(model, inputs, outputs=[aioclient.InferRequestedOutput(output)],
+                                                     client_timeout=self.cfg.timeout_s)
+                    self.metrics.upstream.labels(pool.name).observe(time.perf_counter() - t0)
+                    return r.as_numpy(output)
+                except Exception as exc:  # InferenceServerException or a transport error: classify it
+                    msg = str(exc)
+                    kind = _classify(exc)
+                    if kind == "bad":
+                        raise ApiError(400, f"{model}: {msg}", param="input") from None
+                    reasons.add(kind)
+                    last = f"{url}: {msg[:300]}"
+                    self.metrics.retries.labels(pool.name, kind).inc()
+            await asyncio.sleep(delay * (0.5 + np.random.random()))
+            delay = min(delay * 2, 1.0)
+        if reasons == {"queue_full"}:
+            raise ApiError(429, f"every replica of pool {pool.name} (bucket {bucket}) has a full queue; retry later ({last})",
+                           type_="rate_limit_error", code="queue_full")
+        raise ApiError(503, f"pool {pool.name} (bucket {bucket}, {', '.join(pool.urls)}) is unavailable: {last}",
+                       type_="service_unavailable", code="pool_unavailable")
+
+    async def ready(self) -> dict[str, str]:
+        """Every pool must answer a real inference on its smallest bucket; {pool: 'ok' | reason}."""
+        s = self.served
+        ids = s.tok.encode(["embtrt readiness probe"])
+        out: dict[str, str] = {}
+
+        async def one(pool: Pool) -> None:
+            b = min(pool.buckets)
+            vec = np.empty((1, s.dim), dtype=np.float32)
+            try:
+                await self._chunk(b, [0], ids.ids, ids.type_ids, ["embtrt readiness probe"], vec)
+                out[pool.name] = "ok" if np.all(np.isfinite(vec)) else "non-finite vector"
+            except ApiError as exc:
+                out[pool.name] = exc.message
+
+        await asyncio.gather(*(one(p) for p in self.pools))
+        return out
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _classify(exc: Exception) -> str:
+    status = str(getattr(exc, "status", lambda: "")() or "")
+    msg = str(exc)
+    if "maximum queue size" in msg or "RESOURCE_EXHAUSTED" in status:
+        return "queue_full"
+    if "UNAVAILABLE" in status or "DEADLINE_EXCEEDED" in status or any(h in msg for h in RETRYABLE_HINTS):
+        return "unavailable"
+    if "unknown model" in msg or "is not ready" in msg or "NOT_FOUND" in status:
+        return "unavailable"  # the replica does not serve this bucket (yet): a pool problem, not the caller's
+    if "INVALID_ARGUMENT" in status:
+        return "bad"
+    return "unavailable"
+
+
+def _pad(seqs: list[list[int]], types: list[list[int]], width: int, pad_id: int, names: tuple[str, ...]) -> dict:
+    n = len(seqs)
+    ids = np.full((n, width), pad_id, dtype=np.int64)
+    mask = np.zeros((n, width), dtype=np.int64)
+    tt = np.zeros((n, width), dtype=np.int64)
+    for j, (seq, ty) in enumerate(zip(seqs, types)):
+        ids[j, :len(seq)] = seq
+        mask[j, :len(seq)] = 1
+        tt[j, :len(ty)] = ty
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in names:
+        feeds["token_type_ids"] = tt
+    return feeds
+
+
+def create_app(cfg: GatewayConfig):
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response
+
+    gw = Gateway(cfg)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        yield
+        await gw.close()
+
+    app = FastAPI(title="embtrt gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.gateway = gw
+
+    def fail(route: str, exc: ApiError) -> JSONResponse:
+        gw.metrics.requests.labels(route, str(exc.status)).inc()
+        gw.metrics.errors.labels(str(exc.status)).inc()
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    def check_key(request: Request) -> None:
+        if cfg.api_key is None:
+            return
+        auth = request.headers.get("authorization", "")
+        token = auth[7:] if auth.lower().startswith("bearer ") else ""
+        if not token or not hmac.compare_digest(token.encode(), cfg.api_key.encode()):
+            raise ApiError(401, "incorrect or missing API key (send Authorization: Bearer <key>)",
+                           code="invalid_api_key")
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request):
+        t0 = time.perf_counter()
+        try:
+            check_key(request)
+            size = request.headers.get("content-length")
+            if size is not None and size.isdigit() and int(size) > cfg.max_body_bytes:
+                raise ApiError(413, f"request body of {size} bytes is over the limit of {cfg.max_body_bytes} bytes")
+            raw = b""
+            async for part in request.stream():
+                raw += part
+                if len(raw) > cfg.max_body_bytes:
+                    raise ApiError(413, f"request body is over the limit of {cfg.max_body_bytes} bytes")
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+            texts, ids, fmt, _ = gw.parse(body)
+            vecs, tokens = await gw.embed(texts, ids)
+        except ApiError as exc:
+            return fail("embeddings", exc)
+        if fmt == "base64":
+            data = [{"object": "embedding", "index": i,
+                     "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")} for i, v in enumerate(vecs)]
+        else:
+            data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vecs)]
+        gw.metrics.requests.labels("embeddings", "200").inc()
+        gw.metrics.latency.observe(time.perf_counter() - t0)
+        return JSONResponse({"object": "list", "data": data, "model": gw.served.name,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        try:
+            check_key(request)
+        except ApiError as exc:
+            return fail("models", exc)
+        return {"object": "list", "data": [{"id": gw.served.name, "object": "model", "created": 0, "owned_by": "embtrt",
+                                            "embtrt": gw.served.identity}]}
+
+    @app.get("/health/live")
+    async def live():
+        return {"status": "live"}
+
+    @app.get("/health/ready")
+    async def ready():
+        pools = await gw.ready()
+        ok = all(v == "ok" for v in pools.values())
+        return JSONResponse({"status": "ready" if ok else "not ready", "pools": pools}, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics():
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print) -> None:
+    import uvicorn
+
+    app = create_app(cfg)
+    gw: Gateway = app.state.gateway
+    for p in gw.pools:
+        log(f"pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)}")
+    log(f"embtrt gateway for {gw.served.name} on http://{host}:{port}/v1/embeddings (route {cfg.route})")
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `embtrt gateway`")

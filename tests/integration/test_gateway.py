@@ -1,0 +1,276 @@
+"""`embtrt gateway` in front of real tritonservers, driven by the official `openai` client.
+
+Pools: the session's full server (A) serves the 32- and 128-token buckets; a second
+tritonserver (B) serves only the long pool's encoder (explicit model control). The gateway
+runs as its own process (`embtrt gateway`, uvicorn) on a free loopback port.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from embtrt.parity import cosine_rows
+from embtrt.serve import ServerSpec, TritonServer, free_port
+
+pytestmark = pytest.mark.integration
+NAME = "all_minilm_l6_v2"
+
+
+@contextmanager
+def gateway(repo: Path, log: Path, *args: str, env: dict | None = None):
+    port = free_port()
+    with open(log, "ab") as fh:
+        p = subprocess.Popen([sys.executable, "-m", "embtrt.cli", "gateway", str(repo), "--port", str(port), *args],
+                             stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health/live", timeout=1)
+                break
+            except OSError:
+                if p.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"gateway did not start: {log.read_text()[-2000:]}") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+def pool_server(repo: Path, tmp: Path, models: tuple[str, ...], grpc_port: int | None = None) -> TritonServer:
+    return TritonServer(ServerSpec(repo, grpc_port=grpc_port or free_port(), http_port=free_port(),
+                                   metrics_port=free_port(), log_file=tmp / f"pool-{time.time_ns()}.log", models=models))
+
+
+@pytest.fixture(scope="module")
+def long_pool(minilm_repo, tmp_path_factory):
+    with pool_server(minilm_repo, tmp_path_factory.mktemp("long"), (f"{NAME}_256_encoder",)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def two_pools(minilm_repo, minilm_server, long_pool, tmp_path_factory):
+    a, b = minilm_server.grpc_url, long_pool.grpc_url
+    with gateway(minilm_repo, tmp_path_factory.mktemp("gw") / "gw.log", "--pool", f"32={a}", "--pool", f"128={a}",
+                 "--pool", f"256={b}") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_repo):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(minilm_repo / NAME / "1" / "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(max_length=256)
+    return tok
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, minilm_path):
+    from embtrt.reference import st_embed
+
+    return st_embed(minilm_path, corpus)
+
+
+def test_openai_client_gets_sentence_transformers_vectors_in_order_with_exact_usage(two_pools, corpus, reference,
+                                                                                     tokenizer):
+    from openai import OpenAI
+
+    c = OpenAI(base_url=two_pools + "/v1", api_key="unused")
+    got, usage = [], 0
+    for i in range(0, len(corpus), 64):  # batched, default encoding (the client asks for base64)
+        r = c.embeddings.create(model=NAME, input=corpus[i:i + 64])
+        assert [d.index for d in r.data] == list(range(len(r.data)))
+        got += [d.embedding for d in r.data]
+        usage += r.usage.prompt_tokens
+        assert r.usage.total_tokens == r.usage.prompt_tokens and r.model == NAME
+    got = np.asarray(got, dtype=np.float32)
+    assert len(corpus) >= 300 and got.shape == reference.shape
+    assert cosine_rows(reference, got).min() >= 0.9999
+    assert usage == sum(len(e.ids) for e in tokenizer.encode_batch(corpus))  # after truncation, specials included
+    lens = [len(e.ids) for e in tokenizer.encode_batch(corpus)]
+    assert all(any(lo < n <= hi for n in lens) for lo, hi in ((0, 32), (32, 128), (128, 256)))  # every bucket, both pools
+    singles = [i for i in range(0, len(corpus), 25)]
+    for i in singles:  # one text per request, float
+        r = c.embeddings.create(model=NAME, input=corpus[i], encoding_format="float")
+        assert len(r.data) == 1 and r.usage.prompt_tokens == lens[i]
+        assert cosine_rows(reference[i:i + 1], np.asarray([r.data[0].embedding]))[0] >= 0.9999
+        assert np.allclose(r.data[0].embedding, got[i], atol=1e-6)
+
+
+def test_token_id_input_gives_the_same_vectors_as_the_text(two_pools, corpus, tokenizer, reference):
+    from openai import OpenAI
+
+    c = OpenAI(base_url=two_pools + "/v1", api_key="unused")
+    pick = corpus[::20]
+    ids = [e.ids for e in tokenizer.encode_batch(pick)]
+    r = c.embeddings.create(model=NAME, input=ids, encoding_format="float")
+    got = np.asarray([d.embedding for d in r.data])
+    assert cosine_rows(reference[::20], got).min() >= 0.9999
+    assert r.usage.prompt_tokens == sum(map(len, ids))
+    one = c.embeddings.create(model=NAME, input=ids[3], encoding_format="float")
+    assert np.allclose(one.data[0].embedding, got[3], atol=1e-6)
+
+
+def _post(url: str, body, headers: dict | None = None, raw: bytes | None = None) -> httpx.Response:
+    return httpx.post(url + "/v1/embeddings", content=raw if raw is not None else json.dumps(body),
+                      headers={"content-type": "application/json", **(headers or {})}, timeout=30)
+
+
+def _envelope(r: httpx.Response, status: int, contains: str) -> dict:
+    assert r.status_code == status, (r.status_code, r.text)
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and contains in err["message"], err
+    return err
+
+
+def test_bad_requests_get_openais_envelope_and_status(two_pools):
+    u = two_pools
+    _envelope(_post(u, {"input": "x"}), 400, "model parameter")
+    assert _envelope(_post(u, {"model": "nope", "input": "x"}), 404, "does not exist")["code"] == "model_not_found"
+    _envelope(_post(u, {"model": NAME, "input": []}), 400, "non-empty list")
+    _envelope(_post(u, {"model": NAME, "input": 5}), 400, "input must be")
+    _envelope(_post(u, {"model": NAME, "input": ["a", 3]}), 400, "must all be strings")
+    _envelope(_post(u, {"model": NAME, "input": ["a"] * 2049}), 400, "at most 2048")
+    _envelope(_post(u, {"model": NAME, "input": [[101, 99999999]]}), 400, "outside the vocabulary")
+    _envelope(_post(u, {"model": NAME, "input": [list(range(1000, 1300))]}), 400, "at most 256")
+    _envelope(_post(u, {"model": NAME, "input": "x", "encoding_format": "int8"}), 400, "encoding_format")
+    err = _envelope(_post(u, {"model": NAME, "input": "x", "dimensions": 128}), 400, "has 384 dimensions")
+    assert err["param"] == "dimensions"
+    assert _post(u, {"model": NAME, "input": "x", "dimensions": 384}).status_code == 200
+    _envelope(_post(u, None, raw=b"{not json"), 400, "not valid JSON")
+    # a bad request never hides or reorders the good ones sent beside it
+    good = ["first text", "second, longer text about embeddings", "third"]
+    with httpx.Client(timeout=30) as hc:
+        rs = [hc.post(u + "/v1/embeddings", json=b) for b in
+              ({"model": NAME, "input": good}, {"model": NAME, "input": []}, {"model": NAME, "input": good[::-1]})]
+    assert [r.status_code for r in rs] == [200, 400, 200]
+    a = np.array([d["embedding"] for d in rs[0].json()["data"]])
+    b = np.array([d["embedding"] for d in rs[2].json()["data"]])
+    assert np.allclose(a, b[::-1], atol=1e-6)
+
+
+def test_api_key_and_body_limit(minilm_repo, minilm_server, tmp_path):
+    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url, "--api-key-env", "EMBTRT_KEY",
+                 "--max-body-bytes", "2000", env={"EMBTRT_KEY": "s3cret"}) as u:
+        _envelope(_post(u, {"model": NAME, "input": "x"}), 401, "API key")
+        _envelope(_post(u, {"model": NAME, "input": "x"}, {"authorization": "Bearer wrong"}), 401, "API key")
+        ok = _post(u, {"model": NAME, "input": "x"}, {"authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        _envelope(_post(u, {"model": NAME, "input": "y" * 5000}, {"authorization": "Bearer s3cret"}), 413, "over the limit")
+        assert httpx.get(u + "/v1/models").status_code == 401
+        models = httpx.get(u + "/v1/models", headers={"authorization": "Bearer s3cret"}).json()
+        assert models["data"][0]["id"] == NAME
+
+
+def test_queue_full_is_429_and_reject_mode_overflow_is_400(tiny_models, tmp_path):
+    from embtrt.build import build
+    from embtrt.spec import spec_from_options
+
+    repo = tmp_path / "tiny"
+    build(spec_from_options(tiny_models["bert-cls"], repo, name="bert", max_queue_size=1, max_queue_delay_us=3_000_000,
+                            max_batch_size=16, preferred_batch_sizes="16", overflow="reject"), log=lambda m: None)
+    encoders = tuple(json.loads((repo / "embtrt.json").read_text())["models"]["encoders"])
+    with pool_server(repo, tmp_path, encoders) as srv, \
+            gateway(repo, tmp_path / "gw.log", "--triton", srv.grpc_url) as u:
+        _envelope(_post(u, {"model": "bert", "input": "word " * 200}), 400, "--overflow reject")
+
+        async def burst():
+            async with httpx.AsyncClient(timeout=30) as hc:
+                return await asyncio.gather(*[hc.post(u + "/v1/embeddings", json={"model": "bert", "input": f"text {i}"})
+                                              for i in range(8)])
+
+        rs = asyncio.run(burst())
+        codes = sorted(r.status_code for r in rs)
+        assert 429 in codes and 200 in codes, codes
+        err = _envelope(next(r for r in rs if r.status_code == 429), 429, "full queue")
+        assert err["code"] == "queue_full" and err["type"] == "rate_limit_error"
+
+
+def _metric(url: str, name: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_a_stopped_pool_gives_503_for_its_bucket_while_the_other_answers_and_recovers(minilm_repo, minilm_server,
+                                                                                     corpus, tmp_path):
+    long_text = max(corpus, key=len)
+    port = free_port()
+    srv = pool_server(minilm_repo, tmp_path, (f"{NAME}_256_encoder",), grpc_port=port)
+    srv.start()
+    srv.wait_ready()
+    try:
+        with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url,
+                     "--pool", f"256=127.0.0.1:{port}") as u:
+            assert _post(u, {"model": NAME, "input": long_text}).status_code == 200
+            assert httpx.get(u + "/health/ready").status_code == 200
+            srv.stop()
+            err = _envelope(_post(u, {"model": NAME, "input": long_text}), 503, "pool <=256 (bucket 256")
+            assert err["code"] == "pool_unavailable"
+            assert _post(u, {"model": NAME, "input": "a short query"}).status_code == 200
+            ready = httpx.get(u + "/health/ready")
+            assert ready.status_code == 503
+            assert ready.json()["pools"]["<=128"] == "ok" and ready.json()["pools"]["<=256"] != "ok"
+            assert _metric(u, 'embtrt_gateway_errors_total{status="503"}') >= 1
+            srv = pool_server(minilm_repo, tmp_path, (f"{NAME}_256_encoder",), grpc_port=port)
+            srv.start()
+            srv.wait_ready()
+            deadline = time.time() + 60
+            while _post(u, {"model": NAME, "input": long_text}).status_code != 200:
+                assert time.time() < deadline, "the pool did not come back"
+                time.sleep(1)
+            assert httpx.get(u + "/health/ready").status_code == 200
+            assert _metric(u, 'embtrt_gateway_tokens_total{pool="<=256"}') > 0
+    finally:
+        srv.stop()
+
+
+def test_killing_one_replica_mid_load_fails_no_request(minilm_repo, minilm_server, long_pool, corpus, reference, tmp_path):
+    from openai import AsyncOpenAI
+
+    short = [(i, t) for i, t in enumerate(corpus) if len(t) < 300][:60]
+    replica = pool_server(minilm_repo, tmp_path, (f"{NAME}_32_encoder", f"{NAME}_128_encoder"))
+    with replica:
+        a, c = minilm_server.grpc_url, replica.grpc_url
+        with gateway(minilm_repo, tmp_path / "gw.log", "--pool", f"32={a},{c}", "--pool", f"128={a},{c}",
+                     "--pool", f"256={long_pool.grpc_url}") as u:
+            client = AsyncOpenAI(base_url=u + "/v1", api_key="unused", max_retries=0, timeout=60)
+            results: list = []
+
+            async def worker(k: int):
+                for j in range(k, 480, 32):
+                    i, text = short[j % len(short)]
+                    r = await client.embeddings.create(model=NAME, input=[text], encoding_format="float")
+                    results.append((i, r.data[0].embedding))
+                    if len(results) == 120:
+                        os.killpg(replica.proc.pid, signal.SIGKILL)  # one replica dies mid-load
+
+            async def main():
+                await asyncio.gather(*[worker(k) for k in range(32)])
+
+            asyncio.run(main())
+            assert replica.proc.poll() is not None  # it really died
+            retried = _metric(u, "embtrt_gateway_upstream_retries_total")
+    assert len(results) == 480  # no failed client request
+    idx = [i for i, _ in results]
+    got = np.asarray([v for _, v in results])
+    assert cosine_rows(reference[idx], got).min() >= 0.9999
+    assert retried >= 1
