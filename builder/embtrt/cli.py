@@ -210,14 +210,16 @@ def embed(
 @app.command()
 def probe(
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: str = typer.Option("all_minilm_l6_v2", help="Front-door model. Default all_minilm_l6_v2."),
+    model: Optional[list[str]] = typer.Option(None, help="Model to probe; repeat for several (all must agree). Default all_minilm_l6_v2."),
+    expand: bool = typer.Option(True, "--expand/--no-expand", help="Also probe each NAME_<L> bucket ensemble of the first model. --no-expand probes only the --model names (a length pool's own ensembles). Default on."),
     timeout: float = typer.Option(10.0, help="Seconds per request. Default 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Liveness by real inference through the front door and every bucket; exit 1 when any fails."""
     from .probe import probe as run_probe
 
-    r = run_probe(url, model, timeout)
+    models = model or ["all_minilm_l6_v2"]
+    r = run_probe(url, models[0], timeout, also=tuple(models[1:]), expand=expand)
     if as_json:
         sys.stdout.write(json.dumps({"ok": r.ok, "latency_ms": r.latency_ms, "errors": r.errors,
                                      "checked": r.checked}) + "\n")
@@ -413,6 +415,36 @@ def gateway(
         cfg = GatewayConfig(repo, triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])), api_key=key,
                             route=route, max_items=max_items, max_body_bytes=max_body_bytes)
         run(cfg, host, port, log=lambda m: out.print(m, markup=False))
+    except EmbtrtError as exc:
+        _fail(exc)
+
+
+@app.command()
+def k8s(
+    repo: Path = typer.Argument(..., help="The repository to deploy (its embtrt.json decides models, buckets and target)."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder for the YAML files and kustomization.yaml (required)."),
+    pools: Optional[str] = typer.Option(None, help="Upper bucket of each length pool, e.g. 128,256 (pool 1: buckets <= 128; pool 2: the rest). Default: one pool per bucket."),
+    image: str = typer.Option("nvcr.io/nvidia/tritonserver:25.06-py3", help="tritonserver image of the pools; it needs embtrt installed for the liveness probe (and embtrt[tensorrt] for TensorRT plans). Default nvcr.io/nvidia/tritonserver:25.06-py3."),
+    engines_image: Optional[str] = typer.Option(None, help="Image of the `embtrt engines` init container (TensorRT targets). Default: --image."),
+    gateway_image: str = typer.Option("embtrt:latest", help="Image with embtrt for the gateway. Default embtrt:latest."),
+    gpus: int = typer.Option(1, help="nvidia.com/gpu per pool pod (TensorRT targets). Default 1."),
+    replicas: int = typer.Option(1, help="Minimum replicas per pool. Default 1."),
+    max_replicas: int = typer.Option(8, help="HPA maximum per pool. Default 8."),
+    target_queue_ms: float = typer.Option(50.0, help="HPA target: average Triton queue time per request, ms. Default 50."),
+    repo_pvc: Optional[str] = typer.Option(None, help="PersistentVolumeClaim holding the repository. Default <name>-repository."),
+    namespace: Optional[str] = typer.Option(None, help="Namespace set in kustomization.yaml. Default: none."),
+) -> None:
+    """Render Kubernetes YAML: length pools of tritonservers (Deployment, Service, HPA, PDB), the gateway, a NetworkPolicy."""
+    from .k8s import K8sSpec, write
+
+    try:
+        spec = K8sSpec(repo, out_dir, pools=tuple(int(x) for x in pools.split(",") if x) if pools else (),
+                       image=image, gateway_image=gateway_image, engines_image=engines_image, gpus=gpus,
+                       replicas=replicas, max_replicas=max_replicas, target_queue_ms=target_queue_ms,
+                       repo_pvc=repo_pvc, namespace=namespace)
+        write(spec, log=lambda m: out.print(m, markup=False))
+    except ValueError as exc:
+        _fail(EmbtrtError(f"invalid --pools {pools!r}: {exc}", "comma-separated bucket sizes, e.g. 128,256"))
     except EmbtrtError as exc:
         _fail(exc)
 

@@ -24,8 +24,10 @@ class ProbeResult:
         return "failed: " + "; ".join(f"{m}: {e}" for m, e in self.errors.items())
 
 
-def probe(url: str, model: str, timeout_s: float = 10.0) -> ProbeResult:
-    """Embed PROBE_TEXT through `model` and each `model_<L>`; all must agree (cos >= 0.999)."""
+def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] = (), expand: bool = True) -> ProbeResult:
+    """Embed PROBE_TEXT through `model` and each `model_<L>` (expand), and each of `also`; all must
+    agree with the first (cos >= 0.999). A length pool probes its own NAME_<L> ensembles with
+    expand=False."""
     import tritonclient.grpc as grpcclient
 
     t0 = time.perf_counter()
@@ -38,9 +40,11 @@ def probe(url: str, model: str, timeout_s: float = 10.0) -> ProbeResult:
             buckets = [b for b in cfg.get("parameters", {}).get("embtrt.buckets", {}).get("string_value", "").split(",") if b]
         except Exception as exc:  # server down or model unknown: the probe fails with the reason
             return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
+        if not expand:
+            buckets = []
         arr = np.array([[PROBE_TEXT.encode()]], dtype=object)
         vecs: dict[str, np.ndarray] = {}
-        for name in [model] + [f"{model}_{b}" for b in buckets]:
+        for name in [model] + [f"{model}_{b}" for b in buckets] + list(also):
             inp = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
             inp.set_data_from_numpy(arr)
             try:
