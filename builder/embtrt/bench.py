@@ -457,8 +457,17 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
     return written
 
 
-def save(doc: dict, out_dir: Path) -> list[Path]:
+def plots_unavailable() -> str | None:
+    """Why the PNG plots cannot be drawn here (matplotlib missing), or None. Asked before a long run."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        return f"matplotlib is not installed ({exc}): pip install 'embtrt[bench]' for the PNG plots"
+    return None
+
+
+def save(doc: dict, out_dir: Path, with_plots: bool = True) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out_dir / "results.md").write_text(markdown(doc))
-    return [out_dir / "results.json", out_dir / "results.md", *plots(doc, out_dir)]
+    return [out_dir / "results.json", out_dir / "results.md", *(plots(doc, out_dir) if with_plots else [])]

@@ -336,7 +336,7 @@ def bench(
     from rich.progress import Progress
     from rich.table import Table
 
-    from .bench import Target, run_bench, save
+    from .bench import Target, markdown, plots_unavailable, run_bench, save
     from .build import load_corpus
     from .modelinfo import default_model_path
     from .spec import parse_int_list
@@ -357,6 +357,9 @@ def bench(
             raise EmbtrtError("invalid openai targets: give one --openai-model (and --openai-pid, if any) per --openai-url")
         targets += [Target(f"openai:{m}@{u}", "openai", u, m, (opid[i],) if opid else ())
                     for i, (u, m) in enumerate(zip(ou, om))]
+        no_plots = plots_unavailable() if out_dir is not None else None
+        if no_plots:  # said before the run, not after it
+            err.print(f"warning: {no_plots}; results.json and results.md will be written, the plots skipped", markup=False)
         ref_dir = reference or default_model_path()
         texts = load_corpus(corpus)
         counts = Reference(ref_dir).token_counts(texts)
@@ -374,10 +377,13 @@ def bench(
         _fail(exc)
         return
     if out_dir is not None:
-        for p in save(doc, out_dir):
+        for p in save(doc, out_dir, with_plots=no_plots is None):
             err.print(f"wrote {p}", markup=False)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    if not out.is_terminal:  # a file or a pipe: the whole table, never cut to 80 columns
+        sys.stdout.write(markdown(doc))
         return
     table = Table(title="embtrt bench")
     for col in ("target", "bucket", "conc", "req/s", "texts/s", "tokens/s", "p50", "p95", "p99", "max", "err"):

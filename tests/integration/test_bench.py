@@ -109,3 +109,22 @@ def test_other_servers_are_paused_while_one_target_is_measured():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_bench_without_matplotlib_says_so_before_measuring_and_piped_tables_are_whole(openai_peer, tmp_path):
+    block = tmp_path / "block" / "matplotlib"
+    block.mkdir(parents=True)
+    (block / "__init__.py").write_text("raise ImportError(\"No module named 'matplotlib' (blocked by the test)\")\n")
+    import os
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(block.parent), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--openai-url", openai_peer, "--openai-model",
+                        "a-rather-long-peer-model-name-for-the-table", "--no-inprocess", "--concurrency", "1",
+                        "--requests", "4", "--warmup", "1", "--only", "<=32", "--out", str(tmp_path / "res")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "pip install 'embtrt[bench]'" in p.stderr and "plots skipped" in p.stderr
+    assert p.stderr.index("plots skipped") < p.stderr.index("wrote ")  # warned before the run, not after
+    assert sorted(f.name for f in (tmp_path / "res").iterdir()) == ["results.json", "results.md"]
+    row = next(line for line in p.stdout.splitlines() if "a-rather-long-peer-model-name-for-the-table" in line)
+    assert row.startswith("| openai:a-rather-long-peer-model-name-for-the-table@" + openai_peer)
