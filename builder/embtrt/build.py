@@ -260,6 +260,7 @@ def rebuild_command(spec: BuildSpec) -> str:
              "--max-batch-size", str(spec.max_batch_size), "--max-queue-delay-us", str(spec.max_queue_delay_us),
              "--preferred-batch-sizes", ",".join(map(str, spec.preferred_batch_sizes)),
              "--instances", str(spec.instances), "--front-door-instances", str(spec.front_instances),
+             "--encoder-instances", str(spec.encoder_count),
              "--precision", spec.precision, "--pooler", spec.pooler,
              "--overflow", spec.overflow, "--max-queue-size", str(spec.max_queue_size),
              "--queue-timeout-us", str(spec.queue_timeout_us), "--ort-threads", str(spec.ort_threads),

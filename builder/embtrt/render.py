@@ -222,7 +222,7 @@ def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, pl
     ctx = {**common, "name": name, "bucket": b, "precision": spec.precision, "inputs": inputs, "outputs": outputs}
     mb, batching = common["max_batch_size"], _batching(spec, spec.bucket_preferred(b))
     if spec.target in RUNTIMES:
-        ctx.update(batching=batching, group=_group(spec.instances, False),
+        ctx.update(batching=batching, group=_group(spec.encoder_count, False),
                    runtime=RUNTIME_LABELS[RUNTIMES[spec.target]],
                    params=sorted(runtime_params(spec, encoder_output)) + idp,
                    warmup=_warmup(spec, b, sorted({1, mb})))

@@ -69,9 +69,11 @@ def test_every_rendered_config_parses_with_the_triton_proto(tmp_path, variant):
         if cfg.platform != "ensemble":
             db = cfg.dynamic_batching
             assert cfg.HasField("dynamic_batching") and db.max_queue_delay_microseconds == 2000
-            # The front door runs the encoder itself for python-* targets: two instances (auto).
+            # The front door runs the encoder itself for python-* targets, and the bucket encoders of
+            # python-* targets take token ids from the gateway: two instances each (auto).
             front_local = d.name == "emb" and spec.router_mode == "local"
-            assert cfg.instance_group[0].count == (2 if front_local else 1)
+            py_encoder = d.name.endswith("_encoder") and spec.target in ("python-ort", "python-openvino", "python-torch")
+            assert cfg.instance_group[0].count == (2 if front_local or py_encoder else 1)
             if spec.max_queue_size:
                 assert db.default_queue_policy.max_queue_size == 256
     rep = check_repository(repo)
