@@ -92,7 +92,10 @@ def test_front_door_instances_auto_and_override(tmp_path):
     assert count(_spec(target="onnxruntime")) == 1
     assert count(_spec(target="python-ort", front_door_instances=1)) == 1
     assert count(_spec(target="python-ort", front_door_instances=3)) == 3
-    assert count(_spec(target="python-ort", front_door_instances=3), "emb_16_encoder") == 1
+    assert count(_spec(target="python-ort", front_door_instances=3), "emb_16_encoder") == 2   # encoder auto
+    assert count(_spec(target="python-ort", encoder_instances=1), "emb_16_encoder") == 1
+    assert count(_spec(target="onnxruntime"), "emb_16_encoder") == 1
+    assert count(_spec(target="python-ort"), "emb_16_tokenizer") == 1
 
 
 def test_front_door_contract(tmp_path):
