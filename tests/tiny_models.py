@@ -115,3 +115,25 @@ def make_qwen3_last(path: Path) -> Path:
 
 
 MAKERS = {"bert-cls": make_bert_cls, "xlmr-mean": make_xlmr_mean, "qwen3-last": make_qwen3_last}
+
+
+def make_qwen3_bert_tokenizer(path: Path) -> Path:
+    """A sentence-transformers folder whose BERT-style tokenizer emits token_type_ids while its model,
+    a tiny Qwen3 decoder (last-token pooling, left padding), does not take them. Not in MAKERS: one
+    test builds it."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
+
+    from embtrt.modelinfo import default_model_path
+
+    path.mkdir(parents=True, exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(str(default_model_path()))
+    tok.padding_side = "left"
+    tok.save_pretrained(path)
+    torch.manual_seed(4)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=256,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id, tie_word_embeddings=False)
+    Qwen3Model(cfg).eval().save_pretrained(path)
+    _st_files(path, "lasttoken", True, 32, 96)
+    return path

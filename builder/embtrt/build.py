@@ -336,6 +336,8 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     else:
         log(f"[2/{steps}] exporting to ONNX and validating against PyTorch")
         art = export(spec, work / "onnx", texts, log=log)
+        if art.input_names != tuple(spec.input_names):  # the graph's own inputs decide what is fed and served
+            spec = spec.with_(input_names=art.input_names)
 
     log(f"[3/{steps}] tokenizer")
     tok_json = work / "tokenizer.json"

@@ -81,12 +81,23 @@ def export(spec: BuildSpec, workdir: Path, texts: list[str], log=print) -> OnnxA
     import onnx
 
     onnx.checker.check_model(str(path), full_check=False)
+    graph_inputs = tuple(i.name for i in onnx.load(str(path), load_external_data=False).graph.input)
+    extra = [n for n in graph_inputs if n not in names]
+    if extra:
+        raise ParityError(f"the exported graph of {spec.model_dir.name} takes {', '.join(extra)}, which the tokenizer "
+                          f"does not give (it gives {', '.join(names)})", "report the model architecture")
+    if graph_inputs != tuple(names):
+        # The graph decides what is fed and served: an input the model ignores is dropped by the export.
+        log(f"the exported graph takes {', '.join(graph_inputs)} (the tokenizer also gives "
+            f"{', '.join(n for n in names if n not in graph_inputs)}, which the model does not use)")
+        spec = spec.with_(input_names=graph_inputs)
+        head = _wrapper(model, spec)
     validation = validate(spec, path, tok, head, out_name, texts, log=log)
     (workdir / "export.json").write_text(json.dumps({
         "command": "torch.onnx.export(dynamo=False)", "opset": spec.opset, "inputs": list(names),
         "output": out_name, "export_shape": [EXPORT_BATCH, EXPORT_SEQ], "validation": validation,
     }, indent=2))
-    return OnnxArtifact(path, out_name, names, validation)
+    return OnnxArtifact(path, out_name, tuple(spec.input_names), validation)
 
 
 def _shapes(spec: BuildSpec) -> list[tuple[int, int | None]]:

@@ -116,6 +116,9 @@ def inspect_model(path: Path, trust_remote_code: bool = False) -> ModelInfo:
         names.remove("token_type_ids")
     if "attention_mask" not in names:
         names.append("attention_mask")
+    forward = _model_forward(path, trust_remote_code)
+    if forward is not None:
+        names = resolve_input_names(tuple(names), forward, path.name)
     return ModelInfo(
         path=path,
         model_type=model_type,
@@ -129,6 +132,37 @@ def inspect_model(path: Path, trust_remote_code: bool = False) -> ModelInfo:
         input_names=tuple(names),
         padding_side=str(getattr(tok, "padding_side", "right")),
     )
+
+
+def _model_forward(path: Path, trust_remote_code: bool):
+    """The forward() of the class AutoModel would load for this folder, without loading weights."""
+    try:
+        from transformers import AutoConfig
+        from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+        cfg = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        return MODEL_MAPPING[type(cfg)].forward
+    except Exception:  # remote code or an unknown architecture: the exported graph decides later
+        return None
+
+
+def resolve_input_names(tokenizer_names: tuple[str, ...], forward, model: str = "the model") -> list[str]:
+    """What the encoder is fed: the tokenizer's outputs that the model's forward() takes by name
+    (a BERT-style tokenizer on a decoder emits token_type_ids, which the decoder does not take:
+    the export would drop it from the graph). An input forward() requires that the tokenizer does
+    not give is a clear error naming both sides."""
+    import inspect
+
+    params = inspect.signature(forward).parameters
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = {n for n, p in params.items() if p.kind in kinds and n != "self"}
+    required = [n for n, p in params.items() if p.kind in kinds and n != "self" and p.default is inspect.Parameter.empty]
+    missing = [n for n in required if n not in tokenizer_names]
+    if missing:
+        raise ModelError(f"{model} needs the input(s) {', '.join(missing)}, which its tokenizer does not produce "
+                         f"(the tokenizer gives {', '.join(tokenizer_names)}; the model takes {', '.join(sorted(named))})",
+                         "embtrt serves text embedding models whose tokenizer produces every input the model needs")
+    return [n for n in tokenizer_names if n in named]
 
 
 def sha256_file(path: Path) -> str:
