@@ -137,3 +137,49 @@ def make_qwen3_bert_tokenizer(path: Path) -> Path:
     Qwen3Model(cfg).eval().save_pretrained(path)
     _st_files(path, "lasttoken", True, 32, 96)
     return path
+
+
+def make_bert_16k(path: Path) -> Path:
+    """A tiny sentence-transformers BERT that takes 16,384 tokens (hidden 32, 2 layers, mean pooling,
+    normalized), with all-MiniLM-L6-v2's WordPiece tokenizer. Not in MAKERS: the long-input tests build it."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from embtrt.modelinfo import default_model_path
+
+    path.mkdir(parents=True, exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(str(default_model_path()))
+    tok.model_max_length = 16384
+    tok.save_pretrained(path)
+    torch.manual_seed(5)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=16384)
+    BertModel(cfg, add_pooling_layer=False).eval().save_pretrained(path)
+    _st_files(path, "mean", True, 32, 16384)
+    return path
+
+
+def long_texts(tokenizer_json: Path, lengths: tuple[int, ...] = (16384, 12000, 5000)) -> list[str]:
+    """Real text long enough to fill each length in tokens (corpus texts concatenated, then cut at a word)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    tok.no_truncation()
+    tok.no_padding()
+    corpus = _corpus()
+    out = []
+    for n in lengths:
+        words: list[str] = []
+        i = 0
+        while len(tok.encode(" ".join(words)).ids) < n:
+            words += corpus[i % len(corpus)].split()
+            i += 1
+        lo, hi = 1, len(words)   # the longest prefix of words that fits n tokens
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if len(tok.encode(" ".join(words[:mid])).ids) <= n:
+                lo = mid
+            else:
+                hi = mid - 1
+        out.append(" ".join(words[:lo]))
+    return out

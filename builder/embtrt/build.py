@@ -262,7 +262,8 @@ def rebuild_command(spec: BuildSpec) -> str:
              "--instances", str(spec.instances), "--front-door-instances", str(spec.front_instances),
              "--encoder-instances", str(spec.encoder_count),
              "--precision", spec.precision, "--pooler", spec.pooler,
-             "--overflow", spec.overflow, "--max-queue-size", str(spec.max_queue_size),
+             "--overflow", spec.overflow, "--overflow-stride", str(spec.overflow_stride),
+             "--max-queue-size", str(spec.max_queue_size),
              "--queue-timeout-us", str(spec.queue_timeout_us), "--ort-threads", str(spec.ort_threads),
              "--router-encoder", spec.router_mode]
     if spec.run_overhead_tokens is not None:
@@ -314,7 +315,11 @@ def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, l
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     result.repository = out
-    log(f"repository written to {out} in {time.time() - t0:.1f} s")
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    result.manifest["build_peak_rss_mib"] = round(peak)
+    log(f"repository written to {out} in {time.time() - t0:.1f} s (peak memory of the build process: {peak:.0f} MiB)")
     return result
 
 
@@ -362,7 +367,7 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
 
     log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
     ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
-                         spec.input_names, spec.trust_remote_code).embed(texts)
+                         spec.input_names, spec.trust_remote_code).embed(texts, max_batch_tokens=spec.max_batch_tokens)
     sessions: dict[object, object] = {}
     try:
         exact = {"ort_optimize": "false"} if prec is not None and prec.gate_run == "simulated" else None

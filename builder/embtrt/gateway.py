@@ -119,7 +119,8 @@ class Served:
 
         text_mod, _ = backend_lib()
         self.tok = text_mod.TextTokenizer(str(repo / self.name / "1" / "tokenizer.json"), self.max_len, int(m["pad_id"]),
-                                 self.overflow)
+                                          self.overflow, int(m["spec"].get("overflow_stride", 0)))
+        self.merge_windows = text_mod.merge_windows
         self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
 
     def bucket_of(self, n: int) -> int:
@@ -248,10 +249,10 @@ class Gateway:
                 if over.size:
                     raise ApiError(400, f"input[{int(over[0])}] is longer than the max sequence length {s.max_len} "
                                    "tokens and this model was built with --overflow reject", param="input")
-            seqs, types = enc.ids, enc.type_ids
+            seqs, types, owner = enc.ids, enc.type_ids, enc.owner
         else:
             assert ids is not None
-            seqs, types = ids, [[0] * len(x) for x in ids]
+            seqs, types, owner = ids, [[0] * len(x) for x in ids], None
         lengths = np.array([len(x) for x in seqs], dtype=np.int64)
         groups: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
@@ -263,9 +264,11 @@ class Gateway:
             mb = s.max_batch[b]
             for k in range(0, len(rows), mb):
                 chunk = rows[k:k + mb]
-                jobs.append(self._chunk(b, chunk, seqs, types, texts, out))
+                jobs.append(self._chunk(b, chunk, seqs, types, texts if owner is None else None, out))
         await asyncio.gather(*jobs)
-        return out, int(lengths.sum())
+        n = len(texts) if texts is not None else len(seqs)
+        # --overflow chunk: rows are windows; each text gets the mean of its windows, as the front door does
+        return s.merge_windows(out, owner, n, s.normalize), int(lengths.sum())
 
     async def _chunk(self, bucket: int, rows: list[int], seqs, types, texts, out: np.ndarray) -> None:
         s = self.served

@@ -16,6 +16,7 @@ import numpy as np
 from .errors import ParityError
 from .parity import CosineStats, cosine_rows
 from .reference import load_hf, torch_pool
+from .render import LONG_INPUT
 from .spec import BuildSpec
 
 EXPORT_BATCH, EXPORT_SEQ = 2, 16
@@ -102,9 +103,10 @@ def export(spec: BuildSpec, workdir: Path, texts: list[str], log=print) -> OnnxA
 
 def _shapes(spec: BuildSpec) -> list[tuple[int, int | None]]:
     """(batch, padded length) pairs not used for export: every bucket, odd batches, and 'longest'."""
-    shapes: list[tuple[int, int | None]] = [(3, None), (1, None)]
+    shapes: list[tuple[int, int | None]] = [(max(1, min(3, spec.max_batch_tokens // spec.max_seq_length)), None),
+                                             (1, None)]
     for b in spec.buckets:
-        shapes.append((5, b))
+        shapes.append((max(1, min(5, spec.max_batch_tokens // b)), b))  # long buckets: few rows (memory)
     return shapes
 
 
@@ -113,7 +115,11 @@ def validate(spec: BuildSpec, onnx_path: Path, tok, head, out_name: str, texts: 
     import onnxruntime as ort
     import torch
 
-    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if spec.max_seq_length >= LONG_INPUT:  # long inputs: do not keep each shape's peak memory cached
+        so.enable_cpu_mem_arena = False
+        so.enable_mem_pattern = False
+    sess = ort.InferenceSession(str(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
     verdicts = []
     all_cos: list[np.ndarray] = []
     max_abs = 0.0

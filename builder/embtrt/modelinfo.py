@@ -200,6 +200,7 @@ def default_model_path() -> Path:
 
 
 def default_buckets(max_seq_length: int) -> tuple[int, ...]:
-    """32, 128, 512, 2048, 8192 below the max, then the max itself (256 -> 32,128,256)."""
-    edges = [b for b in (32, 128, 512, 2048, 8192) if b < max_seq_length]
+    """32, 128, 512, 2048, 8192, 16384 below the max, then the max itself (256 -> 32,128,256;
+    16384 -> 32,128,512,2048,8192,16384)."""
+    edges = [b for b in (32, 128, 512, 2048, 8192, 16384) if b < max_seq_length]
     return tuple(edges + [max_seq_length])

@@ -54,15 +54,23 @@ class TorchReference:
         self.pooling, self.normalize, self.max_length = pooling, normalize, max_length
         self.input_names = input_names
 
-    def embed(self, texts: list[str], batch_size: int = 16) -> np.ndarray:
+    def embed(self, texts: list[str], batch_size: int = 16, max_batch_tokens: int = 16384) -> np.ndarray:
+        """Length-sorted batches of at most batch_size rows and max_batch_tokens padded tokens, so a
+        16K-token text runs alone instead of padding 15 others to 16K."""
         import torch
         import torch.nn.functional as F
 
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        lengths = [len(ids) for ids in self.tok(texts, truncation=True, max_length=self.max_length)["input_ids"]]
+        order = sorted(range(len(texts)), key=lambda i: lengths[i])
+        batches: list[list[int]] = []
+        for i in order:  # ascending lengths: the newest row is the longest of its batch
+            if batches and len(batches[-1]) < batch_size and (len(batches[-1]) + 1) * lengths[i] <= max_batch_tokens:
+                batches[-1].append(i)
+            else:
+                batches.append([i])
         out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         with torch.inference_mode():
-            for s in range(0, len(order), batch_size):
-                rows = order[s:s + batch_size]
+            for rows in batches:
                 enc = self.tok([texts[i] for i in rows], padding=True, truncation=True,
                                max_length=self.max_length, return_tensors="pt")
                 enc = {k: v for k, v in enc.items() if k in self.input_names}

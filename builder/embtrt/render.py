@@ -106,6 +106,9 @@ def encoder_files(spec: BuildSpec, onnx_path: Path | None) -> dict[str, Path]:
     return {"1/model.onnx": onnx_path}
 
 
+# From this max sequence length on, ONNX Runtime sessions run without the memory arena.
+LONG_INPUT = 4096
+
 # Chunking cost of one extra encoder run when none was measured (in tokens of compute).
 DEFAULT_RUN_OVERHEAD = 32
 
@@ -119,7 +122,9 @@ def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]
     return [("runtime", RUNTIMES.get(spec.target, "onnxruntime")), ("precision", spec.precision),
             ("encoder_output", encoder_output), ("intra_op_threads", str(spec.ort_threads)),
             ("ort_spinning", str(spec.ort_spinning).lower()), ("pooler", spec.pooler), ("pooling", spec.pooling),
-            ("normalize", str(spec.normalize).lower()), ("input_names", ",".join(spec.input_names))]
+            ("normalize", str(spec.normalize).lower()), ("input_names", ",".join(spec.input_names)),
+            # long inputs: give each run's memory back instead of caching the peak per instance
+            ("ort_arena", str(spec.max_seq_length < LONG_INPUT).lower())]
 
 
 def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], encoder_output: str,
@@ -133,6 +138,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
     emb_out = [_t("EMBEDDING", "TYPE_FP32", [H])]
     shared = [
         ("max_seq_length", str(spec.max_seq_length)), ("pad_id", str(pad_id)), ("overflow", spec.overflow),
+        ("overflow_stride", str(spec.overflow_stride)),
         ("input_names", ",".join(spec.input_names)), ("max_text_bytes", str(MAX_TEXT_BYTES)),
     ]
     plans: list[ModelPlan] = []

@@ -13,7 +13,7 @@ TARGETS = ("python-ort", "python-openvino", "python-torch", "onnxruntime", "tens
 POOLINGS = ("cls", "mean", "last-token")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 POOLER_PLACES = ("fused", "python")
-OVERFLOW = ("truncate", "reject")
+OVERFLOW = ("truncate", "reject", "chunk")
 ORT_DEVICES = ("cpu", "gpu")
 ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
@@ -80,6 +80,8 @@ class BuildSpec:
     precision: str = "fp32"
     pooler: str = "fused"
     overflow: str = "truncate"
+    # --overflow chunk: consecutive max-length windows overlap by this many tokens.
+    overflow_stride: int = 32
     ort_device: str = "cpu"
     ort_threads: int = 0
     ort_spinning: bool = False
@@ -121,6 +123,8 @@ class BuildSpec:
             raise _fail("pooler", self.pooler, ", ".join(POOLER_PLACES))
         if self.overflow not in OVERFLOW:
             raise _fail("overflow", self.overflow, ", ".join(OVERFLOW))
+        if not 0 <= self.overflow_stride <= self.max_seq_length // 2:
+            raise _fail("overflow_stride", self.overflow_stride, f"0 .. {self.max_seq_length // 2} (half the max sequence length)")
         if self.router_encoder not in ROUTER_ENCODERS:
             raise _fail("router_encoder", self.router_encoder, ", ".join(ROUTER_ENCODERS))
         if self.router_encoder == "local" and self.target not in LOCAL_TARGETS:

@@ -38,28 +38,49 @@ class Encoded:
     ids: list[list[int]]
     type_ids: list[list[int]]
     lengths: np.ndarray  # int64 [B], tokens incl. special tokens, after truncation
+    # --overflow chunk: one row per max-length window; owner[row] is the text it belongs to.
+    # None: one row per text.
+    owner: np.ndarray | None = None
 
 
 class TextTokenizer:
     """A `tokenizers.Tokenizer` with the reference's truncation; padding is ours."""
 
-    def __init__(self, tokenizer_json: str, max_length: int, pad_id: int, overflow: str = "truncate") -> None:
+    def __init__(self, tokenizer_json: str, max_length: int, pad_id: int, overflow: str = "truncate",
+                 stride: int = 0) -> None:
         from tokenizers import Tokenizer
 
         self.tok = Tokenizer.from_file(tokenizer_json)
         self.tok.no_padding()
         self.max_length = int(max_length)
         self.overflow = overflow
-        # In reject mode keep one extra token so an over-long text is visible as such.
+        # In reject mode keep one extra token so an over-long text is visible as such. In chunk
+        # mode the tokenizer itself cuts max-length windows overlapping by `stride` tokens, each
+        # with the model's special tokens (its post-processor), as HF's return_overflowing_tokens.
         limit = self.max_length + 1 if overflow == "reject" else self.max_length
-        self.tok.enable_truncation(max_length=limit)
+        self.tok.enable_truncation(max_length=limit, stride=stride if overflow == "chunk" else 0)
         self.pad_id = int(pad_id)
 
     def encode(self, texts: list[str]) -> Encoded:
-        """Tokenize all texts in one call. Over-long rows are kept (reject mode) for check()."""
+        """Tokenize all texts in one call. Over-long rows are kept (reject mode) for check(); in
+        chunk mode a text longer than the max becomes several window rows (see Encoded.owner)."""
         encs = self.tok.encode_batch(texts, add_special_tokens=True)
+        if self.overflow == "chunk":
+            rows, owner = [], []
+            for i, e in enumerate(encs):
+                for w in [e, *e.overflowing]:
+                    rows.append(w)
+                    owner.append(i)
+            lengths = np.fromiter((len(w.ids) for w in rows), dtype=np.int64, count=len(rows))
+            return Encoded([w.ids for w in rows], [w.type_ids for w in rows], lengths, np.asarray(owner, dtype=np.int64))
         lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         return Encoded([e.ids for e in encs], [e.type_ids for e in encs], lengths)
+
+    def windows_per_text(self, enc: Encoded, n_texts: int) -> np.ndarray:
+        """How many rows each text has (1 unless chunk mode cut it into windows)."""
+        if enc.owner is None:
+            return np.ones(n_texts, dtype=np.int64)
+        return np.bincount(enc.owner, minlength=n_texts).astype(np.int64)
 
     def check(self, lengths: np.ndarray, limit: int | None = None, where: str = "") -> None:
         """Raise InputError for the first row over the max length (reject mode) or over `limit`."""
@@ -95,3 +116,16 @@ class TextTokenizer:
         if types is not None:
             out["token_type_ids"] = types
         return out
+
+
+def merge_windows(vectors: np.ndarray, owner: np.ndarray | None, n_texts: int, normalize: bool) -> np.ndarray:
+    """--overflow chunk: one vector per text, the mean of its window vectors, L2-normalized again
+    when the model normalizes (an approximation of embedding the whole text, documented as such)."""
+    if owner is None:
+        return vectors
+    sums = np.zeros((n_texts, vectors.shape[1]), dtype=np.float64)
+    np.add.at(sums, owner, vectors.astype(np.float64))
+    out = sums / np.bincount(owner, minlength=n_texts)[:, None]
+    if normalize:
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+    return out.astype(np.float32)

@@ -22,7 +22,7 @@ from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters, split_rows  # noqa: E402
 from embtrt_backend.pooling import pool_and_normalize  # noqa: E402
 from embtrt_backend.routing import gather, plan  # noqa: E402
-from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
+from embtrt_backend.text import TextTokenizer, decode_texts, merge_windows  # noqa: E402
 
 
 class TritonPythonModel:
@@ -42,7 +42,8 @@ class TritonPythonModel:
         self.run_overhead = int(p.get("run_overhead_tokens", "8"))
         self.max_bytes = int(p["max_text_bytes"])
         self.tokenizer = TextTokenizer(
-            os.path.join(here, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]), p["overflow"]
+            os.path.join(here, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]), p["overflow"],
+            int(p.get("overflow_stride", "0")),
         )
         self.local = None
         if p.get("encoder_mode") == "local":
@@ -100,17 +101,19 @@ class TritonPythonModel:
         if not keep_live:
             return responses
         rows_all = np.concatenate(keep_rows)
-        lengths = enc.lengths[rows_all]
+        # --overflow chunk: the rows are max-length windows (nothing was rejected, so every text is kept)
+        rows_enc = rows_all if enc.owner is None else np.arange(enc.lengths.size)
+        lengths = enc.lengths[rows_enc]
         parts = []
         try:
             for b, chunk in plan(lengths, self.buckets, self.encoder_batch, self.run_overhead, self.pad_to_bucket):
                 pad = self.buckets[b] if self.pad_to_bucket else int(lengths[chunk].max())
-                parts.append((chunk, self._encode(self.tokenizer.pad(enc, rows_all[chunk], pad, self.input_names), b)))
+                parts.append((chunk, self._encode(self.tokenizer.pad(enc, rows_enc[chunk], pad, self.input_names), b)))
         except Exception as exc:  # an encoder failure fails this batch's requests, not the model
             for req_idx in keep_live:
                 responses[req_idx] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
             return responses
-        vecs = gather(rows_all.size, self.dim, parts)
+        vecs = merge_windows(gather(rows_enc.size, self.dim, parts), enc.owner, len(texts), self.normalize)
         for req_idx, part in zip(keep_live, split_rows(vecs, keep_counts)):
             responses[req_idx] = pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", part)])
         return responses

@@ -25,7 +25,8 @@ class TritonPythonModel:
         self.input_names = tuple(p["input_names"].split(","))
         self.max_bytes = int(p["max_text_bytes"])
         self.tokenizer = TextTokenizer(
-            os.path.join(here, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]), p["overflow"]
+            os.path.join(here, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]), p["overflow"],
+            int(p.get("overflow_stride", "0")),
         )
 
     def execute(self, requests):
@@ -37,6 +38,11 @@ class TritonPythonModel:
                 if not texts:
                     raise InputError("TEXT holds no rows")
                 enc = self.tokenizer.encode(texts)
+                if enc.owner is not None and enc.lengths.size != len(texts):
+                    row = int(np.nonzero(self.tokenizer.windows_per_text(enc, len(texts)) > 1)[0][0])
+                    raise InputError(f"row {row}: text is longer than the max sequence length "
+                                     f"{self.tokenizer.max_length} tokens; this model was built with --overflow chunk, "
+                                     "which only the front-door model applies (mean of window vectors): send it there")
                 self.tokenizer.check(enc.lengths, None if self.is_largest else self.bucket)
                 feeds = self.tokenizer.pad(enc, np.arange(len(texts)), self.bucket, self.input_names)
             except InputError as exc:
