@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import ModelError
 
@@ -111,7 +112,7 @@ def inspect_model(path: Path, trust_remote_code: bool = False) -> ModelInfo:
     mpe = config.get("max_position_embeddings")
     if max_seq is None:
         max_seq = mpe
-    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tok.model_input_names]
+    names: list[str] = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tok.model_input_names]
     if "token_type_ids" in names and config.get("type_vocab_size", 2) < 2 and model_type not in ("bert",):
         names.remove("token_type_ids")
     if "attention_mask" not in names:
@@ -141,7 +142,8 @@ def _model_forward(path: Path, trust_remote_code: bool):
         from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
         cfg = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
-        return MODEL_MAPPING[type(cfg)].forward
+        cls: Any = MODEL_MAPPING[type(cfg)]
+        return cls.forward
     except Exception:  # remote code or an unknown architecture: the exported graph decides later
         return None
 

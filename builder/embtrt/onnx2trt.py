@@ -354,7 +354,10 @@ def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = Fal
     from .spec import Gate
 
     host = host_info()
-    gate = gate or Gate()
+    if gate is None:  # the gate the build used (its thresholds are in embtrt.json), else DESIGN.md's
+        man = Path(repo) / "embtrt.json"
+        built = json.loads(man.read_text()).get("spec", {}).get("gate") if man.is_file() else None
+        gate = Gate(**built) if built else Gate()
     texts = texts or load_corpus()
     results = []
     for d in dirs:
