@@ -458,6 +458,31 @@ def k8s(
         _fail(exc)
 
 
+@app.command()
+def tune(
+    repo: Path = typer.Argument(..., help="Repository to tune (written by embtrt build)."),
+    slo_p99_ms: float = typer.Option(..., help="The latency target: p99 in ms at every --concurrency (required)."),
+    concurrency: str = typer.Option("1,8,32", help="Concurrency levels each trial is measured at. Default 1,8,32."),
+    corpus: Optional[Path] = typer.Option(None, help="Texts (JSON list or one per line). Default: the bundled real-text sample."),
+    budget_min: float = typer.Option(10.0, help="Time budget in minutes; the search stops when the next trial would not fit. Default 10."),
+    requests: int = typer.Option(200, help="Measured requests per concurrency and trial. Default 200."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Write tune.json, tune.md and tune.png here. Default: none."),
+    apply_to: Optional[Path] = typer.Option(None, help="Write the winner as a repository here (re-checked with embtrt check; the tuning record goes into embtrt.json). Default: none."),
+    url: Optional[str] = typer.Option(None, help="gRPC address of a running tritonserver serving REPO with --model-control-mode=explicit. Default: embtrt serves REPO itself."),
+    force: bool = typer.Option(False, help="Let --apply-to replace an existing folder (REPO itself included). Default off."),
+) -> None:
+    """Find the serving configuration with the most throughput whose p99 meets the SLO, with real texts."""
+    from .spec import parse_int_list
+    from .tune import TuneSpec, tune as run_tune
+
+    try:
+        spec = TuneSpec(repo, slo_p99_ms, concurrency=parse_int_list("concurrency", concurrency) or (1,), corpus=corpus,
+                        budget_min=budget_min, out=out_dir, apply_to=apply_to, url=url, force=force, requests=requests)
+        run_tune(spec, log=lambda m: out.print(m, markup=False))
+    except EmbtrtError as exc:
+        _fail(exc)
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,404 @@
+"""`embtrt tune`: the serving configuration with the most throughput whose p99 meets an SLO.
+
+The knobs are the ones embtrt renders, on the models that do the work: the front door (it
+runs the encoder itself for python-* targets) and, where the front door calls the bucket
+encoders (BLS), those encoders too: instance count, the dynamic batcher's max queue delay and
+preferred batch sizes, and the encoder threads. Each trial reloads only the changed models
+through Triton's repository API (load with a config override; the server runs with
+`--model-control-mode=explicit`), then drives the bench engine with the corpus's real texts
+(mixed lengths) at every requested concurrency.
+
+Search: coordinate descent from the repository's own configuration (the baseline trial):
+each knob in turn tries its other values with the others held at the best so far; a knob's
+best value is kept; rounds repeat while the time budget lasts. Objective: the most req/s at
+the highest requested concurrency among trials whose p99 is within the SLO at every
+concurrency; within 2% of each other, the lower p50 wins.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import platform
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import EmbtrtError, SpecError
+
+Log = Callable[[str], None]
+MIN_TRIAL_S = 20.0
+
+
+class TuneError(EmbtrtError):
+    exit_code = 9
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    repository: Path
+    slo_p99_ms: float
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    corpus: Path | None = None
+    budget_min: float = 10.0
+    out: Path | None = None
+    apply_to: Path | None = None
+    url: str | None = None
+    force: bool = False
+    requests: int = 200
+    warmup: int = 20
+
+    def __post_init__(self) -> None:
+        if self.slo_p99_ms <= 0:
+            raise SpecError(f"invalid slo_p99_ms: {self.slo_p99_ms}", "a positive number of milliseconds")
+        if not self.concurrency or min(self.concurrency) < 1:
+            raise SpecError(f"invalid concurrency: {self.concurrency}", "positive integers, e.g. 1,8,32")
+        if self.budget_min * 60 < MIN_TRIAL_S:
+            raise TuneError(f"a budget of {self.budget_min} min is too small for one trial",
+                            f"one trial (reload + measurement) takes at least {MIN_TRIAL_S:.0f} s; pass --budget-min 1 or more")
+        if self.apply_to is not None and Path(self.apply_to).resolve() == Path(self.repository).resolve() and not self.force:
+            raise SpecError("invalid apply_to: it is the repository being tuned", "pass --force to replace it in place")
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    models: tuple[str, ...]
+    values: tuple[Any, ...]
+
+
+@dataclass
+class Trial:
+    settings: dict[str, Any]
+    results: dict[int, dict] = field(default_factory=dict)   # concurrency -> req/s, p50, p99
+    seconds: float = 0.0
+
+    def p99(self) -> float:
+        return max(r["p99_ms"] for r in self.results.values())
+
+    def feasible(self, slo: float) -> bool:
+        return bool(self.results) and self.p99() <= slo
+
+    def throughput(self) -> float:
+        return self.results[max(self.results)]["req_per_s"]
+
+    def p50(self) -> float:
+        return self.results[max(self.results)]["p50_ms"]
+
+
+def knobs_for(manifest: dict) -> list[Knob]:
+    name = manifest["name"]
+    spec = manifest["spec"]
+    mb = int(spec["max_batch_size"])
+    front = (name,)
+    out = [Knob("front.instances", front, (1, 2, 3)),
+           Knob("front.max_queue_delay_us", front, (0, 500, 2000, 5000)),
+           Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb))),
+           Knob("front.intra_op_threads", front, (0, 1, 2))]
+    if spec.get("router_encoder") == "bls" or manifest["target"] in ("tensorrt", "onnxruntime"):
+        encoders = tuple(manifest["models"]["encoders"])
+        out += [Knob("encoder.instances", encoders, (1, 2)),
+                Knob("encoder.max_queue_delay_us", encoders, (0, 500, 2000))]
+    return out
+
+
+def apply_setting(cfg: dict, knob: str, value: Any) -> dict:
+    """A model config (Triton's JSON form) with one knob set."""
+    cfg = copy.deepcopy(cfg)
+    what = knob.split(".", 1)[1]
+    if what == "instances":
+        cfg["instance_group"][0]["count"] = int(value)
+    elif what == "max_queue_delay_us":
+        cfg.setdefault("dynamic_batching", {})["max_queue_delay_microseconds"] = str(int(value))
+    elif what == "preferred_batch_sizes":
+        mb = int(cfg.get("max_batch_size", 0))
+        cfg.setdefault("dynamic_batching", {})["preferred_batch_size"] = [int(v) for v in value if int(v) <= mb] or [mb]
+    elif what == "intra_op_threads":
+        cfg.setdefault("parameters", {})["intra_op_threads"] = {"string_value": str(int(value))}
+    else:
+        raise SpecError(f"unknown knob {knob}")
+    return cfg
+
+
+class Tuner:
+    def __init__(self, spec: TuneSpec, log: Log = print) -> None:
+        self.spec, self.log = spec, log
+        man = Path(spec.repository) / "embtrt.json"
+        if not man.is_file():
+            raise SpecError(f"invalid repository: {spec.repository} has no embtrt.json", "tune a folder written by `embtrt build`")
+        self.manifest = json.loads(man.read_text())
+        self.knobs = knobs_for(self.manifest)
+        self.trials: list[Trial] = []
+
+    # ---- server --------------------------------------------------------------------------
+
+    def _client(self, url: str):
+        import tritonclient.grpc as grpcclient
+
+        return grpcclient.InferenceServerClient(url)
+
+    def _base_configs(self, url: str) -> dict[str, dict]:
+        c = self._client(url)
+        models = {m for k in self.knobs for m in k.models}
+        try:
+            return {m: c.get_model_config(m, as_json=True)["config"] for m in models}
+        finally:
+            c.close()
+
+    def _check_explicit(self, url: str, configs: dict[str, dict]) -> None:
+        name = self.manifest["name"]
+        c = self._client(url)
+        try:
+            c.load_model(name, config=json.dumps(configs[name]))
+        except Exception as exc:  # tritonclient's InferenceServerException
+            if "explicit" in str(exc) or "not allowed" in str(exc) or "polling" in str(exc):
+                raise TuneError(f"the server at {url} is not in explicit model-control mode: {exc}",
+                                "start it with --model-control-mode=explicit (and --load-model for each model), "
+                                "or let `embtrt tune` serve the repository itself (no --url)") from None
+            raise
+        finally:
+            c.close()
+
+    def _load(self, url: str, configs: dict[str, dict], changed: set[str]) -> None:
+        c = self._client(url)
+        try:
+            for m in sorted(changed):
+                c.load_model(m, config=json.dumps(configs[m]))
+        finally:
+            c.close()
+
+    # ---- measurement ---------------------------------------------------------------------
+
+    def _measure(self, url: str, texts: list[str], counts) -> dict[int, dict]:
+        from .bench import Target, run_bench
+
+        t = Target("trial", "triton", url, self.manifest["name"])
+        doc = run_bench([t], texts, counts, buckets=tuple(self.manifest["buckets"]), concurrency=self.spec.concurrency,
+                        texts_per_request=1, requests=self.spec.requests, warmup=self.spec.warmup,
+                        inprocess_model=None, only_buckets=("mixed",))
+        out = {}
+        for r in doc["results"]:
+            if r["errors"]:
+                raise TuneError(f"trial requests failed: {r['error_samples'][:2]}", "see the tritonserver log")
+            out[int(r["concurrency"])] = {"req_per_s": r["req_per_s"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
+        return out
+
+    def _configs_for(self, base: dict[str, dict], settings: dict[str, Any]) -> dict[str, dict]:
+        cfgs = copy.deepcopy(base)
+        for k in self.knobs:
+            for m in k.models:
+                cfgs[m] = apply_setting(cfgs[m], k.name, settings[k.name])
+        return cfgs
+
+    def run(self, texts: list[str], counts) -> tuple[Trial, dict[str, dict]]:
+        deadline = time.time() + self.spec.budget_min * 60
+        if self.spec.url:
+            return self._search(self.spec.url, texts, counts, deadline)
+        from .serve import ServerSpec, TritonServer, free_port
+
+        models = tuple(sorted(p.parent.name for p in Path(self.spec.repository).glob("*/config.pbtxt")))
+        srv = TritonServer(ServerSpec(self.spec.repository, grpc_port=free_port(), http_port=free_port(),
+                                      metrics_port=free_port(), models=models))
+        with srv:
+            self.log(f"serving {self.spec.repository} on {srv.grpc_url} (explicit model control)")
+            return self._search(srv.grpc_url, texts, counts, deadline)
+
+    def _baseline(self, base: dict[str, dict]) -> dict[str, Any]:
+        """The settings the repository has now, in knob terms."""
+        out: dict[str, Any] = {}
+        for k in self.knobs:
+            cfg = base[k.models[0]]
+            what = k.name.split(".", 1)[1]
+            db = cfg.get("dynamic_batching", {})
+            if what == "instances":
+                out[k.name] = int(cfg["instance_group"][0]["count"])
+            elif what == "max_queue_delay_us":
+                out[k.name] = int(db.get("max_queue_delay_microseconds", 0))
+            elif what == "preferred_batch_sizes":
+                out[k.name] = tuple(int(v) for v in db.get("preferred_batch_size", []))
+            elif what == "intra_op_threads":
+                out[k.name] = int(cfg.get("parameters", {}).get("intra_op_threads", {}).get("string_value", "0"))
+        return out
+
+    def _trial(self, url: str, base, current: dict[str, dict], settings: dict[str, Any], texts, counts) -> Trial:
+        t0 = time.time()
+        cfgs = self._configs_for(base, settings)
+        changed = {m for m in cfgs if cfgs[m] != current.get(m)}
+        self._load(url, cfgs, changed)
+        current.update({m: cfgs[m] for m in changed})
+        trial = Trial(dict(settings), self._measure(url, texts, counts), 0.0)
+        trial.seconds = round(time.time() - t0, 1)
+        self.trials.append(trial)
+        res = ", ".join(f"c{c}: {r['req_per_s']:.0f} req/s p99 {r['p99_ms']:.0f} ms" for c, r in sorted(trial.results.items()))
+        ok = "[ok]" if trial.feasible(self.spec.slo_p99_ms) else "[x] "
+        self.log(f"{ok} trial {len(self.trials)} ({trial.seconds:.0f} s) {_fmt(settings)}: {res}")
+        return trial
+
+    def _better(self, a: Trial, b: Trial | None) -> bool:
+        """Is a better than b under the SLO?"""
+        slo = self.spec.slo_p99_ms
+        if b is None:
+            return True
+        if a.feasible(slo) != b.feasible(slo):
+            return a.feasible(slo)
+        if not a.feasible(slo):
+            return a.p99() < b.p99()
+        if abs(a.throughput() - b.throughput()) <= 0.02 * max(a.throughput(), b.throughput()):
+            return a.p50() < b.p50()
+        return a.throughput() > b.throughput()
+
+    def _search(self, url: str, texts, counts, deadline: float):
+        base = self._base_configs(url)
+        self._check_explicit(url, base)
+        current = copy.deepcopy(base)
+        settings = self._baseline(base)
+        best = self._trial(url, base, current, settings, texts, counts)
+        trial_s = best.seconds
+        if time.time() + trial_s > deadline:
+            self.log(f"the budget allows only the baseline trial ({trial_s:.0f} s per trial)")
+        improved = True
+        while improved and time.time() + trial_s <= deadline:
+            improved = False
+            for k in self.knobs:
+                for v in k.values:
+                    if v == best.settings[k.name]:
+                        continue
+                    if time.time() + trial_s > deadline:
+                        break
+                    cand = self._trial(url, base, current, {**best.settings, k.name: v}, texts, counts)
+                    if self._better(cand, best):
+                        best, improved = cand, True
+        if not best.feasible(self.spec.slo_p99_ms):
+            lowest = min(t.p99() for t in self.trials)
+            raise TuneError(f"no trial met the SLO p99 <= {self.spec.slo_p99_ms:g} ms at concurrency "
+                            f"{','.join(map(str, self.spec.concurrency))}; the best p99 found was {lowest:.1f} ms "
+                            f"({len(self.trials)} trials)", "raise --slo-p99-ms, lower --concurrency, or add hardware")
+        return best, self._configs_for(base, best.settings)
+
+
+def _fmt(settings: dict[str, Any]) -> str:
+    return " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in settings.items())
+
+
+def pareto(trials: list[Trial]) -> list[int]:
+    """Indices of trials no other trial beats on both throughput (higher) and p99 (lower)."""
+    out = []
+    for i, t in enumerate(trials):
+        if not any(o.throughput() >= t.throughput() and o.p99() <= t.p99() and
+                   (o.throughput() > t.throughput() or o.p99() < t.p99()) for o in trials):
+            out.append(i)
+    return out
+
+
+def report(spec: TuneSpec, trials: list[Trial], winner: Trial) -> dict:
+    baseline = trials[0]
+    return {
+        "slo_p99_ms": spec.slo_p99_ms, "concurrency": list(spec.concurrency), "budget_min": spec.budget_min,
+        "scenario": f"mixed-length real texts, {spec.requests} requests per concurrency after {spec.warmup} warm-up",
+        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
+        "trials": [{"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in t.settings.items()},
+                    "results": {str(c): r for c, r in t.results.items()}, "seconds": t.seconds,
+                    "feasible": t.feasible(spec.slo_p99_ms)} for t in trials],
+        "pareto": pareto(trials),
+        "winner": trials.index(winner),
+        "margin": {"p99_ms_below_slo": round(spec.slo_p99_ms - winner.p99(), 2),
+                   "throughput_vs_baseline": round(winner.throughput() / max(baseline.throughput(), 1e-9), 3)},
+    }
+
+
+def write_report(doc: dict, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tune.json").write_text(json.dumps(doc, indent=2) + "\n")
+    conc = max(doc["concurrency"])
+    lines = [f"# embtrt tune: SLO p99 <= {doc['slo_p99_ms']} ms at concurrency {doc['concurrency']}", "",
+             f"Scenario: {doc['scenario']}. Winner: trial {doc['winner'] + 1}, margin {doc['margin']}.", "",
+             f"| trial | settings | req/s at c{conc} | p50 ms | worst p99 ms | within SLO | Pareto |", "|---|---|---:|---:|---:|---|---|"]
+    for i, t in enumerate(doc["trials"]):
+        r = t["results"][str(conc)]
+        worst = max(x["p99_ms"] for x in t["results"].values())
+        lines.append(f"| {i + 1}{' (winner)' if i == doc['winner'] else ''} | {_fmt(t['settings'])} | {r['req_per_s']:.1f} | "
+                     f"{r['p50_ms']:.1f} | {worst:.1f} | {'yes' if t['feasible'] else 'no'} | {'*' if i in doc['pareto'] else ''} |")
+    (out / "tune.md").write_text("\n".join(lines) + "\n")
+    written = [out / "tune.json", out / "tune.md"]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return written
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [max(x["p99_ms"] for x in t["results"].values()) for t in doc["trials"]]
+    ys = [t["results"][str(conc)]["req_per_s"] for t in doc["trials"]]
+    ax.scatter(xs, ys, c=["tab:green" if t["feasible"] else "tab:gray" for t in doc["trials"]], label="trials")
+    front = sorted(doc["pareto"], key=lambda i: xs[i])
+    ax.plot([xs[i] for i in front], [ys[i] for i in front], "r--", label="Pareto front")
+    w = doc["winner"]
+    ax.scatter([xs[w]], [ys[w]], s=160, facecolors="none", edgecolors="black", label="winner")
+    ax.axvline(doc["slo_p99_ms"], color="tab:orange", linestyle=":", label="SLO")
+    ax.set_xlabel("worst p99 over the concurrencies (ms)")
+    ax.set_ylabel(f"req/s at concurrency {conc}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "tune.png", dpi=110)
+    plt.close(fig)
+    return written + [out / "tune.png"]
+
+
+def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print) -> Path:
+    """Write the winner as a repository (a copy, or in place with force), checked with embtrt check."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from .check import check_repository
+
+    src, dst = Path(spec.repository).resolve(), Path(spec.apply_to).resolve()  # type: ignore[arg-type]
+    if dst.exists() and dst != src and not spec.force:
+        raise SpecError(f"invalid apply_to: {dst} exists", "pass --force to replace it")
+    tmp = dst.with_name(f".{dst.name}.tune-{int(time.time())}")
+    shutil.copytree(src, tmp, copy_function=shutil.copy2)
+    for name, cfg in configs.items():
+        msg = json_format.ParseDict(cfg, mc.ModelConfig(), ignore_unknown_fields=True)
+        path = tmp / name / "config.pbtxt"
+        path.write_text(f"# Tuned by embtrt tune (SLO p99 <= {spec.slo_p99_ms} ms).\n" + text_format.MessageToString(msg))
+    man = json.loads((tmp / "embtrt.json").read_text())
+    man["tuning"] = doc
+    (tmp / "embtrt.json").write_text(json.dumps(man, indent=2, default=str) + "\n")
+    rep = check_repository(tmp, allow_pending_plans=True)
+    if not rep.passed:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise TuneError("the tuned repository fails embtrt check: " + "; ".join(rep.failures()))
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}.old-{int(time.time())}")
+        dst.rename(old)
+        tmp.rename(dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(dst)
+    log(f"tuned repository written to {dst} (embtrt check passed)")
+    return dst
+
+
+def tune(spec: TuneSpec, log: Log = print) -> dict:
+    from .build import load_corpus
+    from .modelinfo import default_model_path
+    from .verify import Reference
+
+    texts = load_corpus(spec.corpus)
+    tuner = Tuner(spec, log)
+    src = tuner.manifest.get("source", {}).get("path")
+    counts = Reference(Path(src) if src and Path(src).is_dir() else default_model_path()).token_counts(texts)
+    winner, configs = tuner.run(texts, counts)
+    doc = report(spec, tuner.trials, winner)
+    log(f"winner: trial {doc['winner'] + 1}: {_fmt(winner.settings)} - {winner.throughput():.1f} req/s at "
+        f"concurrency {max(spec.concurrency)}, worst p99 {winner.p99():.1f} ms (SLO {spec.slo_p99_ms:g} ms), "
+        f"{doc['margin']['throughput_vs_baseline']}x the baseline")
+    if spec.out is not None:
+        for p in write_report(doc, Path(spec.out)):
+            log(f"wrote {p}")
+    if spec.apply_to is not None:
+        changed = {m: c for m, c in configs.items()}
+        apply(spec, changed, doc, log)
+    return {**doc, "settings": asdict(winner)["settings"]}

@@ -1,0 +1,59 @@
+"""`embtrt tune` on a real tritonserver within a small budget; the applied repository passes
+`embtrt check` and `embtrt verify`."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import start_server
+from embtrt.build import build
+from embtrt.check import check_repository
+from embtrt.spec import spec_from_options
+from embtrt.tune import TuneError, TuneSpec, tune
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def xlmr_repo(tiny_models, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tune") / "repo"
+    build(spec_from_options(tiny_models["xlmr-mean"], out, name="x"), log=lambda m: None)
+    return out
+
+
+def test_tune_applies_a_winner_that_passes_check_and_verify(xlmr_repo, tiny_models, tmp_path):
+    lines = []
+    spec = TuneSpec(xlmr_repo, slo_p99_ms=5000, concurrency=(1, 4), budget_min=1.2, requests=30, warmup=5,
+                    out=tmp_path / "report", apply_to=tmp_path / "tuned")
+    doc = tune(spec, log=lines.append)
+    assert len(doc["trials"]) >= 2 and all(t["feasible"] for t in doc["trials"])
+    assert set(doc["trials"][0]["results"]) == {"1", "4"}
+    assert doc["winner"] in doc["pareto"]
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["tune.json", "tune.md", "tune.png"]
+    tuned = tmp_path / "tuned"
+    assert check_repository(tuned).passed
+    man = json.loads((tuned / "embtrt.json").read_text())
+    assert man["tuning"]["slo_p99_ms"] == 5000 and man["tuning"]["winner"] == doc["winner"]
+    assert "Tuned by embtrt tune" in (tuned / "x" / "config.pbtxt").read_text()
+    with start_server(tuned, tmp_path) as srv:
+        p = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", srv.grpc_url, "--model", "x",
+                            "--reference", str(tiny_models["xlmr-mean"])], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_an_slo_no_trial_meets_names_the_best_p99(xlmr_repo):
+    with pytest.raises(TuneError) as ei:
+        tune(TuneSpec(xlmr_repo, slo_p99_ms=0.01, concurrency=(2,), budget_min=0.5, requests=20, warmup=2),
+             log=lambda m: None)
+    assert "no trial met the SLO p99 <= 0.01 ms" in ei.value.message and "the best p99 found was" in ei.value.message
+
+
+def test_a_server_not_in_explicit_mode_and_a_tiny_budget_are_refused(xlmr_repo, tmp_path):
+    with pytest.raises(TuneError, match="too small for one trial"):
+        TuneSpec(xlmr_repo, slo_p99_ms=100, budget_min=0.1)
+    with start_server(xlmr_repo, tmp_path) as srv:  # default model control (none)
+        with pytest.raises(TuneError) as ei:
+            tune(TuneSpec(xlmr_repo, slo_p99_ms=100, url=srv.grpc_url, budget_min=1), log=lambda m: None)
+    assert "not in explicit model-control mode" in ei.value.message
