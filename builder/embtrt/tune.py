@@ -279,7 +279,7 @@ class Tuner:
 
 
 def _fmt(settings: dict[str, Any]) -> str:
-    return " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in settings.items())
+    return " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, (tuple, list)) else v}" for k, v in settings.items())
 
 
 def pareto(trials: list[Trial]) -> list[int]:
