@@ -143,16 +143,11 @@ def make_bundle(target: str, server_python: str, dest: Path, log: Log = print) -
 
 
 def _link_tree(src: Path, dst: Path) -> None:
+    from .render import _link_or_copy
+
     for f in src.rglob("*"):
-        rel = f.relative_to(src)
-        if f.is_dir():
-            (dst / rel).mkdir(parents=True, exist_ok=True)
-            continue
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(f, dst / rel)
-        except OSError:
-            shutil.copy2(f, dst / rel)
+        if f.is_file():
+            _link_or_copy(f, dst / f.relative_to(src))
 
 
 def bundle_python_tags(folder: Path) -> set[str]:

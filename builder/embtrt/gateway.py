@@ -120,14 +120,8 @@ class Served:
         text_mod, _ = backend_lib()
         self.tok = text_mod.TextTokenizer(str(repo / self.name / "1" / "tokenizer.json"), self.max_len, int(m["pad_id"]),
                                           self.overflow, int(m["spec"].get("overflow_stride", 0)))
-        self.merge_windows = text_mod.merge_windows
+        self.merge_windows, self.Encoded = text_mod.merge_windows, text_mod.Encoded
         self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
-
-    def bucket_of(self, n: int) -> int:
-        for b in self.buckets:
-            if n <= b:
-                return b
-        raise ValueError(f"{n} tokens exceed the largest bucket {self.buckets[-1]}")
 
 
 class Metrics:
@@ -249,28 +243,21 @@ class Gateway:
                 if over.size:
                     raise ApiError(400, f"input[{int(over[0])}] is longer than the max sequence length {s.max_len} "
                                    "tokens and this model was built with --overflow reject", param="input")
-            seqs, types, owner = enc.ids, enc.type_ids, enc.owner
         else:
             assert ids is not None
-            seqs, types, owner = ids, [[0] * len(x) for x in ids], None
-        lengths = np.array([len(x) for x in seqs], dtype=np.int64)
-        groups: dict[int, list[int]] = {}
-        for i, n in enumerate(lengths):
-            groups.setdefault(s.bucket_of(int(n)), []).append(i)
-        out = np.empty((len(seqs), s.dim), dtype=np.float32)
-        jobs = []
-        for b, rows in groups.items():
-            rows.sort(key=lambda r: int(lengths[r]))
-            mb = s.max_batch[b]
-            for k in range(0, len(rows), mb):
-                chunk = rows[k:k + mb]
-                jobs.append(self._chunk(b, chunk, seqs, types, texts if owner is None else None, out))
-        await asyncio.gather(*jobs)
-        n = len(texts) if texts is not None else len(seqs)
-        # --overflow chunk: rows are windows; each text gets the mean of its windows, as the front door does
-        return s.merge_windows(out, owner, n, s.normalize), int(lengths.sum())
+            enc = s.Encoded(ids, [[0] * len(x) for x in ids], np.array([len(x) for x in ids], dtype=np.int64))
+        from embtrt_backend.routing import plan
 
-    async def _chunk(self, bucket: int, rows: list[int], seqs, types, texts, out: np.ndarray) -> None:
+        out = np.empty((enc.lengths.size, s.dim), dtype=np.float32)
+        # length-sorted rows of each bucket in chunks as large as the bucket's max batch (the front door's routing)
+        jobs = [self._chunk(s.buckets[b], rows, enc, texts if enc.owner is None else None, out)
+                for b, rows in plan(enc.lengths, s.buckets, [s.max_batch[b] for b in s.buckets], pad_to_bucket=True)]
+        await asyncio.gather(*jobs)
+        n = len(texts) if texts is not None else enc.lengths.size
+        # --overflow chunk: rows are windows; each text gets the mean of its windows, as the front door does
+        return s.merge_windows(out, enc.owner, n, s.normalize), int(enc.lengths.sum())
+
+    async def _chunk(self, bucket: int, rows, enc, texts, out: np.ndarray) -> None:
         s = self.served
         pool = self.pool_of[bucket]
         import tritonclient.grpc.aio as aioclient
@@ -283,8 +270,8 @@ class Gateway:
             mask = None
         else:
             model, output = f"{s.name}_{bucket}_encoder", s.output
-            width = bucket if s.fixed_length else max(len(seqs[r]) for r in rows)
-            feeds = _pad([seqs[r] for r in rows], [types[r] for r in rows], width, s.tok.pad_id, s.input_names)
+            width = bucket if s.fixed_length else int(enc.lengths[rows].max())
+            feeds = s.tok.pad(enc, rows, width, s.input_names)
             inputs = []
             for n in s.input_names:
                 t = aioclient.InferInput(n, list(feeds[n].shape), "INT64")
@@ -298,7 +285,7 @@ class Gateway:
             vec = pool_and_normalize(vec, mask, s.pooling, s.normalize)
         out[rows] = vec
         self.metrics.items.labels(pool.name).inc(len(rows))
-        self.metrics.tokens.labels(pool.name).inc(sum(len(seqs[r]) for r in rows))
+        self.metrics.tokens.labels(pool.name).inc(int(enc.lengths[rows].sum()))
 
     async def _call(self, pool: Pool, bucket: int, model: str, inputs, output: str) -> np.ndarray:
         import tritonclient.grpc.aio as aioclient
@@ -332,14 +319,14 @@ class Gateway:
     async def ready(self) -> dict[str, str]:
         """Every pool must answer a real inference on its smallest bucket; {pool: 'ok' | reason}."""
         s = self.served
-        ids = s.tok.encode(["embtrt readiness probe"])
+        enc = s.tok.encode(["embtrt readiness probe"])
         out: dict[str, str] = {}
 
         async def one(pool: Pool) -> None:
             b = min(pool.buckets)
             vec = np.empty((1, s.dim), dtype=np.float32)
             try:
-                await self._chunk(b, [0], ids.ids, ids.type_ids, ["embtrt readiness probe"], vec)
+                await self._chunk(b, np.array([0]), enc, ["embtrt readiness probe"], vec)
                 out[pool.name] = "ok" if np.all(np.isfinite(vec)) else "non-finite vector"
             except ApiError as exc:
                 out[pool.name] = exc.message
@@ -364,21 +351,6 @@ def _classify(exc: Exception) -> str:
     if "INVALID_ARGUMENT" in status:
         return "bad"
     return "unavailable"
-
-
-def _pad(seqs: list[list[int]], types: list[list[int]], width: int, pad_id: int, names: tuple[str, ...]) -> dict:
-    n = len(seqs)
-    ids = np.full((n, width), pad_id, dtype=np.int64)
-    mask = np.zeros((n, width), dtype=np.int64)
-    tt = np.zeros((n, width), dtype=np.int64)
-    for j, (seq, ty) in enumerate(zip(seqs, types)):
-        ids[j, :len(seq)] = seq
-        mask[j, :len(seq)] = 1
-        tt[j, :len(ty)] = ty
-    feeds = {"input_ids": ids, "attention_mask": mask}
-    if "token_type_ids" in names:
-        feeds["token_type_ids"] = tt
-    return feeds
 
 
 def create_app(cfg: GatewayConfig):

@@ -23,9 +23,7 @@ the GPU, Polygraphy's TensorRT runner runs a plan for the parity check.
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -138,16 +136,11 @@ class EngineRecipe:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-def _link(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def write_recipes(spec, art, repo: Path, log: Log = print) -> list[Path]:
     """Per bucket: model.onnx (the precision ONNX the gate accepted), gate.onnx where the gate ran
     another graph, embtrt_engine.json and trtexec.sh in the encoder folder."""
+    from .render import _link_or_copy as _link
+
     out = []
     for b in spec.buckets:
         d = repo / f"{spec.name}_{b}_encoder"

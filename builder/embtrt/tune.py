@@ -22,7 +22,7 @@ import json
 import platform
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -401,4 +401,4 @@ def tune(spec: TuneSpec, log: Log = print) -> dict:
     if spec.apply_to is not None:
         changed = {m: c for m, c in configs.items()}
         apply(spec, changed, doc, log)
-    return {**doc, "settings": asdict(winner)["settings"]}
+    return {**doc, "settings": winner.settings}
