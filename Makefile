@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q $(TORCH)   # the CPU build from local disk; an unpinned torch pulls CUDA
 	$(BIN)/pip install -q -e '.[server,dev,openvino,precision]'
 	$(BIN)/pip install -q --no-deps tensorrt-stubs   # type stubs only; its tensorrt dependency cannot install here
-	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/onnx2trt.py $(VENV)/trt-bindings   # real 10.13 / 11.4 bindings wheels, names only
+	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/build/onnx2trt.py $(VENV)/trt-bindings   # real 10.13 / 11.4 bindings wheels, names only
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install embtrt with the server, test and lint extras
@@ -35,7 +35,7 @@ lint: $(STAMP) ## ruff, mypy (the TensorRT module against tensorrt-stubs), Tenso
 	$(BIN)/ruff check builder python_backend tests
 	$(BIN)/python tests/typecheck/prepare_trt_stubs.py .mypy-stubs
 	MYPYPATH=.mypy-stubs $(BIN)/mypy builder/embtrt
-	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/onnx2trt.py $(VENV)/trt-bindings
+	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/build/onnx2trt.py $(VENV)/trt-bindings
 
 gpu-check: $(STAMP) ## on a GPU host: GPU tests (TensorRT build, serve, parity) and the benchmark, short table
 	bash benchmarks/gpu_check.sh

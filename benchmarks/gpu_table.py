@@ -16,7 +16,7 @@ import numpy as np
 
 
 def main() -> int:
-    from embtrt.onnx2trt import tensorrt_available
+    from embtrt.common.gpu import tensorrt_available
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--precision", default="fp16")
@@ -26,10 +26,12 @@ def main() -> int:
     if not ok:
         print(f"gpu table skipped: {why}")
         return 0
-    from embtrt.build import backend_lib, build, load_corpus
-    from embtrt.onnx2trt import PLAN, PlanRunner, host_info
-    from embtrt.parity import cosine_rows
-    from embtrt.spec import spec_from_options
+    from embtrt.build import build
+    from embtrt.common.backend import backend_lib
+    from embtrt.common.corpus import load_corpus
+    from embtrt.build.onnx2trt import PLAN, PlanRunner, host_info
+    from embtrt.reference.parity import cosine_rows
+    from embtrt.build.spec import spec_from_options
 
     out = Path(tempfile.mkdtemp()) / "repo"
     t0 = time.time()

@@ -19,8 +19,8 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-port() { "$BIN/python" -c "from embtrt.serve import free_port; print(free_port())"; }
-MODEL_DIR=$("$BIN/python" -c "from embtrt.modelinfo import default_model_path; print(default_model_path())")
+port() { "$BIN/python" -c "from embtrt.serve.server import free_port; print(free_port())"; }
+MODEL_DIR=$("$BIN/python" -c "from embtrt.reference.modelinfo import default_model_path; print(default_model_path())")
 
 # serve_repo NAME [build options...]: build a repository of the default model named NAME, serve it
 # on free ports; sets G_<NAME> (gRPC port) and P_<NAME> (tritonserver process group).
@@ -83,7 +83,7 @@ echo "== ${CMD[*]}"
   echo "isa: $(grep -o -E 'avx512f|avx512_bf16|avx512_vnni|amx_bf16|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "memory: $(free -g | awk '/Mem:/{print $2}') GiB"
   echo "load generator: the same machine (one Python asyncio process), sharing its cores with the servers"
-  "$BIN/python" -c "import embtrt.build as b, json; print('versions:', json.dumps(b.versions()))"
+  "$BIN/python" -c "import embtrt.build.encoders as b, json; print('versions:', json.dumps(b.versions()))"
   for f in "$WORK"/build-*.log; do
     n=$(basename "$f" .log); n=${n#build-}
     grep -E '^\[ok\]|^\[x\]|run overhead' "$f" | grep -E "bucket|top-10|recall|overhead" | sed "s/^/build gate ($n): /"

@@ -14,7 +14,7 @@ WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-port() { "$BIN/python" -c "from embtrt.serve import free_port; print(free_port())"; }
+port() { "$BIN/python" -c "from embtrt.serve.server import free_port; print(free_port())"; }
 NAME=all_minilm_l6_v2
 mkdir -p "$OUT"
 "$BIN/embtrt" build --out "$WORK/default" > "$WORK/build.log"

@@ -19,14 +19,14 @@ def _quiet(_msg: str) -> None:
 
 @pytest.fixture(scope="session")
 def corpus() -> list[str]:
-    from embtrt.build import load_corpus
+    from embtrt.common.corpus import load_corpus
 
     return load_corpus()
 
 
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
-    from embtrt.modelinfo import default_model_path
+    from embtrt.reference.modelinfo import default_model_path
 
     return default_model_path()
 
@@ -43,7 +43,7 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 def minilm_repo(tmp_path_factory) -> Path:
     """The default build of the bundled all-MiniLM-L6-v2 (python-ort, fused pooling)."""
     from embtrt.build import build
-    from embtrt.spec import spec_from_options
+    from embtrt.build.spec import spec_from_options
 
     out = tmp_path_factory.mktemp("minilm") / "repo"
     build(spec_from_options(None, out), log=_quiet)
@@ -55,7 +55,7 @@ def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
     """Each tiny model built with its own pooling; XLM-R with the Python-backend pooler; Qwen3 with a
     front door that calls the bucket encoders over BLS (the path TensorRT repositories use)."""
     from embtrt.build import build
-    from embtrt.spec import spec_from_options
+    from embtrt.build.spec import spec_from_options
 
     base = tmp_path_factory.mktemp("tiny_repos")
     out = {}
@@ -67,7 +67,7 @@ def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
 
 
 def start_server(repo: Path, tmp_path: Path):
-    from embtrt.serve import ServerSpec, TritonServer, free_port
+    from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     spec = ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                       log_file=tmp_path / "tritonserver.log")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def _corpus() -> list[str]:
-    from embtrt.build import load_corpus
+    from embtrt.common.corpus import load_corpus
 
     return load_corpus()
 
@@ -41,7 +41,7 @@ def make_bert_cls(path: Path) -> Path:
     import torch
     from transformers import BertConfig, BertModel
 
-    from embtrt.modelinfo import default_model_path
+    from embtrt.reference.modelinfo import default_model_path
 
     path.mkdir(parents=True, exist_ok=True)
     src = default_model_path()
@@ -124,7 +124,7 @@ def make_qwen3_bert_tokenizer(path: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
 
-    from embtrt.modelinfo import default_model_path
+    from embtrt.reference.modelinfo import default_model_path
 
     path.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(str(default_model_path()))
@@ -145,7 +145,7 @@ def make_bert_16k(path: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from embtrt.modelinfo import default_model_path
+    from embtrt.reference.modelinfo import default_model_path
 
     path.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(str(default_model_path()))

@@ -74,7 +74,7 @@ def build(
 ) -> None:
     """Build a Triton model repository from an embedding model folder."""
     from .build import build as run_build
-    from .spec import spec_from_options
+    from .build.spec import spec_from_options
 
     log = (lambda m: err.print(m, markup=False)) if as_json else (lambda m: out.print(m, markup=False))
     try:
@@ -106,8 +106,8 @@ def check(repo: Path = typer.Argument(..., help="A model repository written by e
           server_python: Optional[str] = typer.Option(None, help="Python version of the tritonserver that will serve it (e.g. 3.12): the bundle must be built for it. Default: not checked."),
           as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON.")) -> None:
     """Check a repository: every config.pbtxt against Triton's model_config.proto, ensemble maps, files, token budget, bundle."""
-    from .bundle import parse_python
-    from .check import check_repository
+    from .repository.bundle_record import parse_python
+    from .repository.check import check_repository
 
     try:
         rep = check_repository(repo, allow_pending_plans=True,
@@ -134,8 +134,8 @@ def engines(
 ) -> None:
     """On the GPU host: build every missing, stale or foreign TensorRT plan in place (usable as an init container).
     Needs TensorRT, nvidia-ml-py and Polygraphy (pip install 'embtrt[tensorrt]'), not PyTorch."""
-    from .build import load_corpus
-    from .onnx2trt import build_engines, check_plans
+    from .build.onnx2trt import build_engines, check_plans
+    from .common.corpus import load_corpus
 
     log = lambda m: out.print(m, markup=False)  # noqa: E731
     try:
@@ -165,8 +165,8 @@ def serve(
     python_env: Optional[Path] = typer.Option(None, help="Run the Python-backend stubs with this environment's python3 (a venv or prefix) and none of embtrt's packages, as a stock tritonserver image does. Default: embtrt's own environment."),
 ) -> None:
     """Serve a repository with tritonserver; recover when an inference probe fails; stop on Ctrl-C/SIGTERM."""
-    from .serve import ServerSpec, free_port
-    from .supervise import Supervisor
+    from .serve.server import ServerSpec, free_port
+    from .serve.supervise import Supervisor
 
     spec = ServerSpec(repository=repo, host=host,
                       grpc_port=grpc_port or free_port(host), http_port=http_port or free_port(host),
@@ -188,7 +188,7 @@ def embed(
     """Embed texts over gRPC and print the vectors with the latency."""
     import time
 
-    from .client import EmbeddingClient
+    from .serve.client import EmbeddingClient
 
     try:
         with EmbeddingClient(url, model) as c:
@@ -219,7 +219,7 @@ def probe(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Liveness by real inference through the front door and every bucket; exit 1 when any fails."""
-    from .probe import probe as run_probe
+    from .serve.probe import probe as run_probe
 
     models = model or ["all_minilm_l6_v2"]
     r = run_probe(url, models[0], timeout, also=tuple(models[1:]), expand=expand)
@@ -240,16 +240,17 @@ def demo(
     import time
 
     from .build import build as run_build
-    from .client import EmbeddingClient
-    from .serve import ServerSpec, TritonServer, free_port
-    from .spec import spec_from_options
+    from .build.spec import spec_from_options
+    from .repository.manifest import has_manifest
+    from .serve.client import EmbeddingClient
+    from .serve.server import ServerSpec, TritonServer, free_port
 
     texts = ["Triton serves embeddings with dynamic batching.", "A dog runs in the park.",
              "Embedding services are one forward pass, not a generation loop; route texts by length so long "
              "documents do not slow down short queries."]
     log = lambda m: out.print(m, markup=False)  # noqa: E731
     try:
-        if rebuild or not (out_dir / "embtrt.json").is_file():
+        if rebuild or not has_manifest(out_dir):
             run_build(spec_from_options(None, out_dir), force=True, log=log)
         spec = ServerSpec(out_dir, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
         log(f"starting tritonserver on {spec.host} (gRPC {spec.grpc_port}, HTTP {spec.http_port})")
@@ -287,10 +288,11 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON; progress to stderr."),
 ) -> None:
     """The vector-quality gate: served vectors vs the reference, per length bucket; exit 4 when any gate fails."""
-    from .build import load_corpus
-    from .modelinfo import default_model_path
-    from .spec import Gate
-    from .verify import Reference, verify as run_verify
+    from .common.corpus import load_corpus
+    from .measure.verify import verify as run_verify
+    from .reference.modelinfo import default_model_path
+    from .reference.torch_ref import Reference
+    from .repository.gate import Gate
 
     log = (lambda m: err.print(m, markup=False)) if as_json else (lambda m: out.print(m, markup=False))
     try:
@@ -339,11 +341,11 @@ def bench(
     from rich.progress import Progress
     from rich.table import Table
 
-    from .bench import Target, markdown, plots_unavailable, run_bench, save
-    from .build import load_corpus
-    from .modelinfo import default_model_path
-    from .spec import parse_int_list
-    from .verify import Reference
+    from .common.corpus import load_corpus
+    from .common.options import parse_int_list
+    from .measure.bench import Target, markdown, plots_unavailable, run_bench, save
+    from .reference.modelinfo import default_model_path
+    from .reference.torch_ref import Reference
 
     try:
         models = model or []
@@ -413,7 +415,7 @@ def gateway(
     """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""
     import os
 
-    from .gateway import GatewayConfig, parse_pool, run
+    from .scale.gateway import GatewayConfig, parse_pool, run
 
     try:
         key = None
@@ -444,7 +446,7 @@ def k8s(
     namespace: Optional[str] = typer.Option(None, help="Namespace set in kustomization.yaml. Default: none."),
 ) -> None:
     """Render Kubernetes YAML: length pools of tritonservers (Deployment, Service, HPA, PDB), the gateway, a NetworkPolicy."""
-    from .k8s import K8sSpec, write
+    from .scale.k8s import K8sSpec, write
 
     try:
         spec = K8sSpec(repo, out_dir, pools=tuple(int(x) for x in pools.split(",") if x) if pools else (),
@@ -472,8 +474,8 @@ def tune(
     force: bool = typer.Option(False, help="Let --apply-to replace an existing folder (REPO itself included). Default off."),
 ) -> None:
     """Find the serving configuration with the most throughput whose p99 meets the SLO, with real texts."""
-    from .spec import parse_int_list
-    from .tune import TuneSpec, tune as run_tune
+    from .common.options import parse_int_list
+    from .measure.tune import TuneSpec, tune as run_tune
 
     try:
         spec = TuneSpec(repo, slo_p99_ms, concurrency=parse_int_list("concurrency", concurrency) or (1,), corpus=corpus,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embtrt.onnx2trt import tensorrt_available
+from embtrt.build.onnx2trt import tensorrt_available
 
 pytestmark = pytest.mark.gpu
 OK, WHY = tensorrt_available()
@@ -26,8 +26,8 @@ needs_trt = pytest.mark.skipif(not OK, reason=WHY)
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_engines_build_and_match_onnx(tiny_models, tmp_path, precision):
     from embtrt.build import build
-    from embtrt.onnx2trt import check_plans
-    from embtrt.spec import spec_from_options
+    from embtrt.build.onnx2trt import check_plans
+    from embtrt.build.spec import spec_from_options
 
     out = tmp_path / "repo"
     res = build(spec_from_options(tiny_models["qwen3-last"], out, name="q", target="tensorrt", precision=precision),
@@ -45,11 +45,11 @@ def test_minilm_engines_serve_equal_to_sentence_transformers(tmp_path, corpus, m
     from conftest import start_server
 
     from embtrt.build import build
-    from embtrt.client import EmbeddingClient
-    from embtrt.parity import cosine_rows
-    from embtrt.reference import st_embed
-    from embtrt.serve import ServerSpec, TritonServer
-    from embtrt.spec import spec_from_options
+    from embtrt.serve.client import EmbeddingClient
+    from embtrt.reference.parity import cosine_rows
+    from embtrt.reference.torch_ref import st_embed
+    from embtrt.serve.server import ServerSpec, TritonServer
+    from embtrt.build.spec import spec_from_options
 
     out = tmp_path / "repo"
     build(spec_from_options(None, out, target="tensorrt", precision="fp16", fp32_layers=True), log=print)

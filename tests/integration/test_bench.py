@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embtrt.bench import Target, length_buckets, run_bench, save
-from embtrt.serve import free_port
+from embtrt.measure.bench import Target, length_buckets, run_bench, save
+from embtrt.serve.server import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +47,8 @@ def test_length_buckets_group_by_token_count():
 
 
 def test_bench_side_by_side_counts_are_consistent(minilm_server, openai_peer, corpus, tmp_path):
-    from embtrt.verify import Reference
-    from embtrt.modelinfo import default_model_path
+    from embtrt.measure.verify import Reference
+    from embtrt.reference.modelinfo import default_model_path
 
     counts = Reference(default_model_path()).token_counts(corpus)
     targets = [Target("triton", "triton", minilm_server.grpc_url, "all_minilm_l6_v2"),
@@ -93,7 +93,7 @@ def test_bench_counts_errors_and_cli_json(minilm_server, openai_peer, tmp_path):
 
 
 def test_other_servers_are_paused_while_one_target_is_measured():
-    from embtrt.bench import _Paused
+    from embtrt.measure.bench import _Paused
 
     proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:

@@ -20,8 +20,8 @@ import httpx
 import numpy as np
 import pytest
 
-from embtrt.parity import cosine_rows
-from embtrt.serve import ServerSpec, TritonServer, free_port
+from embtrt.reference.parity import cosine_rows
+from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
 pytestmark = pytest.mark.integration
 NAME = "all_minilm_l6_v2"
@@ -85,7 +85,7 @@ def tokenizer(minilm_repo):
 
 @pytest.fixture(scope="module")
 def reference(corpus, minilm_path):
-    from embtrt.reference import st_embed
+    from embtrt.reference.torch_ref import st_embed
 
     return st_embed(minilm_path, corpus)
 
@@ -183,7 +183,7 @@ def test_api_key_and_body_limit(minilm_repo, minilm_server, tmp_path):
 
 def test_queue_full_is_429_and_reject_mode_overflow_is_400(tiny_models, tmp_path):
     from embtrt.build import build
-    from embtrt.spec import spec_from_options
+    from embtrt.build.spec import spec_from_options
 
     repo = tmp_path / "tiny"
     build(spec_from_options(tiny_models["bert-cls"], repo, name="bert", max_queue_size=1, max_queue_delay_us=3_000_000,

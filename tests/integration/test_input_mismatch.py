@@ -7,7 +7,7 @@ import json
 import pytest
 
 from embtrt.errors import ModelError
-from embtrt.modelinfo import resolve_input_names
+from embtrt.reference.modelinfo import resolve_input_names
 
 pytestmark = pytest.mark.integration
 
@@ -18,9 +18,9 @@ def test_token_type_ids_the_model_does_not_take_are_not_fed_and_vectors_equal_se
 
     from conftest import start_server
     from embtrt.build import build
-    from embtrt.client import EmbeddingClient
-    from embtrt.parity import cosine_rows
-    from embtrt.spec import spec_from_options
+    from embtrt.serve.client import EmbeddingClient
+    from embtrt.reference.parity import cosine_rows
+    from embtrt.build.spec import spec_from_options
 
     model = make_qwen3_bert_tokenizer(tmp_path / "qwen3-bert-tok")
     from transformers import AutoTokenizer

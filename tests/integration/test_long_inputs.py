@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from conftest import start_server
-from embtrt.build import build, load_corpus
-from embtrt.client import EmbeddingClient
+from embtrt.build import build
+from embtrt.common.corpus import load_corpus
+from embtrt.serve.client import EmbeddingClient
 from embtrt.errors import ClientError
-from embtrt.parity import cosine_rows
-from embtrt.spec import spec_from_options
+from embtrt.reference.parity import cosine_rows
+from embtrt.build.spec import spec_from_options
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +52,7 @@ def test_chunk_mode_returns_the_mean_of_window_vectors_as_computed_by_hand(tiny_
     long_texts = [" ".join(longest), longest[-1], longest[-2] + " " + longest[0]]  # 2 .. many windows each
     short = [t for t in corpus if len(t) < 150][:5]
     want_long = by_hand_windows(model, long_texts, 128, 16)
-    from embtrt.reference import st_embed
+    from embtrt.reference.torch_ref import st_embed
 
     want_short = st_embed(model, short)
     mixed = [short[0], long_texts[0], short[1], long_texts[1], long_texts[2], *short[2:]]
@@ -90,7 +91,7 @@ def _rss_mib(pgid: int) -> float:
 def test_16k_token_model_builds_with_bounded_memory_and_serves_16k_text_equal_to_the_reference(tmp_path):
     from tiny_models import long_texts, make_bert_16k
 
-    from embtrt.reference import st_embed
+    from embtrt.reference.torch_ref import st_embed
 
     model = make_bert_16k(tmp_path / "b16k")
     longs = long_texts(model / "tokenizer.json")   # 16383, 12000, 4997 tokens of real text

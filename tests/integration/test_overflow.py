@@ -5,9 +5,9 @@ import pytest
 
 from conftest import start_server
 from embtrt.build import build
-from embtrt.client import EmbeddingClient
+from embtrt.serve.client import EmbeddingClient
 from embtrt.errors import ClientError
-from embtrt.spec import spec_from_options
+from embtrt.build.spec import spec_from_options
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ import pytest
 
 from conftest import start_server
 from embtrt.build import build
-from embtrt.client import EmbeddingClient
-from embtrt.parity import cosine_rows
-from embtrt.reference import st_embed
-from embtrt.spec import Gate, spec_from_options
-from embtrt.verify import Reference, verify
+from embtrt.serve.client import EmbeddingClient
+from embtrt.reference.parity import cosine_rows
+from embtrt.reference.torch_ref import st_embed
+from embtrt.build.spec import Gate, spec_from_options
+from embtrt.measure.verify import Reference, verify
 
 pytestmark = pytest.mark.integration
 ov = pytest.importorskip("openvino")

@@ -15,12 +15,12 @@ import tritonclient.grpc as grpcclient
 
 from conftest import start_server
 from embtrt.build import build
-from embtrt.client import AsyncEmbeddingClient, EmbeddingClient
+from embtrt.serve.client import AsyncEmbeddingClient, EmbeddingClient
 from embtrt.errors import ClientError
-from embtrt.parity import cosine_rows
-from embtrt.probe import probe
-from embtrt.serve import free_port
-from embtrt.spec import spec_from_options
+from embtrt.reference.parity import cosine_rows
+from embtrt.serve.probe import probe
+from embtrt.serve.server import free_port
+from embtrt.build.spec import spec_from_options
 
 pytestmark = pytest.mark.integration
 MODEL = "all_minilm_l6_v2"
@@ -63,7 +63,7 @@ def test_unknown_model_is_a_clear_client_error(minilm_server):
 
 
 def test_empty_whitespace_and_1mb_texts_are_embedded_like_sentence_transformers(minilm_server, minilm_path):
-    from embtrt.reference import st_embed
+    from embtrt.reference.torch_ref import st_embed
 
     texts = ["", "   \t\n ", "word " * 200_000]  # the last is 1,000,000 bytes: truncated at 256 tokens
     with EmbeddingClient(minilm_server.grpc_url, MODEL) as c:

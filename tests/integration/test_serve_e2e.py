@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import start_server
-from embtrt.client import AsyncEmbeddingClient, EmbeddingClient
+from embtrt.serve.client import AsyncEmbeddingClient, EmbeddingClient
 from embtrt.errors import ClientError
-from embtrt.parity import cosine_rows
-from embtrt.reference import TorchReference, st_embed
+from embtrt.reference.parity import cosine_rows
+from embtrt.reference.torch_ref import TorchReference, st_embed
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +114,7 @@ def test_cli_embed_unknown_model_fails_with_a_hint(minilm_server):
 
 @pytest.mark.parametrize("key", ["bert-cls", "xlmr-mean", "qwen3-last"])
 def test_tiny_models_served_equal_pytorch(key, tiny_models, tiny_repos, corpus, tmp_path):
-    from embtrt.spec import spec_from_options
+    from embtrt.build.spec import spec_from_options
 
     spec = spec_from_options(tiny_models[key], tmp_path / "unused")
     ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from embtrt.build import build
-from embtrt.check import check_repository
+from embtrt.repository.check import check_repository
 from embtrt.errors import ServerError
-from embtrt.spec import spec_from_options
+from embtrt.build.spec import spec_from_options
 
 pytestmark = pytest.mark.integration
 RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -37,7 +37,7 @@ def numpy_only_python(tmp_path_factory) -> Path:
 
 
 def _server(repo: Path, tmp_path: Path, python_env: Path):
-    from embtrt.serve import ServerSpec, TritonServer, free_port
+    from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     return TritonServer(ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                                    log_file=tmp_path / "tritonserver.log", startup_timeout_s=120, python_env=python_env))
@@ -45,9 +45,9 @@ def _server(repo: Path, tmp_path: Path, python_env: Path):
 
 def test_bundled_repository_serves_real_text_equal_to_sentence_transformers_on_a_numpy_only_python(
         minilm_repo, numpy_only_python, corpus, minilm_path, tmp_path):
-    from embtrt.client import EmbeddingClient
-    from embtrt.parity import cosine_rows
-    from embtrt.reference import st_embed
+    from embtrt.serve.client import EmbeddingClient
+    from embtrt.reference.parity import cosine_rows
+    from embtrt.reference.torch_ref import st_embed
 
     m = json.loads((minilm_repo / "embtrt.json").read_text())
     assert m["bundle"]["python"] == RUNNING and set(m["bundle"]["packages"]) == {"tokenizers", "onnxruntime"}

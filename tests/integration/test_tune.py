@@ -9,9 +9,9 @@ import pytest
 
 from conftest import start_server
 from embtrt.build import build
-from embtrt.check import check_repository
-from embtrt.spec import spec_from_options
-from embtrt.tune import TuneError, TuneSpec, tune
+from embtrt.repository.check import check_repository
+from embtrt.build.spec import spec_from_options
+from embtrt.measure.tune import TuneError, TuneSpec, tune
 
 pytestmark = pytest.mark.integration
 

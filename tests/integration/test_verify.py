@@ -8,8 +8,8 @@ import pytest
 
 from conftest import start_server
 from embtrt.build import build
-from embtrt.spec import Gate, spec_from_options
-from embtrt.verify import Reference, verify
+from embtrt.build.spec import Gate, spec_from_options
+from embtrt.measure.verify import Reference, verify
 
 pytestmark = pytest.mark.integration
 

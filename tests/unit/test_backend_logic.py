@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from embtrt.reference import torch_pool
+from embtrt.reference.torch_ref import torch_pool
 from embtrt_backend import InputError
 from embtrt_backend.pooling import l2_normalize, last_token_index, pool, pool_and_normalize
 from embtrt_backend.routing import assign_buckets, gather, plan

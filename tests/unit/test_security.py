@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from embtrt import serve
+from embtrt.serve import server as serve
 from embtrt.errors import SpecError
-from embtrt.spec import BuildSpec, spec_from_options
+from embtrt.build.spec import BuildSpec, spec_from_options
 
 ROOT = Path(__file__).resolve().parents[2]
 

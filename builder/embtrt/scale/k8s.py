@@ -15,14 +15,14 @@ requests and limits everywhere.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .errors import SpecError
+from ..errors import SpecError
+from ..repository.manifest import read_manifest
 
 GRPC, HTTP, METRICS, GATEWAY_PORT = 8001, 8000, 8002, 8080
 QUEUE_METRIC = "embtrt_triton_queue_avg_us"  # exposed by the prometheus-adapter rule below
@@ -82,11 +82,8 @@ def plan_pools(buckets: list[int], pools: tuple[int, ...]) -> list[tuple[int, ..
 def render(spec: K8sSpec) -> dict[str, list[dict]]:
     """{file name: [documents]}."""
     repo = Path(spec.repository)
-    man_path = repo / "embtrt.json"
-    if not man_path.is_file():
-        raise SpecError(f"invalid repository: {repo} has no embtrt.json", "point at a folder written by `embtrt build`")
-    m = json.loads(man_path.read_text())
-    name, buckets, target = m["name"], [int(b) for b in m["buckets"]], m["target"]
+    m = read_manifest(repo)
+    name, buckets, target = m.name, list(m.buckets), m.target
     app = _name(name)
     tensorrt = target == "tensorrt"
     pvc = spec.repo_pvc or f"{app}-repository"
@@ -99,7 +96,7 @@ def render(spec: K8sSpec) -> dict[str, list[dict]]:
         labels = {**common, "app.kubernetes.io/name": pool, "app.kubernetes.io/component": "triton-pool",
                   "embtrt.io/pool": str(max(bs))}
         models = [m_ for b in bs for m_ in (f"{name}_{b}_encoder", f"{name}_{b}_tokenizer", f"{name}_{b}")]
-        if m.get("pooler") == "python":
+        if m.pooler == "python":
             models += [f"{name}_{b}_pooler" for b in bs]
         init = [{
             "name": "copy-repository", "image": spec.image, "command": ["sh", "-c", "cp -a /repository/. /models/"],

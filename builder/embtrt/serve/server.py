@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from .errors import ServerError
+from ..errors import ServerError
+from ..repository.manifest import has_manifest
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class TritonServer:
         return cmd + list(s.extra_args)
 
     def start(self) -> "TritonServer":
-        if not (Path(self.spec.repository) / "embtrt.json").is_file() and not any(Path(self.spec.repository).glob("*/config.pbtxt")):
+        if not has_manifest(self.spec.repository) and not any(Path(self.spec.repository).glob("*/config.pbtxt")):
             raise ServerError(f"{self.spec.repository} is not a model repository", "run `embtrt build` first")
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="embtrt-tritonserver-", suffix=".log")

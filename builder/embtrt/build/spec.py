@@ -7,7 +7,13 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import SpecError
+from ..common.gpu import tensorrt_available
+from ..common.options import parse_int_list
+from ..errors import SpecError
+from ..reference.modelinfo import POOLINGS as _P
+from ..reference.modelinfo import default_buckets, default_model_path, inspect_model
+from ..repository.bundle_record import parse_python
+from ..repository.gate import Gate
 
 TARGETS = ("python-ort", "python-openvino", "python-torch", "onnxruntime", "tensorrt")
 POOLINGS = ("cls", "mean", "last-token")
@@ -28,25 +34,10 @@ TARGET_PRECISIONS = {
     "tensorrt": PRECISIONS,
 }
 
+# From this max sequence length on, ONNX Runtime sessions run without the memory arena.
+LONG_INPUT = 4096
+
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
-
-
-@dataclass(frozen=True)
-class Gate:
-    """The vector-quality gate of DESIGN.md; every value may be overridden."""
-
-    cosine_p50: float = 0.9999
-    cosine_p01: float = 0.999
-    top10_overlap: float = 0.98
-    recall_regression: float = 0.005
-
-    def __post_init__(self) -> None:
-        for fname in ("cosine_p50", "cosine_p01", "top10_overlap"):
-            v = getattr(self, fname)
-            if not -1.0 <= v <= 1.0:
-                raise SpecError(f"gate.{fname}={v} is out of range", "allowed: -1.0 .. 1.0")
-        if not 0.0 <= self.recall_regression <= 1.0:
-            raise SpecError(f"gate.recall_regression={self.recall_regression} is out of range", "allowed: 0.0 .. 1.0")
 
 
 def _fail(fieldname: str, value: object, allowed: str) -> SpecError:
@@ -169,8 +160,6 @@ class BuildSpec:
             raise _fail("max_queue_size", self.max_queue_size, "0 (unbounded) or more")
         if self.queue_timeout_us < 0:
             raise _fail("queue_timeout_us", self.queue_timeout_us, "0 (none) or more")
-        from .bundle import parse_python
-
         if parse_python(self.server_python) != self.server_python:
             raise _fail("server_python", self.server_python, "a CPython version such as 3.12")
         if "input_ids" not in self.input_names or "attention_mask" not in self.input_names:
@@ -239,21 +228,10 @@ def sanitize_name(raw: str) -> str:
     return s[:48]
 
 
-def parse_int_list(fieldname: str, text: str | None) -> tuple[int, ...] | None:
-    if text is None or text.strip() == "":
-        return None
-    try:
-        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError as exc:
-        raise _fail(fieldname, text, "comma-separated integers, e.g. 32,128,256") from exc
-
-
 def resolve_target(target: str) -> str:
     """auto -> tensorrt when CUDA and TensorRT import, else python-ort."""
     if target != "auto":
         return target
-    from .onnx2trt import tensorrt_available
-
     ok, _ = tensorrt_available()
     return "tensorrt" if ok else "python-ort"
 
@@ -273,8 +251,6 @@ def spec_from_options(
     **rest: object,
 ) -> BuildSpec:
     """Fill the spec from the model folder where the user said nothing, then validate."""
-    from .modelinfo import POOLINGS as _P, default_buckets, default_model_path, inspect_model
-
     bundled = model_dir is None
     model_dir = default_model_path() if model_dir is None else Path(model_dir).resolve()
     if target not in ("auto", *TARGETS):
@@ -297,8 +273,6 @@ def spec_from_options(
     if name is None:
         name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
     pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
-    from .bundle import parse_python
-
     rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
     resolved = resolve_target(target)
     return BuildSpec(

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ModelError
+from ..errors import ModelError
+from .modelinfo import inspect_model
 
 
 def torch_pool(hidden, mask, mode: str):
@@ -90,3 +91,31 @@ def st_embed(model_dir: Path, texts: list[str], batch_size: int = 32, max_seq_le
     if max_seq_length is not None:
         m.max_seq_length = max_seq_length
     return np.asarray(m.encode(texts, batch_size=batch_size, convert_to_numpy=True), dtype=np.float32)
+
+
+class Reference:
+    def __init__(self, model_dir: Path, pooling: str | None = None, normalize: bool | None = None,
+                 trust_remote_code: bool = False) -> None:
+        self.path = Path(model_dir)
+        self.info = inspect_model(self.path, trust_remote_code)
+        self.pooling = pooling or self.info.pooling or ("last-token" if self.info.is_decoder else "cls")
+        self.normalize = normalize if normalize is not None else (self.info.normalize if self.info.normalize is not None else True)
+        self.max_len = self.info.max_seq_length or 512
+        self.trust_remote_code = trust_remote_code
+        self.use_st = self.info.is_sentence_transformers and pooling is None and normalize is None
+
+    def describe(self) -> str:
+        kind = "sentence-transformers" if self.use_st else f"PyTorch fp32 ({self.pooling}, normalize {self.normalize})"
+        return f"{self.path} [{kind}]"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if self.use_st:
+            return st_embed(self.path, texts)
+        return TorchReference(self.path, self.pooling, self.normalize, self.max_len, self.info.input_names,
+                              self.trust_remote_code).embed(texts)
+
+    def token_counts(self, texts: list[str]) -> np.ndarray:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=self.trust_remote_code)
+        return np.array([len(x) for x in tok(texts, truncation=False)["input_ids"]])

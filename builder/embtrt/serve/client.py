@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ClientError
+from ..errors import ClientError
 
 RETRYABLE = ("StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED")
 

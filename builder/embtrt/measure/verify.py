@@ -10,14 +10,14 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from .errors import ClientError
-from .modelinfo import default_buckets, inspect_model, model_hash
-from .parity import GateReport, bucket_label, cosine_rows, evaluate
-from .spec import Gate
+from ..errors import ClientError
+from ..reference.modelinfo import default_buckets, model_hash
+from ..reference.parity import GateReport, bucket_label, cosine_rows, evaluate
+from ..reference.torch_ref import Reference
+from ..repository.gate import Gate
 
 
 @dataclass
@@ -81,38 +81,6 @@ class VerifyReport:
         return d
 
 
-class Reference:
-    def __init__(self, model_dir: Path, pooling: str | None = None, normalize: bool | None = None,
-                 trust_remote_code: bool = False) -> None:
-        self.path = Path(model_dir)
-        self.info = inspect_model(self.path, trust_remote_code)
-        self.pooling = pooling or self.info.pooling or ("last-token" if self.info.is_decoder else "cls")
-        self.normalize = normalize if normalize is not None else (self.info.normalize if self.info.normalize is not None else True)
-        self.max_len = self.info.max_seq_length or 512
-        self.trust_remote_code = trust_remote_code
-        self.use_st = self.info.is_sentence_transformers and pooling is None and normalize is None
-
-    def describe(self) -> str:
-        kind = "sentence-transformers" if self.use_st else f"PyTorch fp32 ({self.pooling}, normalize {self.normalize})"
-        return f"{self.path} [{kind}]"
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        if self.use_st:
-            from .reference import st_embed
-
-            return st_embed(self.path, texts)
-        from .reference import TorchReference
-
-        return TorchReference(self.path, self.pooling, self.normalize, self.max_len, self.info.input_names,
-                              self.trust_remote_code).embed(texts)
-
-    def token_counts(self, texts: list[str]) -> np.ndarray:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=self.trust_remote_code)
-        return np.array([len(x) for x in tok(texts, truncation=False)["input_ids"]])
-
-
 def identity_warnings(served: dict[str, str], ref: Reference, index_identity: dict[str, str] | None) -> list[str]:
     out = []
     if not served:
@@ -140,7 +108,7 @@ async def _under_load(url: str, model: str, texts: list[str], baseline: np.ndarr
     traffic (random corpus texts) runs; every vector must equal its unloaded value."""
     import tritonclient.grpc.aio as aioclient
 
-    from .client import _text_input
+    from ..serve.client import _text_input
 
     rng = random.Random(seed)
     order = list(range(len(texts)))
@@ -206,7 +174,7 @@ async def _under_load(url: str, model: str, texts: list[str], baseline: np.ndarr
 def verify(url: str, model: str, reference: Reference, texts: list[str], gate: Gate, *,
            under_load: bool = False, concurrency: int = 64, load_cosine: float = 0.999,
            index_identity: dict[str, str] | None = None, log=print) -> VerifyReport:
-    from .client import EmbeddingClient
+    from ..serve.client import EmbeddingClient
 
     with EmbeddingClient(url, model) as c:
         meta = c.metadata()

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import EmbtrtError, SpecError
+from ..errors import EmbtrtError, SpecError
+from ..repository.manifest import Manifest, read_manifest, write_manifest
 
 Log = Callable[[str], None]
 MIN_TRIAL_S = 20.0
@@ -88,17 +89,17 @@ class Trial:
         return self.results[max(self.results)]["p50_ms"]
 
 
-def knobs_for(manifest: dict) -> list[Knob]:
-    name = manifest["name"]
-    spec = manifest["spec"]
-    mb = int(spec["max_batch_size"])
+def knobs_for(manifest: Manifest) -> list[Knob]:
+    name = manifest.name
+    spec = manifest.spec
+    mb = manifest.max_batch_size
     front = (name,)
     out = [Knob("front.instances", front, (1, 2, 3)),
            Knob("front.max_queue_delay_us", front, (0, 500, 2000, 5000)),
            Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb))),
            Knob("front.intra_op_threads", front, (0, 1, 2))]
-    if spec.get("router_encoder") == "bls" or manifest["target"] in ("tensorrt", "onnxruntime"):
-        encoders = tuple(manifest["models"]["encoders"])
+    if manifest.router_encoder == "bls" or manifest.target in ("tensorrt", "onnxruntime"):
+        encoders = tuple(manifest.models.encoders)
         out += [Knob("encoder.instances", encoders, (1, 2)),
                 Knob("encoder.max_queue_delay_us", encoders, (0, 500, 2000))]
     return out
@@ -125,10 +126,7 @@ def apply_setting(cfg: dict, knob: str, value: Any) -> dict:
 class Tuner:
     def __init__(self, spec: TuneSpec, log: Log = print) -> None:
         self.spec, self.log = spec, log
-        man = Path(spec.repository) / "embtrt.json"
-        if not man.is_file():
-            raise SpecError(f"invalid repository: {spec.repository} has no embtrt.json", "tune a folder written by `embtrt build`")
-        self.manifest = json.loads(man.read_text())
+        self.manifest = read_manifest(spec.repository)
         self.knobs = knobs_for(self.manifest)
         self.trials: list[Trial] = []
 
@@ -148,7 +146,7 @@ class Tuner:
             c.close()
 
     def _check_explicit(self, url: str, configs: dict[str, dict]) -> None:
-        name = self.manifest["name"]
+        name = self.manifest.name
         c = self._client(url)
         try:
             c.load_model(name, config=json.dumps(configs[name]))
@@ -174,8 +172,8 @@ class Tuner:
     def _measure(self, url: str, texts: list[str], counts) -> dict[int, dict]:
         from .bench import Target, run_bench
 
-        t = Target("trial", "triton", url, self.manifest["name"])
-        doc = run_bench([t], texts, counts, buckets=tuple(self.manifest["buckets"]), concurrency=self.spec.concurrency,
+        t = Target("trial", "triton", url, self.manifest.name)
+        doc = run_bench([t], texts, counts, buckets=tuple(self.manifest.buckets), concurrency=self.spec.concurrency,
                         texts_per_request=1, requests=self.spec.requests, warmup=self.spec.warmup,
                         inprocess_model=None, only_buckets=("mixed",))
         out = {}
@@ -196,7 +194,7 @@ class Tuner:
         deadline = time.time() + self.spec.budget_min * 60
         if self.spec.url:
             return self._search(self.spec.url, texts, counts, deadline)
-        from .serve import ServerSpec, TritonServer, free_port
+        from ..serve.server import ServerSpec, TritonServer, free_port
 
         models = tuple(sorted(p.parent.name for p in Path(self.spec.repository).glob("*/config.pbtxt")))
         srv = TritonServer(ServerSpec(self.spec.repository, grpc_port=free_port(), http_port=free_port(),
@@ -352,7 +350,7 @@ def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print)
     from google.protobuf import json_format, text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from .check import check_repository
+    from ..repository.check import check_repository
 
     src, dst = Path(spec.repository).resolve(), Path(spec.apply_to).resolve()  # type: ignore[arg-type]
     if dst.exists() and dst != src and not spec.force:
@@ -363,9 +361,7 @@ def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print)
         msg = json_format.ParseDict(cfg, mc.ModelConfig(), ignore_unknown_fields=True)
         path = tmp / name / "config.pbtxt"
         path.write_text(f"# Tuned by embtrt tune (SLO p99 <= {spec.slo_p99_ms} ms).\n" + text_format.MessageToString(msg))
-    man = json.loads((tmp / "embtrt.json").read_text())
-    man["tuning"] = doc
-    (tmp / "embtrt.json").write_text(json.dumps(man, indent=2, default=str) + "\n")
+    write_manifest(tmp, read_manifest(tmp).with_extra(tuning=doc))
     rep = check_repository(tmp, allow_pending_plans=True)
     if not rep.passed:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -382,9 +378,9 @@ def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print)
 
 
 def tune(spec: TuneSpec, log: Log = print) -> dict:
-    from .build import load_corpus
-    from .modelinfo import default_model_path
-    from .verify import Reference
+    from ..common.corpus import load_corpus
+    from ..reference.modelinfo import default_model_path
+    from ..reference.torch_ref import Reference
 
     texts = load_corpus(spec.corpus)
     tuner = Tuner(spec, log)

@@ -29,7 +29,8 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import DependencyError, SpecError
+from ..common.files import sha256_file
+from ..errors import DependencyError, SpecError
 
 Log = Callable[[str], None]
 
@@ -62,8 +63,6 @@ class PrecisionArtifact:
     details: dict = field(default_factory=dict)
 
     def manifest(self) -> dict:
-        from .modelinfo import sha256_file
-
         files = {}
         for b, p in self.by_bucket.items():
             g = self.gate_by_bucket[b]
@@ -104,7 +103,7 @@ def calibration_feeds(texts: list[str], tokenizer_json: Path, max_seq_length: in
                       tokens: int) -> dict[int, dict[str, np.ndarray]]:
     """Per bucket: real texts of that bucket's length range (as many as `tokens` allows, at most
     MAX_ROWS), padded to the bucket."""
-    from .build import backend_lib
+    from ..common.backend import backend_lib
 
     text_mod, _ = backend_lib()
     tok = text_mod.TextTokenizer(str(tokenizer_json), max_seq_length, pad_id, "truncate")
@@ -255,7 +254,7 @@ def make_precision_onnx(spec, fp32_onnx: Path, work: Path, texts: list[str], tok
     work.mkdir(parents=True, exist_ok=True)
     cal_texts = texts
     if spec.calibration_file is not None:
-        from .build import load_corpus
+        from ..common.corpus import load_corpus
 
         cal_texts = load_corpus(spec.calibration_file)
     tokens = AUTOCAST_TOKENS if p in ("fp16", "bf16") else QUANTIZE_TOKENS

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .spec import Gate
+from ..repository.gate import Gate
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -6,7 +6,6 @@ All decisions are made here; the templates in model_repository_templates/ only p
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,10 +13,12 @@ from typing import Any
 
 import jinja2
 
-from . import __version__
-from .errors import RepositoryError
-from .resources import python_backend_dir, templates_dir
-from .spec import BuildSpec
+from .. import __version__
+from ..common.files import link_or_copy
+from ..common.resources import python_backend_dir, templates_dir
+from ..errors import RepositoryError
+from ..repository.bundle_record import DEPS_DIR, model_requires, python_tag
+from .spec import LONG_INPUT, BuildSpec
 
 MAX_TEXT_BYTES = 1 << 20  # texts above 1 MiB are rejected, never truncated silently by bytes
 GPU_TARGETS = ("tensorrt",)
@@ -105,9 +106,6 @@ def encoder_files(spec: BuildSpec, onnx_path: Path | None) -> dict[str, Path]:
     assert onnx_path is not None
     return {"1/model.onnx": onnx_path}
 
-
-# From this max sequence length on, ONNX Runtime sessions run without the memory arena.
-LONG_INPUT = 4096
 
 # Chunking cost of one extra encoder run when none was measured (in tokens of compute).
 DEFAULT_RUN_OVERHEAD = 32
@@ -271,26 +269,14 @@ def render_config(plan: ModelPlan, env: jinja2.Environment | None = None) -> str
         raise RepositoryError(f"template {plan.template} for {plan.name}: {exc}", "a bug in embtrt.render") from exc
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def bundle_dir(spec: BuildSpec) -> str:
     """The bundle's folder, relative to the repository: inside the front-door model folder, where
     Triton ignores it (a top-level folder that is not a model fails the load)."""
-    from .bundle import DEPS_DIR, python_tag
-
     return f"{spec.name}/{DEPS_DIR}/{python_tag(spec.server_python)}"
 
 
 def attach_deps(spec: BuildSpec, plans: list[ModelPlan]) -> None:
     """Each Python model's embtrt_deps.json: the modules it imports, and where the bundle is."""
-    from .bundle import model_requires
-
     for plan in plans:
         if plan.backend_code:
             bundle = {"path": f"../../{bundle_dir(spec)}", "python": spec.server_python} if spec.bundle_deps else None
@@ -311,7 +297,7 @@ def write_repository(plans: list[ModelPlan], repo: Path) -> list[Path]:
         (d / "1").mkdir(parents=True, exist_ok=True)
         (d / "config.pbtxt").write_text(render_config(plan, env), encoding="utf-8")
         for rel, src in plan.files.items():
-            _link_or_copy(Path(src), d / rel)
+            link_or_copy(Path(src), d / rel)
         if plan.deps is not None:
             (d / "1" / "embtrt_deps.json").write_text(json.dumps(plan.deps, indent=2) + "\n", encoding="utf-8")
         if plan.backend_code:

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
-from .errors import ServerError
+from ..errors import ServerError
+from ..repository.manifest import has_manifest, read_manifest
 from .probe import probe
-from .serve import ServerSpec, TritonServer
+from .server import ServerSpec, TritonServer
 
 
 def front_door(repo: Path) -> str:
     """The front-door model name from embtrt.json (or the only non-suffixed model)."""
-    manifest = Path(repo) / "embtrt.json"
-    if manifest.is_file():
-        return str(json.loads(manifest.read_text())["name"])
-    raise ServerError(f"{repo} has no embtrt.json", "serve a repository written by `embtrt build`")
+    if not has_manifest(repo):
+        raise ServerError(f"{repo} has no embtrt.json", "serve a repository written by `embtrt build`")
+    return read_manifest(repo).name
 
 
 class Supervisor:

@@ -27,12 +27,16 @@ import shlex
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import DependencyError, ParityError, SpecError
-from .modelinfo import sha256_file
+from ..common.files import link_or_copy as _link
+from ..common.files import sha256_file
+from ..common.gpu import gpu_info, tensorrt_available
+from ..common.log import Log
+from ..errors import DependencyError, ParityError, SpecError
+from ..repository.manifest import has_manifest, read_manifest
 
 RECIPE = "embtrt_engine.json"
 PLAN = "1/model.plan"
@@ -41,51 +45,9 @@ GATE_ONNX = "gate.onnx"          # the graph the gate ran, where it is not model
 TIMING_CACHE = "embtrt_timing.cache"  # at the repository root, shared by every bucket
 WORKSPACE_BYTES = 4 << 30
 
-Log = Callable[[str], None]
 
 if TYPE_CHECKING:  # mypy checks the calls below against tensorrt-stubs
     import tensorrt as trt
-
-
-def gpu_info() -> tuple[str, str]:
-    """(name, compute capability) of GPU 0 from NVML; raises DependencyError with the reason."""
-    try:
-        import pynvml
-    except ImportError:
-        raise DependencyError("nvidia-ml-py (pynvml) is not installed to query the GPU",
-                              "pip install 'embtrt[tensorrt]'") from None
-    try:
-        pynvml.nvmlInit()
-        try:
-            if pynvml.nvmlDeviceGetCount() < 1:
-                raise DependencyError("NVML reports no GPU")
-            h = pynvml.nvmlDeviceGetHandleByIndex(0)
-            name = pynvml.nvmlDeviceGetName(h)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-        finally:
-            pynvml.nvmlShutdown()
-    except pynvml.NVMLError as exc:
-        raise DependencyError(f"no usable GPU: NVML says {exc}") from None
-    return (name.decode() if isinstance(name, bytes) else str(name)), f"{major}.{minor}"
-
-
-def tensorrt_available() -> tuple[bool, str]:
-    """(True, "") when TensorRT imports and NVML sees a GPU, else (False, the reason).
-
-    `tensorrt-stubs` installs a `tensorrt/` folder of type stubs only, which imports as an
-    empty namespace package: we look for the real API, not just a successful import.
-    """
-    try:
-        import tensorrt as trt
-    except Exception as exc:  # ImportError, or OSError when libnvinfer is missing
-        return False, f"TensorRT is not importable ({type(exc).__name__}: {exc})"
-    if not hasattr(trt, "Builder"):
-        return False, "TensorRT is not importable (only type stubs are installed: no tensorrt.Builder)"
-    try:
-        gpu_info()
-    except DependencyError as exc:
-        return False, exc.message
-    return True, ""
 
 
 @dataclass(frozen=True)
@@ -139,8 +101,6 @@ class EngineRecipe:
 def write_recipes(spec, art, repo: Path, log: Log = print) -> list[Path]:
     """Per bucket: model.onnx (the precision ONNX the gate accepted), gate.onnx where the gate ran
     another graph, embtrt_engine.json and trtexec.sh in the encoder folder."""
-    from .render import _link_or_copy as _link
-
     out = []
     for b in spec.buckets:
         d = repo / f"{spec.name}_{b}_encoder"
@@ -294,16 +254,16 @@ class PlanRunner:  # pragma: no cover - GPU only
 def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runner_cls=None):
     """The plan vs the graph the build's gate ran (ONNX Runtime, CPU) on the corpus texts of its
     bucket: model.onnx itself, or for bf16 the simulation of it (gate.onnx)."""
-    from .build import backend_lib
-    from .parity import CosineStats, cosine_rows
+    from ..common.backend import backend_lib
+    from ..reference.parity import CosineStats, cosine_rows
 
     text_mod, enc_mod = backend_lib()
     recipe = EngineRecipe.load(model_dir / RECIPE)
     repo = model_dir.parent
-    m = json.loads((repo / "embtrt.json").read_text())
-    tok = text_mod.TextTokenizer(str(repo / m["name"] / "1" / "tokenizer.json"), int(m["max_seq_length"]), int(m["pad_id"]))
+    m = read_manifest(repo)
+    tok = text_mod.TextTokenizer(str(repo / m.name / "1" / "tokenizer.json"), m.max_seq_length, m.pad_id)
     enc = tok.encode(texts)
-    lo = max([b for b in m["buckets"] if b < recipe.bucket], default=0)
+    lo = max([b for b in m.buckets if b < recipe.bucket], default=0)
     rows = [i for i, n in enumerate(enc.lengths) if lo < n <= recipe.bucket][:256] or list(range(min(32, len(texts))))
     # a simulated graph runs exactly as written: the optimizer would drop its rounding casts
     ort = enc_mod.OrtEncoder(str(model_dir / recipe.gate_onnx), optimize=recipe.gate_run == "exact")
@@ -311,7 +271,7 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
     got, want = [], []
     for s in range(0, len(rows), recipe.max_batch):
         feeds = tok.pad(enc, rows[s:s + recipe.max_batch], recipe.bucket, recipe.input_names)
-        got.append(runner.run(feeds, m["encoder_output"]))
+        got.append(runner.run(feeds, m.encoder_output))
         want.append(ort.run(feeds))
     g, w = np.concatenate(got), np.concatenate(want)
     if g.ndim == 3:  # hidden states: compare the pooled vectors
@@ -319,8 +279,8 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
 
         mask = np.concatenate([tok.pad(enc, rows[s:s + recipe.max_batch], recipe.bucket, recipe.input_names)["attention_mask"]
                                for s in range(0, len(rows), recipe.max_batch)])
-        g = pool_and_normalize(g, mask, m["pooling"], m["normalize"])
-        w = pool_and_normalize(w, mask, m["pooling"], m["normalize"])
+        g = pool_and_normalize(g, mask, m.pooling, m.normalize)
+        w = pool_and_normalize(w, mask, m.pooling, m.normalize)
     runner.close()
     st = CosineStats.of(cosine_rows(w, g))
     ok = st.passes(gate)
@@ -343,14 +303,12 @@ def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = Fal
                               f"run `embtrt engines {repo}` on the GPU host that will serve it "
                               "(TensorRT, nvidia-ml-py and a GPU are needed: pip install 'embtrt[tensorrt]'; "
                               "it can run as a Kubernetes init container)")
-    from .build import load_corpus
-    from .spec import Gate
+    from ..common.corpus import load_corpus
+    from ..repository.gate import Gate
 
     host = host_info()
     if gate is None:  # the gate the build used (its thresholds are in embtrt.json), else DESIGN.md's
-        man = Path(repo) / "embtrt.json"
-        built = json.loads(man.read_text()).get("spec", {}).get("gate") if man.is_file() else None
-        gate = Gate(**built) if built else Gate()
+        gate = read_manifest(repo).gate if has_manifest(repo) else Gate()
     texts = texts or load_corpus()
     results = []
     for d in dirs:

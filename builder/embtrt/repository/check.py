@@ -7,10 +7,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from .errors import RepositoryError
+from ..errors import RepositoryError
+from .bundle_record import BUNDLE_META, EXPECTED, MODEL_DEPS, bundle_python_tags, python_tag
+from .config import parse_config
+from .manifest import Manifest, has_manifest, read_manifest
 
 BACKEND_FILES = {"python": "model.py", "onnxruntime": "model.onnx"}
 PLATFORM_FILES = {"tensorrt_plan": "model.plan", "onnxruntime_onnx": "model.onnx"}
@@ -36,15 +38,6 @@ class CheckReport:
 
     def lines(self) -> list[str]:
         return [("[ok] " if ok else "[x] ") + m for ok, m in self.items] + [f"[pending] {p}" for p in self.pending]
-
-
-def parse_config(path: Path) -> mc.ModelConfig:
-    cfg = mc.ModelConfig()
-    try:
-        text_format.Parse(path.read_text(encoding="utf-8"), cfg)
-    except text_format.ParseError as exc:
-        raise RepositoryError(f"{path}: not a valid Triton model config: {exc}") from exc
-    return cfg
 
 
 def _dims_compatible(a, b) -> bool:
@@ -73,20 +66,22 @@ def check_repository(repo: Path, allow_pending_plans: bool = False, server_pytho
         _check_model(repo / name, cfg, configs, rep, allow_pending_plans)
     if not configs:
         rep.fail(f"{repo}: no models")
-    manifest = repo / "embtrt.json"
-    if configs and manifest.is_file():
-        doc = json.loads(manifest.read_text(encoding="utf-8"))
-        check_token_budget(repo, doc, configs, rep)
-        check_bundle(repo, doc, configs, rep, server_python)
+    if configs and has_manifest(repo):
+        try:
+            man = read_manifest(repo)
+        except RepositoryError as exc:
+            rep.fail(exc.message + (f" ({exc.hint})" if exc.hint else ""))
+            return rep
+        rep.ok(f"embtrt.json: schema {man.schema_version}, model {man.name} ({man.backend_profile})")
+        check_token_budget(repo, man, configs, rep)
+        check_bundle(repo, man, configs, rep, server_python)
     return rep
 
 
-def check_bundle(repo: Path, manifest: dict, configs: dict, rep: CheckReport, server_python: str | None) -> None:
+def check_bundle(repo: Path, manifest: Manifest, configs: dict, rep: CheckReport, server_python: str | None) -> None:
     """The bundle holds what the Python models import, built for the Python they say, and (with
     server_python) for the Python that will serve them."""
-    from .bundle import BUNDLE_META, EXPECTED, MODEL_DEPS, bundle_python_tags, python_tag
-
-    b: dict = manifest.get("bundle") or {}
+    b: dict = manifest.bundle or {}
     errors: list[str] = []
     folder = repo / b["path"] if b else repo
     meta: dict = {}
@@ -116,7 +111,7 @@ def check_bundle(repo: Path, manifest: dict, configs: dict, rep: CheckReport, se
             if target != folder.resolve() or mb["python"] != b["python"]:
                 errors.append(f"{name}: points at {mb['path']} for Python {mb['python']}, not the bundle "
                               f"{b['path']} for Python {b['python']}")
-            want = [m for m in d.get("requires", []) if m not in EXPECTED.get(manifest.get("target", ""), [])]
+            want = [m for m in d.get("requires", []) if m not in EXPECTED.get(manifest.target, [])]
             absent = [m for m in want if not ((folder / m).is_dir() or any(folder.glob(f"{m}.*")))]
             if absent:
                 errors.append(f"{name}: imports {', '.join(absent)}, which the bundle lacks")
@@ -127,15 +122,15 @@ def check_bundle(repo: Path, manifest: dict, configs: dict, rep: CheckReport, se
                f"({meta['size_bytes'] / 2**20:.0f} MiB) holds what every Python model imports")
 
 
-def check_token_budget(repo: Path, manifest: dict, configs: dict, rep: CheckReport) -> None:
+def check_token_budget(repo: Path, manifest: Manifest, configs: dict, rep: CheckReport) -> None:
     """Every bucket's models, TensorRT recipe and CUDA-graph / warm-up batch sizes agree with
     the token budget: max batch = min(max_batch_size, max_batch_tokens // bucket)."""
-    budget = manifest.get("max_batch_tokens")
+    budget = manifest.max_batch_tokens
     if budget is None:
         rep.fail("embtrt.json has no max_batch_tokens (written by an older embtrt): rebuild the repository")
         return
-    name, cap = manifest["name"], int(manifest["spec"]["max_batch_size"])
-    want = {int(b): max(1, min(cap, int(budget) // int(b))) for b in manifest["buckets"]}
+    name, cap = manifest.name, manifest.max_batch_size
+    want = {int(b): max(1, min(cap, int(budget) // int(b))) for b in manifest.buckets}
     errors = []
     for b, mb in want.items():
         for model in (f"{name}_{b}", f"{name}_{b}_tokenizer", f"{name}_{b}_encoder", f"{name}_{b}_pooler"):
@@ -161,7 +156,7 @@ def check_token_budget(repo: Path, manifest: dict, configs: dict, rep: CheckRepo
     front = configs.get(name)
     if front is not None and "encoder_max_batch_sizes" in front.parameters:
         got = front.parameters["encoder_max_batch_sizes"].string_value
-        exp = ",".join(str(want[int(b)]) for b in manifest["buckets"])
+        exp = ",".join(str(want[int(b)]) for b in manifest.buckets)
         if got != exp:
             errors.append(f"{name}: encoder_max_batch_sizes {got!r}, the budget gives {exp!r}")
     if errors:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelError
+from ..errors import ModelError
 
 POOLINGS = ("cls", "mean", "last-token")
 
@@ -165,14 +165,6 @@ def resolve_input_names(tokenizer_names: tuple[str, ...], forward, model: str = 
                          f"(the tokenizer gives {', '.join(tokenizer_names)}; the model takes {', '.join(sorted(named))})",
                          "embtrt serves text embedding models whose tokenizer produces every input the model needs")
     return [n for n in tokenizer_names if n in named]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def model_hash(path: Path) -> str:

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ParityError
-from .parity import CosineStats, cosine_rows
-from .reference import load_hf, torch_pool
-from .render import LONG_INPUT
-from .spec import BuildSpec
+from ..errors import ParityError
+from ..reference.parity import CosineStats, cosine_rows
+from ..reference.torch_ref import load_hf, torch_pool
+from .spec import LONG_INPUT, BuildSpec
 
 EXPORT_BATCH, EXPORT_SEQ = 2, 16
 

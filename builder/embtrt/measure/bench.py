@@ -21,7 +21,8 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import SpecError
+from ..errors import SpecError
+from ..repository.manifest import read_manifest
 
 
 @dataclass
@@ -111,7 +112,7 @@ class _Triton:
         self.t, self.c = t, aio.InferenceServerClient(t.url)
 
     async def embed(self, texts: list[str]) -> None:
-        from .client import _text_input
+        from ..serve.client import _text_input
 
         r = await self.c.infer(self.t.model, [_text_input(texts)], client_timeout=120)
         v = r.as_numpy("EMBEDDING")
@@ -216,22 +217,22 @@ class EncoderInProcess:
     repository's own encoder exactly as its front door is configured (e.g. OpenVINO bf16)."""
 
     def __init__(self, repo: Path, threads: int = 0, runtime: str | None = None) -> None:
-        from .build import backend_lib
-        from .check import parse_config
+        from ..common.backend import backend_lib
+        from ..repository.config import parse_config
 
         text_mod, enc_mod = backend_lib()
-        m = json.loads((Path(repo) / "embtrt.json").read_text())
-        front = Path(repo) / m["name"] / "1"
-        self.tok = text_mod.TextTokenizer(str(front / "tokenizer.json"), int(m["max_seq_length"]), int(m["pad_id"]))
-        self.names = tuple(m["input_names"])
+        m = read_manifest(repo)
+        front = Path(repo) / m.name / "1"
+        self.tok = text_mod.TextTokenizer(str(front / "tokenizer.json"), m.max_seq_length, m.pad_id)
+        self.names = m.input_names
         if runtime == "repo":
-            cfg = parse_config(Path(repo) / m["name"] / "config.pbtxt")
+            cfg = parse_config(Path(repo) / m.name / "config.pbtxt")
             params = {k: v.string_value for k, v in cfg.parameters.items()}
             self.enc = enc_mod.encoder_from_parameters(str(front), params)
             self.label = f"{params.get('runtime', 'onnxruntime')} {params.get('precision', 'fp32')}"
         else:
             onnx = front / "model.onnx" if (front / "model.onnx").is_file() else \
-                Path(repo) / m["models"]["encoders"][-1] / "1" / "model.onnx"
+                Path(repo) / m.models.encoders[-1] / "1" / "model.onnx"
             self.enc = enc_mod.OrtEncoder(str(onnx), threads, spinning=True)
             self.label = "onnxruntime"
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SpecError
+from ..errors import SpecError
+from ..repository.manifest import read_manifest
 
 MAX_ITEMS = 2048
 RETRYABLE_HINTS = ("Exceeds maximum queue size", "failed to connect", "Stub process", "is not healthy",
@@ -98,28 +99,25 @@ class Served:
 
     def __init__(self, repo: Path) -> None:
         repo = Path(repo)
-        man = repo / "embtrt.json"
-        if not man.is_file():
-            raise SpecError(f"invalid repository: {repo} has no embtrt.json", "point at a folder written by `embtrt build`")
-        m = json.loads(man.read_text())
-        self.name: str = m["name"]
-        self.dim = int(m["dim"])
-        self.buckets = [int(b) for b in m["buckets"]]
-        self.max_len = int(m["max_seq_length"])
-        self.overflow = m["overflow"]
-        self.input_names = tuple(m["input_names"])
-        self.output = m["encoder_output"]
-        self.fused = m["pooler"] == "fused"
-        self.pooling, self.normalize = m["pooling"], bool(m["normalize"])
-        self.fixed_length = m["target"] == "tensorrt"    # engines have the sequence fixed at the bucket
-        budget = m.get("bucket_max_batch") or {}
-        self.max_batch = {b: int(budget.get(str(b), m["spec"]["max_batch_size"])) for b in self.buckets}
-        self.identity = m.get("identity", {})
-        from .build import backend_lib
+        m = read_manifest(repo)
+        self.manifest = m
+        self.name: str = m.name
+        self.dim = m.dim
+        self.buckets = list(m.buckets)
+        self.max_len = m.max_seq_length
+        self.overflow = m.overflow
+        self.input_names = m.input_names
+        self.output = m.encoder_output
+        self.fused = m.pooler == "fused"
+        self.pooling, self.normalize = m.pooling, m.normalize
+        self.fixed_length = m.target == "tensorrt"    # engines have the sequence fixed at the bucket
+        self.max_batch = {b: m.bucket_batch(b) for b in self.buckets}
+        self.identity = dict(m.identity)
+        from ..common.backend import backend_lib
 
         text_mod, _ = backend_lib()
-        self.tok = text_mod.TextTokenizer(str(repo / self.name / "1" / "tokenizer.json"), self.max_len, int(m["pad_id"]),
-                                          self.overflow, int(m["spec"].get("overflow_stride", 0)))
+        self.tok = text_mod.TextTokenizer(str(repo / self.name / "1" / "tokenizer.json"), self.max_len, m.pad_id,
+                                          self.overflow, m.overflow_stride)
         self.merge_windows, self.Encoded = text_mod.merge_windows, text_mod.Encoded
         self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
 

@@ -1,0 +1,112 @@
+"""Per-target encoder steps that are not TensorRT: OpenVINO availability, ORT int8, and the
+identity (backend profile) each target records."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+from .. import __version__
+from ..common.log import Log
+from ..errors import DependencyError
+from .spec import BuildSpec
+
+
+def require_openvino(precision: str, log: Log) -> None:
+    """The python-openvino target needs the openvino package here (the parity gate runs it)
+    and in the serving environment; bf16 needs a CPU that OpenVINO can run bf16 on."""
+    try:
+        import openvino as ov
+    except ImportError as exc:
+        raise DependencyError(f"--target python-openvino needs the openvino package ({exc})",
+                              "pip install 'embtrt[openvino]' (or make install)") from None
+    caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    if precision == "bf16" and "BF16" not in caps:
+        raise DependencyError("--precision bf16: OpenVINO reports no bf16 support on this CPU "
+                              f"(capabilities: {', '.join(caps)})",
+                              "bf16 needs AVX-512 bf16 or AMX (Xeon Sapphire Rapids or newer); use --precision fp32")
+    log(f"OpenVINO {ov.__version__.split('-')[0]}, CPU capabilities: {', '.join(caps)}")
+
+
+def quantize_int8(src: Path, dst: Path) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    return dst
+
+
+def versions() -> dict[str, str]:
+    out = {"embtrt": __version__, "python": platform.python_version()}
+    for mod in ("torch", "transformers", "onnx", "onnxruntime", "openvino", "tokenizers", "tritonclient", "numpy"):
+        try:
+            out[mod] = str(__import__(mod).__version__)
+        except AttributeError:  # e.g. tritonclient has no __version__: ask the installed distribution
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                out[mod] = version(mod)
+            except PackageNotFoundError:
+                out[mod] = "unknown"
+        except Exception:  # a missing optional library is recorded as absent
+            out[mod] = "absent"
+    return out
+
+
+def identity(spec: BuildSpec, model_sha: str) -> dict[str, str]:
+    import onnxruntime
+
+    if spec.target == "tensorrt":
+        profile = f"tensorrt:gpu:{spec.precision}"
+    elif spec.target == "onnxruntime":
+        profile = f"onnxruntime-backend:{spec.ort_device}:{spec.precision}"
+    elif spec.target == "python-torch":
+        import torch
+
+        profile = f"python-torch:cpu:{spec.precision}:torch-{torch.__version__}"
+    elif spec.target == "python-openvino":
+        import openvino
+
+        profile = f"python-openvino:cpu:{spec.precision}:openvino-{openvino.__version__.split('-')[0]}"
+    else:
+        profile = f"python-ort:cpu:{spec.precision}:onnxruntime-{onnxruntime.__version__}"
+    return {
+        "embtrt.model": spec.model_dir.name if spec.model_dir.name != "model" else spec.name,
+        "embtrt.model_sha256": model_sha,
+        "embtrt.pooling": spec.pooling,
+        "embtrt.normalize": str(spec.normalize).lower(),
+        "embtrt.dim": str(spec.hidden_size),
+        "embtrt.max_seq_length": str(spec.max_seq_length),
+        "embtrt.buckets": ",".join(map(str, spec.buckets)),
+        "embtrt.precision": spec.precision,
+        "embtrt.target": spec.target,
+        "embtrt.backend_profile": profile,
+        "embtrt.version": __version__,
+    }
+
+
+def rebuild_command(spec: BuildSpec) -> str:
+    parts = ["embtrt", "build", str(spec.model_dir), "--out", str(spec.out), "--name", spec.name,
+             "--target", spec.target, "--pooling", spec.pooling,
+             "--normalize" if spec.normalize else "--no-normalize",
+             "--buckets", ",".join(map(str, spec.buckets)), "--max-seq-length", str(spec.max_seq_length),
+             "--max-batch-size", str(spec.max_batch_size), "--max-queue-delay-us", str(spec.max_queue_delay_us),
+             "--preferred-batch-sizes", ",".join(map(str, spec.preferred_batch_sizes)),
+             "--instances", str(spec.instances), "--front-door-instances", str(spec.front_instances),
+             "--encoder-instances", str(spec.encoder_count),
+             "--precision", spec.precision, "--pooler", spec.pooler,
+             "--overflow", spec.overflow, "--overflow-stride", str(spec.overflow_stride),
+             "--max-queue-size", str(spec.max_queue_size),
+             "--queue-timeout-us", str(spec.queue_timeout_us), "--ort-threads", str(spec.ort_threads),
+             "--router-encoder", spec.router_mode]
+    if spec.run_overhead_tokens is not None:
+        parts += ["--run-overhead-tokens", str(spec.run_overhead_tokens)]
+    parts += ["--max-batch-tokens", str(spec.max_batch_tokens), "--server-python", spec.server_python]
+    if not spec.bundle_deps:
+        parts.append("--no-bundle-deps")
+    if spec.target == "tensorrt":
+        parts += ["--builder-opt-level", str(spec.builder_opt_level)] + (["--fp32-layers"] if spec.fp32_layers else [])
+        if spec.calibration_file is not None:
+            parts += ["--calibration-file", str(spec.calibration_file)]
+    if spec.target == "onnxruntime":
+        parts += ["--ort-device", spec.ort_device] + (["--ort-trt-fp16"] if spec.ort_trt_fp16 else [])
+    return " ".join(parts)

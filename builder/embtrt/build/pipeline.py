@@ -1,0 +1,224 @@
+"""`embtrt build`: spec -> ONNX -> per-bucket encoders -> parity gate -> render -> check -> manifest.
+
+The repository is written to a temporary folder next to the destination and moved into
+place only after every check passed: a failed build leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..common.corpus import load_corpus
+from ..common.files import sha256_file
+from ..common.gpu import tensorrt_available
+from ..common.log import Log
+from ..errors import ParityError, RepositoryError, SpecError
+from ..reference.modelinfo import model_hash
+from ..reference.parity import GateReport, evaluate
+from ..reference.torch_ref import TorchReference
+from ..repository.check import check_repository
+from ..repository.manifest import Manifest, ModelNames, write_manifest
+from .chunking import calibrate_chunking
+from .encoders import identity, quantize_int8, rebuild_command, require_openvino, versions
+from .hf2onnx import export
+from .render import attach_deps, bundle_dir, model_names, plan_repository, write_repository
+from .served import encoder_vectors
+from .spec import BuildSpec
+from .tokenizer import check_tokenizer, save_tokenizer
+
+
+@dataclass
+class BuildResult:
+    repository: Path
+    manifest: dict
+    check_lines: list[str]
+    parity_lines: list[str]
+    pending: list[str]
+
+
+def _tensorrt_engines(spec: BuildSpec, prec, repo: Path, texts: list[str], log: Log) -> tuple[list[str], dict]:
+    """Write the per-bucket recipes; build the plans now where TensorRT and a GPU exist."""
+    from .onnx2trt import build_engines, write_recipes
+
+    write_recipes(spec, prec, repo, log=log)
+    ok, why = tensorrt_available()
+    if not ok:
+        log(f"TensorRT plans not built here: {why}.")
+        log(f"Finish on the GPU host: embtrt engines {spec.out}")
+        return ([f"{spec.name}_{b}_encoder/1/model.plan" for b in spec.buckets],
+                {"built": False, "reason": why, "finish_with": f"embtrt engines {spec.out}"})
+    states = build_engines(repo, allow_mismatch=spec.allow_mismatch, texts=texts, gate=spec.gate, log=log)
+    return [], {"built": True, "plans": {s.model: s.state for s in states}}
+
+
+def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, log: Log = print) -> BuildResult:
+    t0 = time.time()
+    out = spec.out.resolve()
+    if out.exists() and any(out.iterdir()) and not force:
+        raise SpecError(f"invalid out: {out} exists and is not empty", "pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    texts = load_corpus(corpus)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.embtrt-", dir=out.parent))
+    try:
+        result = _build_in(spec, tmp, texts, log)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{int(time.time())}")
+            out.rename(old)
+            (tmp / "repo").rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            (tmp / "repo").rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.repository = out
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    result.manifest["build_peak_rss_mib"] = round(peak)
+    log(f"repository written to {out} in {time.time() - t0:.1f} s (peak memory of the build process: {peak:.0f} MiB)")
+    return result
+
+
+def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
+    work, repo = tmp / "work", tmp / "repo"
+    repo.mkdir(parents=True)
+    work.mkdir(parents=True)
+    steps = 7
+    log(f"[1/{steps}] reading {spec.model_dir} (target {spec.target}, pooling {spec.pooling}, "
+        f"normalize {spec.normalize}, buckets {','.join(map(str, spec.buckets))})")
+    msha = model_hash(spec.model_dir)
+    if spec.target == "python-openvino":
+        require_openvino(spec.precision, log)
+
+    art = None
+    output_name = "embedding" if spec.fused else "last_hidden_state"
+    if spec.target == "python-torch":
+        log(f"[2/{steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself")
+    else:
+        log(f"[2/{steps}] exporting to ONNX and validating against PyTorch")
+        art = export(spec, work / "onnx", texts, log=log)
+        if art.input_names != tuple(spec.input_names):  # the graph's own inputs decide what is fed and served
+            spec = spec.with_(input_names=art.input_names)
+
+    log(f"[3/{steps}] tokenizer")
+    tok_json = work / "tokenizer.json"
+    pad_id = save_tokenizer(spec, tok_json)
+    check_tokenizer(spec, tok_json, pad_id, texts, log)
+
+    log(f"[4/{steps}] per-bucket encoders ({spec.target}, {spec.precision})")
+    encoder_onnx = art.path if art is not None else None
+    if spec.precision == "int8" and art is not None and spec.target in ("python-ort", "onnxruntime"):
+        encoder_onnx = quantize_int8(art.path, work / "onnx" / "model.int8.onnx")
+        log("quantized the encoder to int8 (ONNX Runtime dynamic quantization)")
+    if spec.target == "python-torch":
+        log(f"PyTorch {spec.precision}" + (" autocast (AMX/AVX-512 bf16 where the CPU has it)" if spec.precision == "bf16" else ""))
+    onnx_by_bucket: dict[int, Path | None] = {b: encoder_onnx for b in spec.buckets}
+    prec = None
+    if spec.target == "tensorrt" and art is not None:
+        from .precision import make_precision_onnx
+
+        prec = make_precision_onnx(spec, art.path, work / "precision", texts, tok_json, pad_id, log)
+        onnx_by_bucket = dict(prec.gate_by_bucket)  # the gate judges the exact graph each plan is built from
+    pending: list[str] = []
+
+    log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
+    ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
+                         spec.input_names, spec.trust_remote_code).embed(texts, max_batch_tokens=spec.max_batch_tokens)
+    sessions: dict[object, object] = {}
+    try:
+        exact = {"ort_optimize": "false"} if prec is not None and prec.gate_run == "simulated" else None
+        cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, output_name, texts, sessions, exact)
+    except Exception as exc:  # e.g. ONNX Runtime has no CPU kernel for a type of the precision graph
+        if prec is None or type(exc).__module__.split(".")[0] != "onnxruntime":
+            raise
+        raise ParityError(f"the {spec.precision} ONNX cannot run in ONNX Runtime on this CPU, so the quality gate "
+                          f"cannot judge it ({type(exc).__name__}: {str(exc)[:200]})",
+                          "reduced precision ships only behind the gate: use fp16 or int8 for TensorRT") from None
+    report: GateReport = evaluate(ref, cand, labels, spec.gate, texts)
+    for line in report.lines():
+        log(line)
+    if prec is not None and prec.gate_run != "exact":
+        log(f"[note] the gate ran a {prec.gate_run} {spec.precision} graph: " + "; ".join(prec.notes))
+    if not report.passed:
+        if spec.target == "tensorrt":
+            hint = {"fp16": "rebuild with --fp32-layers (LayerNorm, Softmax, reductions in fp32) or use --precision fp32",
+                    "bf16": "rebuild with --fp32-layers, or use fp16 (more mantissa) or fp32",
+                    "int8": "int8 Q/DQ changes the vectors beyond the gate for this model; use --precision fp16",
+                    "fp8": "fp8 Q/DQ changes the vectors beyond the gate for this model; use --precision fp16"}.get(
+                        spec.precision, "check --pooling and --normalize against the model card")
+        else:
+            hint = {"int8": "int8 dynamic quantization changes MiniLM-class vectors far beyond the gate; use --precision "
+                            "fp32, or bf16 with --target python-openvino (or python-torch) on a CPU with AMX/AVX-512 bf16",
+                    "bf16": "bf16 loses too much for this model; use --precision fp32"}.get(
+                        spec.precision, "check --pooling and --normalize against the model card")
+        if not spec.allow_mismatch:
+            raise ParityError(f"{spec.target}/{spec.precision} encoders fail the quality gate: "
+                              + "; ".join(report.failures()), hint + " (or pass --allow-mismatch to keep it)")
+        log("[x] gate failed; kept because --allow-mismatch was given")
+
+    if spec.run_overhead_tokens is None and spec.target != "tensorrt":
+        served = sessions[encoder_onnx]  # every bucket of a non-TensorRT build runs this one encoder
+        spec = spec.with_(run_overhead_tokens=calibrate_chunking(spec, served, tok_json, pad_id, texts, log))
+
+    log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
+    ident = identity(spec, msha)
+    plans = plan_repository(spec, onnx_paths=onnx_by_bucket, encoder_output=output_name,
+                            tokenizer_json=tok_json, pad_id=pad_id, identity=ident)
+    attach_deps(spec, plans)
+    write_repository(plans, repo)
+    bundle = None
+    if spec.bundle_deps:
+        from .bundle import make_bundle
+
+        bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log)
+        bundle["path"] = bundle_dir(spec)
+    else:
+        log("no Python packages bundled (--no-bundle-deps): the server's Python must have "
+            + ", ".join(sorted({m for p in plans if p.deps for m in p.deps["requires"]})))
+    names = model_names(spec)
+    manifest = Manifest(
+        name=spec.name, identity=ident,
+        models=ModelNames(spec.name, tuple(names["ensemble"].values()), tuple(names["encoder"].values())),
+        pooling=spec.pooling, normalize=spec.normalize, dim=spec.hidden_size, buckets=spec.buckets,
+        max_seq_length=spec.max_seq_length, overflow=spec.overflow, overflow_stride=spec.overflow_stride,
+        precision=spec.precision, target=spec.target, backend_profile=ident["embtrt.backend_profile"],
+        pooler=spec.pooler, input_names=tuple(spec.input_names), encoder_output=output_name, pad_id=pad_id,
+        max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
+        bucket_max_batch={b: spec.bucket_max_batch(b) for b in spec.buckets},
+        router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle,
+        extra={
+            "source": {"path": str(spec.model_dir), "sha256": msha},
+            "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
+            "versions": versions(),
+            "onnx": ({"sha256": sha256_file(encoder_onnx), "export_validation": art.validation}
+                     if art is not None and encoder_onnx is not None else None),
+            "parity": {**report.as_dict(), "graph": (prec.gate_run if prec is not None else "exact"),
+                       "allowed_mismatch": (not report.passed) and spec.allow_mismatch},
+            "precision_onnx": prec.manifest() if prec is not None else None,
+            "tensorrt": {},
+            "pending": [],
+            "rebuild": rebuild_command(spec),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
+    write_manifest(repo, manifest)
+    if prec is not None:  # engines read the manifest (tokenizer, pad id)
+        pending, trt_state = _tensorrt_engines(spec, prec, repo, texts, log)
+        manifest = manifest.with_extra(tensorrt=trt_state, pending=pending)
+        write_manifest(repo, manifest)
+
+    log(f"[7/{steps}] checking the repository")
+    rep = check_repository(repo, allow_pending_plans=spec.target == "tensorrt")
+    for line in rep.lines():
+        log(line)
+    if not rep.passed:
+        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
+                              "this is a bug in embtrt; please report it with the lines above")
+    return BuildResult(repo, manifest.to_dict(), rep.lines(), report.lines(), pending)
+
+
+__all__ = ["build", "BuildResult"]

@@ -1,0 +1,7 @@
+"""The progress callback every long step takes."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+Log = Callable[[str], None]

@@ -1,0 +1,19 @@
+"""Triton model configs, parsed with Triton's own model_config.proto (shipped in tritonclient)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ..errors import RepositoryError
+
+
+def parse_config(path: Path) -> mc.ModelConfig:
+    cfg = mc.ModelConfig()
+    try:
+        text_format.Parse(path.read_text(encoding="utf-8"), cfg)
+    except text_format.ParseError as exc:
+        raise RepositoryError(f"{path}: not a valid Triton model config: {exc}") from exc
+    return cfg
