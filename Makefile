@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)   # the CPU build from local disk; an unpinned torch pulls CUDA
-	$(BIN)/pip install -q -e '.[server,dev,openvino,precision]'
+	$(BIN)/pip install -q -e '.[build,server,dev,openvino,precision]'
 	$(BIN)/pip install -q --no-deps tensorrt-stubs   # type stubs only; its tensorrt dependency cannot install here
 	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/build/onnx2trt.py $(VENV)/trt-bindings   # real 10.13 / 11.4 bindings wheels, names only
 	touch $(STAMP)
@@ -31,8 +31,9 @@ test: $(STAMP) ## the test suite (unit + integration against a real tritonserver
 test-all: $(STAMP) ## every test, slow ones too
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP) ## ruff, mypy (the TensorRT module against tensorrt-stubs), TensorRT names against the 10.13 and 11.4 bindings
+lint: $(STAMP) ## ruff, import layers, mypy (the TensorRT module against tensorrt-stubs), TensorRT names against the 10.13 and 11.4 bindings
 	$(BIN)/ruff check builder python_backend tests
+	$(BIN)/python tests/typecheck/import_layers.py
 	$(BIN)/python tests/typecheck/prepare_trt_stubs.py .mypy-stubs
 	MYPYPATH=.mypy-stubs $(BIN)/mypy builder/embtrt
 	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/build/onnx2trt.py $(VENV)/trt-bindings

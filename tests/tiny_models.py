@@ -183,3 +183,16 @@ def long_texts(tokenizer_json: Path, lengths: tuple[int, ...] = (16384, 12000, 5
                 hi = mid - 1
         out.append(" ".join(words[:lo]))
     return out
+
+
+def with_prompts(src: Path, dest: Path, prompts: dict[str, str], default: str | None, include_prompt: bool = True) -> Path:
+    """A copy of a tiny sentence-transformers folder with prompts in config_sentence_transformers.json,
+    a default_prompt_name, and the Pooling config's include_prompt (Qwen3-Embedding-style)."""
+    shutil.copytree(src, dest)
+    (dest / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": prompts, "default_prompt_name": default, "similarity_fn_name": "cosine"}, indent=2))
+    pooling = dest / "1_Pooling" / "config.json"
+    cfg = json.loads(pooling.read_text())
+    cfg["include_prompt"] = include_prompt
+    pooling.write_text(json.dumps(cfg, indent=2))
+    return dest

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from .errors import EmbtrtError
+from .errors import EmbtrtError, require_extra
 
 app = typer.Typer(
     name="embtrt",
@@ -42,7 +42,10 @@ def build(
     max_seq_length: Optional[int] = typer.Option(None, help="Max tokens per text. Default: the reference's (sentence_bert_config.json), e.g. 256 for MiniLM."),
     pooling: str = typer.Option("auto", help="auto | cls | mean | last-token. Default auto: from 1_Pooling/config.json; cls for encoders, last-token for decoders without one."),
     normalize: Optional[bool] = typer.Option(None, "--normalize/--no-normalize", help="L2-normalize vectors. Default: as the model's Normalize module says (on when not a sentence-transformers folder)."),
-    pooler: str = typer.Option("fused", help="fused | python. Default fused: pooling + L2 inside the ONNX graph; python: a Python-backend pooler model."),
+    pooler: Optional[str] = typer.Option(None, help="fused | python. Default fused: pooling + L2 inside the ONNX graph; python: a Python-backend pooler model (the default for a model whose Pooling config says include_prompt false: prompt tokens are left out of pooling, outside the graph)."),
+    prompt: Optional[list[str]] = typer.Option(None, help="NAME=TEXT: a prompt requests may pick by prompt_name (input_type query / passage / document maps onto query / passage or document). Repeatable; overrides the model's config_sentence_transformers.json. Default: the model's prompts."),
+    default_prompt: Optional[str] = typer.Option(None, help="NAME | none: the prompt applied when a request picks none, as SentenceTransformer.encode does. Default: the model's default_prompt_name."),
+    dimensions: Optional[str] = typer.Option(None, help="Matryoshka widths a request may ask for, e.g. 64,128,256,512,1024 (from the model card). Default: any width from 1 to the model's dimension."),
     max_batch_size: int = typer.Option(32, help="Largest batch of any model (the front door's max_batch_size). Default 32."),
     max_batch_tokens: int = typer.Option(16384, help="Token budget per encoder run: each bucket's max batch (config, preferred sizes, TensorRT profile, CUDA graphs, warm-up) is min(--max-batch-size, budget // bucket length). Default 16384."),
     max_queue_delay_us: int = typer.Option(2000, help="Dynamic batching max_queue_delay_microseconds. Default 2000."),
@@ -73,17 +76,19 @@ def build(
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON on stdout; progress goes to stderr."),
 ) -> None:
     """Build a Triton model repository from an embedding model folder."""
-    from .build import build as run_build
-    from .build.spec import spec_from_options
-
     log = (lambda m: err.print(m, markup=False)) if as_json else (lambda m: out.print(m, markup=False))
     try:
+        require_extra("build", "build", "torch", "transformers", "sentence_transformers", "onnx", "onnxruntime")
+        from .build import build as run_build
+        from .build.spec import spec_from_options
+
         spec = spec_from_options(
             model_dir, out_dir, name=name, target=target, pooling=pooling, normalize=normalize, buckets=buckets,
             max_seq_length=max_seq_length, max_batch_size=max_batch_size, preferred_batch_sizes=preferred_batch_sizes,
             max_batch_tokens=max_batch_tokens,
             max_queue_delay_us=max_queue_delay_us, instances=instances, front_door_instances=front_door_instances,
-            encoder_instances=encoder_instances, precision=precision, pooler=pooler,
+            encoder_instances=encoder_instances, precision=precision, pooler=pooler or "fused", pooler_given=pooler is not None,
+            prompt_overrides=prompt, default_prompt_override=default_prompt, dimensions=dimensions,
             overflow=overflow, overflow_stride=overflow_stride, max_queue_size=max_queue_size, queue_timeout_us=queue_timeout_us,
             ort_threads=ort_threads, ort_device=ort_device, ort_spinning=ort_spinning,
             router_encoder=router_encoder, ort_trt_fp16=ort_trt_fp16, fp32_layers=fp32_layers,
@@ -144,6 +149,7 @@ def engines(
             for st in states:
                 log(f"[{st.state}] {st.message}")
             raise typer.Exit(1 if any(st.needs_build for st in states) else 0)
+        require_extra("tensorrt", "engines", "onnxruntime", "polygraphy")
         build_engines(repo, force=force, allow_mismatch=allow_mismatch,
                       texts=load_corpus(corpus) if corpus else None, log=log)
     except EmbtrtError as exc:
@@ -183,6 +189,11 @@ def embed(
     texts: list[str] = typer.Argument(..., help="Texts to embed."),
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
     model: str = typer.Option("all_minilm_l6_v2", help="Model to call (the front door). Default all_minilm_l6_v2."),
+    prompt_name: Optional[str] = typer.Option(None, help="Request option: one of the model's prompts (embtrt.json lists them). Default: the model's default prompt."),
+    input_type: Optional[str] = typer.Option(None, help="Request option: query | passage | document, mapped onto the model's prompts. Default: none."),
+    dimensions: Optional[int] = typer.Option(None, help="Request option: Matryoshka width (the first D components, renormalized when the model normalizes). Default: the full width."),
+    truncate: Optional[str] = typer.Option(None, help="Request option: END (keep the start) | START (keep the end) | NONE (an over-long text is an error). Default: the build's --overflow."),
+    embedding_type: Optional[str] = typer.Option(None, help="Request option: float | int8 | uint8 | binary | ubinary (sentence-transformers' quantize_embeddings). Default float."),
     as_json: bool = typer.Option(False, "--json", help="Print {identity, latency_ms, embeddings} as JSON."),
 ) -> None:
     """Embed texts over gRPC and print the vectors with the latency."""
@@ -194,7 +205,8 @@ def embed(
         with EmbeddingClient(url, model) as c:
             meta = c.metadata()
             t0 = time.perf_counter()
-            vecs = c.embed(texts)
+            vecs = c.embed(texts, prompt_name=prompt_name, input_type=input_type, dimensions=dimensions,
+                           truncate=truncate, embedding_type=embedding_type)
             ms = (time.perf_counter() - t0) * 1e3
     except EmbtrtError as exc:
         _fail(exc)
@@ -206,8 +218,11 @@ def embed(
     out.print(f"{model} ({meta.identity.get('embtrt.backend_profile', '?')}), dim {vecs.shape[1]}, "
               f"{len(texts)} texts in {ms:.1f} ms", markup=False)
     for t, v in zip(texts, vecs):
-        head = ", ".join(f"{x:+.4f}" for x in v[:6])
-        out.print(f"  |v|={float((v ** 2).sum() ** 0.5):.4f} [{head}, ...]  {t[:60]!r}", markup=False)
+        if v.dtype.kind == "f":
+            head = ", ".join(f"{x:+.4f}" for x in v[:6])
+            out.print(f"  |v|={float((v ** 2).sum() ** 0.5):.4f} [{head}, ...]  {t[:60]!r}", markup=False)
+        else:
+            out.print(f"  {v.dtype} x{v.size} [{', '.join(str(int(x)) for x in v[:8])}, ...]  {t[:60]!r}", markup=False)
 
 
 @app.command()
@@ -245,6 +260,10 @@ def demo(
     from .serve.client import EmbeddingClient
     from .serve.server import ServerSpec, TritonServer, free_port
 
+    try:
+        require_extra("build", "demo", "torch", "transformers", "sentence_transformers", "onnx", "onnxruntime")
+    except EmbtrtError as exc:
+        _fail(exc)
     texts = ["Triton serves embeddings with dynamic batching.", "A dog runs in the park.",
              "Embedding services are one forward pass, not a generation loop; route texts by length so long "
              "documents do not slow down short queries."]
@@ -285,6 +304,8 @@ def verify(
     concurrency: int = typer.Option(64, help="Concurrency of --under-load. Default 64."),
     load_cosine: float = typer.Option(0.999, help="--under-load: cosine to the unloaded vector, at least. Default 0.999."),
     index_identity: Optional[Path] = typer.Option(None, help="embtrt.json (or identity JSON) of the deployment your index was built with; differences are warned about. Default none."),
+    prompt_name: Optional[str] = typer.Option(None, help="Request option: embed with this prompt, against SentenceTransformer.encode(prompt_name=...). Default: the model's default prompt on both sides."),
+    dimensions: Optional[int] = typer.Option(None, help="Request option: Matryoshka width, against encode(truncate_dim=D) normalized as the model does. Default: the full width."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON; progress to stderr."),
 ) -> None:
     """The vector-quality gate: served vectors vs the reference, per length bucket; exit 4 when any gate fails."""
@@ -296,6 +317,7 @@ def verify(
 
     log = (lambda m: err.print(m, markup=False)) if as_json else (lambda m: out.print(m, markup=False))
     try:
+        require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
         gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
         ref = Reference(reference or default_model_path(), pooling=ref_pooling)
         idx = None
@@ -303,7 +325,8 @@ def verify(
             doc = json.loads(index_identity.read_text())
             idx = doc.get("identity", doc)
         rep = run_verify(url, model, ref, load_corpus(corpus), gate, under_load=under_load,
-                         concurrency=concurrency, load_cosine=load_cosine, index_identity=idx, log=log)
+                         concurrency=concurrency, load_cosine=load_cosine, index_identity=idx,
+                         prompt_name=prompt_name, dimensions=dimensions, log=log)
     except EmbtrtError as exc:
         _fail(exc)
         return
@@ -335,6 +358,7 @@ def bench(
     requests: int = typer.Option(200, help="Measured requests per target and scenario. Default 200."),
     warmup: int = typer.Option(20, help="Warm-up requests per target and scenario, excluded. Default 20."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, results.md and PNG plots here. Default: none."),
+    option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr."),
 ) -> None:
     """Side-by-side load test: Triton and OpenAI-compatible targets on the same texts, per bucket and concurrency."""
@@ -348,19 +372,21 @@ def bench(
     from .reference.torch_ref import Reference
 
     try:
+        require_extra("build", "bench", "transformers", *(("sentence_transformers",) if inprocess else ()))
         models = model or []
         pids = triton_pid or []
         if len(pids) > 1 and len(pids) != len(models):
             raise EmbtrtError("invalid --triton-pid: give one for all --model targets or one per --model")
+        opts = parse_options(option or [])
         targets = []
         for i, m in enumerate(models):
             name, _, murl = m.partition("@")
             tp = (pids[i] if len(pids) > 1 else pids[0],) if pids else ()
-            targets.append(Target(f"triton:{m}" if murl else f"triton:{name}", "triton", murl or url, name, tp))
+            targets.append(Target(f"triton:{m}" if murl else f"triton:{name}", "triton", murl or url, name, tp, opts))
         ou, om, opid = openai_url or [], openai_model or [], openai_pid or []
         if len(ou) != len(om) or (opid and len(opid) != len(ou)):
             raise EmbtrtError("invalid openai targets: give one --openai-model (and --openai-pid, if any) per --openai-url")
-        targets += [Target(f"openai:{m}@{u}", "openai", u, m, (opid[i],) if opid else ())
+        targets += [Target(f"openai:{m}@{u}", "openai", u, m, (opid[i],) if opid else (), opts)
                     for i, (u, m) in enumerate(zip(ou, om))]
         no_plots = plots_unavailable() if out_dir is not None else None
         if no_plots:  # said before the run, not after it
@@ -483,6 +509,23 @@ def tune(
         run_tune(spec, log=lambda m: out.print(m, markup=False))
     except EmbtrtError as exc:
         _fail(exc)
+
+
+def parse_options(items: list[str]) -> dict:
+    """KEY=VALUE request options (dimensions as an integer)."""
+    names = ("prompt_name", "input_type", "dimensions", "truncate", "embedding_type")
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in names:
+            raise EmbtrtError(f"invalid --option {item!r}", "KEY=VALUE with KEY one of " + ", ".join(names))
+        if key == "dimensions":
+            if not value.isdigit():
+                raise EmbtrtError(f"invalid --option {item!r}: dimensions takes an integer")
+            out[key] = int(value)
+        else:
+            out[key] = value
+    return out
 
 
 def main() -> None:

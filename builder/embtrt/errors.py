@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 
 class EmbtrtError(Exception):
     """Root error: a message for the user and a hint on what to do next."""
@@ -57,3 +59,24 @@ class DependencyError(EmbtrtError):
     """An optional dependency (TensorRT, CUDA) is missing for the requested step."""
 
     exit_code = 8
+
+
+# What each install extra brings, for the message of a command run without it.
+EXTRA_PURPOSE = {
+    "build": "PyTorch, transformers, sentence-transformers, ONNX and ONNX Runtime",
+    "tensorrt": "TensorRT, NVML, Polygraphy and ONNX Runtime",
+    "server": "a tritonserver (the nvidia-pytriton wheel)",
+    "openvino": "OpenVINO",
+}
+
+
+def require_extra(extra: str, command: str, *modules: str) -> None:
+    """Fail at once, with the pip command, when a module of `extra` is not installed.
+
+    Called at the start of a command, before any work, so a base install (no PyTorch) answers
+    `embtrt build` with a hint instead of an ImportError traceback halfway through."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise DependencyError(
+            f"`embtrt {command}` needs {EXTRA_PURPOSE.get(extra, extra)}; not installed here: {', '.join(missing)}",
+            f"pip install 'embtrt[{extra}]'")

@@ -18,8 +18,9 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     if hidden.ndim != 3 or mask.shape != hidden.shape[:2]:
         raise ValueError(f"pool: hidden {hidden.shape} and mask {mask.shape} do not agree")
     h = hidden.astype(np.float32, copy=False)
-    if mode == "cls":
-        return np.ascontiguousarray(h[:, 0, :])
+    if mode == "cls":  # the first attended position (0, unless a prompt was masked out of pooling)
+        first = np.argmax(mask != 0, axis=1)
+        return np.ascontiguousarray(h[np.arange(h.shape[0]), first, :])
     if mode == "mean":
         m = mask.astype(np.float32)[:, :, None]
         summed = (h * m).sum(axis=1)

@@ -60,6 +60,53 @@ class TextTokenizer:
         limit = self.max_length + 1 if overflow == "reject" else self.max_length
         self.tok.enable_truncation(max_length=limit, stride=stride if overflow == "chunk" else 0)
         self.pad_id = int(pad_id)
+        self._variants: dict[str, object] = {}
+
+    def variant(self, truncate: str):
+        """The tokenizer for a request's truncate option: END keeps the start, START keeps the end
+        (truncation from the left, special tokens kept), NONE keeps one token more than the max so
+        an over-long text is visible (and refused)."""
+        if truncate not in self._variants:
+            from tokenizers import Tokenizer
+
+            t = Tokenizer.from_str(self.tok.to_str())
+            t.no_padding()
+            if truncate == "NONE":
+                t.enable_truncation(max_length=self.max_length + 1)
+            else:
+                t.enable_truncation(max_length=self.max_length, direction="left" if truncate == "START" else "right")
+            self._variants[truncate] = t
+        return self._variants[truncate]
+
+    def encode_mixed(self, texts: list[str], truncate: list[str | None]) -> Encoded:
+        """Tokenize texts whose requests chose their own truncation (None: the build's --overflow).
+        Rows come back in text order; chunk-mode texts may have several rows (Encoded.owner)."""
+        modes = set(truncate)
+        if modes == {None}:
+            return self.encode(texts)
+        groups: dict[str | None, list[int]] = {}
+        for i, m in enumerate(truncate):
+            groups.setdefault(m, []).append(i)
+        per_text: list[list[tuple[list[int], list[int]]]] = [[] for _ in texts]
+        for mode, idx in groups.items():
+            sub = [texts[i] for i in idx]
+            if mode is None:
+                e = self.encode(sub)
+                owner = e.owner if e.owner is not None else np.arange(len(sub))
+                for r, o in enumerate(owner):
+                    per_text[idx[int(o)]].append((e.ids[r], e.type_ids[r]))
+            else:
+                for i, enc in zip(idx, self.variant(mode).encode_batch(sub, add_special_tokens=True)):
+                    per_text[i].append((enc.ids, enc.type_ids))
+        ids, types, owner_l = [], [], []
+        for i, rows in enumerate(per_text):
+            for a, b in rows:
+                ids.append(a)
+                types.append(b)
+                owner_l.append(i)
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        owner = np.asarray(owner_l, dtype=np.int64) if len(ids) != len(texts) else None
+        return Encoded(ids, types, lengths, owner)
 
     def encode(self, texts: list[str]) -> Encoded:
         """Tokenize all texts in one call. Over-long rows are kept (reject mode) for check(); in

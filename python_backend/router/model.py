@@ -20,6 +20,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters, split_rows  # noqa: E402
+from embtrt_backend.options import ModelOptions, load_calibration, parse_request_parameters, prompt_length  # noqa: E402
 from embtrt_backend.pooling import pool_and_normalize  # noqa: E402
 from embtrt_backend.routing import gather, plan  # noqa: E402
 from embtrt_backend.text import TextTokenizer, decode_texts, merge_windows  # noqa: E402
@@ -45,15 +46,18 @@ class TritonPythonModel:
             os.path.join(here, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]), p["overflow"],
             int(p.get("overflow_stride", "0")),
         )
+        self.options = ModelOptions.from_parameters(p, load_calibration(here))
+        self.prompt_tokens = {name: prompt_length(self.tokenizer.tok, text) for name, text in self.options.prompts.items()}
         self.local = None
         if p.get("encoder_mode") == "local":
             from embtrt_backend.encoder import encoder_from_parameters
 
             self.local = encoder_from_parameters(here, p)
 
-    def _encode(self, feeds, bucket):
+    def _encode(self, feeds, bucket, skip=None):
         """One chunk of rows of one bucket -> vectors (synchronous: measured steadier than
-        an async execute under the Python backend)."""
+        an async execute under the Python backend). `skip`: per row, the leading prompt tokens
+        left out of pooling (include_prompt false; the encoder then returns hidden states)."""
         if self.local is not None:
             out = self.local.run(feeds)
         else:
@@ -66,54 +70,75 @@ class TritonPythonModel:
                 raise RuntimeError(f"encoder {self.encoders[bucket]}: {resp.error().message()}")
             out = pb_utils.get_output_tensor_by_name(resp, self.output_name).as_numpy()
         if not self.fused:
-            out = pool_and_normalize(out, feeds["attention_mask"], self.pooling, self.normalize)
+            mask = feeds["attention_mask"]
+            if skip is not None and skip.any():
+                mask = mask.copy()
+                mask[np.arange(mask.shape[1])[None, :] < skip[:, None]] = 0
+            out = pool_and_normalize(out, mask, self.pooling, self.normalize)
         return out
 
     def execute(self, requests):
         responses = [None] * len(requests)
-        texts, counts, live = [], [], []
+        texts, counts, live, opts, modes, skips = [], [], [], [], [], []
         for i, request in enumerate(requests):
             try:
                 arr = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
                 t = decode_texts(arr, self.max_bytes)
                 if not t:
                     raise InputError("TEXT holds no rows")
+                o = self.options.resolve(parse_request_parameters(request.parameters()))
             except InputError as exc:
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 continue
-            texts.extend(t)
+            texts.extend(o.prompt + x for x in t) if o.prompt else texts.extend(t)
             counts.append(len(t))
             live.append(i)
+            opts.append(o)
+            modes.extend([o.truncate] * len(t))
+            skips.extend([0 if self.options.include_prompt or not o.prompt_name else self.prompt_tokens[o.prompt_name]] * len(t))
         if not live:
             return responses
-        enc = self.tokenizer.encode(texts)
-        # Reject-mode over-long rows fail their own request only.
-        keep_rows, keep_counts, keep_live = [], [], []
-        for req_idx, rows in zip(live, split_rows(np.arange(len(texts)), counts)):
+        enc = self.tokenizer.encode_mixed(texts, modes)
+        text_rows = np.arange(len(texts)) if enc.owner is None else enc.owner
+        # Over-long texts (--overflow reject, or truncate NONE) fail their own request only.
+        keep_counts, keep_live, keep_opts, keep_text = [], [], [], []
+        for req_idx, o, rows in zip(live, opts, split_rows(np.arange(len(texts)), counts)):
             try:
-                self.tokenizer.check(enc.lengths[rows])
+                mode = o.truncate or ("NONE" if self.tokenizer.overflow == "reject" else None)
+                if mode == "NONE":
+                    lens = enc.lengths[np.isin(text_rows, rows)]
+                    over = np.nonzero(lens > self.tokenizer.max_length)[0]
+                    if over.size:
+                        raise InputError(f"row {int(over[0])}: text is longer than the max sequence length "
+                                         f"{self.tokenizer.max_length} tokens (truncate NONE"
+                                         f"{'' if o.truncate else ', the build used --overflow reject'})")
             except InputError as exc:
                 responses[req_idx] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 continue
-            keep_rows.append(rows)
             keep_counts.append(len(rows))
             keep_live.append(req_idx)
+            keep_opts.append(o)
+            keep_text.append(rows)
         if not keep_live:
             return responses
-        rows_all = np.concatenate(keep_rows)
-        # --overflow chunk: the rows are max-length windows (nothing was rejected, so every text is kept)
-        rows_enc = rows_all if enc.owner is None else np.arange(enc.lengths.size)
+        texts_kept = np.concatenate(keep_text)
+        rows_enc = np.nonzero(np.isin(text_rows, texts_kept))[0]
         lengths = enc.lengths[rows_enc]
+        skip_rows = np.asarray(skips, dtype=np.int64)[text_rows[rows_enc]]
         parts = []
         try:
             for b, chunk in plan(lengths, self.buckets, self.encoder_batch, self.run_overhead, self.pad_to_bucket):
                 pad = self.buckets[b] if self.pad_to_bucket else int(lengths[chunk].max())
-                parts.append((chunk, self._encode(self.tokenizer.pad(enc, rows_enc[chunk], pad, self.input_names), b)))
+                feeds = self.tokenizer.pad(enc, rows_enc[chunk], pad, self.input_names)
+                parts.append((chunk, self._encode(feeds, b, None if self.fused else skip_rows[chunk])))
         except Exception as exc:  # an encoder failure fails this batch's requests, not the model
             for req_idx in keep_live:
                 responses[req_idx] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
             return responses
-        vecs = merge_windows(gather(rows_enc.size, self.dim, parts), enc.owner, len(texts), self.normalize)
-        for req_idx, part in zip(keep_live, split_rows(vecs, keep_counts)):
-            responses[req_idx] = pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", part)])
+        vecs = gather(rows_enc.size, self.dim, parts)
+        owner = None if enc.owner is None else np.searchsorted(texts_kept, text_rows[rows_enc])
+        vecs = merge_windows(vecs, owner, texts_kept.size, self.normalize) if owner is not None else vecs
+        for req_idx, o, part in zip(keep_live, keep_opts, split_rows(vecs, keep_counts)):
+            out = self.options.finish(part, o)
+            responses[req_idx] = pb_utils.InferenceResponse([pb_utils.Tensor(o.output, out)])
         return responses

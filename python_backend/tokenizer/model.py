@@ -13,6 +13,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.options import ModelOptions, prompt_length  # noqa: E402
 from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
 
 
@@ -28,6 +29,10 @@ class TritonPythonModel:
             os.path.join(here, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]), p["overflow"],
             int(p.get("overflow_stride", "0")),
         )
+        # The bucket ensembles take no request options: they apply the model's default prompt, as
+        # SentenceTransformer.encode does without options (the front door takes the options).
+        self.prompt = ModelOptions.from_parameters({"embtrt.dim": "1", **p}).default.prompt
+        self.skip = 0 if p.get("include_prompt", "true") == "true" else prompt_length(self.tokenizer.tok, self.prompt)
 
     def execute(self, requests):
         responses = []
@@ -37,6 +42,8 @@ class TritonPythonModel:
                 texts = decode_texts(arr, self.max_bytes)
                 if not texts:
                     raise InputError("TEXT holds no rows")
+                if self.prompt:
+                    texts = [self.prompt + t for t in texts]
                 enc = self.tokenizer.encode(texts)
                 if enc.owner is not None and enc.lengths.size != len(texts):
                     row = int(np.nonzero(self.tokenizer.windows_per_text(enc, len(texts)) > 1)[0][0])
@@ -48,5 +55,10 @@ class TritonPythonModel:
             except InputError as exc:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
                 continue
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, feeds[n]) for n in self.input_names]))
+            out = [pb_utils.Tensor(n, feeds[n]) for n in self.input_names]
+            if self.skip:
+                mask = feeds["attention_mask"].copy()
+                mask[:, :self.skip] = 0
+                out.append(pb_utils.Tensor("pooling_mask", mask))
+            responses.append(pb_utils.InferenceResponse(out))
         return responses

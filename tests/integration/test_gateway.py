@@ -153,8 +153,9 @@ def test_bad_requests_get_openais_envelope_and_status(two_pools):
     _envelope(_post(u, {"model": NAME, "input": [[101, 99999999]]}), 400, "outside the vocabulary")
     _envelope(_post(u, {"model": NAME, "input": [list(range(1000, 1300))]}), 400, "at most 256")
     _envelope(_post(u, {"model": NAME, "input": "x", "encoding_format": "int8"}), 400, "encoding_format")
-    err = _envelope(_post(u, {"model": NAME, "input": "x", "dimensions": 128}), 400, "has 384 dimensions")
+    err = _envelope(_post(u, {"model": NAME, "input": "x", "dimensions": 385}), 400, "any width from 1 to 384")
     assert err["param"] == "dimensions"
+    assert len(_post(u, {"model": NAME, "input": "x", "dimensions": 128}).json()["data"][0]["embedding"]) == 128
     assert _post(u, {"model": NAME, "input": "x", "dimensions": 384}).status_code == 200
     _envelope(_post(u, None, raw=b"{not json"), 400, "not valid JSON")
     # a bad request never hides or reorders the good ones sent beside it

@@ -4,6 +4,7 @@ identity (backend profile) each target records."""
 from __future__ import annotations
 
 import platform
+import shlex
 from pathlib import Path
 
 from .. import __version__
@@ -101,6 +102,11 @@ def rebuild_command(spec: BuildSpec) -> str:
     if spec.run_overhead_tokens is not None:
         parts += ["--run-overhead-tokens", str(spec.run_overhead_tokens)]
     parts += ["--max-batch-tokens", str(spec.max_batch_tokens), "--server-python", spec.server_python]
+    for name, text in spec.prompts:
+        parts += ["--prompt", shlex.quote(f"{name}={text}")]
+    parts += ["--default-prompt", spec.default_prompt_name or "none"]
+    if spec.dimensions is not None:
+        parts += ["--dimensions", ",".join(map(str, spec.dimensions))]
     if not spec.bundle_deps:
         parts.append("--no-bundle-deps")
     if spec.target == "tensorrt":

@@ -12,20 +12,22 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..common.corpus import load_corpus
 from ..common.files import sha256_file
 from ..common.gpu import tensorrt_available
 from ..common.log import Log
 from ..errors import ParityError, RepositoryError, SpecError
-from ..reference.modelinfo import model_hash
+from ..reference.modelinfo import inspect_model, model_hash
 from ..reference.parity import GateReport, evaluate
-from ..reference.torch_ref import TorchReference
+from ..reference.torch_ref import TorchReference, st_embed
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, ModelNames, write_manifest
 from .chunking import calibrate_chunking
 from .encoders import identity, quantize_int8, rebuild_command, require_openvino, versions
 from .hf2onnx import export
-from .render import attach_deps, bundle_dir, model_names, plan_repository, write_repository
+from .render import CALIBRATION_FILE, attach_deps, bundle_dir, model_names, plan_repository, write_repository
 from .served import encoder_vectors
 from .spec import BuildSpec
 from .tokenizer import check_tokenizer, save_tokenizer
@@ -53,6 +55,20 @@ def _tensorrt_engines(spec: BuildSpec, prec, repo: Path, texts: list[str], log: 
                 {"built": False, "reason": why, "finish_with": f"embtrt engines {spec.out}"})
     states = build_engines(repo, allow_mismatch=spec.allow_mismatch, texts=texts, gate=spec.gate, log=log)
     return [], {"built": True, "plans": {s.model: s.state for s in states}}
+
+
+def reference_vectors(spec: BuildSpec, texts: list[str], log: Log) -> np.ndarray:
+    """What SentenceTransformer.encode gives for the corpus with default options: with a default
+    prompt, sentence-transformers itself (the prompt prepended; with include_prompt false its tokens
+    left out of pooling); otherwise PyTorch float32 with the same pooling, batched by the token budget."""
+    prompt = spec.default_prompt
+    if prompt and inspect_model(spec.model_dir, spec.trust_remote_code).is_sentence_transformers:
+        log(f"reference: SentenceTransformer.encode with the default prompt {spec.default_prompt_name!r}"
+            + ("" if spec.include_prompt else " (its tokens left out of pooling)"))
+        return st_embed(spec.model_dir, texts, max_seq_length=spec.max_seq_length, prompt=prompt)
+    ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
+                         spec.input_names, spec.trust_remote_code)
+    return ref.embed([prompt + t for t in texts] if prompt else texts, max_batch_tokens=spec.max_batch_tokens)
 
 
 def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, log: Log = print) -> BuildResult:
@@ -126,8 +142,7 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     pending: list[str] = []
 
     log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
-    ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
-                         spec.input_names, spec.trust_remote_code).embed(texts, max_batch_tokens=spec.max_batch_tokens)
+    ref = reference_vectors(spec, texts, log)
     sessions: dict[object, object] = {}
     try:
         exact = {"ort_optimize": "false"} if prec is not None and prec.gate_run == "simulated" else None
@@ -139,6 +154,7 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
                           f"cannot judge it ({type(exc).__name__}: {str(exc)[:200]})",
                           "reduced precision ships only behind the gate: use fp16 or int8 for TensorRT") from None
     report: GateReport = evaluate(ref, cand, labels, spec.gate, texts)
+    np.save(work / CALIBRATION_FILE, cand)  # int8 / uint8 ranges: the served vectors of the corpus
     for line in report.lines():
         log(line)
     if prec is not None and prec.gate_run != "exact":
@@ -167,7 +183,7 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
     ident = identity(spec, msha)
     plans = plan_repository(spec, onnx_paths=onnx_by_bucket, encoder_output=output_name,
-                            tokenizer_json=tok_json, pad_id=pad_id, identity=ident)
+                            tokenizer_json=tok_json, pad_id=pad_id, identity=ident, calibration=work / CALIBRATION_FILE)
     attach_deps(spec, plans)
     write_repository(plans, repo)
     bundle = None
@@ -190,7 +206,13 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
         bucket_max_batch={b: spec.bucket_max_batch(b) for b in spec.buckets},
         router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle,
+        prompts=spec.prompt_map, default_prompt_name=spec.default_prompt_name, include_prompt=spec.include_prompt,
+        dimensions=spec.dimensions,
+        quant_ranges=[cand.min(axis=0).tolist(), cand.max(axis=0).tolist()],
         extra={
+            "calibration": {"file": f"{spec.name}/1/{CALIBRATION_FILE}", "texts": len(texts),
+                            "what": "the served vectors of the gate's corpus, default options; int8 / uint8 ranges "
+                                    "at any width come from these (truncated and renormalized as the request asks)"},
             "source": {"path": str(spec.model_dir), "sha256": msha},
             "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
             "versions": versions(),

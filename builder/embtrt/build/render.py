@@ -21,6 +21,7 @@ from ..repository.bundle_record import DEPS_DIR, model_requires, python_tag
 from .spec import LONG_INPUT, BuildSpec
 
 MAX_TEXT_BYTES = 1 << 20  # texts above 1 MiB are rejected, never truncated silently by bytes
+CALIBRATION_FILE = "embtrt_calibration.npy"  # the front door's calibration vectors (int8 / uint8 ranges)
 GPU_TARGETS = ("tensorrt",)
 
 
@@ -127,13 +128,19 @@ def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]
 
 def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], encoder_output: str,
                     tokenizer_json: Path, pad_id: int, identity: dict[str, str],
-                    plan_paths: dict[int, Path] | None = None) -> list[ModelPlan]:
+                    plan_paths: dict[int, Path] | None = None, calibration: Path | None = None) -> list[ModelPlan]:
     names = model_names(spec)
     H = spec.hidden_size
     idp = sorted(identity.items())
     common = {"version": __version__, "max_batch_size": spec.max_batch_size}
     text_in = [_t("TEXT", "TYPE_STRING", [1])]
     emb_out = [_t("EMBEDDING", "TYPE_FP32", [H])]
+    # the front door answers request options: a width (dimensions) and a vector type per request
+    front_out = [_t("EMBEDDING", "TYPE_FP32", [-1]), _t("EMBEDDING_INT8", "TYPE_INT8", [-1]),
+                 _t("EMBEDDING_UINT8", "TYPE_UINT8", [-1])]
+    prompt_params = [("prompts", json.dumps(spec.prompt_map, sort_keys=True)),
+                     ("default_prompt_name", spec.default_prompt_name or ""),
+                     ("include_prompt", str(spec.include_prompt).lower())]
     shared = [
         ("max_seq_length", str(spec.max_seq_length)), ("pad_id", str(pad_id)), ("overflow", spec.overflow),
         ("overflow_stride", str(spec.overflow_stride)),
@@ -148,13 +155,16 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         ("pad_to_bucket", str(spec.target in GPU_TARGETS).lower()),
         ("encoder_mode", spec.router_mode),
         ("run_overhead_tokens", str(spec.run_overhead_tokens if spec.run_overhead_tokens is not None else DEFAULT_RUN_OVERHEAD)),
-    ]
+        ("dimensions", ",".join(map(str, spec.dimensions)) if spec.dimensions is not None else ""),
+    ] + prompt_params
     front_files = {"1/tokenizer.json": tokenizer_json}
+    if calibration is not None:
+        front_files[f"1/{CALIBRATION_FILE}"] = calibration
     if spec.router_mode == "local":
         front_files.update(encoder_files(spec, onnx_paths[spec.buckets[0]]))
     plans.append(ModelPlan(
         name=spec.name, template="router.pbtxt.j2", kind="front door",
-        context={**common, "name": spec.name, "inputs": text_in, "outputs": emb_out,
+        context={**common, "name": spec.name, "inputs": text_in, "outputs": front_out,
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(front_params) + idp},
         files=front_files, backend_code="router",
@@ -172,12 +182,16 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
             enc_outputs = [_t(encoder_output, "TYPE_FP32", [H])]
         else:
             enc_outputs = [_t(encoder_output, "TYPE_FP32", [enc_dim, H])]
+        skip_prompt = not spec.include_prompt and bool(spec.default_prompt)
+        tok_outputs = [_t(n, "TYPE_INT64", [b]) for n in spec.input_names]
+        if skip_prompt:  # the pooler's mask leaves the default prompt's tokens out
+            tok_outputs.append(_t("pooling_mask", "TYPE_INT64", [b]))
         plans.append(ModelPlan(
             name=tok_name, template="tokenizer.pbtxt.j2", kind="tokenizer",
             context={**bcommon, "name": tok_name, "inputs": text_in,
-                     "outputs": [_t(n, "TYPE_INT64", [b]) for n in spec.input_names],
+                     "outputs": tok_outputs,
                      "batching": bbatch, "group": _group(spec.instances, False),
-                     "params": sorted(shared + [("bucket", str(b)),
+                     "params": sorted(shared + prompt_params + [("bucket", str(b)),
                                                 ("largest_bucket", str(b == spec.buckets[-1]).lower())]) + idp},
             files={"1/tokenizer.json": tokenizer_json}, backend_code="tokenizer",
         ))
@@ -185,7 +199,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
                                    onnx_paths, plan_paths or {}, bcommon, idp))
         steps = [
             {"model": tok_name, "input_map": [("TEXT", "TEXT")],
-             "output_map": [(n, n) for n in spec.input_names]},
+             "output_map": [(n, n) for n in spec.input_names] + ([("pooling_mask", "pooling_mask")] if skip_prompt else [])},
         ]
         if spec.fused:
             steps.append({"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
@@ -194,7 +208,8 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
             steps.append({"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
                           "output_map": [(encoder_output, "hidden")]})
             steps.append({"model": pool_name,
-                          "input_map": [("last_hidden_state", "hidden"), ("attention_mask", "attention_mask")],
+                          "input_map": [("last_hidden_state", "hidden"),
+                                        ("attention_mask", "pooling_mask" if skip_prompt else "attention_mask")],
                           "output_map": [("EMBEDDING", "EMBEDDING")]})
             plans.append(ModelPlan(
                 name=pool_name, template="pooler.pbtxt.j2", kind="pooler",

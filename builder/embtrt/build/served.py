@@ -18,15 +18,20 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
                     output_name: str, texts: list[str],
                     sessions: dict[object, object] | None = None,
                     extra_params: dict[str, str] | None = None) -> tuple[np.ndarray, list[str]]:
-    """Embed texts exactly as the per-bucket ensembles do: pad to the bucket, run its encoder
-    through the same factory the Python-backend models use. The encoders it creates are left in
-    `sessions` (keyed by their ONNX file) for the caller to reuse."""
+    """Embed texts exactly as the per-bucket ensembles do: the model's default prompt prepended (as
+    SentenceTransformer.encode does without options), pad to the bucket, run its encoder through
+    the same factory the Python-backend models use, pool leaving the prompt's tokens out where the
+    model says so. The encoders it creates are left in `sessions` (keyed by their ONNX file) for
+    the caller to reuse. Bucket labels are by the texts' own token counts."""
     text_mod, enc_mod = backend_lib()
+    from embtrt_backend.options import prompt_length
     from embtrt_backend.pooling import pool_and_normalize
     from embtrt_backend.routing import plan
 
     tok = text_mod.TextTokenizer(str(tokenizer_json), spec.max_seq_length, pad_id, "truncate")
-    enc = tok.encode(texts)
+    prompt = spec.default_prompt
+    enc = tok.encode([prompt + t for t in texts] if prompt else texts)
+    skip = 0 if spec.include_prompt else prompt_length(tok.tok, prompt)
     untruncated = text_mod.TextTokenizer(str(tokenizer_json), 1 << 20, pad_id, "truncate").encode(texts).lengths
     labels = [bucket_label(int(n), spec.buckets, spec.max_seq_length) for n in untruncated]
     out = np.zeros((len(texts), spec.hidden_size), dtype=np.float32)
@@ -41,6 +46,8 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
         feeds = tok.pad(enc, rows, L, spec.input_names)
         res = sessions[key].run(feeds)  # type: ignore[attr-defined]
         if not spec.fused:
-            res = pool_and_normalize(res, feeds["attention_mask"], spec.pooling, spec.normalize)
+            mask = feeds["attention_mask"].copy()
+            mask[:, :skip] = 0
+            res = pool_and_normalize(res, mask, spec.pooling, spec.normalize)
         out[rows] = res
     return out, labels

@@ -11,7 +11,7 @@ from ..common.gpu import tensorrt_available
 from ..common.options import parse_int_list
 from ..errors import SpecError
 from ..reference.modelinfo import POOLINGS as _P
-from ..reference.modelinfo import default_buckets, default_model_path, inspect_model
+from ..reference.modelinfo import default_buckets, default_model_path, inspect_model, read_st_prompts
 from ..repository.bundle_record import parse_python
 from ..repository.gate import Gate
 
@@ -93,6 +93,13 @@ class BuildSpec:
     bundle_deps: bool = True
     server_python: str = field(default_factory=lambda: f"{sys.version_info.major}.{sys.version_info.minor}")
     gate: Gate = field(default_factory=Gate)
+    # Request options (config_sentence_transformers.json / the Pooling config, or --prompt,
+    # --default-prompt, --dimensions): the prompts a request may pick, the one applied when it
+    # picks none, whether prompt tokens are pooled, and the Matryoshka widths (None: any).
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: str | None = None
+    include_prompt: bool = True
+    dimensions: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -162,6 +169,18 @@ class BuildSpec:
             raise _fail("queue_timeout_us", self.queue_timeout_us, "0 (none) or more")
         if parse_python(self.server_python) != self.server_python:
             raise _fail("server_python", self.server_python, "a CPython version such as 3.12")
+        names = [n for n, _ in self.prompts]
+        if len(set(names)) != len(names) or any(not NAME_RE.match(n) for n in names):
+            raise _fail("prompts", names, "unique names: a letter, then letters, digits, '_' or '-'")
+        if self.default_prompt_name is not None and self.default_prompt_name not in names:
+            raise _fail("default_prompt_name", self.default_prompt_name,
+                        ", ".join(names) + " or none" if names else "none (the model has no prompts)")
+        if self.dimensions is not None and (not self.dimensions or list(self.dimensions) != sorted(set(self.dimensions))
+                                            or self.dimensions[0] < 1 or self.dimensions[-1] > self.hidden_size):
+            raise _fail("dimensions", self.dimensions, f"strictly increasing widths in 1 .. {self.hidden_size}")
+        if not self.include_prompt and self.fused and any(t for _, t in self.prompts):
+            raise _fail("pooler", self.pooler, "python: this model leaves prompt tokens out of pooling (include_prompt false), "
+                        "which needs the hidden states outside the graph")
         if "input_ids" not in self.input_names or "attention_mask" not in self.input_names:
             raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
 
@@ -200,6 +219,15 @@ class BuildSpec:
         if self.encoder_instances is not None:
             return self.encoder_instances
         return max(2, self.instances) if self.target in LOCAL_TARGETS else self.instances
+
+    @property
+    def prompt_map(self) -> dict[str, str]:
+        return dict(self.prompts)
+
+    @property
+    def default_prompt(self) -> str:
+        """The prompt text applied to a request that picks none ("" for none)."""
+        return self.prompt_map.get(self.default_prompt_name, "") if self.default_prompt_name else ""
 
     @property
     def fused(self) -> bool:
@@ -248,6 +276,10 @@ def spec_from_options(
     max_seq_length: int | None = None,
     max_batch_size: int = 32,
     preferred_batch_sizes: str | None = None,
+    prompt_overrides: tuple[str, ...] | list[str] | None = None,
+    default_prompt_override: str | None = None,
+    dimensions: str | None = None,
+    pooler_given: bool = False,
     **rest: object,
 ) -> BuildSpec:
     """Fill the spec from the model folder where the user said nothing, then validate."""
@@ -274,6 +306,18 @@ def spec_from_options(
         name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
     pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
     rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
+    prompts, default_prompt, include_prompt = (read_st_prompts(model_dir) if info.is_sentence_transformers
+                                               else ({}, None, True))
+    for item in (prompt_overrides or ()):
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise _fail("prompt", item, "NAME=TEXT, e.g. --prompt 'query=query: '")
+        prompts[key] = text
+    if default_prompt_override is not None:
+        default_prompt = None if default_prompt_override.lower() == "none" else default_prompt_override
+    widths = parse_int_list("dimensions", dimensions)
+    if not include_prompt and any(prompts.values()) and rest.get("pooler", "fused") == "fused" and not pooler_given:
+        rest["pooler"] = "python"   # prompt tokens are left out of pooling: pool outside the graph
     resolved = resolve_target(target)
     return BuildSpec(
         model_dir=model_dir,
@@ -289,5 +333,9 @@ def spec_from_options(
         is_decoder=info.is_decoder,
         max_batch_size=max_batch_size,
         preferred_batch_sizes=pref,
+        prompts=tuple(prompts.items()),
+        default_prompt_name=default_prompt,
+        include_prompt=include_prompt,
+        dimensions=widths,
         **rest,  # type: ignore[arg-type]
     )

@@ -32,6 +32,8 @@ class Target:
     url: str = ""
     model: str = ""
     pids: tuple[int, ...] = ()  # server processes to pause while another target is measured
+    # request options sent with every request (Triton request parameters; fields of the OpenAI body)
+    options: dict = field(default_factory=dict)
 
 
 class _Paused:
@@ -112,10 +114,14 @@ class _Triton:
         self.t, self.c = t, aio.InferenceServerClient(t.url)
 
     async def embed(self, texts: list[str]) -> None:
-        from ..serve.client import _text_input
+        import tritonclient.grpc as grpcclient
 
-        r = await self.c.infer(self.t.model, [_text_input(texts)], client_timeout=120)
-        v = r.as_numpy("EMBEDDING")
+        from ..serve.client import _output_name, _text_input
+
+        out = _output_name(self.t.options)
+        r = await self.c.infer(self.t.model, [_text_input(texts)], client_timeout=120,
+                               outputs=[grpcclient.InferRequestedOutput(out)], parameters=self.t.options or None)
+        v = r.as_numpy(out)
         if v is None or v.shape[0] != len(texts):
             raise RuntimeError(f"expected {len(texts)} vectors, got {None if v is None else v.shape}")
 
@@ -142,7 +148,7 @@ class _OpenAI:
         self.endpoint = t.url.rstrip("/") + "/embeddings"
 
     async def embed(self, texts: list[str]) -> None:
-        async with self.s.post(self.endpoint, json={"model": self.t.model, "input": texts}) as r:
+        async with self.s.post(self.endpoint, json={"model": self.t.model, "input": texts, **self.t.options}) as r:
             body = await r.json(content_type=None)
             if r.status != 200:
                 raise RuntimeError(f"HTTP {r.status}: {str(body)[:200]}")

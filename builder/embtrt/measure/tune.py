@@ -378,14 +378,16 @@ def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print)
 
 
 def tune(spec: TuneSpec, log: Log = print) -> dict:
+    from ..common.backend import backend_lib
     from ..common.corpus import load_corpus
-    from ..reference.modelinfo import default_model_path
-    from ..reference.torch_ref import Reference
 
     texts = load_corpus(spec.corpus)
     tuner = Tuner(spec, log)
-    src = tuner.manifest.get("source", {}).get("path")
-    counts = Reference(Path(src) if src and Path(src).is_dir() else default_model_path()).token_counts(texts)
+    # token counts from the repository's own tokenizer (no reference model, no PyTorch needed)
+    text_mod, _ = backend_lib()
+    m = tuner.manifest
+    tok = text_mod.TextTokenizer(str(Path(spec.repository) / m.name / "1" / "tokenizer.json"), 1 << 20, m.pad_id)
+    counts = tok.encode(texts).lengths
     winner, configs = tuner.run(texts, counts)
     doc = report(spec, tuner.trials, winner)
     log(f"winner: trial {doc['winner'] + 1}: {_fmt(winner.settings)} - {winner.throughput():.1f} req/s at "

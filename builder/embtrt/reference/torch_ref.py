@@ -83,14 +83,17 @@ class TorchReference:
         return out
 
 
-def st_embed(model_dir: Path, texts: list[str], batch_size: int = 32, max_seq_length: int | None = None) -> np.ndarray:
-    """sentence-transformers' own encode, for folders that are sentence-transformers models."""
+def st_embed(model_dir: Path, texts: list[str], batch_size: int = 32, max_seq_length: int | None = None,
+             **encode_options) -> np.ndarray:
+    """sentence-transformers' own encode, for folders that are sentence-transformers models.
+    `encode_options` go to encode() as they are (prompt_name, prompt, truncate_dim,
+    normalize_embeddings, ...); without them encode() applies the model's default prompt."""
     from sentence_transformers import SentenceTransformer
 
     m = SentenceTransformer(str(model_dir), device="cpu")
     if max_seq_length is not None:
         m.max_seq_length = max_seq_length
-    return np.asarray(m.encode(texts, batch_size=batch_size, convert_to_numpy=True), dtype=np.float32)
+    return np.asarray(m.encode(texts, batch_size=batch_size, convert_to_numpy=True, **encode_options), dtype=np.float32)
 
 
 class Reference:
@@ -108,11 +111,27 @@ class Reference:
         kind = "sentence-transformers" if self.use_st else f"PyTorch fp32 ({self.pooling}, normalize {self.normalize})"
         return f"{self.path} [{kind}]"
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str], prompt_name: str | None = None, dimensions: int | None = None) -> np.ndarray:
+        """What SentenceTransformer.encode gives: the default prompt unless `prompt_name` picks one;
+        `dimensions`: encode(truncate_dim=d), normalized again when the model normalizes."""
         if self.use_st:
-            return st_embed(self.path, texts)
-        return TorchReference(self.path, self.pooling, self.normalize, self.max_len, self.info.input_names,
-                              self.trust_remote_code).embed(texts)
+            kw: dict = {}
+            if prompt_name is not None:
+                kw["prompt_name"] = prompt_name
+            if dimensions is not None:
+                kw["truncate_dim"] = dimensions
+                kw["normalize_embeddings"] = bool(self.normalize)
+            return st_embed(self.path, texts, **kw)
+        if prompt_name is not None:
+            raise ModelError(f"{self.path} is not a sentence-transformers folder: it has no prompts to pick "
+                             f"({prompt_name!r})", "verify without --prompt-name, or against the sentence-transformers folder")
+        out = TorchReference(self.path, self.pooling, self.normalize, self.max_len, self.info.input_names,
+                             self.trust_remote_code).embed(texts)
+        if dimensions is not None:
+            out = out[:, :dimensions]
+            if self.normalize:
+                out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return np.asarray(out, dtype=np.float32)
 
     def token_counts(self, texts: list[str]) -> np.ndarray:
         from transformers import AutoTokenizer

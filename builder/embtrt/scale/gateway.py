@@ -120,6 +120,12 @@ class Served:
                                           self.overflow, m.overflow_stride)
         self.merge_windows, self.Encoded = text_mod.merge_windows, text_mod.Encoded
         self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
+        from embtrt_backend.options import ModelOptions, load_calibration, prompt_length
+
+        self.options = ModelOptions(dim=m.dim, normalize=m.normalize, prompts=dict(m.prompts),
+                                    default_prompt_name=m.default_prompt_name, include_prompt=m.include_prompt,
+                                    allowed_dimensions=m.dimensions, calibration=load_calibration(str(repo / self.name / "1")))
+        self.prompt_tokens = {n: prompt_length(self.tok.tok, t) for n, t in self.options.prompts.items()}
 
 
 class Metrics:
@@ -177,8 +183,30 @@ class Gateway:
 
     # ---- request parsing ------------------------------------------------------------------
 
-    def parse(self, body: dict) -> tuple[list[str] | None, list[list[int]] | None, str, int | None]:
-        """-> (texts or None, token lists or None, encoding_format, dimensions)."""
+    def model_options(self, model: str) -> dict:
+        """The served name, or NAME-query / NAME-passage / NAME-document (input_type) or
+        NAME-<prompt> (prompt_name), for OpenAI clients that send no extra fields."""
+        name = self.served.name
+        if model == name:
+            return {}
+        if model.startswith(name + "-"):
+            suffix = model[len(name) + 1:]
+            if suffix in ("query", "passage", "document"):
+                return {"input_type": suffix}
+            if suffix in self.served.options.prompts:
+                return {"prompt_name": suffix}
+        raise ApiError(404, f"the model {model!r} does not exist; this gateway serves {name!r} (also as "
+                       + ", ".join(f"{name}-{x}" for x in self.model_suffixes()) + ")",
+                       param="model", code="model_not_found")
+
+    def model_suffixes(self) -> list[str]:
+        o = self.served.options
+        out = [t for t in ("query", "passage", "document") if any(n in o.prompts for n in ("passage", "document"))
+               or t == "query"] if o.prompts else []
+        return sorted(set(out) | set(o.prompts)) if o.prompts else []
+
+    def parse(self, body: dict) -> tuple[list[str] | None, list[list[int]] | None, str, object]:
+        """-> (texts or None, token lists or None, encoding_format, RequestOptions)."""
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         model = body.get("model")
@@ -186,19 +214,29 @@ class Gateway:
             raise ApiError(400, "you must provide a model parameter", param="model")
         if not isinstance(model, str):
             raise ApiError(400, "model must be a string", param="model")
-        if model != self.served.name:
-            raise ApiError(404, f"the model {model!r} does not exist; this gateway serves {self.served.name!r}",
-                           param="model", code="model_not_found")
+        raw = self.model_options(model)
         fmt = body.get("encoding_format", "float")
         if fmt not in ("float", "base64"):
             raise ApiError(400, f"encoding_format must be 'float' or 'base64', not {fmt!r}", param="encoding_format")
-        dims = body.get("dimensions")
-        if dims is not None:
-            if not isinstance(dims, int) or isinstance(dims, bool):
-                raise ApiError(400, "dimensions must be an integer", param="dimensions")
-            if dims != self.served.dim:
-                raise ApiError(400, f"{self.served.name} has {self.served.dim} dimensions and does not support "
-                               f"shortening: dimensions must be {self.served.dim} or absent", param="dimensions")
+        from embtrt_backend import InputError
+        from embtrt_backend.options import OPTION_NAMES
+
+        for key in OPTION_NAMES:
+            if body.get(key) is not None:
+                if key in raw and raw[key] != body[key]:
+                    raise ApiError(400, f"{key} {body[key]!r} disagrees with the model name {model!r}", param=key)
+                raw[key] = body[key]
+        if isinstance(raw.get("dimensions"), float) or isinstance(raw.get("dimensions"), str):
+            raise ApiError(400, f"dimensions must be an integer, got {raw['dimensions']!r}", param="dimensions")
+        try:
+            opts = self.served.options.resolve(raw)
+        except InputError as exc:
+            raise ApiError(400, str(exc), param=exc.param) from None
+        if self.cfg.route == "text" and (opts.prompt_name != self.served.options.default.prompt_name or opts.truncate):
+            raise ApiError(400, "this gateway sends text to the bucket ensembles (--route text), which apply the "
+                           "model's default prompt and truncation only; run it with --route ids for "
+                           "prompt_name / input_type / truncate", param="prompt_name" if opts.prompt else "truncate")
+        dims = opts
         if "input" not in body:
             raise ApiError(400, "you must provide an input parameter", param="input")
         inp = body["input"]
@@ -211,6 +249,10 @@ class Gateway:
             raise ApiError(400, f"input has {len(inp)} items; at most {self.cfg.max_items} per request", param="input")
         if all(isinstance(x, str) for x in inp):
             return list(inp), None, fmt, dims
+        explicit_prompt = any(raw.get(k) is not None for k in ("prompt_name", "input_type"))
+        if explicit_prompt and opts.prompt and (all(_is_int(x) for x in inp) or all(isinstance(x, list) for x in inp)):
+            raise ApiError(400, "token-id input is embedded as given: a prompt (prompt_name / input_type) applies "
+                           "to text input only", param="input")
         if all(_is_int(x) for x in inp):
             return None, [self._ids(inp, 0)], fmt, dims
         if all(isinstance(x, list) for x in inp):
@@ -231,16 +273,23 @@ class Gateway:
 
     # ---- embedding ------------------------------------------------------------------------
 
-    async def embed(self, texts: list[str] | None, ids: list[list[int]] | None) -> tuple[np.ndarray, int]:
-        """-> (vectors in input order, prompt tokens)."""
+    async def embed(self, texts: list[str] | None, ids: list[list[int]] | None, opts=None) -> tuple[np.ndarray, int]:
+        """-> (vectors in input order, as the options ask, and the tokens embedded, prompts included)."""
         s = self.served
+        opts = opts if opts is not None else s.options.default
+        skip = 0
         if texts is not None:
-            enc = s.tok.encode(texts)
-            if s.overflow == "reject":
+            if opts.prompt:
+                texts = [opts.prompt + t for t in texts]
+                skip = 0 if s.options.include_prompt else self.served.prompt_tokens[opts.prompt_name]
+            enc = s.tok.encode_mixed(texts, [opts.truncate] * len(texts))
+            mode = opts.truncate or ("NONE" if s.overflow == "reject" else None)
+            if mode == "NONE":
                 over = np.nonzero(enc.lengths > s.max_len)[0]
                 if over.size:
+                    why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
                     raise ApiError(400, f"input[{int(over[0])}] is longer than the max sequence length {s.max_len} "
-                                   "tokens and this model was built with --overflow reject", param="input")
+                                   f"tokens and {why}", param="input")
         else:
             assert ids is not None
             enc = s.Encoded(ids, [[0] * len(x) for x in ids], np.array([len(x) for x in ids], dtype=np.int64))
@@ -248,14 +297,15 @@ class Gateway:
 
         out = np.empty((enc.lengths.size, s.dim), dtype=np.float32)
         # length-sorted rows of each bucket in chunks as large as the bucket's max batch (the front door's routing)
-        jobs = [self._chunk(s.buckets[b], rows, enc, texts if enc.owner is None else None, out)
+        jobs = [self._chunk(s.buckets[b], rows, enc, texts if enc.owner is None else None, out, skip)
                 for b, rows in plan(enc.lengths, s.buckets, [s.max_batch[b] for b in s.buckets], pad_to_bucket=True)]
         await asyncio.gather(*jobs)
         n = len(texts) if texts is not None else enc.lengths.size
         # --overflow chunk: rows are windows; each text gets the mean of its windows, as the front door does
-        return s.merge_windows(out, enc.owner, n, s.normalize), int(enc.lengths.sum())
+        vecs = s.merge_windows(out, enc.owner, n, s.normalize)
+        return s.options.finish(vecs, opts), int(enc.lengths.sum())
 
-    async def _chunk(self, bucket: int, rows, enc, texts, out: np.ndarray) -> None:
+    async def _chunk(self, bucket: int, rows, enc, texts, out: np.ndarray, skip: int = 0) -> None:
         s = self.served
         pool = self.pool_of[bucket]
         import tritonclient.grpc.aio as aioclient
@@ -280,6 +330,9 @@ class Gateway:
         if mask is not None and not s.fused:
             from embtrt_backend.pooling import pool_and_normalize
 
+            if skip:  # include_prompt false: the prompt's tokens are left out of pooling
+                mask = mask.copy()
+                mask[:, :skip] = 0
             vec = pool_and_normalize(vec, mask, s.pooling, s.normalize)
         out[rows] = vec
         self.metrics.items.labels(pool.name).inc(len(rows))
@@ -398,13 +451,14 @@ def create_app(cfg: GatewayConfig):
                 body = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
-            texts, ids, fmt, _ = gw.parse(body)
-            vecs, tokens = await gw.embed(texts, ids)
+            texts, ids, fmt, opts = gw.parse(body)
+            vecs, tokens = await gw.embed(texts, ids, opts)
         except ApiError as exc:
             return fail("embeddings", exc)
-        if fmt == "base64":
+        if fmt == "base64":  # float32 little-endian, or the raw int8 / uint8 bytes of the compact types
+            raw_vecs = vecs.astype("<f4") if vecs.dtype == np.float32 else vecs
             data = [{"object": "embedding", "index": i,
-                     "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")} for i, v in enumerate(vecs)]
+                     "embedding": base64.b64encode(v.tobytes()).decode("ascii")} for i, v in enumerate(raw_vecs)]
         else:
             data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vecs)]
         gw.metrics.requests.labels("embeddings", "200").inc()
@@ -418,8 +472,13 @@ def create_app(cfg: GatewayConfig):
             check_key(request)
         except ApiError as exc:
             return fail("models", exc)
+        o = gw.served.options
         return {"object": "list", "data": [{"id": gw.served.name, "object": "model", "created": 0, "owned_by": "embtrt",
-                                            "embtrt": gw.served.identity}]}
+                                            "embtrt": gw.served.identity,
+                                            "prompts": o.prompts, "default_prompt_name": o.default_prompt_name,
+                                            "include_prompt": o.include_prompt, "dimensions": o.widths_text(),
+                                            "embedding_types": ["float", "int8", "uint8", "binary", "ubinary"],
+                                            "aliases": [f"{gw.served.name}-{x}" for x in gw.model_suffixes()]}]}
 
     @app.get("/health/live")
     async def live():

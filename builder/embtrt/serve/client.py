@@ -42,6 +42,23 @@ def _text_input(texts: list[str]):
     return inp
 
 
+# request option -> the front door's output tensor
+OUTPUTS = {"float": "EMBEDDING", "int8": "EMBEDDING_INT8", "binary": "EMBEDDING_INT8",
+           "uint8": "EMBEDDING_UINT8", "ubinary": "EMBEDDING_UINT8"}
+
+
+def request_options(prompt_name: str | None = None, input_type: str | None = None, dimensions: int | None = None,
+                    truncate: str | None = None, embedding_type: str | None = None) -> dict:
+    """The Triton request parameters of the front door's per-request options (None: not sent)."""
+    opts = {"prompt_name": prompt_name, "input_type": input_type, "dimensions": dimensions,
+            "truncate": truncate, "embedding_type": embedding_type}
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+def _output_name(params: dict) -> str:
+    return OUTPUTS.get(str(params.get("embedding_type", "float")).lower(), "EMBEDDING")
+
+
 @dataclass
 class ModelIdentity:
     name: str
@@ -74,19 +91,25 @@ class EmbeddingClient:
                                   "is the server up and the model name right? (`embtrt serve` prints them)") from exc
             params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
             dims = cfg["output"][0].get("dims", ["0"])
-            self._meta = ModelIdentity(self.model, int(dims[-1]), int(cfg.get("max_batch_size", 0)), params)
+            dim = int(params["embtrt.dim"]) if params.get("embtrt.dim") else int(dims[-1])
+            self._meta = ModelIdentity(self.model, dim, int(cfg.get("max_batch_size", 0)), params)
         return self._meta
 
     @property
     def batch_size(self) -> int:
         return self._batch_size or max(1, self.metadata().max_batch_size)
 
-    def _infer(self, texts: list[str]) -> np.ndarray:
+    def _infer(self, texts: list[str], params: dict | None = None) -> np.ndarray:
+        import tritonclient.grpc as grpcclient
+
+        params = params or {}
+        out = _output_name(params)
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
-                r = self._c.infer(self.model, [_text_input(texts)], client_timeout=self.timeout_s)
-                return r.as_numpy("EMBEDDING")
+                r = self._c.infer(self.model, [_text_input(texts)], client_timeout=self.timeout_s,
+                                  outputs=[grpcclient.InferRequestedOutput(out)], parameters=params or None)
+                return r.as_numpy(out)
             except Exception as exc:  # InferenceServerException; decide retry or fail
                 if attempt < self.retries and _retryable(exc):
                     time.sleep(_backoff(delay))
@@ -95,13 +118,20 @@ class EmbeddingClient:
                 raise ClientError(f"{self.model}: {exc}") from exc
         raise AssertionError("unreachable")
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str], *, prompt_name: str | None = None, input_type: str | None = None,
+              dimensions: int | None = None, truncate: str | None = None, embedding_type: str | None = None) -> np.ndarray:
+        """Vectors in input order. The options are the front door's request parameters (each equals
+        SentenceTransformer.encode with the same option): prompt_name or input_type (query |
+        passage | document), dimensions (Matryoshka width), truncate (END | START | NONE),
+        embedding_type (float | int8 | uint8 | binary | ubinary: int8 and binary come back as
+        int8, uint8 and ubinary as uint8, binary ones packed 8 dimensions a byte)."""
         if isinstance(texts, str):
             raise ClientError("embed() takes a list of texts, got a single str", "wrap it: embed([text])")
+        params = request_options(prompt_name, input_type, dimensions, truncate, embedding_type)
         if not texts:
             return np.zeros((0, self.metadata().dim), dtype=np.float32)
         bs = self.batch_size
-        parts = [self._infer(list(texts[i:i + bs])) for i in range(0, len(texts), bs)]
+        parts = [self._infer(list(texts[i:i + bs]), params) for i in range(0, len(texts), bs)]
         return np.concatenate(parts)
 
     def close(self) -> None:
@@ -130,12 +160,17 @@ class AsyncEmbeddingClient:
         params = cfg["config"].get("parameters", {})
         return {k: v.get("string_value", "") for k, v in params.items() if k.startswith("embtrt.")}
 
-    async def _infer(self, texts: list[str]) -> np.ndarray:
+    async def _infer(self, texts: list[str], params: dict | None = None) -> np.ndarray:
+        import tritonclient.grpc as grpcclient
+
+        params = params or {}
+        out = _output_name(params)
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
-                r = await self._c.infer(self.model, [_text_input(texts)], client_timeout=self.timeout_s)
-                return r.as_numpy("EMBEDDING")
+                r = await self._c.infer(self.model, [_text_input(texts)], client_timeout=self.timeout_s,
+                                        outputs=[grpcclient.InferRequestedOutput(out)], parameters=params or None)
+                return r.as_numpy(out)
             except Exception as exc:  # InferenceServerException; decide retry or fail
                 if attempt < self.retries and _retryable(exc):
                     await asyncio.sleep(_backoff(delay))
@@ -144,10 +179,14 @@ class AsyncEmbeddingClient:
                 raise ClientError(f"{self.model}: {exc}") from exc
         raise AssertionError("unreachable")
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
+    async def embed(self, texts: list[str], *, prompt_name: str | None = None, input_type: str | None = None,
+                    dimensions: int | None = None, truncate: str | None = None,
+                    embedding_type: str | None = None) -> np.ndarray:
+        """As EmbeddingClient.embed, with the requests of one call sent concurrently."""
         if not texts:
             raise ClientError("embed() needs at least one text")
-        parts = await asyncio.gather(*[self._infer(list(texts[i:i + self.batch_size]))
+        params = request_options(prompt_name, input_type, dimensions, truncate, embedding_type)
+        parts = await asyncio.gather(*[self._infer(list(texts[i:i + self.batch_size]), params)
                                        for i in range(0, len(texts), self.batch_size)])
         return np.concatenate(parts)
 

@@ -1,0 +1,154 @@
+"""Imports go one way: cli -> stages -> reference -> repository -> common -> errors.
+
+    python tests/typecheck/import_layers.py [PACKAGE_DIR]
+
+Every `import` / `from ... import` of embtrt code in every module (at module level and inside
+functions alike) is resolved to the module it names. It fails when a module imports a higher
+layer, when a stage imports a sibling stage (build, scale and measure are peers; serve sits
+below them: tune and verify start servers and call them), or when the module graph has a cycle.
+`make lint` and tests/unit/test_layers.py run it.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+# rank of each top-level part of the package; a module may import only strictly lower ranks
+# (or its own part)
+LAYERS: dict[str, int] = {
+    "__init__": 0, "errors": 0,
+    "common": 1,
+    "repository": 2,
+    "reference": 3,
+    "serve": 4,
+    "build": 5, "scale": 5, "measure": 5,
+    "cli": 6,
+}
+
+
+def module_name(pkg: Path, path: Path) -> str:
+    rel = path.relative_to(pkg.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def part_of(module: str) -> str:
+    bits = module.split(".")
+    return bits[1] if len(bits) > 1 else "__init__"
+
+
+def imports_of(pkg: Path, path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import of the package's own code in one file."""
+    me = module_name(pkg, path)
+    is_pkg = path.name == "__init__.py"
+    base = me.split(".") if is_pkg else me.split(".")[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == pkg.name]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[: len(base) - (node.level - 1)]
+                target = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != pkg.name:
+                continue
+            # `from . import x` / `from .pkg import mod`: count the submodule when it is one
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                out.append((node.lineno, sub if _exists(pkg, sub) else target))
+    return out
+
+
+def _exists(pkg: Path, module: str) -> bool:
+    rel = Path(*module.split(".")[1:])
+    return (pkg / rel).with_suffix(".py").is_file() or (pkg / rel / "__init__.py").is_file()
+
+
+def check(pkg: Path) -> list[str]:
+    problems: list[str] = []
+    graph: dict[str, set[str]] = {}
+    for path in sorted(pkg.rglob("*.py")):
+        me = module_name(pkg, path)
+        mine = part_of(me)
+        if mine not in LAYERS:
+            problems.append(f"{path}: part {mine!r} has no layer in LAYERS (add it to tests/typecheck/import_layers.py)")
+            continue
+        graph.setdefault(me, set())
+        for line, target in imports_of(pkg, path):
+            theirs = part_of(target)
+            if theirs not in LAYERS:
+                problems.append(f"{path}:{line}: imports {target}, which has no layer")
+                continue
+            graph[me].add(target)
+            if theirs == mine:
+                continue
+            if LAYERS[theirs] > LAYERS[mine]:
+                problems.append(f"{path}:{line}: upward import: {mine} (layer {LAYERS[mine]}) imports {target} "
+                                f"(layer {LAYERS[theirs]})")
+            elif LAYERS[theirs] == LAYERS[mine]:
+                problems.append(f"{path}:{line}: stage {mine} imports its sibling stage {target}; move the shared "
+                                "piece down a layer")
+    problems += [f"import cycle: {' -> '.join(c)}" for c in _cycles(graph)]
+    return problems
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp) + [sorted(comp)[0]])
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def main(argv: list[str]) -> int:
+    pkg = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[2] / "builder" / "embtrt"
+    problems = check(pkg)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} import-layer problems")
+        return 1
+    print(f"ok: imports in {pkg} go one way ({' > '.join(sorted(set(LAYERS), key=lambda k: -LAYERS[k]))}), no cycle")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,83 @@
+"""The request options' numpy side (python_backend/embtrt_backend/options.py) against
+sentence-transformers and the Hugging Face tokenizer, without Triton."""
+
+import numpy as np
+import pytest
+from embtrt_backend import InputError
+from embtrt_backend.options import ModelOptions, prompt_length, quantize
+from embtrt_backend.text import TextTokenizer
+
+
+def _opts(**kw):
+    base = dict(dim=8, normalize=True, prompts={"query": "q: ", "document": ""}, default_prompt_name="query",
+                calibration=np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32))
+    return ModelOptions(**{**base, **kw})
+
+
+@pytest.mark.parametrize("etype", ["int8", "uint8", "binary", "ubinary"])
+def test_quantize_equals_sentence_transformers(etype):
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    rng = np.random.default_rng(1)
+    cal, v = rng.normal(size=(200, 40)).astype(np.float32), rng.normal(size=(30, 40)).astype(np.float32)
+    ranges = np.vstack((cal.min(0), cal.max(0)))
+    got = quantize(v, etype, ranges)
+    want = quantize_embeddings(v, precision=etype, calibration_embeddings=cal)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_options_resolve_defaults_and_name_the_bad_parameter():
+    o = _opts()
+    d = o.resolve({})
+    assert (d.prompt_name, d.prompt, d.dimensions, d.truncate, d.embedding_type) == ("query", "q: ", None, None, "float")
+    assert o.resolve({"input_type": "passage"}).prompt_name is None  # document: "" is no prompt text
+    assert o.resolve({"dimensions": "4", "truncate": "start", "embedding_type": "UBINARY"}).truncate == "START"
+    for raw, param in (({"prompt_name": "x"}, "prompt_name"), ({"dimensions": 9}, "dimensions"),
+                       ({"dimensions": True}, "dimensions"), ({"truncate": "left"}, "truncate"),
+                       ({"embedding_type": "fp8"}, "embedding_type"), ({"input_type": "code"}, "input_type"),
+                       ({"prompt_name": 1}, "prompt_name")):
+        with pytest.raises(InputError) as err:
+            o.resolve(raw)
+        assert err.value.param == param
+    with pytest.raises(InputError, match="allows 2, 4"):
+        _opts(allowed_dimensions=(2, 4)).resolve({"dimensions": 3})
+    with pytest.raises(InputError, match="no calibration"):
+        _opts(calibration=None).resolve({"embedding_type": "int8"})
+
+
+def test_width_and_ranges_follow_the_request():
+    o = _opts()
+    v = np.random.default_rng(2).normal(size=(5, 8)).astype(np.float32)
+    w = o.finish(v, o.resolve({"dimensions": 3}))
+    assert w.shape == (5, 3) and np.allclose(np.linalg.norm(w, axis=1), 1, atol=1e-6)
+    q = o.finish(v, o.resolve({"dimensions": 3, "embedding_type": "int8"}))
+    cal3 = o.calibration[:, :3] / np.linalg.norm(o.calibration[:, :3], axis=1, keepdims=True)
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    assert np.array_equal(q, quantize_embeddings(w, precision="int8", calibration_embeddings=cal3))
+
+
+def test_prompt_length_counts_like_sentence_transformers(minilm_path):
+    from sentence_transformers import SentenceTransformer
+
+    m = SentenceTransformer(str(minilm_path), device="cpu")
+    tok = TextTokenizer(str(minilm_path / "tokenizer.json"), 256, 0)
+    for p in ("query: ", "Instruct: Given a web search query, retrieve relevant passages\nQuery:", "x"):
+        assert prompt_length(tok.tok, p) == m[0]._get_prompt_length(p)
+    assert prompt_length(tok.tok, "") == 0
+
+
+def test_truncation_sides_equal_the_hf_tokenizer(minilm_path, corpus):
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(minilm_path))
+    tok = TextTokenizer(str(minilm_path / "tokenizer.json"), 32, 0)
+    texts = [t for t in corpus if len(t) > 300][:5] + ["short one"]
+    modes = ["START", "END", None, "START", "NONE", "START"]
+    enc = tok.encode_mixed(texts, modes)
+    for i, (t, m) in enumerate(zip(texts, modes)):
+        if m == "NONE":
+            assert len(enc.ids[i]) == 33  # one token over: refused by the caller
+            continue
+        hf.truncation_side = "left" if m == "START" else "right"
+        assert enc.ids[i] == hf(t, truncation=True, max_length=32)["input_ids"]
