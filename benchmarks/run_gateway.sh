@@ -3,10 +3,12 @@
 #
 #   bash benchmarks/run_gateway.sh
 #
-# One tritonserver (python-ort fp32 MiniLM) and two `embtrt gateway`s in front of it, token ids to
-# the bucket encoders (--route ids, the default) and text to the NAME_<L> ensembles (--route text).
-# `embtrt bench` measures direct gRPC to the front door against both gateways over OpenAI HTTP, on
-# the same texts, alternating targets. The tritonserver is never paused (the gateways need it);
+# One tritonserver (python-ort fp32 MiniLM) and gateways in front of it, each with token ids to the
+# bucket encoders (--route ids): GATEWAYS lists their extra options, one gateway each (default: the
+# coalescing gateway as built, and `--coalesce-us 0`, one upstream call per request as before).
+# `embtrt bench` measures direct gRPC to the front door against the gateways over OpenAI HTTP, on
+# the same texts, alternating targets, with the CPU time per request of the tritonserver process
+# tree and of each gateway (--cpu-pid). The tritonserver is never paused (the gateways need it);
 # each gateway is paused while the others are measured.
 # Environment: OUT (results folder), CONCURRENCY (default 1,32), REQUESTS (default 400), ONLY (default <=32,mixed),
 # EXTRA_BUILD (more `embtrt build` options).
@@ -30,14 +32,20 @@ G=$(port); H=$(port); M=$(port)
 PIDS+=($!)
 for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
 "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME"
-PEERS=()
-for route in ids text; do
+PEERS=(--cpu-pid "tritonserver=${PIDS[0]}")
+IFS=';' read -r -a GWS <<< "${GATEWAYS:---coalesce-us 5000;--coalesce-us 0}"
+i=0
+for opts in "${GWS[@]}"; do
+  i=$((i + 1))
   P=$(port)
-  "$BIN/embtrt" gateway "$WORK/repo" --triton "127.0.0.1:$G" --port "$P" --route "$route" > "$WORK/gateway-$route.log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$BIN/embtrt" gateway "$WORK/repo" --triton "127.0.0.1:$G" --port "$P" $opts > "$WORK/gateway-$i.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$P/health/ready" > /dev/null && break; sleep 0.5; done
   curl -sf "http://127.0.0.1:$P/health/ready"; echo
-  PEERS+=(--openai-url "http://127.0.0.1:$P/v1" --openai-model "$NAME" --openai-pid "${PIDS[-1]}")
+  PEERS+=(--openai-url "http://127.0.0.1:$P/v1" --openai-model "$NAME" --openai-pid "${PIDS[-1]}"
+          --cpu-pid "gateway$i=${PIDS[-1]}")
+  echo "gateway$i: embtrt gateway $opts"
 done
 mkdir -p "$OUT"
 CMD=("$BIN/embtrt" bench --model "$NAME@127.0.0.1:$G" "${PEERS[@]}" --no-inprocess
@@ -45,10 +53,11 @@ CMD=("$BIN/embtrt" bench --model "$NAME@127.0.0.1:$G" "${PEERS[@]}" --no-inproce
 echo "== ${CMD[*]}"
 "${CMD[@]}"
 {
-  echo "command: EXTRA_BUILD='${EXTRA_BUILD:-}' CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS ONLY='$ONLY' bash benchmarks/run_gateway.sh"
+  echo "command: EXTRA_BUILD='${EXTRA_BUILD:-}' GATEWAYS='${GATEWAYS:-}' CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS ONLY='$ONLY' bash benchmarks/run_gateway.sh"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
-  echo "targets: triton = direct gRPC to the front door; openai #1 = gateway --route ids; openai #2 = gateway --route text"
+  i=0; for opts in "${GWS[@]}"; do i=$((i + 1)); echo "gateway$i (openai target #$i): embtrt gateway --route ids $opts"; done
+  echo "CPU ms/req: process-tree CPU time (user+system) over warm-up and measured requests, divided by their number"
   echo "load generator, gateways and tritonserver share the same $(nproc) cores"
 } > "$OUT/machine.txt"
 echo "== results in $OUT"

@@ -305,6 +305,7 @@ def verify(
     load_cosine: float = typer.Option(0.999, help="--under-load: cosine to the unloaded vector, at least. Default 0.999."),
     index_identity: Optional[Path] = typer.Option(None, help="embtrt.json (or identity JSON) of the deployment your index was built with; differences are warned about. Default none."),
     prompt_name: Optional[str] = typer.Option(None, help="Request option: embed with this prompt, against SentenceTransformer.encode(prompt_name=...). Default: the model's default prompt on both sides."),
+    against: Optional[str] = typer.Option(None, help="HOST:PORT[/MODEL]: a second deployment (default model: --model) to gate --url against instead of the reference model (cross-backend release gate: cosine per bucket, top-10 overlap, recall@10; identities compared). --reference then only counts tokens for the length buckets. Default: none."),
     dimensions: Optional[int] = typer.Option(None, help="Request option: Matryoshka width, against encode(truncate_dim=D) normalized as the model does. Default: the full width."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON; progress to stderr."),
 ) -> None:
@@ -317,8 +318,22 @@ def verify(
 
     log = (lambda m: err.print(m, markup=False)) if as_json else (lambda m: out.print(m, markup=False))
     try:
-        require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
         gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
+        if against is not None:
+            from .measure.verify import verify_against
+
+            require_extra("build", "verify --against", "transformers")
+            other_url, _, other_model = against.partition("/")
+            texts = load_corpus(corpus)
+            counts = Reference(reference or default_model_path()).token_counts(texts)
+            rep = verify_against(url, model, other_url, other_model or model, texts, gate, counts, log=log)
+            if as_json:
+                sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
+            else:
+                for line in rep.lines():
+                    out.print(line, markup=False)
+            raise typer.Exit(0 if rep.passed else 4)
+        require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
         ref = Reference(reference or default_model_path(), pooling=ref_pooling)
         idx = None
         if index_identity is not None:
@@ -358,6 +373,7 @@ def bench(
     requests: int = typer.Option(200, help="Measured requests per target and scenario. Default 200."),
     warmup: int = typer.Option(20, help="Warm-up requests per target and scenario, excluded. Default 20."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, results.md and PNG plots here. Default: none."),
+    cpu_pid: Optional[list[str]] = typer.Option(None, help="LABEL=PID: a process tree (the process and its descendants, e.g. tritonserver with its stubs, or a gateway) whose CPU time per request is recorded in every scenario; repeatable. Default: none."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr."),
 ) -> None:
@@ -403,7 +419,8 @@ def bench(
             doc = run_bench(targets, texts, counts, buckets=edges, concurrency=levels, texts_per_request=texts_per_request,
                             requests=requests, warmup=warmup, inprocess_model=ref_dir if inprocess else None, ort_repo=ort_repo,
                             engine_repos=tuple(engine_repo or ()),
-                            only_buckets=only_t, progress=lambda m: prog.update(task, description=m))
+                            only_buckets=only_t, progress=lambda m: prog.update(task, description=m),
+                            cpu_pids=parse_cpu_pids(cpu_pid or []))
     except EmbtrtError as exc:
         _fail(exc)
         return
@@ -437,6 +454,8 @@ def gateway(
     route: str = typer.Option("ids", help="ids | text. ids: token ids to the bucket encoders (one tokenization); text: text to the NAME_<L> ensembles. Default ids."),
     max_items: int = typer.Option(2048, help="Most items per request (OpenAI's limit). Default 2048."),
     max_body_bytes: int = typer.Option(16 << 20, help="Largest request body; larger ones get 413. Default 16777216."),
+    coalesce_us: int = typer.Option(5000, help="--route ids: items of concurrent requests for one bucket go upstream as one call. A call goes out at once while a slot is free (--coalesce-inflight), so a lone request never waits; otherwise items wait for a free slot, the bucket's max batch, or this many microseconds. 0 disables coalescing. Default 5000."),
+    coalesce_inflight: int = typer.Option(2, help="Upstream calls per bucket and replica in flight before items wait to be coalesced. Default 2 (the python-* encoders' instance count)."),
 ) -> None:
     """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""
     import os
@@ -450,7 +469,8 @@ def gateway(
             if not key:
                 raise EmbtrtError(f"--api-key-env {api_key_env}: that environment variable is empty or unset")
         cfg = GatewayConfig(repo, triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])), api_key=key,
-                            route=route, max_items=max_items, max_body_bytes=max_body_bytes)
+                            route=route, max_items=max_items, max_body_bytes=max_body_bytes,
+                            coalesce_us=coalesce_us, coalesce_inflight=coalesce_inflight)
         run(cfg, host, port, log=lambda m: out.print(m, markup=False))
     except EmbtrtError as exc:
         _fail(exc)
@@ -509,6 +529,16 @@ def tune(
         run_tune(spec, log=lambda m: out.print(m, markup=False))
     except EmbtrtError as exc:
         _fail(exc)
+
+
+def parse_cpu_pids(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        label, sep, pid = item.partition("=")
+        if not sep or not label or not pid.isdigit():
+            raise EmbtrtError(f"invalid --cpu-pid {item!r}", "LABEL=PID, e.g. --cpu-pid tritonserver=1234")
+        out[label] = int(pid)
+    return out
 
 
 def parse_options(items: list[str]) -> dict:

@@ -275,3 +275,59 @@ def test_killing_one_replica_mid_load_fails_no_request(minilm_repo, minilm_serve
     got = np.asarray([v for _, v in results])
     assert cosine_rows(reference[idx], got).min() >= 0.9999
     assert retried >= 1
+
+
+def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_order(minilm_repo, minilm_server, corpus,
+                                                                                  reference, tokenizer, tmp_path):
+    """32 concurrent requests of 1-3 short texts: fewer upstream calls than requests, every request
+    its own vectors in its own order (equal to sentence-transformers); bad requests sent among them
+    (ids outside the vocabulary, an over-long text with truncate NONE, a bad option) fail alone; a
+    client that goes away mid-flight costs the others nothing."""
+    lens = [len(e.ids) for e in tokenizer.encode_batch(corpus)]
+    short = [i for i, n in enumerate(lens) if n <= 32][:96]
+    long_i = max(range(len(corpus)), key=lambda i: len(corpus[i]))  # far over 256 tokens
+    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url) as u:
+        calls0 = _metric(u, "embtrt_gateway_upstream_rows_count")
+
+        async def run():
+            async with httpx.AsyncClient(timeout=60) as hc, httpx.AsyncClient(timeout=0.002) as impatient:
+                async def good(k):
+                    rows = [short[(k * 3 + j) % len(short)] for j in range(1 + k % 3)]
+                    r = await hc.post(u + "/v1/embeddings", json={"model": NAME, "input": [corpus[i] for i in rows],
+                                                                "encoding_format": "float"})
+                    return rows, r
+
+                async def gone(k):  # the client disconnects before its answer
+                    try:
+                        await impatient.post(u + "/v1/embeddings", json={"model": NAME, "input": [corpus[short[k]]] * 4})
+                    except httpx.TimeoutException:
+                        return "gone"
+                    return "answered"
+
+                bad = [hc.post(u + "/v1/embeddings", json=b) for b in (
+                    {"model": NAME, "input": [[101, 99999999, 102]]},
+                    {"model": NAME, "input": [corpus[long_i]], "truncate": "NONE"},
+                    {"model": NAME, "input": ["x"], "dimensions": 0})]
+                return await asyncio.gather(*[good(k) for k in range(32)], *[gone(k) for k in range(4)], *bad)
+
+        res = asyncio.run(run())
+        goods, bads = res[:32], res[36:]
+        for rows, r in goods:
+            assert r.status_code == 200, r.text
+            got = np.asarray([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
+            assert [d["index"] for d in r.json()["data"]] == list(range(len(rows)))
+            assert cosine_rows(reference[rows], got).min() >= 0.9999
+        assert [r.status_code for r in bads] == [400, 400, 400]
+        assert [r.json()["error"]["param"] for r in bads] == ["input", "input", "dimensions"]
+        calls = _metric(u, "embtrt_gateway_upstream_rows_count") - calls0
+        assert 0 < calls < 32, calls  # coalesced: fewer upstream calls than requests
+        # and the gateway serves on, correctly
+        r = _post(u, {"model": NAME, "input": [corpus[short[0]]], "encoding_format": "float"})
+        assert cosine_rows(reference[short[:1]], np.asarray([r.json()["data"][0]["embedding"]]))[0] >= 0.9999
+
+
+def test_coalescing_off_sends_one_call_per_request_group(minilm_repo, minilm_server, corpus, tmp_path):
+    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url, "--coalesce-us", "0") as u:
+        r = _post(u, {"model": NAME, "input": corpus[:3], "encoding_format": "float"})
+        assert r.status_code == 200 and len(r.json()["data"]) == 3
+        assert _metric(u, "embtrt_gateway_upstream_rows_count") == 0  # the coalescer is off: no batched calls

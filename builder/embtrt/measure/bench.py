@@ -85,6 +85,36 @@ class Result:
     max_ms: float
     error_samples: list[str] = field(default_factory=list)
     triton: dict = field(default_factory=dict)  # queue / compute per request, from the statistics API
+    # CPU milliseconds per request of each watched process tree (e.g. tritonserver and its stubs, the
+    # gateway), over the scenario's warm-up and measured requests
+    cpu_ms_per_req: dict = field(default_factory=dict)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and all its descendants (Linux /proc), e.g.
+    tritonserver with its Python-backend stubs."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
+        ppid, utime, stime = int(fields[1]), int(fields[11]), int(fields[12])
+        children.setdefault(ppid, []).append(int(entry.name))
+        cpu[int(entry.name)] = (utime + stime) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += cpu.get(p, 0.0)
+        todo += children.get(p, [])
+    return total
 
 
 def _pct(lat: list[float], q: float) -> float:
@@ -301,7 +331,7 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
               concurrency: tuple[int, ...], texts_per_request: int = 1, requests: int = 200, warmup: int = 20,
               inprocess_model: Path | None = None, ort_repo: Path | None = None, engine_repos: tuple[Path, ...] = (),
               seed: int = 0, only_buckets: tuple[str, ...] | None = None,
-              progress: Callable[[str], None] | None = None) -> dict:
+              progress: Callable[[str], None] | None = None, cpu_pids: dict[str, int] | None = None) -> dict:
     if not targets and inprocess_model is None and ort_repo is None and not engine_repos:
         raise SpecError("invalid targets: none given", "pass --url/--model, --openai-url/--openai-model or --inprocess")
     if requests < 1 or texts_per_request < 1 or any(c < 1 for c in concurrency):
@@ -327,8 +357,13 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                     progress(f"{t.name}: bucket {bucket}, concurrency {conc}")
                 others = sorted({p for o in targets if o is not t for p in o.pids} - set(t.pids))  # never its own server
                 with _Paused(others):
-                    results.append(asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
-                                                         seed + scenario, token_counts, bucket)))
+                    cpu0 = {k: tree_cpu_seconds(p) for k, p in (cpu_pids or {}).items()}
+                    res = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
+                                                seed + scenario, token_counts, bucket))
+                    sent = res.sent + warmup
+                    res.cpu_ms_per_req = {k: round((tree_cpu_seconds(p) - cpu0[k]) * 1e3 / max(sent, 1), 3)
+                                          for k, p in (cpu_pids or {}).items()}
+                    results.append(res)
             if conc == concurrency[0]:
                 with _Paused([p for o in targets for p in o.pids]):  # in-process lines: every server paused
                     if st_model is not None:
@@ -401,6 +436,7 @@ def machine() -> dict:
 
 
 def markdown(doc: dict) -> str:
+    cpu_keys = sorted({k for r in doc["results"] for k in r.get("cpu_ms_per_req", {})})
     lines = [f"# embtrt bench, {doc['started']}", "",
              f"Machine: {doc['machine'].get('cpu', '?')}, {doc['machine'].get('cpus')} CPUs, "
              f"{doc['machine'].get('memory_gib', '?')} GiB; Python {doc['machine']['python']}", "",
@@ -408,8 +444,9 @@ def markdown(doc: dict) -> str:
              f"target, bucket and concurrency ({doc['scenario']['warmup']} warm-up requests excluded); "
              f"texts per bucket: {doc['scenario']['bucket_sizes']}", "",
              "| target | bucket | conc | req/s | texts/s | tokens/s | p50 ms | p95 ms | p99 ms | max ms | errors | "
-             "Triton queue/compute µs (front door) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "Triton queue/compute µs (front door) |" + "".join(f" CPU ms/req {k} |" for k in cpu_keys) +
+             (" CPU ms/req total |" if cpu_keys else ""),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + "---:|" * (len(cpu_keys) + bool(cpu_keys))]
     for r in doc["results"]:
         tri = ""
         front = r["triton"].get(next((t["model"] for t in doc["targets"] if t["name"] == r["target"]), ""), None)
@@ -417,7 +454,9 @@ def markdown(doc: dict) -> str:
             tri = f"{front['queue_us']:.0f} / {front['compute_us']:.0f}"
         lines.append(f"| {r['target']} | {r['bucket']} | {r['concurrency']} | {r['req_per_s']:.1f} | "
                      f"{r['texts_per_s']:.1f} | {r['tokens_per_s']:.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
-                     f"{r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['errors']} | {tri} |")
+                     f"{r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['errors']} | {tri} |"
+                     + "".join(f" {r.get('cpu_ms_per_req', {}).get(k, float('nan')):.2f} |" for k in cpu_keys)
+                     + (f" {sum(r.get('cpu_ms_per_req', {}).values()):.2f} |" if cpu_keys else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -281,11 +281,15 @@ def _fmt(settings: dict[str, Any]) -> str:
 
 
 def pareto(trials: list[Trial]) -> list[int]:
-    """Indices of trials no other trial beats on both throughput (higher) and p99 (lower)."""
+    """Indices of trials no other trial beats on throughput (higher), p99 and p50 (lower) at once: the
+    three figures the objective weighs (throughput within 2% counts as a tie, decided by p50)."""
+    def key(t: Trial) -> tuple[float, float, float]:
+        return t.throughput(), -t.p99(), -t.p50()
+
     out = []
     for i, t in enumerate(trials):
-        if not any(o.throughput() >= t.throughput() and o.p99() <= t.p99() and
-                   (o.throughput() > t.throughput() or o.p99() < t.p99()) for o in trials):
+        kt = key(t)
+        if not any(all(a >= b for a, b in zip(key(o), kt)) and key(o) != kt for o in trials):
             out.append(i)
     return out
 

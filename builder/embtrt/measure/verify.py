@@ -202,3 +202,51 @@ def verify(url: str, model: str, reference: Reference, texts: list[str], gate: G
                               "--prompt-name / --dimensions")
         report.load = asyncio.run(_under_load(url, model, texts, served, concurrency, load_cosine))
     return report
+
+
+IDENTITY_KEYS = ("embtrt.model", "embtrt.model_sha256", "embtrt.pooling", "embtrt.normalize", "embtrt.dim",
+                 "embtrt.max_seq_length", "embtrt.precision", "embtrt.target", "embtrt.backend_profile")
+
+
+def identity_diff(a: dict[str, str], b: dict[str, str], name_a: str, name_b: str) -> list[str]:
+    """What differs between two deployments' identities, and what it means for an index."""
+    out = []
+    diff = [k for k in IDENTITY_KEYS if a.get(k) != b.get(k)]
+    for k in diff:
+        out.append(f"{k}: {name_a} {a.get(k)!r}, {name_b} {b.get(k)!r}")
+    model_keys = {"embtrt.model_sha256", "embtrt.pooling", "embtrt.normalize", "embtrt.dim", "embtrt.max_seq_length"}
+    if model_keys & set(diff):
+        out.append(f"different models: vectors of {name_a} and {name_b} must not share an index; re-embed the index "
+                   f"with the deployment that serves the queries")
+    elif diff:
+        out.append("same model on different backends or precisions: the agreement gate above decides whether their "
+                   "vectors may share an index; where it fails, re-embed the index with the query-serving deployment")
+    return out
+
+
+def verify_against(url: str, model: str, other_url: str, other_model: str, texts: list[str], gate: Gate,
+                   token_counts: np.ndarray, log=print) -> VerifyReport:
+    """The cross-deployment release gate: embed the corpus through two deployments and gate their
+    agreement per length bucket (cosine p50 / p01, top-10 overlap, recall@10 of one against the
+    other), with the second deployment as the reference; their identities are compared too."""
+    from ..serve.client import EmbeddingClient
+
+    got = {}
+    meta = {}
+    for key, (u, m) in {"a": (url, model), "b": (other_url, other_model)}.items():
+        with EmbeddingClient(u, m) as c:
+            meta[key] = c.metadata()
+            log(f"embedding {len(texts)} texts through {m} at {u}")
+            got[key] = c.embed(texts)
+    name_a, name_b = f"{model}@{url}", f"{other_model}@{other_url}"
+    ida, idb = meta["a"].identity, meta["b"].identity
+    notes = identity_diff(ida, idb, name_a, name_b)
+    if got["a"].shape != got["b"].shape:
+        raise ClientError(f"{name_a} returns {got['a'].shape[1]}-dimensional vectors, {name_b} "
+                          f"{got['b'].shape[1]}-dimensional: different models, whose vectors cannot be compared",
+                          "; ".join(notes) or "re-embed the index with the deployment that serves the queries")
+    buckets = tuple(int(b) for b in idb.get("embtrt.buckets", "").split(",") if b) or (32, 128, 512)
+    max_len = int(idb.get("embtrt.max_seq_length", buckets[-1]))
+    labels = [bucket_label(int(n), buckets, max_len) for n in token_counts]
+    report = VerifyReport(name_a, name_b, evaluate(got["b"], got["a"], labels, gate, texts), ida, notes)
+    return report

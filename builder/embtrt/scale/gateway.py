@@ -57,12 +57,22 @@ class GatewayConfig:
     max_body_bytes: int = 16 << 20
     attempts: int = 4
     timeout_s: float = 60.0
+    # Coalescing (route ids): items of concurrent requests for one bucket go upstream as one call.
+    # A call goes out at once while fewer than `coalesce_inflight` calls per replica are in flight
+    # for the bucket (a lone request never waits); otherwise items wait for a free slot, the bucket's
+    # max batch, or `coalesce_us`, whichever comes first. 0 disables coalescing.
+    coalesce_us: int = 5000
+    coalesce_inflight: int = 2
 
     def __post_init__(self) -> None:
         if self.route not in ("ids", "text"):
             raise SpecError(f"invalid route: {self.route!r}", "ids or text")
         if not 1 <= self.max_items <= MAX_ITEMS:
             raise SpecError(f"invalid max_items: {self.max_items}", f"1 .. {MAX_ITEMS}")
+        if not 0 <= self.coalesce_us <= 1_000_000:
+            raise SpecError(f"invalid coalesce_us: {self.coalesce_us}", "0 (off) .. 1000000")
+        if not 1 <= self.coalesce_inflight <= 64:
+            raise SpecError(f"invalid coalesce_inflight: {self.coalesce_inflight}", "1 .. 64")
 
 
 def parse_pool(text: str) -> tuple[int, tuple[str, ...]]:
@@ -145,6 +155,92 @@ class Metrics:
                                  registry=self.registry)
         self.upstream = Histogram("embtrt_gateway_upstream_seconds", "Latency of one upstream call, per pool", ["pool"],
                                   buckets=buckets, registry=self.registry)
+        self.call_rows = Histogram("embtrt_gateway_upstream_rows", "Rows per upstream call (coalesced requests), per pool",
+                                   ["pool"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=self.registry)
+
+
+@dataclass
+class _Part:
+    """One request's rows of one bucket, waiting to go upstream with other requests' rows."""
+
+    ids: list[list[int]]
+    types: list[list[int]]
+    skip: int
+    fut: asyncio.Future
+
+
+class BucketBatcher:
+    """Coalesces the rows that concurrent requests send to one bucket into upstream calls of at
+    most the bucket's max batch, and scatters the vectors back to each request in order. A call's
+    failure fails the requests in it (each gets the error), never the requests of other calls; a
+    request whose client went away is dropped from calls not yet sent."""
+
+    def __init__(self, gw: "Gateway", bucket: int, max_batch: int, window_s: float, max_inflight: int) -> None:
+        self.gw, self.bucket, self.max_batch = gw, bucket, max_batch
+        self.window_s, self.max_inflight = window_s, max_inflight
+        self.pending: list[_Part] = []
+        self.rows = 0
+        self.inflight = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.calls = 0
+        self.items = 0
+
+    async def submit(self, ids: list[list[int]], types: list[list[int]], skip: int) -> np.ndarray:
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append(_Part(ids, types, skip, fut))
+        self.rows += len(ids)
+        self._dispatch(force=False)
+        return await fut
+
+    def _dispatch(self, force: bool) -> None:
+        while self.pending:
+            self.pending = [p for p in self.pending if not p.fut.done()]  # clients that went away
+            self.rows = sum(len(p.ids) for p in self.pending)
+            if not self.pending:
+                break
+            if not (force or self.rows >= self.max_batch or self.inflight < self.max_inflight):
+                if self.timer is None:
+                    self.timer = asyncio.get_running_loop().call_later(self.window_s, self._on_timer)
+                return
+            take: list[_Part] = []
+            n = 0
+            while self.pending and (not take or n + len(self.pending[0].ids) <= self.max_batch):
+                part = self.pending.pop(0)
+                take.append(part)
+                n += len(part.ids)
+            self.rows -= n
+            self.inflight += 1
+            asyncio.get_running_loop().create_task(self._run(take))
+            force = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        self._dispatch(force=True)
+
+    async def _run(self, parts: list[_Part]) -> None:
+        try:
+            ids = [r for p in parts for r in p.ids]
+            types = [r for p in parts for r in p.types]
+            skip = np.concatenate([np.full(len(p.ids), p.skip, dtype=np.int64) for p in parts])
+            vec = await self.gw._rows(self.bucket, ids, types, skip)
+            self.gw.metrics.call_rows.labels(self.gw.pool_of[self.bucket].name).observe(len(ids))
+            self.calls += 1
+            self.items += len(ids)
+            start = 0
+            for p in parts:
+                if not p.fut.done():
+                    p.fut.set_result(vec[start:start + len(p.ids)])
+                start += len(p.ids)
+        except Exception as exc:  # ApiError from the pool, or a bug: each request in this call gets it
+            for p in parts:
+                if not p.fut.done():
+                    p.fut.set_exception(exc)
+        finally:
+            self.inflight -= 1
+            self._dispatch(force=False)
 
 
 class Gateway:
@@ -167,6 +263,9 @@ class Gateway:
         self.pool_of = {b: p for p in self.pools for b in p.buckets}
         self.metrics = Metrics()
         self._clients: dict[str, Any] = {}
+        self.batchers = {b: BucketBatcher(self, b, self.served.max_batch[b], cfg.coalesce_us / 1e6,
+                                          cfg.coalesce_inflight * len(self.pool_of[b].urls))
+                         for b in self.served.buckets} if cfg.coalesce_us > 0 else {}
 
     def client(self, url: str):
         c = self._clients.get(url)
@@ -310,6 +409,12 @@ class Gateway:
         pool = self.pool_of[bucket]
         import tritonclient.grpc.aio as aioclient
 
+        if self.batchers and not (self.cfg.route == "text" and texts is not None):
+            vec = await self.batchers[bucket].submit([enc.ids[r] for r in rows], [enc.type_ids[r] for r in rows], skip)
+            out[rows] = vec
+            self.metrics.items.labels(pool.name).inc(len(rows))
+            self.metrics.tokens.labels(pool.name).inc(int(enc.lengths[rows].sum()))
+            return
         if self.cfg.route == "text" and texts is not None:
             model, output = f"{s.name}_{bucket}", "EMBEDDING"
             arr = np.array([[texts[r].encode("utf-8")] for r in rows], dtype=object)
@@ -337,6 +442,31 @@ class Gateway:
         out[rows] = vec
         self.metrics.items.labels(pool.name).inc(len(rows))
         self.metrics.tokens.labels(pool.name).inc(int(enc.lengths[rows].sum()))
+
+    async def _rows(self, bucket: int, ids: list[list[int]], types: list[list[int]], skip: np.ndarray) -> np.ndarray:
+        """Token-id rows (of several requests) -> pooled vectors, by one call to the bucket's encoder."""
+        import tritonclient.grpc.aio as aioclient
+
+        s = self.served
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        enc = s.Encoded(ids, types, lengths)
+        width = bucket if s.fixed_length else int(lengths.max())
+        feeds = s.tok.pad(enc, np.arange(len(ids)), width, s.input_names)
+        inputs = []
+        for n in s.input_names:
+            t = aioclient.InferInput(n, list(feeds[n].shape), "INT64")
+            t.set_data_from_numpy(feeds[n])
+            inputs.append(t)
+        vec = await self._call(self.pool_of[bucket], bucket, f"{s.name}_{bucket}_encoder", inputs, s.output)
+        if not s.fused:
+            from embtrt_backend.pooling import pool_and_normalize
+
+            mask = feeds["attention_mask"]
+            if skip.any():  # include_prompt false: the prompt's tokens are left out of pooling
+                mask = mask.copy()
+                mask[np.arange(width)[None, :] < skip[:, None]] = 0
+            vec = pool_and_normalize(vec, mask, s.pooling, s.normalize)
+        return vec
 
     async def _call(self, pool: Pool, bucket: int, model: str, inputs, output: str) -> np.ndarray:
         import tritonclient.grpc.aio as aioclient
@@ -384,6 +514,23 @@ class Gateway:
 
         await asyncio.gather(*(one(p) for p in self.pools))
         return out
+
+
+def _loads(raw: bytes):
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(raw)
+    return orjson.loads(raw)
+
+
+def _dumps(doc: dict) -> bytes:
+    """JSON bytes; numpy arrays as lists (orjson serializes them natively, far cheaper than tolist())."""
+    try:
+        import orjson
+    except ImportError:
+        return json.dumps(doc, default=lambda a: a.tolist()).encode()
+    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def _is_int(x: object) -> bool:
@@ -448,23 +595,28 @@ def create_app(cfg: GatewayConfig):
                 if len(raw) > cfg.max_body_bytes:
                     raise ApiError(413, f"request body is over the limit of {cfg.max_body_bytes} bytes")
             try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                body = _loads(raw)
+            except ValueError as exc:  # json / orjson decode errors, invalid UTF-8
                 raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
             texts, ids, fmt, opts = gw.parse(body)
-            vecs, tokens = await gw.embed(texts, ids, opts)
+            try:
+                vecs, tokens = await asyncio.wait_for(gw.embed(texts, ids, opts), cfg.timeout_s)
+            except asyncio.TimeoutError:
+                raise ApiError(504, f"the request did not finish within {cfg.timeout_s:g} s", type_="timeout",
+                               code="timeout") from None
         except ApiError as exc:
             return fail("embeddings", exc)
         if fmt == "base64":  # float32 little-endian, or the raw int8 / uint8 bytes of the compact types
             raw_vecs = vecs.astype("<f4") if vecs.dtype == np.float32 else vecs
             data = [{"object": "embedding", "index": i,
                      "embedding": base64.b64encode(v.tobytes()).decode("ascii")} for i, v in enumerate(raw_vecs)]
-        else:
-            data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vecs)]
+        else:  # float: the arrays themselves (orjson writes numpy without a Python float per value)
+            data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]
         gw.metrics.requests.labels("embeddings", "200").inc()
         gw.metrics.latency.observe(time.perf_counter() - t0)
-        return JSONResponse({"object": "list", "data": data, "model": gw.served.name,
-                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+        return Response(_dumps({"object": "list", "data": data, "model": body["model"],
+                                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}),
+                        media_type="application/json")
 
     @app.get("/v1/models")
     async def models(request: Request):
