@@ -33,7 +33,7 @@ PIDS+=($!)
 for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
 "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME"
 PEERS=(--cpu-pid "tritonserver=${PIDS[0]}")
-IFS=';' read -r -a GWS <<< "${GATEWAYS:---coalesce-us 5000;--coalesce-us 0}"
+IFS=';' read -r -a GWS <<< "${GATEWAYS:---coalesce-us 2000;--coalesce-us 0}"
 i=0
 for opts in "${GWS[@]}"; do
   i=$((i + 1))

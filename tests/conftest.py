@@ -78,3 +78,19 @@ def start_server(repo: Path, tmp_path: Path):
 def minilm_server(minilm_repo, tmp_path_factory):
     with start_server(minilm_repo, tmp_path_factory.mktemp("srv")) as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def ov_server(tmp_path_factory):
+    """MiniLM on python-openvino fp32 (name minilm_ov), served: the CPU target's end-to-end check and
+    the second deployment of `verify --against`."""
+    pytest.importorskip("openvino")
+    from embtrt.build import build
+    from embtrt.build.spec import spec_from_options
+
+    base = tmp_path_factory.mktemp("ov")
+    build(spec_from_options(None, base / "repo", name="minilm_ov", target="python-openvino", precision="fp32"),
+          log=_quiet)
+    with start_server(base / "repo", base) as srv:
+        srv.repository = base / "repo"
+        yield srv

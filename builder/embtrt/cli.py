@@ -356,7 +356,7 @@ def verify(
 @app.command()
 def bench(
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address of the --model targets. Default 127.0.0.1:8001."),
-    model: Optional[list[str]] = typer.Option(None, help="Triton model to benchmark; repeat for several. NAME uses --url; NAME@HOST:PORT another server. Default: none."),
+    model: Optional[list[str]] = typer.Option(None, help="Triton model to benchmark; repeat for several. NAME uses --url; NAME@HOST:PORT another server; a ?key=value&... suffix gives that target its own request options (e.g. NAME?dimensions=128&embedding_type=int8). Default: none."),
     openai_url: Optional[list[str]] = typer.Option(None, help="Base URL of an OpenAI-compatible server; POSTs go to <url>/embeddings (vLLM/TEI: http://host:port/v1; infinity: http://host:port). Repeat with --openai-model. Default: none."),
     openai_model: Optional[list[str]] = typer.Option(None, help="Model name sent to each --openai-url, in the same order. Default: none."),
     triton_pid: Optional[list[int]] = typer.Option(None, help="Process (or, negative, process group) of the Triton server, paused while other targets are measured: one for all --model targets, or one per --model in order. Default: none."),
@@ -381,6 +381,8 @@ def bench(
     from rich.progress import Progress
     from rich.table import Table
 
+    from urllib.parse import parse_qsl
+
     from .common.corpus import load_corpus
     from .common.options import parse_int_list
     from .measure.bench import Target, markdown, plots_unavailable, run_bench, save
@@ -396,9 +398,11 @@ def bench(
         opts = parse_options(option or [])
         targets = []
         for i, m in enumerate(models):
-            name, _, murl = m.partition("@")
+            spec, _, query = m.partition("?")  # NAME[@HOST:PORT][?key=value&...]: this target's own options
+            name, _, murl = spec.partition("@")
             tp = (pids[i] if len(pids) > 1 else pids[0],) if pids else ()
-            targets.append(Target(f"triton:{m}" if murl else f"triton:{name}", "triton", murl or url, name, tp, opts))
+            own = {**opts, **parse_options([f"{k}={v}" for k, v in parse_qsl(query)])} if query else opts
+            targets.append(Target(f"triton:{m}" if murl or query else f"triton:{name}", "triton", murl or url, name, tp, own))
         ou, om, opid = openai_url or [], openai_model or [], openai_pid or []
         if len(ou) != len(om) or (opid and len(opid) != len(ou)):
             raise EmbtrtError("invalid openai targets: give one --openai-model (and --openai-pid, if any) per --openai-url")
@@ -454,7 +458,7 @@ def gateway(
     route: str = typer.Option("ids", help="ids | text. ids: token ids to the bucket encoders (one tokenization); text: text to the NAME_<L> ensembles. Default ids."),
     max_items: int = typer.Option(2048, help="Most items per request (OpenAI's limit). Default 2048."),
     max_body_bytes: int = typer.Option(16 << 20, help="Largest request body; larger ones get 413. Default 16777216."),
-    coalesce_us: int = typer.Option(5000, help="--route ids: items of concurrent requests for one bucket go upstream as one call. A call goes out at once while a slot is free (--coalesce-inflight), so a lone request never waits; otherwise items wait for a free slot, the bucket's max batch, or this many microseconds. 0 disables coalescing. Default 5000."),
+    coalesce_us: int = typer.Option(2000, help="--route ids: rows of concurrent requests for one bucket go upstream as one call (at most the bucket's max batch). A call goes out at once while fewer than --coalesce-inflight calls per replica are in flight for the pool, so a lone request never waits; otherwise rows wait for a free slot, at most this many microseconds. 0 disables coalescing. Default 2000 (measured: benchmarks/README.md)."),
     coalesce_inflight: int = typer.Option(2, help="Upstream calls per bucket and replica in flight before items wait to be coalesced. Default 2 (the python-* encoders' instance count)."),
 ) -> None:
     """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {"target", "kind", "bucket", "concurrency", "texts_per_request", "sent", "ok", "errors", "seconds",
                "req_per_s", "texts_per_s", "tokens_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "error_samples",
-               "triton"}
+               "triton", "cpu_ms_per_req"}
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from embtrt.measure.verify import Reference, verify
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow  # bf16 autocast is emulated on CPUs without AVX-512 bf16 / AMX; make test-all
 def test_bf16_build_passes_the_gate_and_serves_equal_vectors(tmp_path, minilm_path, corpus):
     repo = tmp_path / "repo"
     res = build(spec_from_options(None, repo, target="python-torch", precision="bf16"), log=lambda m: None)

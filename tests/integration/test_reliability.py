@@ -169,6 +169,7 @@ def _stub_pids(server_pid: int, model: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow  # its own server; the default run's serve-recovery test goes through the same probe
 def test_probe_detects_a_dead_stub_that_health_endpoints_miss(minilm_repo, tmp_path):
     with start_server(minilm_repo, tmp_path) as srv:
         assert probe(srv.grpc_url, MODEL).ok

@@ -23,6 +23,7 @@ def xlmr_repo(tiny_models, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # a real search: ~1.5 min; make test-all
 def test_tune_applies_a_winner_that_passes_check_and_verify(xlmr_repo, tiny_models, tmp_path):
     lines = []
     spec = TuneSpec(xlmr_repo, slo_p99_ms=5000, concurrency=(1, 4), budget_min=1.2, requests=30, warmup=5,
@@ -43,6 +44,7 @@ def test_tune_applies_a_winner_that_passes_check_and_verify(xlmr_repo, tiny_mode
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+@pytest.mark.slow  # runs trials until the budget is spent; make test-all
 def test_an_slo_no_trial_meets_names_the_best_p99(xlmr_repo):
     with pytest.raises(TuneError) as ei:
         tune(TuneSpec(xlmr_repo, slo_p99_ms=0.01, concurrency=(2,), budget_min=0.5, requests=20, warmup=2),

@@ -16,15 +16,20 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def broken_server(tmp_path_factory):
-    """One tritonserver with two deliberately wrong MiniLM builds: cls pooling, and int8 dynamic."""
+    """A tritonserver with a deliberately wrong MiniLM build: cls pooling."""
     base = tmp_path_factory.mktemp("broken")
-    quiet = lambda m: None  # noqa: E731
-    build(spec_from_options(None, base / "cls", name="minilm_cls", pooling="cls", target="python-ort"), log=quiet)
+    build(spec_from_options(None, base / "cls", name="minilm_cls", pooling="cls", target="python-ort"), log=lambda m: None)
+    with start_server(base / "cls", base) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def int8_server(tmp_path_factory):
+    """MiniLM with ORT int8 dynamic quantization, kept past the gate (--allow-mismatch)."""
+    base = tmp_path_factory.mktemp("int8")
     build(spec_from_options(None, base / "int8", name="minilm_int8", precision="int8", target="python-ort",
-                            allow_mismatch=True), log=quiet)
-    srv = start_server(base / "cls", base)
-    srv.spec = srv.spec.__class__(**{**srv.spec.__dict__, "extra_args": (f"--model-repository={base / 'int8'}",)})
-    with srv:
+                            allow_mismatch=True), log=lambda m: None)
+    with start_server(base / "int8", base) as srv:
         yield srv
 
 
@@ -56,14 +61,15 @@ def test_wrong_pooling_fails_with_a_clear_report(broken_server, minilm_path):
     assert "FAILED" in p.stdout and "worst texts:" in p.stdout
 
 
-def test_int8_dynamic_quantization_is_caught_unless_thresholds_are_lowered(broken_server, minilm_path, corpus):
+@pytest.mark.slow  # a third MiniLM build; the build's own gate catches int8 in tests/unit/test_build.py
+def test_int8_dynamic_quantization_is_caught_unless_thresholds_are_lowered(int8_server, minilm_path, corpus):
     ref = Reference(minilm_path)
-    rep = verify(broken_server.grpc_url, "minilm_int8", ref, corpus, Gate(), log=lambda m: None)
+    rep = verify(int8_server.grpc_url, "minilm_int8", ref, corpus, Gate(), log=lambda m: None)
     assert not rep.passed
     assert 0.85 < rep.gate.overall.p50 < 0.999  # about 0.96 seen here
     assert any("runs int8" in w for w in rep.warnings)
     lowered = Gate(cosine_p50=0.8, cosine_p01=0.5, top10_overlap=0.3, recall_regression=0.6)
-    assert verify(broken_server.grpc_url, "minilm_int8", ref, corpus, lowered, log=lambda m: None).passed
+    assert verify(int8_server.grpc_url, "minilm_int8", ref, corpus, lowered, log=lambda m: None).passed
 
 
 def test_under_load_every_vector_equals_its_unloaded_value(minilm_server, minilm_path, corpus):
@@ -81,3 +87,23 @@ def test_identity_mismatch_with_the_index_is_warned(minilm_server, minilm_repo, 
     rep = verify(minilm_server.grpc_url, "all_minilm_l6_v2", Reference(minilm_path), corpus[:50], Gate(),
                  index_identity=index, log=lambda m: None)
     assert any("embtrt.backend_profile" in w for w in rep.warnings)
+
+
+def test_against_gates_two_deployments_of_one_model_and_catches_two_models(minilm_server, broken_server, ov_server):
+    """The cross-backend release gate: MiniLM on python-ort and on python-openvino fp32 agree; MiniLM
+    against a different model (the same weights with CLS pooling) fails, naming buckets and figures,
+    and the identity diff says which vectors need re-embedding."""
+    ov = ov_server
+    p = _cli("--url", minilm_server.grpc_url, "--model", "all_minilm_l6_v2",
+             "--against", f"{ov.grpc_url}/minilm_ov", "--json")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["passed"] and doc["reference"] == f"minilm_ov@{ov.grpc_url}"
+    assert all(b["p50"] >= 0.9999 for b in doc["gate"]["buckets"].values())
+    assert any("embtrt.backend_profile" in w for w in doc["warnings"])
+    assert any("same model on different backends" in w for w in doc["warnings"])
+    p = _cli("--url", minilm_server.grpc_url, "--model", "all_minilm_l6_v2",
+             "--against", f"{broken_server.grpc_url}/minilm_cls")
+    assert p.returncode == 4, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "[x] bucket" in p.stdout and "cosine p50" in p.stdout and "FAILED" in p.stdout
+    assert "embtrt.pooling: all_minilm_l6_v2@" in p.stdout and "re-embed the index" in p.stdout

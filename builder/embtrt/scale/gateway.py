@@ -57,11 +57,11 @@ class GatewayConfig:
     max_body_bytes: int = 16 << 20
     attempts: int = 4
     timeout_s: float = 60.0
-    # Coalescing (route ids): items of concurrent requests for one bucket go upstream as one call.
-    # A call goes out at once while fewer than `coalesce_inflight` calls per replica are in flight
-    # for the bucket (a lone request never waits); otherwise items wait for a free slot, the bucket's
-    # max batch, or `coalesce_us`, whichever comes first. 0 disables coalescing.
-    coalesce_us: int = 5000
+    # Coalescing (route ids): rows of concurrent requests for one bucket go upstream as one call, at
+    # most `coalesce_inflight` calls per replica in flight per pool; a call goes out at once while a
+    # slot is free (a lone request never waits); a row waits at most `coalesce_us` for a slot.
+    # 0 disables coalescing.
+    coalesce_us: int = 2000
     coalesce_inflight: int = 2
 
     def __post_init__(self) -> None:
@@ -167,68 +167,81 @@ class _Part:
     types: list[list[int]]
     skip: int
     fut: asyncio.Future
+    since: float
 
 
-class BucketBatcher:
-    """Coalesces the rows that concurrent requests send to one bucket into upstream calls of at
-    most the bucket's max batch, and scatters the vectors back to each request in order. A call's
-    failure fails the requests in it (each gets the error), never the requests of other calls; a
-    request whose client went away is dropped from calls not yet sent."""
+class PoolBatcher:
+    """Coalesces the rows that concurrent requests send to one pool into upstream calls, one bucket
+    per call and at most the bucket's max batch, and scatters the vectors back to each request in
+    order. At most `max_inflight` calls are in flight for the pool (the encoders' instances, so
+    that they are not oversubscribed): a call goes out at once while a slot is free (a lone request
+    never waits); when one frees, the bucket whose rows have waited longest goes next. A row waits
+    at most `window_s` for a slot; after that its bucket goes out anyway. A call's failure fails the
+    requests in it (each gets the error), never those of other calls; a request whose client went
+    away is dropped from calls not yet sent."""
 
-    def __init__(self, gw: "Gateway", bucket: int, max_batch: int, window_s: float, max_inflight: int) -> None:
-        self.gw, self.bucket, self.max_batch = gw, bucket, max_batch
+    def __init__(self, gw: "Gateway", pool: Pool, window_s: float, max_inflight: int) -> None:
+        self.gw, self.pool = gw, pool
         self.window_s, self.max_inflight = window_s, max_inflight
-        self.pending: list[_Part] = []
-        self.rows = 0
+        self.pending: dict[int, list[_Part]] = {b: [] for b in pool.buckets}
         self.inflight = 0
         self.timer: asyncio.TimerHandle | None = None
-        self.calls = 0
-        self.items = 0
 
-    async def submit(self, ids: list[list[int]], types: list[list[int]], skip: int) -> np.ndarray:
-        fut = asyncio.get_running_loop().create_future()
-        self.pending.append(_Part(ids, types, skip, fut))
-        self.rows += len(ids)
-        self._dispatch(force=False)
+    async def submit(self, bucket: int, ids: list[list[int]], types: list[list[int]], skip: int) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self.pending[bucket].append(_Part(ids, types, skip, fut, loop.time()))
+        self._dispatch()
         return await fut
 
-    def _dispatch(self, force: bool) -> None:
-        while self.pending:
-            self.pending = [p for p in self.pending if not p.fut.done()]  # clients that went away
-            self.rows = sum(len(p.ids) for p in self.pending)
-            if not self.pending:
+    def _oldest(self) -> int | None:
+        waiting = [(parts[0].since, b) for b, parts in self.pending.items() if parts]
+        return min(waiting)[1] if waiting else None
+
+    def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        for b in self.pending:
+            self.pending[b] = [p for p in self.pending[b] if not p.fut.done()]  # clients that went away
+        now = loop.time()
+        while True:
+            nxt = self._oldest()
+            if nxt is None:
                 break
-            if not (force or self.rows >= self.max_batch or self.inflight < self.max_inflight):
-                if self.timer is None:
-                    self.timer = asyncio.get_running_loop().call_later(self.window_s, self._on_timer)
-                return
-            take: list[_Part] = []
-            n = 0
-            while self.pending and (not take or n + len(self.pending[0].ids) <= self.max_batch):
-                part = self.pending.pop(0)
-                take.append(part)
-                n += len(part.ids)
-            self.rows -= n
-            self.inflight += 1
-            asyncio.get_running_loop().create_task(self._run(take))
-            force = False
+            overdue = now - self.pending[nxt][0].since >= self.window_s
+            if self.inflight >= self.max_inflight and not overdue:
+                break
+            self._send(nxt)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        first = self._oldest()
+        if first is not None:  # slots are busy: wake up when the oldest row has waited long enough
+            delay = max(0.0, self.pending[first][0].since + self.window_s - now)
+            self.timer = loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self.timer = None
-        self._dispatch(force=True)
+        self._dispatch()
 
-    async def _run(self, parts: list[_Part]) -> None:
+    def _send(self, bucket: int) -> None:
+        queue = self.pending[bucket]
+        limit = self.gw.served.max_batch[bucket]
+        take: list[_Part] = []
+        n = 0
+        while queue and (not take or n + len(queue[0].ids) <= limit):
+            part = queue.pop(0)
+            take.append(part)
+            n += len(part.ids)
+        self.inflight += 1
+        asyncio.get_running_loop().create_task(self._run(bucket, take))
+
+    async def _run(self, bucket: int, parts: list[_Part]) -> None:
         try:
             ids = [r for p in parts for r in p.ids]
             types = [r for p in parts for r in p.types]
             skip = np.concatenate([np.full(len(p.ids), p.skip, dtype=np.int64) for p in parts])
-            vec = await self.gw._rows(self.bucket, ids, types, skip)
-            self.gw.metrics.call_rows.labels(self.gw.pool_of[self.bucket].name).observe(len(ids))
-            self.calls += 1
-            self.items += len(ids)
+            vec = await self.gw._rows(bucket, ids, types, skip)
+            self.gw.metrics.call_rows.labels(self.pool.name).observe(len(ids))
             start = 0
             for p in parts:
                 if not p.fut.done():
@@ -240,7 +253,7 @@ class BucketBatcher:
                     p.fut.set_exception(exc)
         finally:
             self.inflight -= 1
-            self._dispatch(force=False)
+            self._dispatch()
 
 
 class Gateway:
@@ -263,9 +276,8 @@ class Gateway:
         self.pool_of = {b: p for p in self.pools for b in p.buckets}
         self.metrics = Metrics()
         self._clients: dict[str, Any] = {}
-        self.batchers = {b: BucketBatcher(self, b, self.served.max_batch[b], cfg.coalesce_us / 1e6,
-                                          cfg.coalesce_inflight * len(self.pool_of[b].urls))
-                         for b in self.served.buckets} if cfg.coalesce_us > 0 else {}
+        self.batchers = {p.name: PoolBatcher(self, p, cfg.coalesce_us / 1e6, cfg.coalesce_inflight * len(p.urls))
+                         for p in self.pools} if cfg.coalesce_us > 0 else {}
 
     def client(self, url: str):
         c = self._clients.get(url)
@@ -410,7 +422,8 @@ class Gateway:
         import tritonclient.grpc.aio as aioclient
 
         if self.batchers and not (self.cfg.route == "text" and texts is not None):
-            vec = await self.batchers[bucket].submit([enc.ids[r] for r in rows], [enc.type_ids[r] for r in rows], skip)
+            vec = await self.batchers[pool.name].submit(bucket, [enc.ids[r] for r in rows], [enc.type_ids[r] for r in rows],
+                                                        skip)
             out[rows] = vec
             self.metrics.items.labels(pool.name).inc(len(rows))
             self.metrics.tokens.labels(pool.name).inc(int(enc.lengths[rows].sum()))

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The throughput cost of the request options, reproducible by one command (from the repository root):
+#
+#   bash benchmarks/run_options.sh
+#
+# One tritonserver serving the default MiniLM build; `embtrt bench` sends the same requests to its
+# front door without options and with each option set (prompt by input_type, a Matryoshka width,
+# truncation from the start, int8 and binary vectors, everything at once), alternating targets in
+# one run. Environment: OUT, CONCURRENCY (default 1,32), REQUESTS (default 400), ONLY (default <=32,mixed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=$PWD/.venv/bin
+OUT=${OUT:-benchmarks/results/options-$(date -u +%Y%m%d)}
+CONCURRENCY=${CONCURRENCY:-1,32}
+REQUESTS=${REQUESTS:-400}
+ONLY=${ONLY:-<=32,mixed}
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+port() { "$BIN/python" -c "from embtrt.serve.server import free_port; print(free_port())"; }
+
+NAME=all_minilm_l6_v2
+"$BIN/embtrt" build --out "$WORK/repo" --max-queue-delay-us 0 > "$WORK/build.log"
+G=$(port); H=$(port); M=$(port)
+"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$G" --http-port "$H" --metrics-port "$M" --probe-interval 0 > "$WORK/serve.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
+U="$NAME@127.0.0.1:$G"
+mkdir -p "$OUT"
+CMD=("$BIN/embtrt" bench --model "$U" --model "$U?input_type=query" --model "$U?dimensions=128"
+     --model "$U?truncate=START" --model "$U?embedding_type=int8" --model "$U?embedding_type=ubinary"
+     --model "$U?input_type=query&dimensions=128&truncate=START&embedding_type=int8"
+     --cpu-pid "tritonserver=${PIDS[0]}" --no-inprocess
+     --concurrency "$CONCURRENCY" --requests "$REQUESTS" --warmup 40 --only "$ONLY" --out "$OUT")
+echo "== ${CMD[*]}"
+"${CMD[@]}"
+{
+  echo "command: CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS ONLY='$ONLY' bash benchmarks/run_options.sh"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
+  echo "every target is the same front door of one server; only the request options differ"
+} > "$OUT/machine.txt"
+echo "== results in $OUT"
