@@ -449,9 +449,9 @@ def bench(
 
 @app.command()
 def gateway(
-    repo: Path = typer.Argument(..., help="The repository the pools serve (its embtrt.json and tokenizer.json are read)."),
+    repo: list[Path] = typer.Argument(..., help="The repository the pools serve (its embtrt.json and tokenizer.json are read); several repositories put several models behind one gateway (`model` picks one)."),
     triton: Optional[str] = typer.Option(None, help="gRPC address of the tritonserver for every bucket without a --pool. Default: none."),
-    pool: Optional[list[str]] = typer.Option(None, help="BUCKET=HOST:PORT[,HOST:PORT...]: the replicas serving that bucket (round robin, retried on another replica). Repeat per bucket. Default: none."),
+    pool: Optional[list[str]] = typer.Option(None, help="[MODEL:]BUCKET=HOST:PORT[,HOST:PORT...]: the replicas serving that bucket (round robin, retried on another replica); MODEL: limits it to one model of several. Repeat per bucket. Default: none."),
     host: str = typer.Option("127.0.0.1", help="Address to bind. Default 127.0.0.1 (loopback only)."),
     port: int = typer.Option(8080, help="HTTP port. Default 8080."),
     api_key_env: Optional[str] = typer.Option(None, help="Name of an environment variable holding the API key; requests must send Authorization: Bearer <key>. Default: no key."),
@@ -472,7 +472,7 @@ def gateway(
             key = os.environ.get(api_key_env)
             if not key:
                 raise EmbtrtError(f"--api-key-env {api_key_env}: that environment variable is empty or unset")
-        cfg = GatewayConfig(repo, triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])), api_key=key,
+        cfg = GatewayConfig(repo[0], more_repositories=tuple(repo[1:]), triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])), api_key=key,
                             route=route, max_items=max_items, max_body_bytes=max_body_bytes,
                             coalesce_us=coalesce_us, coalesce_inflight=coalesce_inflight)
         run(cfg, host, port, log=lambda m: out.print(m, markup=False))

@@ -313,3 +313,43 @@ def test_verify_gates_a_served_model_with_options(prompted, tiny_models):
     p = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", srv.grpc_url, "--model", "xp",
                         "--reference", str(tiny_models["xlmr-mean"])], capture_output=True, text=True)
     assert p.returncode == 4 and "FAILED" in p.stdout, p.stdout[-2000:]
+
+
+def test_one_gateway_serves_several_models_each_equal_to_its_reference(prompted, minilm_repo, minilm_server,
+                                                                      minilm_path, corpus, tmp_path):
+    """Three repositories behind one gateway (the session's MiniLM and the two prompted models, each on
+    its own tritonserver): `model` picks one, each model's vectors equal its own sentence-transformers
+    reference, /v1/models lists every model with its identity, unknown names are 404, metrics per model."""
+    import httpx
+    from openai import NotFoundError, OpenAI
+    from test_gateway import _metric, gateway
+
+    xfolder, xrepo, xsrv = prompted["xp"]
+    bfolder, brepo, bsrv = prompted["bp"]
+    pools = []
+    for name, repo, srv in (("xp", xrepo, xsrv), ("bp", brepo, bsrv)):
+        pools += [a for b in json.loads((repo / "embtrt.json").read_text())["buckets"]
+                  for a in ("--pool", f"{name}:{b}={srv.grpc_url}")]
+    texts = _texts(corpus)[:20]
+    with gateway(minilm_repo, tmp_path / "gw.log", str(xrepo), str(brepo), "--triton", minilm_server.grpc_url,
+                 *pools) as url:
+        c = OpenAI(base_url=url + "/v1", api_key="unused")
+        listed = {m.id: m.model_extra for m in c.models.list().data}
+        assert set(listed) == {NAME, "xp", "bp"}
+        for name, repo in ((NAME, minilm_repo), ("xp", xrepo), ("bp", brepo)):
+            ident = json.loads((repo / "embtrt.json").read_text())["identity"]
+            assert listed[name]["embtrt"] == ident
+            assert {"embtrt.model_sha256", "embtrt.precision", "embtrt.backend_profile", "embtrt.dim"} <= set(ident)
+        for model, folder, theirs in ((NAME, minilm_path, {}), ("xp", xfolder, {}), ("bp", bfolder, {}),
+                                      ("xp-passage", xfolder, {"prompt_name": "passage"})):
+            r = c.embeddings.create(model=model, input=texts, encoding_format="float")
+            got = np.asarray([d.embedding for d in r.data], dtype=np.float32)
+            assert r.model == model and cosine_rows(st_embed(folder, texts, **theirs), got).min() >= 0.9999, model
+        with pytest.raises(NotFoundError):
+            c.embeddings.create(model="nope", input="x")
+        err = httpx.post(url + "/v1/embeddings", json={"model": "nope", "input": "x"}).json()["error"]
+        assert "'xp'" in err["message"] and "'bp'" in err["message"] and err["code"] == "model_not_found"
+        assert _metric(url, 'embtrt_gateway_model_requests_total{model="xp",status="200"}') == 2
+        assert _metric(url, 'embtrt_gateway_model_requests_total{model="bp",status="200"}') == 1
+        ready = httpx.get(url + "/health/ready").json()
+        assert ready["status"] == "ready" and {k.split("/")[0] for k in ready["pools"]} == {NAME, "xp", "bp"}

@@ -50,7 +50,9 @@ class ApiError(Exception):
 class GatewayConfig:
     repository: Path
     triton: str | None = None
-    pools: tuple[tuple[int, tuple[str, ...]], ...] = ()   # (bucket, urls)
+    # (bucket, urls), or (model, bucket, urls) for one model of several repositories
+    pools: tuple[tuple, ...] = ()
+    more_repositories: tuple[Path, ...] = ()               # further models behind the same gateway
     api_key: str | None = None
     route: str = "ids"                                     # ids | text
     max_items: int = MAX_ITEMS
@@ -75,17 +77,19 @@ class GatewayConfig:
             raise SpecError(f"invalid coalesce_inflight: {self.coalesce_inflight}", "1 .. 64")
 
 
-def parse_pool(text: str) -> tuple[int, tuple[str, ...]]:
-    """'256=host:8001,host2:8001' -> (256, ('host:8001', 'host2:8001'))."""
-    bucket, sep, urls = text.partition("=")
+def parse_pool(text: str) -> tuple:
+    """'256=host:8001,host2:8001' -> (256, ('host:8001', 'host2:8001')); 'MODEL:256=host:8001' ->
+    ('MODEL', 256, ('host:8001',)) for one model of several repositories."""
+    head, sep, urls = text.partition("=")
+    model, colon, bucket = head.rpartition(":") if ":" in head else ("", "", head)
     try:
         b = int(bucket)
     except ValueError:
         b = -1
     addrs = tuple(u.strip() for u in urls.split(",") if u.strip())
-    if not sep or b < 1 or not addrs:
-        raise SpecError(f"invalid --pool {text!r}", "BUCKET=HOST:PORT[,HOST:PORT...], e.g. 256=10.0.0.5:8001")
-    return b, addrs
+    if not sep or b < 1 or not addrs or (colon and not model):
+        raise SpecError(f"invalid --pool {text!r}", "[MODEL:]BUCKET=HOST:PORT[,HOST:PORT...], e.g. 256=10.0.0.5:8001")
+    return (model, b, addrs) if model else (b, addrs)
 
 
 @dataclass
@@ -148,6 +152,8 @@ class Metrics:
         self.items = Counter("embtrt_gateway_items", "Items embedded, per pool", ["pool"], registry=self.registry)
         self.tokens = Counter("embtrt_gateway_tokens", "Tokens embedded, per pool", ["pool"], registry=self.registry)
         self.errors = Counter("embtrt_gateway_errors", "Error responses by status", ["status"], registry=self.registry)
+        self.model_requests = Counter("embtrt_gateway_model_requests", "Embedding requests per model and status",
+                                      ["model", "status"], registry=self.registry)
         self.retries = Counter("embtrt_gateway_upstream_retries", "Upstream calls retried on another replica",
                                ["pool", "reason"], registry=self.registry)
         buckets = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
@@ -257,10 +263,17 @@ class PoolBatcher:
 
 
 class Gateway:
-    def __init__(self, cfg: GatewayConfig) -> None:
+    """The gateway of one model (repository): parsing, routing, coalescing, upstream calls."""
+
+    def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: "Metrics | None" = None,
+                 clients: dict | None = None, several: bool = False) -> None:
         self.cfg = cfg
-        self.served = Served(cfg.repository)
-        explicit = dict(cfg.pools)
+        self.served = Served(repository or cfg.repository)
+        name = self.served.name
+        # a plain --pool BUCKET=... applies to every model that has that bucket (to the only model: all of
+        # them must be its buckets); MODEL:BUCKET=... to that model
+        plain = {e[0]: e[1] for e in cfg.pools if len(e) == 2 and (not several or e[0] in self.served.buckets)}
+        explicit = {**plain, **{e[1]: e[2] for e in cfg.pools if len(e) == 3 and e[0] == name}}
         unknown = sorted(set(explicit) - set(self.served.buckets))
         if unknown:
             raise SpecError(f"invalid --pool: buckets {unknown} are not buckets of {self.served.name}",
@@ -274,8 +287,8 @@ class Gateway:
             by_urls.setdefault(tuple(urls), []).append(b)
         self.pools = [Pool(f"<={max(bs)}" if len(by_urls) > 1 else "all", tuple(bs), urls) for urls, bs in by_urls.items()]
         self.pool_of = {b: p for p in self.pools for b in p.buckets}
-        self.metrics = Metrics()
-        self._clients: dict[str, Any] = {}
+        self.metrics = metrics or Metrics()
+        self._clients: dict[str, Any] = clients if clients is not None else {}
         self.batchers = {p.name: PoolBatcher(self, p, cfg.coalesce_us / 1e6, cfg.coalesce_inflight * len(p.urls))
                          for p in self.pools} if cfg.coalesce_us > 0 else {}
 
@@ -316,8 +329,9 @@ class Gateway:
                or t == "query"] if o.prompts else []
         return sorted(set(out) | set(o.prompts)) if o.prompts else []
 
-    def parse(self, body: dict) -> tuple[list[str] | None, list[list[int]] | None, str, object]:
-        """-> (texts or None, token lists or None, encoding_format, RequestOptions)."""
+    def parse(self, body: dict, raw: dict | None = None) -> tuple[list[str] | None, list[list[int]] | None, str, object]:
+        """-> (texts or None, token lists or None, encoding_format, RequestOptions). `raw`: the options
+        the model name carried (NAME-query ...), when the caller resolved it."""
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         model = body.get("model")
@@ -325,7 +339,7 @@ class Gateway:
             raise ApiError(400, "you must provide a model parameter", param="model")
         if not isinstance(model, str):
             raise ApiError(400, "model must be a string", param="model")
-        raw = self.model_options(model)
+        raw = dict(raw) if raw is not None else self.model_options(model)
         fmt = body.get("encoding_format", "float")
         if fmt not in ("float", "base64"):
             raise ApiError(400, f"encoding_format must be 'float' or 'base64', not {fmt!r}", param="encoding_format")
@@ -529,6 +543,74 @@ class Gateway:
         return out
 
 
+class MultiGateway:
+    """Several models (repositories) behind one gateway: `model` picks one (or NAME-query ...);
+    upstream clients and metrics are shared; unknown names are 404."""
+
+    def __init__(self, cfg: GatewayConfig) -> None:
+        self.metrics = Metrics()
+        self._clients: dict[str, Any] = {}
+        repos = (cfg.repository, *cfg.more_repositories)
+        self.models: dict[str, Gateway] = {}
+        for repo in repos:
+            g = Gateway(cfg, repo, self.metrics, self._clients, several=len(repos) > 1)
+            if g.served.name in self.models:
+                raise SpecError(f"two repositories serve a model named {g.served.name!r} ({repo})",
+                                "build one of them with another --name")
+            self.models[g.served.name] = g
+        named = {e[0] for e in cfg.pools if len(e) == 3}
+        if named - set(self.models):
+            raise SpecError(f"invalid --pool: no model named {', '.join(sorted(named - set(self.models)))}",
+                            f"models: {', '.join(self.models)}")
+        self.several = len(self.models) > 1
+
+    @property
+    def first(self) -> Gateway:
+        return next(iter(self.models.values()))
+
+    def resolve(self, model: object) -> tuple[Gateway, dict]:
+        if model is None:
+            raise ApiError(400, "you must provide a model parameter", param="model")
+        if not isinstance(model, str):
+            raise ApiError(400, "model must be a string", param="model")
+        if model in self.models:
+            return self.models[model], {}
+        for name, g in self.models.items():
+            if model.startswith(name + "-"):
+                try:
+                    return g, g.model_options(model)
+                except ApiError:
+                    continue
+        names = ", ".join(f"{n!r}" for n in self.models)
+        aliases = [f"{n}-{x}" for n, g in self.models.items() for x in g.model_suffixes()]
+        raise ApiError(404, f"the model {model!r} does not exist; this gateway serves {names}"
+                       + (f" (also as {', '.join(aliases)})" if aliases else ""), param="model", code="model_not_found")
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()
+
+    async def ready(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, g in self.models.items():
+            for pool, state in (await g.ready()).items():
+                out[f"{name}/{pool}" if self.several else pool] = state
+        return out
+
+    def describe(self) -> list[dict]:
+        """/v1/models entries: each model with its identity and request options."""
+        out = []
+        for g in self.models.values():
+            o = g.served.options
+            out.append({"id": g.served.name, "object": "model", "created": 0, "owned_by": "embtrt",
+                        "embtrt": g.served.identity, "prompts": o.prompts, "default_prompt_name": o.default_prompt_name,
+                        "include_prompt": o.include_prompt, "dimensions": o.widths_text(),
+                        "embedding_types": ["float", "int8", "uint8", "binary", "ubinary"],
+                        "aliases": [f"{g.served.name}-{x}" for x in g.model_suffixes()]})
+        return out
+
+
 def _loads(raw: bytes):
     try:
         import orjson
@@ -570,7 +652,7 @@ def create_app(cfg: GatewayConfig):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
 
-    gw = Gateway(cfg)
+    gw = MultiGateway(cfg)
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -611,9 +693,12 @@ def create_app(cfg: GatewayConfig):
                 body = _loads(raw)
             except ValueError as exc:  # json / orjson decode errors, invalid UTF-8
                 raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
-            texts, ids, fmt, opts = gw.parse(body)
+            if not isinstance(body, dict):
+                raise ApiError(400, "the request body must be a JSON object")
+            model, raw_opts = gw.resolve(body.get("model"))
+            texts, ids, fmt, opts = model.parse(body, raw_opts)
             try:
-                vecs, tokens = await asyncio.wait_for(gw.embed(texts, ids, opts), cfg.timeout_s)
+                vecs, tokens = await asyncio.wait_for(model.embed(texts, ids, opts), cfg.timeout_s)
             except asyncio.TimeoutError:
                 raise ApiError(504, f"the request did not finish within {cfg.timeout_s:g} s", type_="timeout",
                                code="timeout") from None
@@ -626,6 +711,7 @@ def create_app(cfg: GatewayConfig):
         else:  # float: the arrays themselves (orjson writes numpy without a Python float per value)
             data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]
         gw.metrics.requests.labels("embeddings", "200").inc()
+        gw.metrics.model_requests.labels(model.served.name, "200").inc()
         gw.metrics.latency.observe(time.perf_counter() - t0)
         return Response(_dumps({"object": "list", "data": data, "model": body["model"],
                                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}),
@@ -637,13 +723,7 @@ def create_app(cfg: GatewayConfig):
             check_key(request)
         except ApiError as exc:
             return fail("models", exc)
-        o = gw.served.options
-        return {"object": "list", "data": [{"id": gw.served.name, "object": "model", "created": 0, "owned_by": "embtrt",
-                                            "embtrt": gw.served.identity,
-                                            "prompts": o.prompts, "default_prompt_name": o.default_prompt_name,
-                                            "include_prompt": o.include_prompt, "dimensions": o.widths_text(),
-                                            "embedding_types": ["float", "int8", "uint8", "binary", "ubinary"],
-                                            "aliases": [f"{gw.served.name}-{x}" for x in gw.model_suffixes()]}]}
+        return {"object": "list", "data": gw.describe()}
 
     @app.get("/health/live")
     async def live():
@@ -668,10 +748,11 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     import uvicorn
 
     app = create_app(cfg)
-    gw: Gateway = app.state.gateway
-    for p in gw.pools:
-        log(f"pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)}")
-    log(f"embtrt gateway for {gw.served.name} on http://{host}:{port}/v1/embeddings (route {cfg.route})")
+    gw: MultiGateway = app.state.gateway
+    for name, g in gw.models.items():
+        for p in g.pools:
+            log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)}")
+    log(f"embtrt gateway for {', '.join(gw.models)} on http://{host}:{port}/v1/embeddings (route {cfg.route})")
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 

@@ -114,8 +114,8 @@ def find_tritonserver(explicit: Path | None = None, backend_directory: Path | No
     found = shutil.which("tritonserver")
     if found:
         return Installation(Path(found), backend_directory, env)
-    raise ServerError("no tritonserver found",
-                      "pip install nvidia-pytriton (it carries one), put tritonserver on PATH, or pass --tritonserver")
+    raise ServerError("no tritonserver found", "pip install 'embtrt[server]' (the nvidia-pytriton wheel carries one), "
+                      "put tritonserver on PATH, or pass --tritonserver")
 
 
 def stub_environment(python_env: Path | None = None) -> dict[str, str]:
