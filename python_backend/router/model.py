@@ -90,7 +90,7 @@ class TritonPythonModel:
             except InputError as exc:
                 responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 continue
-            texts.extend(o.prompt + x for x in t) if o.prompt else texts.extend(t)
+            texts.extend([o.prompt + x for x in t] if o.prompt else t)
             counts.append(len(t))
             live.append(i)
             opts.append(o)
