@@ -107,16 +107,26 @@ def build(
 
 
 @app.command()
-def check(repo: Path = typer.Argument(..., help="A model repository written by embtrt build."),
+def check(repo: list[Path] = typer.Argument(..., help="A model repository written by embtrt build; several are also checked for serving together (model names, bundle Python)."),
           server_python: Optional[str] = typer.Option(None, help="Python version of the tritonserver that will serve it (e.g. 3.12): the bundle must be built for it. Default: not checked."),
           as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON.")) -> None:
     """Check a repository: every config.pbtxt against Triton's model_config.proto, ensemble maps, files, token budget, bundle."""
     from .repository.bundle_record import parse_python
-    from .repository.check import check_repository
+    from .repository.check import CheckReport, check_repository, repositories_conflicts
 
     try:
-        rep = check_repository(repo, allow_pending_plans=True,
-                               server_python=parse_python(server_python) if server_python else None)
+        rep = CheckReport()
+        for r in repo:
+            one = check_repository(r, allow_pending_plans=True,
+                                   server_python=parse_python(server_python) if server_python else None)
+            rep.items += [(ok, f"{r.name}: {m}" if len(repo) > 1 else m) for ok, m in one.items]
+            rep.pending += one.pending
+        if len(repo) > 1:
+            conflicts = repositories_conflicts(repo)
+            for c in conflicts:
+                rep.fail(c)
+            if not conflicts:
+                rep.ok(f"{len(repo)} repositories can be served by one tritonserver (distinct model names, one server Python)")
     except EmbtrtError as exc:
         _fail(exc)
         return
@@ -158,7 +168,7 @@ def engines(
 
 @app.command()
 def serve(
-    repo: Path = typer.Argument(..., help="Model repository written by embtrt build."),
+    repo: list[Path] = typer.Argument(..., help="Model repository written by embtrt build; several serve several models from one tritonserver (names must differ, bundles for the same Python)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind. Default 127.0.0.1 (loopback only); 0.0.0.0 exposes it."),
     grpc_port: int = typer.Option(8001, help="gRPC port. Default 8001; 0 picks a free one."),
     http_port: int = typer.Option(8000, help="HTTP port. Default 8000; 0 picks a free one."),
@@ -174,7 +184,7 @@ def serve(
     from .serve.server import ServerSpec, free_port
     from .serve.supervise import Supervisor
 
-    spec = ServerSpec(repository=repo, host=host,
+    spec = ServerSpec(repository=repo[0], more_repositories=tuple(repo[1:]), host=host,
                       grpc_port=grpc_port or free_port(host), http_port=http_port or free_port(host),
                       metrics_port=metrics_port or free_port(host), tritonserver=tritonserver,
                       backend_directory=backend_directory, startup_timeout_s=startup_timeout, python_env=python_env)

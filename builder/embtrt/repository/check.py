@@ -78,6 +78,28 @@ def check_repository(repo: Path, allow_pending_plans: bool = False, server_pytho
     return rep
 
 
+def repositories_conflicts(repos) -> list[str]:
+    """What stops several repositories from being served by one tritonserver: a model name in two
+    of them, or bundles built for different server Pythons."""
+    out: list[str] = []
+    seen: dict[str, Path] = {}
+    pythons: dict[str, list[str]] = {}
+    for repo in map(Path, repos):
+        for cfg in sorted(repo.glob("*/config.pbtxt")):
+            name = cfg.parent.name
+            if name in seen:
+                out.append(f"model {name!r} is in both {seen[name]} and {repo}")
+            seen.setdefault(name, repo)
+        if has_manifest(repo):
+            m = read_manifest(repo)
+            if m.bundle:
+                pythons.setdefault(m.server_python, []).append(str(repo))
+    if len(pythons) > 1:
+        out.append("their bundles are built for different server Pythons: "
+                   + "; ".join(f"{py}: {', '.join(rs)}" for py, rs in sorted(pythons.items())))
+    return out
+
+
 def check_bundle(repo: Path, manifest: Manifest, configs: dict, rep: CheckReport, server_python: str | None) -> None:
     """The bundle holds what the Python models import, built for the Python they say, and (with
     server_python) for the Python that will serve them."""

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import ServerError
+from ..repository.check import repositories_conflicts
 from ..repository.manifest import has_manifest
 
 
@@ -49,6 +50,12 @@ class ServerSpec:
     # Serve only these models (--model-control-mode=explicit --load-model=...), e.g. one length
     # pool's encoders; None serves the whole repository.
     models: tuple[str, ...] | None = None
+    # Further repositories served by the same tritonserver (several models, one per repository).
+    more_repositories: tuple[Path, ...] = ()
+
+    @property
+    def repositories(self) -> tuple[Path, ...]:
+        return (Path(self.repository), *map(Path, self.more_repositories))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -181,7 +188,7 @@ class TritonServer:
         s = self.spec
         cmd = [
             str(self.install.binary),
-            f"--model-repository={Path(s.repository).resolve()}",
+            *(f"--model-repository={r.resolve()}" for r in s.repositories),
             f"--grpc-address={s.host}", f"--grpc-port={s.grpc_port}",
             f"--http-address={s.host}", f"--http-port={s.http_port}",
             f"--metrics-address={s.host}", f"--metrics-port={s.metrics_port}",
@@ -198,8 +205,14 @@ class TritonServer:
         return cmd + list(s.extra_args)
 
     def start(self) -> "TritonServer":
-        if not has_manifest(self.spec.repository) and not any(Path(self.spec.repository).glob("*/config.pbtxt")):
-            raise ServerError(f"{self.spec.repository} is not a model repository", "run `embtrt build` first")
+        for repo in self.spec.repositories:
+            if not has_manifest(repo) and not any(Path(repo).glob("*/config.pbtxt")):
+                raise ServerError(f"{repo} is not a model repository", "run `embtrt build` first")
+        if len(self.spec.repositories) > 1:
+            problems = repositories_conflicts(self.spec.repositories)
+            if problems:
+                raise ServerError("these repositories cannot be served together: " + "; ".join(problems),
+                                  "rebuild one with another --name, or with the same --server-python")
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="embtrt-tritonserver-", suffix=".log")
             os.close(fd)
@@ -228,8 +241,7 @@ class TritonServer:
     def model_names(self) -> list[str]:
         if self.spec.models is not None:
             return sorted(self.spec.models)
-        repo = Path(self.spec.repository)
-        return sorted(p.parent.name for p in repo.glob("*/config.pbtxt"))
+        return sorted(p.parent.name for repo in self.spec.repositories for p in Path(repo).glob("*/config.pbtxt"))
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         deadline = time.time() + (timeout_s or self.spec.startup_timeout_s)

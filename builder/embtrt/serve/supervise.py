@@ -28,7 +28,8 @@ class Supervisor:
         self.interval = probe_interval_s
         self.failures_to_recover = failures_to_recover
         self.log = log
-        self.model = front_door(spec.repository)
+        self.models = [front_door(r) for r in spec.repositories]
+        self.model = self.models[0]
         self.server: TritonServer | None = None
         self._stop = threading.Event()
         self.recoveries = 0
@@ -45,8 +46,18 @@ class Supervisor:
             self.server.stop(timeout_s=5)
         self._start()
         self.recoveries += 1
-        r = probe(self.server.grpc_url, self.model)  # type: ignore[union-attr]
+        r = self._probe()
         self.log(f"recovered in {time.time() - t0:.1f} s; probe {r.summary()}")
+
+    def _probe(self):
+        """Each model's front door and its buckets; the first failure, else the last result."""
+        assert self.server is not None
+        r = None
+        for m in self.models:
+            r = probe(self.server.grpc_url, m)
+            if not r.ok:
+                return r
+        return r
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -57,7 +68,7 @@ class Supervisor:
         self._start()
         srv = self.server
         assert srv is not None
-        self.log(f"ready: model {self.model}")
+        self.log(f"ready: model{'s' if len(self.models) > 1 else ''} {', '.join(self.models)}")
         self.log(f"  gRPC    {srv.grpc_url}")
         self.log(f"  HTTP    {srv.http_url}")
         self.log(f"  metrics {srv.metrics_url}")
@@ -74,7 +85,7 @@ class Supervisor:
                     continue
                 if self.interval <= 0:
                     continue
-                r = probe(srv.grpc_url, self.model)
+                r = self._probe()
                 if r.ok:
                     failures = 0
                     continue
