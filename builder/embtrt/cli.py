@@ -492,7 +492,7 @@ def gateway(
 
 @app.command()
 def k8s(
-    repo: Path = typer.Argument(..., help="The repository to deploy (its embtrt.json decides models, buckets and target)."),
+    repo: list[Path] = typer.Argument(..., help="The repository to deploy (its embtrt.json decides models, buckets and target); several put several models on pools of their own behind one gateway (each model's claim is <model>-repository)."),
     out_dir: Path = typer.Option(..., "--out", help="Folder for the YAML files and kustomization.yaml (required)."),
     pools: Optional[str] = typer.Option(None, help="Upper bucket of each length pool, e.g. 128,256 (pool 1: buckets <= 128; pool 2: the rest). Default: one pool per bucket."),
     image: str = typer.Option("nvcr.io/nvidia/tritonserver:25.06-py3", help="tritonserver image of the pools; it needs embtrt installed for the liveness probe (and embtrt[tensorrt] for TensorRT plans). Default nvcr.io/nvidia/tritonserver:25.06-py3."),
@@ -509,7 +509,7 @@ def k8s(
     from .scale.k8s import K8sSpec, write
 
     try:
-        spec = K8sSpec(repo, out_dir, pools=tuple(int(x) for x in pools.split(",") if x) if pools else (),
+        spec = K8sSpec(repo[0], out_dir, more_repositories=tuple(repo[1:]), pools=tuple(int(x) for x in pools.split(",") if x) if pools else (),
                        image=image, gateway_image=gateway_image, engines_image=engines_image, gpus=gpus,
                        replicas=replicas, max_replicas=max_replicas, target_queue_ms=target_queue_ms,
                        repo_pvc=repo_pvc, namespace=namespace)

@@ -140,3 +140,52 @@ def test_unknown_pool_edge_is_refused(repos, tmp_path):
     p = subprocess.run([sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"]), "--out", str(tmp_path / "o"),
                         "--pools", "100"], capture_output=True, text=True)
     assert p.returncode == 2 and "not buckets" in p.stderr
+
+
+def test_two_models_get_pools_of_their_own_behind_one_gateway(repos, tiny_models, tmp_path):
+    """Two repositories (two models): every document validates strictly; each model's pools load its
+    own models from its own claim; the gateway mounts both claims and routes MODEL:BUCKET to services
+    that exist; the NetworkPolicy covers every pool."""
+    other = tmp_path / "xlmr"
+    build(spec_from_options(tiny_models["xlmr-mean"], other, name="xlmr"), log=lambda m: None)
+    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"]), str(other), "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    files = {f.name: [d for d in yaml.safe_load_all(f.read_text()) if d] for f in sorted((tmp_path / "out").glob("*.yaml"))}
+    docs = [d for name, ds in files.items() if name != "kustomization.yaml" for d in ds]
+    for d in docs:
+        kv.validate(json.loads(json.dumps(d)), versions()[-1], strict=True)
+    by_kind: dict[str, dict[str, dict]] = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    deploys = by_kind["Deployment"]
+    want = {"bert": (repos["cpu"], "bert-repository"), "xlmr": (other, "xlmr-repository")}
+    pools = {n: d for n, d in deploys.items() if "-pool-" in n}
+    for model, (repo, claim) in want.items():
+        buckets = json.loads((repo / "embtrt.json").read_text())["buckets"]
+        mine = {n: d for n, d in pools.items() if n.startswith(f"{model}-pool-")}
+        assert sorted(mine) == sorted(f"{model}-pool-{b}" for b in buckets)
+        on_disk = {q.parent.name for q in repo.glob("*/config.pbtxt")}
+        for d in mine.values():
+            pod = d["spec"]["template"]["spec"]
+            assert [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v] == [claim]
+            loaded = {a.split("=", 1)[1] for a in pod["containers"][0]["args"] if a.startswith("--load-model=")}
+            assert loaded and loaded <= on_disk
+    gw = deploys["bert-gateway"]["spec"]["template"]["spec"]
+    cmd = gw["containers"][0]["command"]
+    assert cmd[:4] == ["embtrt", "gateway", "/repositories/bert", "/repositories/xlmr"]
+    claims = {v["persistentVolumeClaim"]["claimName"] for v in gw["volumes"] if "persistentVolumeClaim" in v}
+    assert claims == {"bert-repository", "xlmr-repository"}
+    routes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--pool"]
+    for r in routes:
+        model_bucket, target = r.split("=")
+        model, bucket = model_bucket.split(":")
+        host, port = target.split(":")
+        assert host == f"{model}-pool-{bucket}" and host in by_kind["Service"] and int(port) == GRPC
+    assert len(routes) == sum(len(json.loads((r / "embtrt.json").read_text())["buckets"]) for r, _ in want.values())
+    sel = next(iter(by_kind["NetworkPolicy"].values()))["spec"]["podSelector"]["matchLabels"]
+    assert all(sel.items() <= d["spec"]["template"]["metadata"]["labels"].items() for d in pools.values())
+    # the same name twice is refused
+    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"]), str(repos["cpu"]), "--out",
+                        str(tmp_path / "o2")], capture_output=True, text=True)
+    assert p.returncode == 2 and "model names repeat" in p.stderr

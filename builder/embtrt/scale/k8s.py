@@ -43,6 +43,9 @@ class K8sSpec:
     target_queue_ms: float = 50.0
     repo_pvc: str | None = None
     namespace: str | None = None
+    # Further repositories (one model each) on pools of their own behind the same gateway; each is
+    # read from its own PersistentVolumeClaim, <model>-repository.
+    more_repositories: tuple[Path, ...] = ()
 
 
 def _name(s: str) -> str:
@@ -81,17 +84,50 @@ def plan_pools(buckets: list[int], pools: tuple[int, ...]) -> list[tuple[int, ..
 
 def render(spec: K8sSpec) -> dict[str, list[dict]]:
     """{file name: [documents]}."""
-    repo = Path(spec.repository)
-    m = read_manifest(repo)
-    name, buckets, target = m.name, list(m.buckets), m.target
-    app = _name(name)
-    tensorrt = target == "tensorrt"
-    pvc = spec.repo_pvc or f"{app}-repository"
+    repos = [Path(spec.repository), *map(Path, spec.more_repositories)]
+    manifests = [read_manifest(r) for r in repos]
+    several = len(manifests) > 1
+    names = [m.name for m in manifests]
+    if len(set(names)) != len(names) or len({_name(n) for n in names}) != len(names):
+        raise SpecError(f"invalid repositories: model names repeat ({', '.join(names)})",
+                        "build each with its own --name")
+    if several and spec.repo_pvc:
+        raise SpecError("invalid --repo-pvc with several repositories", "each model's claim is <model>-repository")
+    app = _name(names[0])
     common = {PART_OF: app, "app.kubernetes.io/managed-by": "embtrt"}
     files: dict[str, list[dict]] = {}
-    pool_args = []
+    pool_args: list[str] = []
+    gw_volumes: list[dict] = []
+    gw_mounts: list[dict] = []
+    gw_repos: list[str] = []
     prom_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}, "namespaceSelector": {}}
-    for bs in plan_pools(buckets, spec.pools):
+    for m in manifests:
+        mapp = _name(m.name)
+        pvc = spec.repo_pvc or f"{mapp}-repository"
+        volume = "repository" if not several else f"repository-{mapp}"
+        mount = "/repository" if not several else f"/repositories/{mapp}"
+        gw_volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}})
+        gw_mounts.append({"name": volume, "mountPath": mount, "readOnly": True})
+        gw_repos.append(mount)
+        pool_args += _model_pools(spec, m, mapp, pvc, common, files, several)
+    _gateway_and_rest(spec, app, common, files, pool_args, gw_volumes, gw_mounts, gw_repos, prom_pods)
+    kust: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                            "resources": sorted(files)}
+    if spec.namespace:
+        kust["namespace"] = spec.namespace
+    files["kustomization.yaml"] = [kust]
+    return files
+
+
+def _model_pools(spec: K8sSpec, m, app: str, pvc: str, common: dict, files: dict, several: bool) -> list[str]:
+    """One model's length pools (Deployment, Service, HPA, PDB each); the gateway's --pool arguments."""
+    name, buckets, tensorrt = m.name, list(m.buckets), m.target == "tensorrt"
+    pool_args: list[str] = []
+    try:
+        pools = plan_pools(buckets, spec.pools)
+    except SpecError as exc:
+        raise SpecError(f"{name}: {exc.message}", exc.hint) from None
+    for bs in pools:
         pool = f"{app}-pool-{max(bs)}"
         labels = {**common, "app.kubernetes.io/name": pool, "app.kubernetes.io/component": "triton-pool",
                   "embtrt.io/pool": str(max(bs))}
@@ -163,18 +199,21 @@ def render(spec: K8sSpec) -> dict[str, list[dict]]:
         pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": pool, "labels": labels},
                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": pool}}}}
         files[f"{pool}.yaml"] = [deploy, svc, hpa, pdb]
-        pool_args += [a for b in bs for a in ("--pool", f"{b}={pool}:{GRPC}")]
+        pool_args += [a for b in bs for a in ("--pool", f"{name}:{b}={pool}:{GRPC}" if several else f"{b}={pool}:{GRPC}")]
+    return pool_args
 
+
+def _gateway_and_rest(spec: K8sSpec, app: str, common: dict, files: dict, pool_args: list[str], gw_volumes: list[dict],
+                      gw_mounts: list[dict], gw_repos: list[str], prom_pods: dict) -> None:
     gw = f"{app}-gateway"
     glabels = {**common, "app.kubernetes.io/name": gw, "app.kubernetes.io/component": "gateway"}
     gcont = {
         "name": "gateway", "image": spec.gateway_image,
-        "command": ["embtrt", "gateway", "/repository", "--host", "0.0.0.0", "--port", str(GATEWAY_PORT), *pool_args],
+        "command": ["embtrt", "gateway", *gw_repos, "--host", "0.0.0.0", "--port", str(GATEWAY_PORT), *pool_args],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health/ready", "port": "http"}, "periodSeconds": 10, "timeoutSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/health/live", "port": "http"}, "periodSeconds": 10},
-        "volumeMounts": [{"name": "repository", "mountPath": "/repository", "readOnly": True},
-                         {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [*gw_mounts, {"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": _security(), "resources": _resources("2", "2Gi"),
     }
     files["gateway.yaml"] = [
@@ -182,9 +221,7 @@ def render(spec: K8sSpec) -> dict[str, list[dict]]:
          "spec": {"replicas": 2, "selector": {"matchLabels": {"app.kubernetes.io/name": gw}},
                   "template": {"metadata": {"labels": glabels},
                                "spec": {"securityContext": {"runAsNonRoot": True, "fsGroup": 1000}, "containers": [gcont],
-                                        "volumes": [{"name": "repository",
-                                                     "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}},
-                                                    {"name": "tmp", "emptyDir": {}}]}}}},
+                                        "volumes": [*gw_volumes, {"name": "tmp", "emptyDir": {}}]}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": gw, "labels": glabels},
          "spec": {"selector": {"app.kubernetes.io/name": gw},
                   "ports": [{"name": "http", "port": GATEWAY_PORT, "targetPort": "http"}]}},
@@ -215,12 +252,6 @@ def render(spec: K8sSpec) -> dict[str, list[dict]]:
     files["prometheus-adapter-rules.yaml"] = [{
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{app}-prometheus-adapter-rules", "labels": common},
         "data": {"config.yaml": yaml.safe_dump(rule, sort_keys=False)}}]
-    kust: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                            "resources": sorted(files)}
-    if spec.namespace:
-        kust["namespace"] = spec.namespace
-    files["kustomization.yaml"] = [kust]
-    return files
 
 
 def write(spec: K8sSpec, log=print) -> list[Path]:
