@@ -238,16 +238,15 @@ def embed(
 @app.command()
 def probe(
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: Optional[list[str]] = typer.Option(None, help="Model to probe; repeat for several (all must agree). Default all_minilm_l6_v2."),
+    model: Optional[list[str]] = typer.Option(None, help="Model to probe; repeat for several. A model and its NAME_<L> ensembles must agree; different models (several repositories on one server) are probed each on its own. Default all_minilm_l6_v2."),
     expand: bool = typer.Option(True, "--expand/--no-expand", help="Also probe each NAME_<L> bucket ensemble of the first model. --no-expand probes only the --model names (a length pool's own ensembles). Default on."),
     timeout: float = typer.Option(10.0, help="Seconds per request. Default 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Liveness by real inference through the front door and every bucket; exit 1 when any fails."""
-    from .serve.probe import probe as run_probe
+    from .serve.probe import probe_models
 
-    models = model or ["all_minilm_l6_v2"]
-    r = run_probe(url, models[0], timeout, also=tuple(models[1:]), expand=expand)
+    r = probe_models(url, model or ["all_minilm_l6_v2"], timeout, expand=expand)
     if as_json:
         sys.stdout.write(json.dumps({"ok": r.ok, "latency_ms": r.latency_ms, "errors": r.errors,
                                      "checked": r.checked}) + "\n")

@@ -66,3 +66,17 @@ def test_one_model_on_two_targets_side_by_side_passes_verify_against(minilm_repo
     doc = json.loads(p.stdout)
     assert doc["passed"] and all(b["p01"] >= 0.999 for b in doc["gate"]["buckets"].values())
     assert not any("different models" in w for w in doc["warnings"])
+
+
+def test_probe_checks_each_model_of_a_server_on_its_own(tiny_repos, tmp_path):
+    a, b = tiny_repos["bert-cls"], tiny_repos["xlmr-mean"]
+    with _server([a, b], tmp_path) as srv:
+        p = subprocess.run([sys.executable, "-m", "embtrt.cli", "probe", "--url", srv.grpc_url, "--model", "bert_cls",
+                            "--model", "xlmr_mean", "--json"], capture_output=True, text=True)
+        doc = json.loads(p.stdout)
+        assert p.returncode == 0 and doc["ok"], doc
+        assert {"bert_cls", "xlmr_mean", "bert_cls_32", "xlmr_mean_32"} <= set(doc["checked"])
+        # a length pool's own ensembles of one model are still compared with each other
+        p = subprocess.run([sys.executable, "-m", "embtrt.cli", "probe", "--url", srv.grpc_url, "--no-expand",
+                            "--model", "xlmr_mean_32", "--model", "xlmr_mean_128", "--json"], capture_output=True, text=True)
+        assert p.returncode == 0 and json.loads(p.stdout)["checked"] == ["xlmr_mean_32", "xlmr_mean_128"]

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PROBE_TEXT = "embtrt liveness probe: the quick brown fox jumps over the lazy dog."
+# short enough for the smallest bucket of any tokenizer (it is sent to every NAME_<L> ensemble)
+PROBE_TEXT = "embtrt liveness probe"
 
 
 @dataclass
@@ -65,3 +66,21 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
     finally:
         c.close()
     return ProbeResult(not errors, (time.perf_counter() - t0) * 1e3, errors, checked)
+
+
+def model_family(name: str) -> str:
+    """NAME for NAME and its bucket ensembles NAME_<L>: the models whose vectors must agree."""
+    import re
+
+    return re.sub(r"_\d+$", "", name)
+
+
+def probe_models(url: str, models: list[str], timeout_s: float = 10.0, expand: bool = True) -> ProbeResult:
+    """Probe several models: each family (a model and its NAME_<L> ensembles) must agree within
+    itself; different models (several repositories on one server) are probed separately."""
+    families: dict[str, list[str]] = {}
+    for m in models:
+        families.setdefault(model_family(m), []).append(m)
+    results = [probe(url, ms[0], timeout_s, also=tuple(ms[1:]), expand=expand) for ms in families.values()]
+    return ProbeResult(all(r.ok for r in results), sum(r.latency_ms for r in results),
+                       {k: v for r in results for k, v in r.errors.items()}, [m for r in results for m in r.checked])
