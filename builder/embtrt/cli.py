@@ -382,7 +382,7 @@ def bench(
     requests: int = typer.Option(200, help="Measured requests per target and scenario. Default 200."),
     warmup: int = typer.Option(20, help="Warm-up requests per target and scenario, excluded. Default 20."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, results.md and PNG plots here. Default: none."),
-    cpu_pid: Optional[list[str]] = typer.Option(None, help="LABEL=PID: a process tree (the process and its descendants, e.g. tritonserver with its stubs, or a gateway) whose CPU time per request is recorded in every scenario; repeatable. Default: none."),
+    cpu_pid: Optional[list[str]] = typer.Option(None, help="LABEL=PID: a process tree (the process and its descendants, e.g. tritonserver with its stubs, or a gateway) whose CPU time per request and peak resident memory (sampled every 50 ms) are recorded in every scenario; repeatable. Default: none."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr."),
 ) -> None:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {"target", "kind", "bucket", "concurrency", "texts_per_request", "sent", "ok", "errors", "seconds",
                "req_per_s", "texts_per_s", "tokens_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "error_samples",
-               "triton", "cpu_ms_per_req"}
+               "triton", "cpu_ms_per_req", "peak_rss_mib"}
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +128,32 @@ def test_bench_without_matplotlib_says_so_before_measuring_and_piped_tables_are_
     assert sorted(f.name for f in (tmp_path / "res").iterdir()) == ["results.json", "results.md"]
     row = next(line for line in p.stdout.splitlines() if "a-rather-long-peer-model-name-for-the-table" in line)
     assert row.startswith("| openai:a-rather-long-peer-model-name-for-the-table@" + openai_peer)
+
+
+def test_bench_records_cpu_per_request_and_peak_memory_of_watched_process_trees(minilm_server, corpus):
+    """--cpu-pid: the tritonserver tree (server and its Python stubs) is charged CPU for each request
+    it serves and its peak resident memory is sampled during the scenario; an idle tree is charged
+    next to nothing."""
+    import os
+    import subprocess
+
+    from embtrt.measure.bench import tree_cpu_seconds, tree_rss_bytes
+    from embtrt.measure.verify import Reference
+    from embtrt.reference.modelinfo import default_model_path
+
+    idle = subprocess.Popen(["sleep", "60"])
+    try:
+        counts = Reference(default_model_path()).token_counts(corpus)
+        targets = [Target("triton", "triton", minilm_server.grpc_url, "all_minilm_l6_v2")]
+        pids = {"tritonserver": minilm_server.proc.pid, "idle": idle.pid}
+        doc = run_bench(targets, corpus, counts, buckets=(32, 128, 256), concurrency=(4,), requests=40, warmup=4,
+                        only_buckets=("mixed",), cpu_pids=pids)
+    finally:
+        idle.kill()
+        idle.wait()
+    (r,) = doc["results"]
+    assert r["cpu_ms_per_req"]["tritonserver"] > 0.5 and r["cpu_ms_per_req"]["idle"] < 0.05
+    # the tree holds the server and its stubs: hundreds of MiB, more than the server process alone
+    assert r["peak_rss_mib"]["tritonserver"] > 200 and r["peak_rss_mib"]["idle"] < 50
+    own = int(Path(f"/proc/{minilm_server.proc.pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    assert tree_rss_bytes(minilm_server.proc.pid) > own and tree_cpu_seconds(minilm_server.proc.pid) > 0

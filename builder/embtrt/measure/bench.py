@@ -88,6 +88,8 @@ class Result:
     # CPU milliseconds per request of each watched process tree (e.g. tritonserver and its stubs, the
     # gateway), over the scenario's warm-up and measured requests
     cpu_ms_per_req: dict = field(default_factory=dict)
+    # peak resident memory (MiB) of each watched process tree, sampled every 50 ms during the scenario
+    peak_rss_mib: dict = field(default_factory=dict)
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -115,6 +117,63 @@ def tree_cpu_seconds(pid: int) -> float:
         total += cpu.get(p, 0.0)
         todo += children.get(p, [])
     return total
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and all its descendants (Linux /proc)."""
+    import os
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        rss[int(entry.name)] = int(fields[21]) * page
+    total, todo = 0, [pid]
+    while todo:
+        q = todo.pop()
+        total += rss.get(q, 0)
+        todo += children.get(q, [])
+    return total
+
+
+class _PeakRss:
+    """Samples the watched process trees' RSS in a thread while a scenario runs; keeps the peaks."""
+
+    def __init__(self, pids: dict[str, int], interval_s: float = 0.05) -> None:
+        import threading
+
+        self.pids, self.interval = pids, interval_s
+        self.peak = {k: 0 for k in pids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            for k, p in self.pids.items():
+                self.peak[k] = max(self.peak[k], tree_rss_bytes(p))
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> "_PeakRss":
+        if self.pids:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pids:
+            self._stop.set()
+            self._thread.join()
+
+    def mib(self) -> dict[str, float]:
+        return {k: round(v / 2**20, 1) for k, v in self.peak.items()}
 
 
 def _pct(lat: list[float], q: float) -> float:
@@ -358,8 +417,10 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                 others = sorted({p for o in targets if o is not t for p in o.pids} - set(t.pids))  # never its own server
                 with _Paused(others):
                     cpu0 = {k: tree_cpu_seconds(p) for k, p in (cpu_pids or {}).items()}
-                    res = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
-                                                seed + scenario, token_counts, bucket))
+                    with _PeakRss(cpu_pids or {}) as mem:
+                        res = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
+                                                    seed + scenario, token_counts, bucket))
+                    res.peak_rss_mib = mem.mib()
                     sent = res.sent + warmup
                     res.cpu_ms_per_req = {k: round((tree_cpu_seconds(p) - cpu0[k]) * 1e3 / max(sent, 1), 3)
                                           for k, p in (cpu_pids or {}).items()}
@@ -445,8 +506,8 @@ def markdown(doc: dict) -> str:
              f"texts per bucket: {doc['scenario']['bucket_sizes']}", "",
              "| target | bucket | conc | req/s | texts/s | tokens/s | p50 ms | p95 ms | p99 ms | max ms | errors | "
              "Triton queue/compute µs (front door) |" + "".join(f" CPU ms/req {k} |" for k in cpu_keys) +
-             (" CPU ms/req total |" if cpu_keys else ""),
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + "---:|" * (len(cpu_keys) + bool(cpu_keys))]
+             (" CPU ms/req total |" if cpu_keys else "") + "".join(f" peak RSS MiB {k} |" for k in cpu_keys),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + "---:|" * (2 * len(cpu_keys) + bool(cpu_keys))]
     for r in doc["results"]:
         tri = ""
         front = r["triton"].get(next((t["model"] for t in doc["targets"] if t["name"] == r["target"]), ""), None)
@@ -456,7 +517,8 @@ def markdown(doc: dict) -> str:
                      f"{r['texts_per_s']:.1f} | {r['tokens_per_s']:.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | "
                      f"{r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['errors']} | {tri} |"
                      + "".join(f" {r.get('cpu_ms_per_req', {}).get(k, float('nan')):.2f} |" for k in cpu_keys)
-                     + (f" {sum(r.get('cpu_ms_per_req', {}).values()):.2f} |" if cpu_keys else ""))
+                     + (f" {sum(r.get('cpu_ms_per_req', {}).values()):.2f} |" if cpu_keys else "")
+                     + "".join(f" {r.get('peak_rss_mib', {}).get(k, float('nan')):.0f} |" for k in cpu_keys))
     return "\n".join(lines) + "\n"
 
 
