@@ -336,21 +336,16 @@ def verify(
             texts = load_corpus(corpus)
             counts = Reference(reference or default_model_path()).token_counts(texts)
             rep = verify_against(url, model, other_url, other_model or model, texts, gate, counts, log=log)
-            if as_json:
-                sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
-            else:
-                for line in rep.lines():
-                    out.print(line, markup=False)
-            raise typer.Exit(0 if rep.passed else 4)
-        require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
-        ref = Reference(reference or default_model_path(), pooling=ref_pooling)
-        idx = None
-        if index_identity is not None:
-            doc = json.loads(index_identity.read_text())
-            idx = doc.get("identity", doc)
-        rep = run_verify(url, model, ref, load_corpus(corpus), gate, under_load=under_load,
-                         concurrency=concurrency, load_cosine=load_cosine, index_identity=idx,
-                         prompt_name=prompt_name, dimensions=dimensions, log=log)
+        else:
+            require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
+            ref = Reference(reference or default_model_path(), pooling=ref_pooling)
+            idx = None
+            if index_identity is not None:
+                doc = json.loads(index_identity.read_text())
+                idx = doc.get("identity", doc)
+            rep = run_verify(url, model, ref, load_corpus(corpus), gate, under_load=under_load,
+                             concurrency=concurrency, load_cosine=load_cosine, index_identity=idx,
+                             prompt_name=prompt_name, dimensions=dimensions, log=log)
     except EmbtrtError as exc:
         _fail(exc)
         return

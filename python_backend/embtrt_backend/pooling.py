@@ -32,6 +32,16 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     raise ValueError(f"unknown pooling {mode!r}; allowed: {', '.join(MODES)}")
 
 
+def exclude_prefix(mask: np.ndarray, skip) -> np.ndarray:
+    """A copy of a right-padded attention mask with each row's first `skip` positions zeroed (one
+    number, or one per row): the prompt's tokens left out of pooling, as sentence-transformers does
+    with include_prompt false. The mask itself is returned when nothing is skipped."""
+    skip = np.broadcast_to(np.asarray(skip, dtype=np.int64), (mask.shape[0],))
+    if not skip.any():
+        return mask
+    return np.where(np.arange(mask.shape[1])[None, :] < skip[:, None], 0, mask).astype(mask.dtype)
+
+
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     """Same as torch.nn.functional.normalize(p=2, dim=1, eps=1e-12)."""
     norm = np.linalg.norm(x, axis=1, keepdims=True)

@@ -21,7 +21,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters, split_rows  # noqa: E402
 from embtrt_backend.options import ModelOptions, load_calibration, parse_request_parameters, prompt_length  # noqa: E402
-from embtrt_backend.pooling import pool_and_normalize  # noqa: E402
+from embtrt_backend.pooling import exclude_prefix, pool_and_normalize  # noqa: E402
 from embtrt_backend.routing import gather, plan  # noqa: E402
 from embtrt_backend.text import TextTokenizer, decode_texts, merge_windows  # noqa: E402
 
@@ -70,10 +70,7 @@ class TritonPythonModel:
                 raise RuntimeError(f"encoder {self.encoders[bucket]}: {resp.error().message()}")
             out = pb_utils.get_output_tensor_by_name(resp, self.output_name).as_numpy()
         if not self.fused:
-            mask = feeds["attention_mask"]
-            if skip is not None and skip.any():
-                mask = mask.copy()
-                mask[np.arange(mask.shape[1])[None, :] < skip[:, None]] = 0
+            mask = feeds["attention_mask"] if skip is None else exclude_prefix(feeds["attention_mask"], skip)
             out = pool_and_normalize(out, mask, self.pooling, self.normalize)
         return out
 

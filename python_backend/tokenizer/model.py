@@ -14,6 +14,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
 from embtrt_backend.options import ModelOptions, prompt_length  # noqa: E402
+from embtrt_backend.pooling import exclude_prefix  # noqa: E402
 from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
 
 
@@ -57,8 +58,6 @@ class TritonPythonModel:
                 continue
             out = [pb_utils.Tensor(n, feeds[n]) for n in self.input_names]
             if self.skip:
-                mask = feeds["attention_mask"].copy()
-                mask[:, :self.skip] = 0
-                out.append(pb_utils.Tensor("pooling_mask", mask))
+                out.append(pb_utils.Tensor("pooling_mask", exclude_prefix(feeds["attention_mask"], self.skip)))
             responses.append(pb_utils.InferenceResponse(out))
         return responses

@@ -81,3 +81,13 @@ def test_truncation_sides_equal_the_hf_tokenizer(minilm_path, corpus):
             continue
         hf.truncation_side = "left" if m == "START" else "right"
         assert enc.ids[i] == hf(t, truncation=True, max_length=32)["input_ids"]
+
+
+def test_exclude_prefix_zeroes_each_rows_prompt_positions_and_copies():
+    from embtrt_backend.pooling import exclude_prefix
+
+    mask = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], dtype=np.int64)
+    assert exclude_prefix(mask, 0) is mask
+    assert exclude_prefix(mask, 2).tolist() == [[0, 0, 1, 1, 0], [0, 0, 1, 0, 0]]
+    assert exclude_prefix(mask, np.array([1, 3])).tolist() == [[0, 1, 1, 1, 0], [0, 0, 0, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]] and exclude_prefix(mask, 1).dtype == mask.dtype

@@ -25,7 +25,7 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
     the caller to reuse. Bucket labels are by the texts' own token counts."""
     text_mod, enc_mod = backend_lib()
     from embtrt_backend.options import prompt_length
-    from embtrt_backend.pooling import pool_and_normalize
+    from embtrt_backend.pooling import exclude_prefix, pool_and_normalize
     from embtrt_backend.routing import plan
 
     tok = text_mod.TextTokenizer(str(tokenizer_json), spec.max_seq_length, pad_id, "truncate")
@@ -46,8 +46,6 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
         feeds = tok.pad(enc, rows, L, spec.input_names)
         res = sessions[key].run(feeds)  # type: ignore[attr-defined]
         if not spec.fused:
-            mask = feeds["attention_mask"].copy()
-            mask[:, :skip] = 0
-            res = pool_and_normalize(res, mask, spec.pooling, spec.normalize)
+            res = pool_and_normalize(res, exclude_prefix(feeds["attention_mask"], skip), spec.pooling, spec.normalize)
         out[rows] = res
     return out, labels

@@ -92,40 +92,11 @@ class Result:
     peak_rss_mib: dict = field(default_factory=dict)
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and all its descendants (Linux /proc), e.g.
-    tritonserver with its Python-backend stubs."""
-    import os
-
-    tick = os.sysconf("SC_CLK_TCK")
+def _tree_sum(pid: int, value) -> float:
+    """Sum of value(stat fields) over a process and all its descendants (Linux /proc), e.g.
+    tritonserver with its Python-backend stubs. The fields follow "pid (comm) " in /proc/PID/stat."""
     children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
-        ppid, utime, stime = int(fields[1]), int(fields[11]), int(fields[12])
-        children.setdefault(ppid, []).append(int(entry.name))
-        cpu[int(entry.name)] = (utime + stime) / tick
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        total += cpu.get(p, 0.0)
-        todo += children.get(p, [])
-    return total
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of a process and all its descendants (Linux /proc)."""
-    import os
-
-    page = os.sysconf("SC_PAGE_SIZE")
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    values: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -135,13 +106,29 @@ def tree_rss_bytes(pid: int) -> int:
             continue
         fields = raw[raw.rindex(")") + 2:].split()
         children.setdefault(int(fields[1]), []).append(int(entry.name))
-        rss[int(entry.name)] = int(fields[21]) * page
-    total, todo = 0, [pid]
+        values[int(entry.name)] = value(fields)
+    total, todo = 0.0, [pid]
     while todo:
-        q = todo.pop()
-        total += rss.get(q, 0)
-        todo += children.get(q, [])
+        p = todo.pop()
+        total += values.get(p, 0.0)
+        todo += children.get(p, [])
     return total
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process tree."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    return _tree_sum(pid, lambda f: (int(f[11]) + int(f[12])) / tick)
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process tree."""
+    import os
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    return int(_tree_sum(pid, lambda f: int(f[21]) * page))
 
 
 class _PeakRss:

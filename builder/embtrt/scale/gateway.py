@@ -300,11 +300,6 @@ class Gateway:
             c = self._clients[url] = aioclient.InferenceServerClient(url)
         return c
 
-    async def close(self) -> None:
-        for c in self._clients.values():
-            await c.close()
-        self._clients.clear()
-
     # ---- request parsing ------------------------------------------------------------------
 
     def model_options(self, model: str) -> dict:
@@ -433,39 +428,19 @@ class Gateway:
     async def _chunk(self, bucket: int, rows, enc, texts, out: np.ndarray, skip: int = 0) -> None:
         s = self.served
         pool = self.pool_of[bucket]
-        import tritonclient.grpc.aio as aioclient
-
-        if self.batchers and not (self.cfg.route == "text" and texts is not None):
-            vec = await self.batchers[pool.name].submit(bucket, [enc.ids[r] for r in rows], [enc.type_ids[r] for r in rows],
-                                                        skip)
-            out[rows] = vec
-            self.metrics.items.labels(pool.name).inc(len(rows))
-            self.metrics.tokens.labels(pool.name).inc(int(enc.lengths[rows].sum()))
-            return
         if self.cfg.route == "text" and texts is not None:
-            model, output = f"{s.name}_{bucket}", "EMBEDDING"
+            import tritonclient.grpc.aio as aioclient
+
             arr = np.array([[texts[r].encode("utf-8")] for r in rows], dtype=object)
             inputs = [aioclient.InferInput("TEXT", list(arr.shape), "BYTES")]
             inputs[0].set_data_from_numpy(arr)
-            mask = None
-        else:
-            model, output = f"{s.name}_{bucket}_encoder", s.output
-            width = bucket if s.fixed_length else int(enc.lengths[rows].max())
-            feeds = s.tok.pad(enc, rows, width, s.input_names)
-            inputs = []
-            for n in s.input_names:
-                t = aioclient.InferInput(n, list(feeds[n].shape), "INT64")
-                t.set_data_from_numpy(feeds[n])
-                inputs.append(t)
-            mask = feeds["attention_mask"]
-        vec = await self._call(pool, bucket, model, inputs, output)
-        if mask is not None and not s.fused:
-            from embtrt_backend.pooling import pool_and_normalize
-
-            if skip:  # include_prompt false: the prompt's tokens are left out of pooling
-                mask = mask.copy()
-                mask[:, :skip] = 0
-            vec = pool_and_normalize(vec, mask, s.pooling, s.normalize)
+            vec = await self._call(pool, bucket, f"{s.name}_{bucket}", inputs, "EMBEDDING")
+        else:  # token ids to the bucket's encoder: coalesced with other requests' rows, or alone
+            ids, types = [enc.ids[r] for r in rows], [enc.type_ids[r] for r in rows]
+            if self.batchers:
+                vec = await self.batchers[pool.name].submit(bucket, ids, types, skip)
+            else:
+                vec = await self._rows(bucket, ids, types, np.full(len(ids), skip, dtype=np.int64))
         out[rows] = vec
         self.metrics.items.labels(pool.name).inc(len(rows))
         self.metrics.tokens.labels(pool.name).inc(int(enc.lengths[rows].sum()))
@@ -485,14 +460,10 @@ class Gateway:
             t.set_data_from_numpy(feeds[n])
             inputs.append(t)
         vec = await self._call(self.pool_of[bucket], bucket, f"{s.name}_{bucket}_encoder", inputs, s.output)
-        if not s.fused:
-            from embtrt_backend.pooling import pool_and_normalize
+        if not s.fused:  # include_prompt false: the prompt's tokens are left out of pooling
+            from embtrt_backend.pooling import exclude_prefix, pool_and_normalize
 
-            mask = feeds["attention_mask"]
-            if skip.any():  # include_prompt false: the prompt's tokens are left out of pooling
-                mask = mask.copy()
-                mask[np.arange(width)[None, :] < skip[:, None]] = 0
-            vec = pool_and_normalize(vec, mask, s.pooling, s.normalize)
+            vec = pool_and_normalize(vec, exclude_prefix(feeds["attention_mask"], skip), s.pooling, s.normalize)
         return vec
 
     async def _call(self, pool: Pool, bucket: int, model: str, inputs, output: str) -> np.ndarray:
