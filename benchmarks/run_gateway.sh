@@ -3,13 +3,14 @@
 #
 #   bash benchmarks/run_gateway.sh
 #
-# One tritonserver (python-ort fp32 MiniLM) and gateways in front of it, each with token ids to the
-# bucket encoders (--route ids): GATEWAYS lists their extra options, one gateway each (default: the
-# coalescing gateway as built, and `--coalesce-us 0`, one upstream call per request as before).
+# One tritonserver (python-ort fp32 MiniLM) and gateways in front of it: GATEWAYS lists their options,
+# one gateway each (default: the gateway as built, `--route auto`, which on one server sends texts to
+# the front door; `--route ids`, token ids to the bucket encoders as with length pools, coalesced;
+# and `--route ids --coalesce-us 0`, one upstream call per request).
 # `embtrt bench` measures direct gRPC to the front door against the gateways over OpenAI HTTP, on
 # the same texts, alternating targets, with the CPU time per request of the tritonserver process
-# tree and of each gateway (--cpu-pid). The tritonserver is never paused (the gateways need it);
-# each gateway is paused while the others are measured.
+# tree and of each gateway (--cpu-pid), and of the load generator itself. The tritonserver is never
+# paused (the gateways need it); each gateway is paused while the others are measured.
 # Environment: OUT (results folder), CONCURRENCY (default 1,32), REQUESTS (default 400), ONLY (default <=32,mixed),
 # EXTRA_BUILD (more `embtrt build` options).
 set -euo pipefail
@@ -33,7 +34,7 @@ PIDS+=($!)
 for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
 "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME"
 PEERS=(--cpu-pid "tritonserver=${PIDS[0]}")
-IFS=';' read -r -a GWS <<< "${GATEWAYS:---coalesce-us 2000;--coalesce-us 0}"
+IFS=';' read -r -a GWS <<< "${GATEWAYS:---route auto;--route ids;--route ids --coalesce-us 0}"
 i=0
 for opts in "${GWS[@]}"; do
   i=$((i + 1))
@@ -56,7 +57,7 @@ echo "== ${CMD[*]}"
   echo "command: EXTRA_BUILD='${EXTRA_BUILD:-}' GATEWAYS='${GATEWAYS:-}' CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS ONLY='$ONLY' bash benchmarks/run_gateway.sh"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
-  i=0; for opts in "${GWS[@]}"; do i=$((i + 1)); echo "gateway$i (openai target #$i): embtrt gateway --route ids $opts"; done
+  i=0; for opts in "${GWS[@]}"; do i=$((i + 1)); echo "gateway$i (openai target #$i): embtrt gateway $opts"; done
   echo "CPU ms/req: process-tree CPU time (user+system) over warm-up and measured requests, divided by their number"
   echo "load generator, gateways and tritonserver share the same $(nproc) cores"
 } > "$OUT/machine.txt"

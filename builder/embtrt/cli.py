@@ -459,10 +459,10 @@ def gateway(
     host: str = typer.Option("127.0.0.1", help="Address to bind. Default 127.0.0.1 (loopback only)."),
     port: int = typer.Option(8080, help="HTTP port. Default 8080."),
     api_key_env: Optional[str] = typer.Option(None, help="Name of an environment variable holding the API key; requests must send Authorization: Bearer <key>. Default: no key."),
-    route: str = typer.Option("ids", help="ids | text. ids: token ids to the bucket encoders (one tokenization); text: text to the NAME_<L> ensembles. Default ids."),
+    route: str = typer.Option("auto", help="auto | frontdoor | ids | text. frontdoor: text to the model's front door, which tokenizes, routes and batches (one pool only); ids: token ids to the bucket encoders of each length pool; text: text to the NAME_<L> ensembles. Default auto: frontdoor when a model's buckets are all in one pool, else ids (measured: benchmarks/README.md)."),
     max_items: int = typer.Option(2048, help="Most items per request (OpenAI's limit). Default 2048."),
     max_body_bytes: int = typer.Option(16 << 20, help="Largest request body; larger ones get 413. Default 16777216."),
-    coalesce_us: int = typer.Option(2000, help="--route ids: rows of concurrent requests for one bucket go upstream as one call (at most the bucket's max batch). A call goes out at once while fewer than --coalesce-inflight calls per replica are in flight for the pool, so a lone request never waits; otherwise rows wait for a free slot, at most this many microseconds. 0 disables coalescing. Default 2000 (measured: benchmarks/README.md)."),
+    coalesce_us: int = typer.Option(2000, help="Rows of concurrent requests go upstream as one call: per bucket on --route ids (at most the bucket's max batch), per prompt and truncation on --route frontdoor (at most the front door's max batch). A call goes out at once while fewer than --coalesce-inflight calls per replica are in flight for the pool, so a lone request never waits; otherwise rows wait for a free slot, at most this many microseconds. 0 disables coalescing. Default 2000 (measured: benchmarks/README.md)."),
     coalesce_inflight: int = typer.Option(2, help="Upstream calls per bucket and replica in flight before items wait to be coalesced. Default 2 (the python-* encoders' instance count)."),
 ) -> None:
     """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""

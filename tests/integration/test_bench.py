@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {"target", "kind", "bucket", "concurrency", "texts_per_request", "sent", "ok", "errors", "seconds",
                "req_per_s", "texts_per_s", "tokens_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "error_samples",
-               "triton", "cpu_ms_per_req", "peak_rss_mib"}
+               "triton", "cpu_ms_per_req", "peak_rss_mib", "client_cpu_ms_per_req"}
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +153,7 @@ def test_bench_records_cpu_per_request_and_peak_memory_of_watched_process_trees(
         idle.wait()
     (r,) = doc["results"]
     assert r["cpu_ms_per_req"]["tritonserver"] > 0.5 and r["cpu_ms_per_req"]["idle"] < 0.05
+    assert 0 < r["client_cpu_ms_per_req"] < 50  # the load generator's own CPU: some, never the server's seconds
     # the tree holds the server and its stubs: hundreds of MiB, more than the server process alone
     assert r["peak_rss_mib"]["tritonserver"] > 200 and r["peak_rss_mib"]["idle"] < 50
     own = int(Path(f"/proc/{minilm_server.proc.pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -277,17 +277,21 @@ def test_killing_one_replica_mid_load_fails_no_request(minilm_repo, minilm_serve
     assert retried >= 1
 
 
-def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_order(minilm_repo, minilm_server, corpus,
-                                                                                  reference, tokenizer, tmp_path):
+@pytest.mark.parametrize("route", ["auto", "ids"])
+def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_order(route, minilm_repo, minilm_server,
+                                                                                  corpus, reference, tokenizer, tmp_path):
     """32 concurrent requests of 1-3 short texts: fewer upstream calls than requests, every request
     its own vectors in its own order (equal to sentence-transformers); bad requests sent among them
     (ids outside the vocabulary, an over-long text with truncate NONE, a bad option) fail alone; a
-    client that goes away mid-flight costs the others nothing."""
+    client that goes away mid-flight costs the others nothing. auto on one server is the front door
+    route (texts to the front door); ids sends token ids to the bucket encoders."""
     lens = [len(e.ids) for e in tokenizer.encode_batch(corpus)]
     short = [i for i, n in enumerate(lens) if n <= 32][:96]
     long_i = max(range(len(corpus)), key=lambda i: len(corpus[i]))  # far over 256 tokens
-    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url) as u:
-        calls0 = _metric(u, "embtrt_gateway_upstream_rows_count")
+    taken = "frontdoor" if route == "auto" else "ids"
+    counter = f'embtrt_gateway_upstream_rows_count{{pool="all",route="{taken}"}}'
+    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url, "--route", route) as u:
+        calls0 = _metric(u, counter)
 
         async def run():
             async with httpx.AsyncClient(timeout=60) as hc, httpx.AsyncClient(timeout=0.002) as impatient:
@@ -319,8 +323,8 @@ def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_orde
             assert cosine_rows(reference[rows], got).min() >= 0.9999
         assert [r.status_code for r in bads] == [400, 400, 400]
         assert [r.json()["error"]["param"] for r in bads] == ["input", "input", "dimensions"]
-        calls = _metric(u, "embtrt_gateway_upstream_rows_count") - calls0
-        assert 0 < calls < 32, calls  # coalesced: fewer upstream calls than requests
+        calls = _metric(u, counter) - calls0
+        assert 0 < calls < 32, calls  # coalesced, by the route asked for: fewer upstream calls than requests
         # and the gateway serves on, correctly
         r = _post(u, {"model": NAME, "input": [corpus[short[0]]], "encoding_format": "float"})
         assert cosine_rows(reference[short[:1]], np.asarray([r.json()["data"][0]["embedding"]]))[0] >= 0.9999

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import platform
 import random
 import time
@@ -90,6 +91,7 @@ class Result:
     cpu_ms_per_req: dict = field(default_factory=dict)
     # peak resident memory (MiB) of each watched process tree, sampled every 50 ms during the scenario
     peak_rss_mib: dict = field(default_factory=dict)
+    client_cpu_ms_per_req: float | None = None  # the load generator's own (this process's) CPU per request
 
 
 def _tree_sum(pid: int, value) -> float:
@@ -113,6 +115,11 @@ def _tree_sum(pid: int, value) -> float:
         total += values.get(p, 0.0)
         todo += children.get(p, [])
     return total
+
+
+def _own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -404,11 +411,13 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                 others = sorted({p for o in targets if o is not t for p in o.pids} - set(t.pids))  # never its own server
                 with _Paused(others):
                     cpu0 = {k: tree_cpu_seconds(p) for k, p in (cpu_pids or {}).items()}
+                    own0 = _own_cpu_seconds()
                     with _PeakRss(cpu_pids or {}) as mem:
                         res = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
                                                     seed + scenario, token_counts, bucket))
                     res.peak_rss_mib = mem.mib()
                     sent = res.sent + warmup
+                    res.client_cpu_ms_per_req = round((_own_cpu_seconds() - own0) * 1e3 / max(sent, 1), 3)
                     res.cpu_ms_per_req = {k: round((tree_cpu_seconds(p) - cpu0[k]) * 1e3 / max(sent, 1), 3)
                                           for k, p in (cpu_pids or {}).items()}
                     results.append(res)
@@ -493,8 +502,9 @@ def markdown(doc: dict) -> str:
              f"texts per bucket: {doc['scenario']['bucket_sizes']}", "",
              "| target | bucket | conc | req/s | texts/s | tokens/s | p50 ms | p95 ms | p99 ms | max ms | errors | "
              "Triton queue/compute µs (front door) |" + "".join(f" CPU ms/req {k} |" for k in cpu_keys) +
-             (" CPU ms/req total |" if cpu_keys else "") + "".join(f" peak RSS MiB {k} |" for k in cpu_keys),
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + "---:|" * (2 * len(cpu_keys) + bool(cpu_keys))]
+             (" CPU ms/req total |" if cpu_keys else "") + "".join(f" peak RSS MiB {k} |" for k in cpu_keys) +
+             (" CPU ms/req load generator |" if cpu_keys else ""),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + "---:|" * (2 * len(cpu_keys) + 2 * bool(cpu_keys))]
     for r in doc["results"]:
         tri = ""
         front = r["triton"].get(next((t["model"] for t in doc["targets"] if t["name"] == r["target"]), ""), None)
@@ -505,7 +515,8 @@ def markdown(doc: dict) -> str:
                      f"{r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['errors']} | {tri} |"
                      + "".join(f" {r.get('cpu_ms_per_req', {}).get(k, float('nan')):.2f} |" for k in cpu_keys)
                      + (f" {sum(r.get('cpu_ms_per_req', {}).values()):.2f} |" if cpu_keys else "")
-                     + "".join(f" {r.get('peak_rss_mib', {}).get(k, float('nan')):.0f} |" for k in cpu_keys))
+                     + "".join(f" {r.get('peak_rss_mib', {}).get(k, float('nan')):.0f} |" for k in cpu_keys)
+                     + (f" {r.get('client_cpu_ms_per_req') or float('nan'):.2f} |" if cpu_keys else ""))
     return "\n".join(lines) + "\n"
 
 

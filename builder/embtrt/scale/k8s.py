@@ -209,7 +209,8 @@ def _gateway_and_rest(spec: K8sSpec, app: str, common: dict, files: dict, pool_a
     glabels = {**common, "app.kubernetes.io/name": gw, "app.kubernetes.io/component": "gateway"}
     gcont = {
         "name": "gateway", "image": spec.gateway_image,
-        "command": ["embtrt", "gateway", *gw_repos, "--host", "0.0.0.0", "--port", str(GATEWAY_PORT), *pool_args],
+        "command": ["embtrt", "gateway", *gw_repos, "--host", "0.0.0.0", "--port", str(GATEWAY_PORT),
+                    "--route", "ids", *pool_args],  # pools load bucket models only, no front door
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health/ready", "port": "http"}, "periodSeconds": 10, "timeoutSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/health/live", "port": "http"}, "periodSeconds": 10},

@@ -1,0 +1,146 @@
+"""The gateway's coalescer (PoolBatcher) on its own: which rows go into which upstream call, and
+how one call's failure is confined. The upstream call is a plain coroutine here that records its
+calls and answers each row with its own number, so the scatter back to requests can be checked
+exactly; the real gateway runs through tritonserver in tests/integration/test_gateway.py."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from embtrt.scale.gateway import ApiError, PoolBatcher
+
+
+class Upstream:
+    """Vectors [row, row] for rows that are ints; a row < 0 is refused as a bad request (400), or
+    for `status` the call fails with that status; `delay` keeps calls in flight."""
+
+    def __init__(self, delay: float = 0.01, status: int = 400) -> None:
+        self.calls: list[tuple] = []
+        self.delay, self.status, self.inflight, self.peak = delay, status, 0, 0
+
+    async def __call__(self, key, rows: list) -> np.ndarray:
+        self.calls.append((key, list(rows)))
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+        try:
+            await asyncio.sleep(self.delay)
+            if any(r < 0 for r in rows):
+                raise ApiError(self.status, f"row {min(rows)} refused")
+            return np.asarray([[r, r] for r in rows], dtype=np.float32)
+        finally:
+            self.inflight -= 1
+
+
+def _batcher(up: Upstream, limit: int = 8, inflight: int = 1, window_s: float = 1.0) -> PoolBatcher:
+    return PoolBatcher("all", window_s, inflight, lambda key: limit, up)
+
+
+def test_concurrent_requests_share_calls_and_each_gets_its_own_rows_in_order():
+    up = Upstream()
+
+    async def main():
+        b = _batcher(up, limit=8, inflight=1)
+        reqs = [list(range(10 * k, 10 * k + 1 + k % 3)) for k in range(12)]
+        outs = await asyncio.gather(*(b.submit("k", r) for r in reqs))
+        return reqs, outs
+
+    reqs, outs = asyncio.run(main())
+    for rows, out in zip(reqs, outs):
+        assert out[:, 0].tolist() == rows  # its own rows, in its own order
+    assert len(up.calls) < len(reqs)  # coalesced
+    assert all(len(rows) <= 8 for _, rows in up.calls)  # never over the key's max batch
+    assert up.peak == 1  # never more calls in flight than allowed
+
+
+def test_a_lone_request_goes_out_at_once():
+    up = Upstream(delay=0.0)
+
+    async def main():
+        b = _batcher(up, window_s=10.0)  # a long window: a lone request must not wait for it
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await b.submit("k", [1])
+        return loop.time() - t0
+
+    assert asyncio.run(main()) < 0.5
+
+
+def test_keys_never_share_a_call():
+    up = Upstream()
+
+    async def main():
+        b = _batcher(up, inflight=1)
+        await asyncio.gather(*(b.submit(("frontdoor", k % 2, None), [k]) for k in range(10)))
+
+    asyncio.run(main())
+    for key, rows in up.calls:
+        assert all(r % 2 == key[1] for r in rows)
+
+
+def test_a_bad_request_in_a_shared_call_fails_alone():
+    """The call of several requests is refused (400): each request is retried on its own, so only
+    the request at fault gets the error."""
+    up = Upstream()
+
+    async def main():
+        b = _batcher(up, limit=64, inflight=1)
+        first = asyncio.ensure_future(b.submit("k", [0]))  # occupies the only slot: the rest gather behind it
+        await asyncio.sleep(0)
+        rest = [asyncio.ensure_future(b.submit("k", [k])) for k in (1, 2, -3, 4)]
+        return list(await asyncio.gather(first, *rest, return_exceptions=True))
+
+    res = asyncio.run(main())
+    assert isinstance(res[3], ApiError) and res[3].status == 400 and "-3" in res[3].message
+    for k, r in zip((0, 1, 2, 4), (res[0], res[1], res[2], res[4])):
+        assert r[:, 0].tolist() == [k]
+    shared = [rows for _, rows in up.calls if len(rows) > 1]
+    assert shared == [[1, 2, -3, 4]]  # they did share a call before the retry one by one
+
+
+def test_an_unavailable_pool_fails_the_requests_of_that_call_only():
+    up = Upstream(status=503)
+
+    async def main():
+        b = _batcher(up, limit=2, inflight=1)
+        return await asyncio.gather(b.submit("k", [-1]), b.submit("k", [5]), return_exceptions=True)
+
+    bad, good = asyncio.run(main())
+    assert isinstance(bad, ApiError) and bad.status == 503  # not retried one by one: it is not a bad request
+    assert good[:, 0].tolist() == [5]
+
+
+def test_a_request_whose_client_went_away_is_left_out_of_calls_not_yet_sent():
+    up = Upstream(delay=0.05)
+
+    async def main():
+        b = _batcher(up, inflight=1)
+        first = asyncio.ensure_future(b.submit("k", [1]))
+        await asyncio.sleep(0)
+        gone = asyncio.ensure_future(b.submit("k", [2]))
+        stay = asyncio.ensure_future(b.submit("k", [3]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        return await first, await stay
+
+    first, stay = asyncio.run(main())
+    assert first[:, 0].tolist() == [1] and stay[:, 0].tolist() == [3]
+    assert [rows for _, rows in up.calls] == [[1], [3]]
+
+
+@pytest.mark.parametrize("inflight", [1, 3])
+def test_rows_waiting_longer_than_the_window_go_out_even_when_every_slot_is_busy(inflight):
+    up = Upstream(delay=0.3)
+
+    async def main():
+        b = _batcher(up, inflight=inflight, window_s=0.02)
+        busy = [asyncio.ensure_future(b.submit("k", [k])) for k in range(inflight)]
+        await asyncio.sleep(0)
+        late = asyncio.ensure_future(b.submit("other", [99]))
+        await asyncio.sleep(0.1)
+        sent = any(rows == [99] for _, rows in up.calls)
+        await asyncio.gather(late, *busy)
+        return sent
+
+    sent = asyncio.run(main())
+    assert sent  # went out after its window, before any slot freed
