@@ -10,6 +10,7 @@ from pathlib import Path
 from ..common.gpu import tensorrt_available
 from ..common.options import parse_int_list
 from ..errors import SpecError
+from ..repository.budget import bucket_batch
 from ..reference.modelinfo import POOLINGS as _P
 from ..reference.modelinfo import default_buckets, default_model_path, inspect_model, read_st_prompts
 from ..repository.bundle_record import parse_python
@@ -203,7 +204,7 @@ class BuildSpec:
 
     def bucket_max_batch(self, bucket: int) -> int:
         """Max rows per run for one bucket: the token budget, capped by max_batch_size."""
-        return max(1, min(self.max_batch_size, self.max_batch_tokens // bucket))
+        return bucket_batch(self.max_batch_tokens, bucket, self.max_batch_size)
 
     def bucket_preferred(self, bucket: int) -> tuple[int, ...]:
         """The preferred batch sizes that fit the bucket's max batch (else the max batch alone)."""

@@ -138,7 +138,7 @@ def tree_rss_bytes(pid: int) -> int:
     return int(_tree_sum(pid, lambda f: int(f[21]) * page))
 
 
-class _PeakRss:
+class PeakRss:
     """Samples the watched process trees' RSS in a thread while a scenario runs; keeps the peaks."""
 
     def __init__(self, pids: dict[str, int], interval_s: float = 0.05) -> None:
@@ -156,7 +156,7 @@ class _PeakRss:
             if self._stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> "_PeakRss":
+    def __enter__(self) -> "PeakRss":
         if self.pids:
             self._thread.start()
         return self
@@ -412,7 +412,7 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                 with _Paused(others):
                     cpu0 = {k: tree_cpu_seconds(p) for k, p in (cpu_pids or {}).items()}
                     own0 = _own_cpu_seconds()
-                    with _PeakRss(cpu_pids or {}) as mem:
+                    with PeakRss(cpu_pids or {}) as mem:
                         res = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
                                                     seed + scenario, token_counts, bucket))
                     res.peak_rss_mib = mem.mib()

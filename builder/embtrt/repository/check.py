@@ -10,6 +10,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ..errors import RepositoryError
+from .budget import bucket_batch, bucket_models
 from .bundle_record import BUNDLE_META, EXPECTED, MODEL_DEPS, bundle_python_tags, python_tag
 from .config import parse_config
 from .manifest import Manifest, has_manifest, read_manifest
@@ -152,10 +153,10 @@ def check_token_budget(repo: Path, manifest: Manifest, configs: dict, rep: Check
         rep.fail("embtrt.json has no max_batch_tokens (written by an older embtrt): rebuild the repository")
         return
     name, cap = manifest.name, manifest.max_batch_size
-    want = {int(b): max(1, min(cap, int(budget) // int(b))) for b in manifest.buckets}
+    want = {int(b): bucket_batch(int(budget), int(b), cap) for b in manifest.buckets}
     errors = []
     for b, mb in want.items():
-        for model in (f"{name}_{b}", f"{name}_{b}_tokenizer", f"{name}_{b}_encoder", f"{name}_{b}_pooler"):
+        for model in bucket_models(name, b):
             cfg = configs.get(model)
             if cfg is None:
                 continue

@@ -1,0 +1,551 @@
+"""`embtrt bench --matrix`: the long-context stress matrix of one repository.
+
+For each token budget (`--max-batch-tokens`), the repository's configs are reloaded through
+Triton's repository API (the budget sets only batch sizes, preferred sizes, warm-up and the
+front door's chunking: `repository.budget.with_budget`), then every length band x concurrency
+cell runs on real texts of that band (corpus texts, concatenated for the long bands, cut at a
+word to the band's token count). Per cell: req/s, tokens/s, p50/p95/p99, errors by kind
+(queue full, out of memory, timeout, other), the server process tree's peak RSS (and each
+GPU's peak memory from NVML on a GPU host), sampled during the cell, and the cosine of every
+returned vector against the same text's vector embedded alone beforehand (min and p01).
+
+Two more cells per budget:
+- preemption: a text of (max length - a few hundred) tokens, sent repeatedly through the front
+  door and through the largest bucket's ensemble while short-text load runs at concurrency 64,
+  must give its unloaded vector (cosine >= 0.999; 1.0 on the exact path);
+- mixed traffic: the shortest band's p50/p95 alone and with long requests running beside it.
+
+Vectors are compared with the unloaded ones because that is the promise under load: batching,
+chunking and scheduling never change a vector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import SpecError
+from ..repository.budget import budget_models, check_budget_change, with_budget
+from ..repository.manifest import read_manifest
+from .bench import PeakRss, machine
+
+Log = Callable[[str], None]
+COSINE_MIN = 0.999          # the preemption promise (and each cell's min is reported against it)
+
+
+@dataclass(frozen=True)
+class MatrixSpec:
+    repository: Path
+    budgets: tuple[int, ...]
+    concurrency: tuple[int, ...] = (1, 8, 32, 64)
+    bands: tuple[int, ...] | None = None      # bucket edges to run (default: every bucket)
+    requests: int = 64                        # per cell
+    texts: int = 8                            # distinct texts per band (each embedded alone first)
+    corpus: Path | None = None
+    url: str | None = None                    # a server in explicit model-control mode; default: serve it here
+    out: Path | None = None
+    preempt: bool = True
+    preempt_concurrency: int = 64
+    preempt_repeats: int = 2
+    mixed: bool = True
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not self.budgets:
+            raise SpecError("invalid --max-batch-tokens: give one or more token budgets", "e.g. 512,1024,2048")
+        if not self.concurrency or min(self.concurrency) < 1:
+            raise SpecError(f"invalid concurrency: {self.concurrency}", "positive integers, e.g. 1,8,32,64")
+        if self.requests < 1 or self.texts < 1 or self.preempt_repeats < 1 or self.preempt_concurrency < 1:
+            raise SpecError("invalid matrix sizes: requests, texts, preempt repeats and concurrency must be >= 1")
+
+
+# ---- texts ---------------------------------------------------------------------------------
+
+def band_texts(tok, corpus: list[str], lo: int, hi: int, n: int, target: int | None = None) -> list[str]:
+    """n real texts whose token count (special tokens included) is in (lo, hi]: corpus texts that
+    fall in the band, else consecutive corpus texts joined and cut at a word to `target` tokens
+    (default: the band's upper edge)."""
+    def count(t: str) -> int:
+        return len(tok.encode(t).ids)
+
+    fits = [t for t in corpus if lo < count(t) <= hi]
+    if len(fits) >= n and target is None:
+        step = max(1, len(fits) // n)
+        return fits[::step][:n]
+    want = target or hi
+    out: list[str] = []
+    start = 0
+    while len(out) < n:
+        words: list[str] = []
+        i = start
+        while count(" ".join(words)) < want:
+            words += corpus[i % len(corpus)].split()
+            i += 1
+        low, high = 1, len(words)   # the longest prefix of words within `want` tokens
+        while low < high:
+            mid = (low + high + 1) // 2
+            if count(" ".join(words[:mid])) <= want:
+                low = mid
+            else:
+                high = mid - 1
+        text = " ".join(words[:low])
+        if lo < count(text) <= hi:
+            out.append(text)
+        start += 7  # the next text starts elsewhere in the corpus
+        if start > 7 * (n + 50):
+            raise SpecError(f"cannot make {n} texts of {lo + 1}..{hi} tokens from the corpus")
+    return out
+
+
+# ---- measurement ---------------------------------------------------------------------------
+
+def error_kind(message: str) -> str:
+    m = message.lower()
+    if "queue size" in m or "resource_exhausted" in m:
+        return "queue_full"
+    if "out of memory" in m or "bad_alloc" in m or "cannot allocate" in m or "oom" in m.split():
+        return "oom"
+    if "deadline" in m or "timeout" in m or "timed out" in m:
+        return "timeout"
+    return "other"
+
+
+class GpuPeak:
+    """Peak used memory of each GPU (NVML), sampled in a thread; empty where there is no NVML/GPU."""
+
+    def __init__(self, interval_s: float = 0.05) -> None:
+        self.interval, self.peak = interval_s, {}
+        self._stop = threading.Event()
+        self._handles: list = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # no nvidia-ml-py, no driver, no GPU: CPU host
+            self._handles = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            for i, h in enumerate(self._handles):
+                used = self._nvml.nvmlDeviceGetMemoryInfo(h).used
+                self.peak[i] = max(self.peak.get(i, 0), used)
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> "GpuPeak":
+        if self._handles:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handles:
+            self._stop.set()
+            self._thread.join()
+
+    def mib(self) -> dict[str, float]:
+        return {str(i): round(v / 2**20, 1) for i, v in self.peak.items()}
+
+
+@dataclass
+class Cell:
+    budget: int
+    kind: str                      # band | preempt | mixed
+    band: str
+    concurrency: int
+    sent: int = 0
+    ok: int = 0
+    errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    req_per_s: float = 0.0
+    tokens_per_s: float = 0.0
+    p50_ms: float = float("nan")
+    p95_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    cos_min: float | None = None
+    cos_p01: float | None = None
+    peak_rss_mib: float | None = None
+    gpu_peak_mib: dict[str, float] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+
+class _Calls:
+    """Requests of one kind (model, texts with their unloaded vectors) and what came back."""
+
+    def __init__(self, model: str, texts: list[str], tokens: list[int], ref: np.ndarray | None) -> None:
+        self.model, self.texts, self.tokens, self.ref = model, texts, tokens, ref
+        self.lat: list[float] = []
+        self.cos: list[float] = []
+        self.errors: list[str] = []
+        self.tok = 0
+
+
+async def _one(client, calls: _Calls, i: int, timeout_s: float) -> None:
+    import tritonclient.grpc.aio as aio
+
+    k = i % len(calls.texts)
+    arr = np.array([[calls.texts[k].encode("utf-8")]], dtype=object)
+    inp = aio.InferInput("TEXT", [1, 1], "BYTES")
+    inp.set_data_from_numpy(arr)
+    t0 = time.perf_counter()
+    try:
+        r = await client.infer(calls.model, [inp], outputs=[aio.InferRequestedOutput("EMBEDDING")],
+                               client_timeout=timeout_s)
+        v = r.as_numpy("EMBEDDING")[0].astype(np.float64)
+    except Exception as exc:  # tritonclient's InferenceServerException, transport errors
+        calls.errors.append(str(exc)[:300])
+        return
+    calls.lat.append(time.perf_counter() - t0)
+    calls.tok += calls.tokens[k]
+    if calls.ref is not None:
+        ref = calls.ref[k]
+        calls.cos.append(float(v @ ref / max(np.linalg.norm(v) * np.linalg.norm(ref), 1e-12)))
+
+
+async def _drive(url: str, calls: _Calls, n: int, conc: int, timeout_s: float, stop: asyncio.Event | None = None) -> float:
+    """n requests (or, with `stop`, until it is set) at concurrency conc; -> wall seconds."""
+    import tritonclient.grpc.aio as aio
+
+    client = aio.InferenceServerClient(url)
+    counter = iter(range(1 << 62))
+    t0 = time.perf_counter()
+
+    async def worker() -> None:
+        while True:
+            i = next(counter)
+            if (stop is None and i >= n) or (stop is not None and stop.is_set()):
+                return
+            await _one(client, calls, i, timeout_s)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(conc)))
+    finally:
+        await client.close()
+    return time.perf_counter() - t0
+
+
+def _fill(cell: Cell, calls: _Calls, seconds: float) -> Cell:
+    cell.ok, cell.errors = len(calls.lat), len(calls.errors)
+    cell.sent = cell.ok + cell.errors
+    for e in calls.errors:
+        k = error_kind(e)
+        cell.error_kinds[k] = cell.error_kinds.get(k, 0) + 1
+    cell.error_samples = sorted(set(calls.errors))[:3]
+    cell.seconds = round(seconds, 3)
+    cell.req_per_s = round(cell.ok / seconds, 2) if seconds > 0 else 0.0
+    cell.tokens_per_s = round(calls.tok / seconds, 1) if seconds > 0 else 0.0
+    if calls.lat:
+        ms = np.asarray(calls.lat) * 1e3
+        cell.p50_ms, cell.p95_ms, cell.p99_ms = (round(float(np.percentile(ms, q)), 2) for q in (50, 95, 99))
+    if calls.cos:
+        cos = np.asarray(calls.cos)
+        cell.cos_min, cell.cos_p01 = round(float(cos.min()), 6), round(float(np.percentile(cos, 1)), 6)
+    return cell
+
+
+class Matrix:
+    def __init__(self, spec: MatrixSpec, log: Log = print) -> None:
+        self.spec, self.log = spec, log
+        self.manifest = read_manifest(spec.repository)
+        for b in spec.budgets:
+            check_budget_change(self.manifest, b)
+        from ..common.backend import backend_lib
+
+        text_mod, _ = backend_lib()
+        m = self.manifest
+        self.tok = text_mod.TextTokenizer(str(Path(spec.repository) / m.name / "1" / "tokenizer.json"), 1 << 20,
+                                          m.pad_id).tok
+        self.bands = list(spec.bands or m.buckets)
+        bad = sorted(set(self.bands) - set(m.buckets))
+        if bad:
+            raise SpecError(f"invalid bands {bad}: not buckets of {m.name}", f"its buckets: {','.join(map(str, m.buckets))}")
+        self.cells: list[Cell] = []
+
+    # ---- server ----------------------------------------------------------------------------
+
+    def _configs(self, url: str) -> dict[str, dict]:
+        import tritonclient.grpc as grpcclient
+
+        c = grpcclient.InferenceServerClient(url)
+        try:
+            have = {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])}
+            return {m: c.get_model_config(m, as_json=True)["config"] for m in budget_models(self.manifest, have)}
+        finally:
+            c.close()
+
+    def _load(self, url: str, configs: dict[str, dict]) -> None:
+        """Reload the budget's models; the bucket ensembles last, after the models they compose."""
+        import tritonclient.grpc as grpcclient
+
+        name = self.manifest.name
+        ensembles = {f"{name}_{b}" for b in self.manifest.buckets}
+        order = sorted(configs, key=lambda m: (m == name, m in ensembles, m))
+        c = grpcclient.InferenceServerClient(url)
+        try:
+            for m in order:
+                try:
+                    c.load_model(m, config=json.dumps(configs[m]))
+                except Exception as exc:  # tritonclient's InferenceServerException
+                    if "explicit" in str(exc) or "not allowed" in str(exc) or "polling" in str(exc):
+                        raise SpecError(f"the server at {url} is not in explicit model-control mode: {exc}",
+                                        "start it with --model-control-mode=explicit, or let embtrt serve the "
+                                        "repository (no --url)") from None
+                    raise
+        finally:
+            c.close()
+
+    # ---- run -------------------------------------------------------------------------------
+
+    def run(self, texts: list[str]) -> dict:
+        if self.spec.url:
+            return self._run(self.spec.url, None, texts)
+        from ..serve.server import ServerSpec, TritonServer, free_port
+
+        models = tuple(sorted(p.parent.name for p in Path(self.spec.repository).glob("*/config.pbtxt")))
+        srv = TritonServer(ServerSpec(self.spec.repository, grpc_port=free_port(), http_port=free_port(),
+                                      metrics_port=free_port(), models=models))
+        with srv:
+            self.log(f"serving {self.spec.repository} on {srv.grpc_url} (explicit model control)")
+            return self._run(srv.grpc_url, srv.proc.pid, texts)
+
+    def _unloaded(self, url: str, model: str, texts: list[str]) -> np.ndarray:
+        """Each text's vector embedded alone (one request at a time, nothing else running)."""
+        calls = _Calls(model, texts, [0] * len(texts), None)
+        out = []
+
+        async def main() -> None:
+            import tritonclient.grpc.aio as aio
+
+            client = aio.InferenceServerClient(url)
+            try:
+                for t in texts:
+                    arr = np.array([[t.encode("utf-8")]], dtype=object)
+                    inp = aio.InferInput("TEXT", [1, 1], "BYTES")
+                    inp.set_data_from_numpy(arr)
+                    r = await client.infer(model, [inp], outputs=[aio.InferRequestedOutput("EMBEDDING")],
+                                           client_timeout=self.spec.timeout_s)
+                    out.append(r.as_numpy("EMBEDDING")[0].astype(np.float64))
+            finally:
+                await client.close()
+
+        asyncio.run(main())
+        del calls
+        return np.asarray(out)
+
+    def _run(self, url: str, pid: int | None, corpus: list[str]) -> dict:
+        m, spec = self.manifest, self.spec
+        name = m.name
+        edges = [0] + list(m.buckets)
+        band = {}
+        for b in self.bands:
+            lo = edges[edges.index(b) - 1]
+            ts = band_texts(self.tok, corpus, lo, b, spec.texts)
+            band[b] = (ts, [len(self.tok.encode(t).ids) for t in ts])
+        self.log("bands: " + ", ".join(f"<={b}: {len(ts)} texts, {min(n)}..{max(n)} tokens" for b, (ts, n) in band.items()))
+        long_len = m.max_seq_length - 300 if m.max_seq_length > 1200 else m.max_seq_length - m.max_seq_length // 8
+        top = max(m.buckets)
+        longs = band_texts(self.tok, corpus, edges[-2] if len(edges) > 2 else 0, top, 1, target=long_len)
+        long_tokens = [len(self.tok.encode(t).ids) for t in longs]
+        base = self._configs(url)
+        self.log("embedding every text alone (the unloaded vectors)")
+        ref = {b: self._unloaded(url, name, ts) for b, (ts, _) in band.items()}
+        ref_long = self._unloaded(url, name, longs)
+        ref_long_bucket = self._unloaded(url, f"{name}_{top}", longs) if f"{name}_{top}" in self._index(url) else None
+        short = min(self.bands)
+        pids = {"server": pid} if pid else {}
+        try:
+            for budget in spec.budgets:
+                t0 = time.time()
+                self._load(url, with_budget(m, base, budget))
+                self.log(f"budget {budget}: configs reloaded in {time.time() - t0:.1f} s")
+                for b in self.bands:
+                    ts, ns = band[b]
+                    for conc in spec.concurrency:
+                        calls = _Calls(name, ts, ns, ref[b])
+                        with PeakRss(pids) as mem, GpuPeak() as gpu:
+                            secs = asyncio.run(_drive(url, calls, spec.requests, conc, spec.timeout_s))
+                        cell = _fill(Cell(budget, "band", f"<={b}", conc), calls, secs)
+                        cell.peak_rss_mib = mem.mib().get("server")
+                        cell.gpu_peak_mib = gpu.mib()
+                        self._add(cell)
+                if spec.preempt:
+                    self._preempt(url, pids, budget, longs, long_tokens, ref_long, ref_long_bucket, band[short], ref[short])
+                if spec.mixed and len(self.bands) > 1:
+                    self._mixed(url, pids, budget, band[short], ref[short], band[max(self.bands)], ref[max(self.bands)])
+        finally:
+            self._load(url, base)  # the repository's own configuration again
+        return self.report(band, long_tokens)
+
+    def _index(self, url: str) -> set[str]:
+        import tritonclient.grpc as grpcclient
+
+        c = grpcclient.InferenceServerClient(url)
+        try:
+            return {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])}
+        finally:
+            c.close()
+
+    def _add(self, cell: Cell) -> None:
+        self.cells.append(cell)
+        cos = f"cos min {cell.cos_min:.6f}" if cell.cos_min is not None else "no vectors"
+        self.log(f"budget {cell.budget} {cell.kind} {cell.band} c{cell.concurrency}: {cell.ok}/{cell.sent} ok, "
+                 f"{cell.req_per_s:.1f} req/s, p95 {cell.p95_ms:.1f} ms, {cos}, peak RSS {cell.peak_rss_mib} MiB"
+                 + (f", errors {cell.error_kinds}" if cell.errors else ""))
+
+    def _preempt(self, url, pids, budget, longs, long_tokens, ref_long, ref_bucket, short_band, short_ref) -> None:
+        """The long text, repeatedly, through the front door and the largest bucket, under short load."""
+        spec, name, top = self.spec, self.manifest.name, max(self.manifest.buckets)
+        routes = [(name, ref_long)] + ([(f"{name}_{top}", ref_bucket)] if ref_bucket is not None else [])
+        for model, ref in routes:
+            load = _Calls(name, short_band[0], short_band[1], short_ref)
+            long = _Calls(model, longs, long_tokens, ref)
+
+            async def main(load: _Calls = load, long: _Calls = long) -> tuple[float, float]:
+                stop = asyncio.Event()
+                bg = asyncio.ensure_future(_drive(url, load, 0, spec.preempt_concurrency, spec.timeout_s, stop))
+                await asyncio.sleep(0.5)  # the load is running before the long text arrives
+                secs = await _drive(url, long, spec.preempt_repeats, 1, spec.timeout_s)
+                stop.set()
+                return secs, await bg
+
+            with PeakRss(pids) as mem, GpuPeak() as gpu:
+                secs, load_secs = asyncio.run(main())
+            cell = _fill(Cell(budget, "preempt", model, spec.preempt_concurrency), long, secs)
+            short = _fill(Cell(budget, "load", f"<={min(self.bands)}", spec.preempt_concurrency), load, load_secs)
+            cell.peak_rss_mib, cell.gpu_peak_mib = mem.mib().get("server"), gpu.mib()
+            cell.extra = {"long_tokens": long_tokens[0], "load": {k: getattr(short, k) for k in
+                          ("sent", "ok", "errors", "error_kinds", "req_per_s", "p95_ms", "cos_min")}}
+            self._add(cell)
+
+    def _mixed(self, url, pids, budget, short_band, short_ref, long_band, long_ref) -> None:
+        """The shortest band's latency alone, then with long requests running beside it (2 streams)."""
+        spec, name = self.spec, self.manifest.name
+        conc = min(8, max(spec.concurrency))
+        alone = _Calls(name, short_band[0], short_band[1], short_ref)
+        with PeakRss(pids) as mem:
+            secs = asyncio.run(_drive(url, alone, spec.requests, conc, spec.timeout_s))
+        a = _fill(Cell(budget, "mixed", f"<={min(self.bands)} alone", conc), alone, secs)
+        a.peak_rss_mib = mem.mib().get("server")
+        self._add(a)
+        short = _Calls(name, short_band[0], short_band[1], short_ref)
+        long = _Calls(name, long_band[0], long_band[1], long_ref)
+
+        async def main() -> float:
+            stop = asyncio.Event()
+            bg = asyncio.ensure_future(_drive(url, long, 0, 2, spec.timeout_s, stop))
+            await asyncio.sleep(0.2)
+            secs = await _drive(url, short, spec.requests, conc, spec.timeout_s)
+            stop.set()
+            await bg
+            return secs
+
+        with PeakRss(pids) as mem, GpuPeak() as gpu:
+            secs = asyncio.run(main())
+        w = _fill(Cell(budget, "mixed", f"<={min(self.bands)} with <={max(self.bands)}", conc), short, secs)
+        w.peak_rss_mib, w.gpu_peak_mib = mem.mib().get("server"), gpu.mib()
+        lc = _fill(Cell(budget, "long", f"<={max(self.bands)}", 2), long, secs)
+        w.extra = {"long": {k: getattr(lc, k) for k in ("sent", "ok", "errors", "p95_ms", "cos_min")},
+                   "p95_vs_alone": round(w.p95_ms / a.p95_ms, 2) if a.p95_ms and a.p95_ms == a.p95_ms else None}
+        self._add(w)
+
+    def report(self, band: dict, long_tokens: list[int]) -> dict:
+        return {"repository": str(self.spec.repository), "model": self.manifest.name,
+                "target": self.manifest.target, "precision": self.manifest.precision,
+                "built_budget": self.manifest.max_batch_tokens, "max_batch_size": self.manifest.max_batch_size,
+                "budgets": list(self.spec.budgets), "concurrency": list(self.spec.concurrency),
+                "bands": {f"<={b}": {"texts": len(ts), "tokens": [min(n), max(n)]} for b, (ts, n) in band.items()},
+                "long_tokens": long_tokens[0], "requests_per_cell": self.spec.requests,
+                "preempt_concurrency": self.spec.preempt_concurrency,
+                "machine": machine(), "python": platform.python_version(),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "cells": [asdict(c) for c in self.cells]}
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# embtrt bench --matrix: {doc['model']} ({doc['target']}, {doc['precision']})", "",
+             f"Machine: {doc['machine'].get('cpu', '?')}, {doc['machine'].get('cpus')} CPUs. Built with a token budget "
+             f"of {doc['built_budget']} (max batch size {doc['max_batch_size']}); {doc['requests_per_cell']} requests per "
+             f"cell, one text each. Bands: " + ", ".join(f"{k} ({v['tokens'][0]}..{v['tokens'][1]} tokens)"
+                                                          for k, v in doc["bands"].items()) + ".", ""]
+    for budget in doc["budgets"]:
+        cells = [c for c in doc["cells"] if c["budget"] == budget]
+        lines += [f"## max_batch_tokens {budget}", "",
+                  "| cell | band / route | conc | sent | ok | errors | req/s | tokens/s | p50 ms | p95 ms | p99 ms | "
+                  "cos min | cos p01 | peak RSS MiB | GPU peak MiB | notes |",
+                  "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        for c in cells:
+            errs = str(c["errors"]) + (f" {c['error_kinds']}" if c["errors"] else "")
+            notes = ""
+            if c["kind"] == "preempt":
+                ld = c["extra"]["load"]
+                notes = (f"{c['extra']['long_tokens']}-token text under short load: load {ld['ok']}/{ld['sent']} ok, "
+                         f"{ld['req_per_s']:.0f} req/s")
+            elif c["kind"] == "mixed" and c["extra"]:
+                notes = f"p95 {c['extra']['p95_vs_alone']}x alone; long: {c['extra']['long']['ok']} ok"
+            cos = (lambda v: "" if v is None else f"{v:.6f}")
+            gpu = ", ".join(f"{k}: {v:.0f}" for k, v in c["gpu_peak_mib"].items()) or "-"
+            lines.append(f"| {c['kind']} | {c['band']} | {c['concurrency']} | {c['sent']} | {c['ok']} | {errs} | "
+                         f"{c['req_per_s']:.1f} | {c['tokens_per_s']:.0f} | {c['p50_ms']:.1f} | {c['p95_ms']:.1f} | "
+                         f"{c['p99_ms']:.1f} | {cos(c['cos_min'])} | {cos(c['cos_p01'])} | "
+                         f"{c['peak_rss_mib'] if c['peak_rss_mib'] is not None else '-'} | {gpu} | {notes} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots(doc: dict, out: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    cells = [c for c in doc["cells"] if c["kind"] == "band"]
+    bands = sorted({c["band"] for c in cells}, key=lambda b: int(b[2:]))
+    conc = max(doc["concurrency"])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for b in bands:
+        pts = sorted((c["budget"], c) for c in cells if c["band"] == b and c["concurrency"] == conc)
+        xs = [p[0] for p in pts]
+        axes[0].plot(xs, [p[1]["tokens_per_s"] for p in pts], "o-", label=b)
+        axes[1].plot(xs, [p[1]["p95_ms"] for p in pts], "o-", label=b)
+        axes[2].plot(xs, [p[1]["peak_rss_mib"] or 0 for p in pts], "o-", label=b)
+    for ax, title in zip(axes, ("tokens/s", "p95 ms", "peak server RSS MiB")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("max_batch_tokens")
+        ax.set_title(f"{title} at concurrency {conc}")
+        ax.legend()
+    fig.tight_layout()
+    path = out / "matrix.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def write(doc: dict, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "matrix.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / "matrix.md").write_text(markdown(doc))
+    return [out / "matrix.json", out / "matrix.md", *plots(doc, out)]
+
+
+def run_matrix(spec: MatrixSpec, log: Log = print) -> dict:
+    from ..common.corpus import load_corpus
+
+    doc = Matrix(spec, log).run(load_corpus(spec.corpus))
+    if spec.out is not None:
+        for p in write(doc, Path(spec.out)):
+            log(f"wrote {p}")
+    return doc

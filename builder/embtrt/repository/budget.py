@@ -1,0 +1,89 @@
+"""The token budget (`max_batch_tokens`): what it sets in a repository, in one place.
+
+A bucket's max batch is the budget's rows of that length, capped by the model's max batch
+size: min(max_batch_size, max_batch_tokens // bucket), at least 1. The budget sets nothing
+else than batch sizes: every model of the bucket (ensemble, tokenizer, encoder, pooler) takes
+that max batch, its preferred sizes and warm-up batches stay within it, and the front door
+chunks each bucket's rows by it (`encoder_max_batch_sizes`). So a repository whose encoders
+take any batch (ONNX Runtime, OpenVINO, PyTorch) can change its budget by configuration alone:
+`with_budget` rewrites the configs (Triton's JSON form, as the repository API loads them);
+TensorRT engines fix their batch range at build time and need a rebuild instead.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..errors import SpecError
+from .manifest import Manifest
+
+
+def bucket_batch(budget: int, bucket: int, cap: int) -> int:
+    """Max rows per run of one bucket under the budget, capped by max_batch_size."""
+    return max(1, min(cap, budget // bucket))
+
+
+def bucket_models(name: str, bucket: int) -> tuple[str, ...]:
+    """The models of one bucket whose batch the budget sets (those the repository has)."""
+    return (f"{name}_{bucket}", f"{name}_{bucket}_tokenizer", f"{name}_{bucket}_encoder", f"{name}_{bucket}_pooler")
+
+
+def budget_models(manifest: Manifest, have: set[str] | None = None) -> list[str]:
+    """Every model whose config the budget touches: the front door, then each bucket's models."""
+    out = [manifest.name] + [m for b in manifest.buckets for m in bucket_models(manifest.name, b)]
+    return [m for m in out if have is None or m in have]
+
+
+def check_budget_change(manifest: Manifest, budget: int) -> None:
+    if not 1 <= int(budget) <= 1 << 24:
+        raise SpecError(f"invalid max_batch_tokens: {budget}", "1 .. 16777216 (rows x bucket length per run)")
+    if manifest.target == "tensorrt":
+        raise SpecError(f"{manifest.name} is a TensorRT repository: its engines fix the batch range of each bucket",
+                        f"rebuild with `embtrt build --max-batch-tokens {budget}` to change the token budget")
+
+
+def with_budget(manifest: Manifest, configs: dict[str, dict], budget: int) -> dict[str, dict]:
+    """The model configs (Triton JSON, by model name; those present) with the token budget set."""
+    check_budget_change(manifest, budget)
+    out = copy.deepcopy(configs)
+    cap, name = manifest.max_batch_size, manifest.name
+    preferred = [int(p) for p in (manifest.spec.get("preferred_batch_sizes") or [])]
+    for b in manifest.buckets:
+        mb = bucket_batch(budget, b, cap)
+        for model in bucket_models(name, b):
+            cfg = out.get(model)
+            if cfg is None:
+                continue
+            cfg["max_batch_size"] = mb
+            db = cfg.get("dynamic_batching")
+            if db is not None and "preferred_batch_size" in db:
+                db["preferred_batch_size"] = [p for p in preferred if p <= mb] or [mb]
+            warm = cfg.get("model_warmup") or []
+            if warm:
+                kept, seen = [], set()
+                for w in warm:  # batch 1 and the max batch, as the build writes them
+                    w = dict(w, batch_size=1 if int(w.get("batch_size", 1)) <= 1 else mb)
+                    key = (w["batch_size"], w.get("name"))
+                    if key not in seen:
+                        seen.add(key)
+                        kept.append(w)
+                cfg["model_warmup"] = kept
+    front = out.get(name)
+    if front is not None:
+        params = front.setdefault("parameters", {})
+        params["encoder_max_batch_sizes"] = {"string_value": ",".join(str(bucket_batch(budget, b, cap))
+                                                                      for b in manifest.buckets)}
+        params["max_batch_tokens"] = {"string_value": str(int(budget))}
+    return out
+
+
+def manifest_with_budget(manifest: Manifest, budget: int) -> Manifest:
+    """embtrt.json's record of the budget (max_batch_tokens, bucket_max_batch) after `with_budget`."""
+    import dataclasses
+
+    cap = manifest.max_batch_size
+    extra = dict(manifest.extra)
+    if "spec" in extra:  # the build options as recorded: the rebuild command keeps the budget in force
+        extra["spec"] = {**extra["spec"], "max_batch_tokens": int(budget)}
+    return dataclasses.replace(manifest, max_batch_tokens=int(budget), extra=extra,
+                               bucket_max_batch={b: bucket_batch(budget, b, cap) for b in manifest.buckets})
