@@ -380,8 +380,18 @@ def bench(
     cpu_pid: Optional[list[str]] = typer.Option(None, help="LABEL=PID: a process tree (the process and its descendants, e.g. tritonserver with its stubs, or a gateway) whose CPU time per request and peak resident memory (sampled every 50 ms) are recorded in every scenario; repeatable. Default: none."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr."),
+    matrix: Optional[Path] = typer.Option(None, help="The stress matrix of this repository instead of a side-by-side run: for each --max-batch-tokens the configs are reloaded (repository API), then every length band (its buckets, or --only) x --concurrency cell runs on real texts of that band, with memory, errors by kind and the cosine of every vector against the text embedded alone; plus a preemption cell and a mixed-traffic cell per budget. The repository is served here (explicit model control) unless --matrix-server. Default: none."),
+    max_batch_tokens: Optional[str] = typer.Option(None, help="--matrix: token budgets to run, e.g. 512,1024,2048. Default: the repository's own."),
+    matrix_server: Optional[str] = typer.Option(None, help="--matrix: gRPC address of a tritonserver serving the repository with --model-control-mode=explicit. Default: serve it here."),
+    preempt_concurrency: int = typer.Option(64, help="--matrix: short-text concurrency running while the long text is sent. Default 64."),
+    preempt_repeats: int = typer.Option(2, help="--matrix: times the long text is sent per route and budget. Default 2."),
+    texts_per_band: int = typer.Option(8, help="--matrix: distinct texts per band, each embedded alone first. Default 8."),
 ) -> None:
     """Side-by-side load test: Triton and OpenAI-compatible targets on the same texts, per bucket and concurrency."""
+    if matrix is not None:
+        _bench_matrix(matrix, max_batch_tokens, matrix_server, concurrency, only, requests, corpus, out_dir,
+                      preempt_concurrency, preempt_repeats, texts_per_band, as_json)
+        return
     from rich.progress import Progress
     from rich.table import Table
 
@@ -451,6 +461,28 @@ def bench(
     out.print(table)
 
 
+def _bench_matrix(repo: Path, budgets: str | None, server: str | None, concurrency: str, only: str | None,
+                  requests: int, corpus: Path | None, out_dir: Path | None, preempt_concurrency: int,
+                  preempt_repeats: int, texts: int, as_json: bool) -> None:
+    from .common.options import parse_int_list
+    from .measure.matrix import MatrixSpec, markdown, run_matrix
+    from .repository.manifest import read_manifest
+
+    try:
+        m = read_manifest(repo)
+        bands = tuple(int(x.strip().lstrip("<=")) for x in only.split(",") if x.strip() and x.strip() != "mixed") \
+            if only else None
+        spec = MatrixSpec(repo, parse_int_list("max_batch_tokens", budgets) or (m.max_batch_tokens or 16384,),
+                          concurrency=parse_int_list("concurrency", concurrency) or (1,), bands=bands or None,
+                          requests=requests, texts=texts, corpus=corpus, url=server, out=out_dir,
+                          preempt_concurrency=preempt_concurrency, preempt_repeats=preempt_repeats)
+        doc = run_matrix(spec, log=lambda msg: err.print(msg, markup=False))
+    except (EmbtrtError, ValueError) as exc:
+        _fail(exc if isinstance(exc, EmbtrtError) else EmbtrtError(f"invalid --only: {exc}"))
+        return
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if as_json else markdown(doc))
+
+
 @app.command()
 def gateway(
     repo: list[Path] = typer.Argument(..., help="The repository the pools serve (its embtrt.json and tokenizer.json are read); several repositories put several models behind one gateway (`model` picks one)."),
@@ -517,7 +549,7 @@ def k8s(
 @app.command()
 def tune(
     repo: Path = typer.Argument(..., help="Repository to tune (written by embtrt build)."),
-    slo_p99_ms: float = typer.Option(..., help="The latency target: p99 in ms at every --concurrency (required)."),
+    slo_p99_ms: str = typer.Option(..., help="The latency target at every --concurrency (required): p99 in ms on mixed-length texts, e.g. 100; or per length bucket, BUCKET=MS,..., e.g. 32=50,512=400: each bucket's band of texts measured on its own, each within its own p99."),
     concurrency: str = typer.Option("1,8,32", help="Concurrency levels each trial is measured at. Default 1,8,32."),
     corpus: Optional[Path] = typer.Option(None, help="Texts (JSON list or one per line). Default: the bundled real-text sample."),
     budget_min: float = typer.Option(10.0, help="Time budget in minutes; the search stops when the next trial would not fit. Default 10."),
@@ -526,17 +558,33 @@ def tune(
     apply_to: Optional[Path] = typer.Option(None, help="Write the winner as a repository here (re-checked with embtrt check; the tuning record goes into embtrt.json). Default: none."),
     url: Optional[str] = typer.Option(None, help="gRPC address of a running tritonserver serving REPO with --model-control-mode=explicit. Default: embtrt serves REPO itself."),
     force: bool = typer.Option(False, help="Let --apply-to replace an existing folder (REPO itself included). Default off."),
+    knob: Optional[list[str]] = typer.Option(None, help="Search only this knob; repeatable (front.instances, front.max_queue_delay_us, front.preferred_batch_sizes, front.intra_op_threads, budget.max_batch_tokens, encoder.instances, encoder.max_queue_delay_us, as the repository has them). Default: every knob."),
 ) -> None:
     """Find the serving configuration with the most throughput whose p99 meets the SLO, with real texts."""
     from .common.options import parse_int_list
     from .measure.tune import TuneSpec, tune as run_tune
 
     try:
-        spec = TuneSpec(repo, slo_p99_ms, concurrency=parse_int_list("concurrency", concurrency) or (1,), corpus=corpus,
-                        budget_min=budget_min, out=out_dir, apply_to=apply_to, url=url, force=force, requests=requests)
+        spec = TuneSpec(repo, parse_slo(slo_p99_ms), concurrency=parse_int_list("concurrency", concurrency) or (1,), corpus=corpus,
+                        budget_min=budget_min, out=out_dir, apply_to=apply_to, url=url, force=force, requests=requests,
+                        knobs=tuple(knob) if knob else None)
         run_tune(spec, log=lambda m: out.print(m, markup=False))
     except EmbtrtError as exc:
         _fail(exc)
+
+
+def parse_slo(text: str) -> float | dict[int, float]:
+    """'100' -> 100.0; '32=50,512=400' -> {32: 50.0, 512: 400.0}."""
+    try:
+        if "=" not in text:
+            return float(text)
+        out = {}
+        for part in text.split(","):
+            b, _, ms = part.rpartition("=")
+            out[int(b.strip().lstrip("<="))] = float(ms)
+        return out
+    except ValueError:
+        raise EmbtrtError(f"invalid --slo-p99-ms {text!r}", "milliseconds (e.g. 100) or BUCKET=MS,... (e.g. 32=50,512=400)") from None
 
 
 def parse_cpu_pids(items: list[str]) -> dict[str, int]:

@@ -59,3 +59,52 @@ def test_a_server_not_in_explicit_mode_and_a_tiny_budget_are_refused(xlmr_repo, 
         with pytest.raises(TuneError) as ei:
             tune(TuneSpec(xlmr_repo, slo_p99_ms=100, url=srv.grpc_url, budget_min=1), log=lambda m: None)
     assert "not in explicit model-control mode" in ei.value.message
+
+
+def test_tune_searches_the_token_budget_against_per_bucket_slos_and_applies_a_repository_that_passes_check_and_verify(
+        xlmr_repo, tiny_models, tmp_path):
+    """The token-budget knob with a per-bucket SLO (each band measured on its own): the trials try
+    budgets that give different max batches; the applied winner, and a repository applied with a
+    budget other than the built one, pass `embtrt check` (configs and embtrt.json agree) and
+    `embtrt verify` (same vectors)."""
+    from embtrt.measure.tune import BUDGET, Tuner, apply, report
+    from embtrt.repository.manifest import read_manifest
+
+    built = read_manifest(xlmr_repo)
+    small = sorted(built.buckets)[:2]
+    spec = TuneSpec(xlmr_repo, slo_p99_ms={b: 5000.0 for b in small}, concurrency=(2,), budget_min=0.6, requests=20,
+                    warmup=4, knobs=(BUDGET,), apply_to=tmp_path / "tuned")
+    doc = tune(spec, log=lambda m: None)
+    tried = [t["settings"][BUDGET] for t in doc["trials"]]
+    assert len(doc["trials"]) >= 2 and len(set(tried)) == len(tried) and tried[0] == built.max_batch_tokens
+    assert all(set(t["bands"]) == {f"<={b}" for b in small} for t in doc["trials"])
+    assert doc["slo"] == "p99 <= " + ", ".join(f"5000 ms at <={b} tokens" for b in small)
+    # a budget other than the built one, applied: configs and embtrt.json say the same budget
+    other = next(v for v in Tuner(spec).knobs[0].values if v != built.max_batch_tokens)
+    tuner = Tuner(spec)
+    base = {m: json.loads(json.dumps(_config_json(xlmr_repo / m / "config.pbtxt"))) for m in tuner.knobs[0].models}
+    configs = tuner._configs_for(base, {BUDGET: other})
+    plain = TuneSpec(xlmr_repo, slo_p99_ms=5000, apply_to=tmp_path / "budget")
+    chosen = _trial({BUDGET: other})
+    forced = apply(plain, configs, report(plain, [chosen], chosen), log=lambda m: None)
+    assert read_manifest(forced).max_batch_tokens == other and check_repository(forced).passed
+    for tuned in (tmp_path / "tuned", forced):
+        assert check_repository(tuned).passed
+        with start_server(tuned, tmp_path) as srv:
+            p = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", srv.grpc_url, "--model", "x",
+                                "--reference", str(tiny_models["xlmr-mean"])], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+
+
+def _config_json(path):
+    from google.protobuf import json_format
+
+    from embtrt.repository.config import parse_config
+
+    return json_format.MessageToDict(parse_config(path), preserving_proto_field_name=True)  # as Triton gives it
+
+
+def _trial(settings):
+    from embtrt.measure.tune import Trial
+
+    return Trial(settings, {1: {"req_per_s": 1.0, "p50_ms": 1.0, "p99_ms": 1.0}})

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import SpecError
-from ..repository.budget import budget_models, check_budget_change, with_budget
+from ..repository.budget import budget_models, check_budget_change, load_order, with_budget
 from ..repository.manifest import read_manifest
 from .bench import PeakRss, machine
 
@@ -122,7 +122,8 @@ class GpuPeak:
     """Peak used memory of each GPU (NVML), sampled in a thread; empty where there is no NVML/GPU."""
 
     def __init__(self, interval_s: float = 0.05) -> None:
-        self.interval, self.peak = interval_s, {}
+        self.interval = interval_s
+        self.peak: dict[int, int] = {}
         self._stop = threading.Event()
         self._handles: list = []
         try:
@@ -272,6 +273,7 @@ class Matrix:
         if bad:
             raise SpecError(f"invalid bands {bad}: not buckets of {m.name}", f"its buckets: {','.join(map(str, m.buckets))}")
         self.cells: list[Cell] = []
+        self.loaded: dict[int, dict[int, int]] = {}   # budget -> the server's max batch per bucket encoder
 
     # ---- server ----------------------------------------------------------------------------
 
@@ -289,9 +291,7 @@ class Matrix:
         """Reload the budget's models; the bucket ensembles last, after the models they compose."""
         import tritonclient.grpc as grpcclient
 
-        name = self.manifest.name
-        ensembles = {f"{name}_{b}" for b in self.manifest.buckets}
-        order = sorted(configs, key=lambda m: (m == name, m in ensembles, m))
+        order = load_order(self.manifest, configs)
         c = grpcclient.InferenceServerClient(url)
         try:
             for m in order:
@@ -318,7 +318,7 @@ class Matrix:
                                       metrics_port=free_port(), models=models))
         with srv:
             self.log(f"serving {self.spec.repository} on {srv.grpc_url} (explicit model control)")
-            return self._run(srv.grpc_url, srv.proc.pid, texts)
+            return self._run(srv.grpc_url, srv.proc.pid if srv.proc is not None else None, texts)
 
     def _unloaded(self, url: str, model: str, texts: list[str]) -> np.ndarray:
         """Each text's vector embedded alone (one request at a time, nothing else running)."""
@@ -354,22 +354,30 @@ class Matrix:
             ts = band_texts(self.tok, corpus, lo, b, spec.texts)
             band[b] = (ts, [len(self.tok.encode(t).ids) for t in ts])
         self.log("bands: " + ", ".join(f"<={b}: {len(ts)} texts, {min(n)}..{max(n)} tokens" for b, (ts, n) in band.items()))
-        long_len = m.max_seq_length - 300 if m.max_seq_length > 1200 else m.max_seq_length - m.max_seq_length // 8
         top = max(m.buckets)
-        longs = band_texts(self.tok, corpus, edges[-2] if len(edges) > 2 else 0, top, 1, target=long_len)
-        long_tokens = [len(self.tok.encode(t).ids) for t in longs]
         base = self._configs(url)
         self.log("embedding every text alone (the unloaded vectors)")
         ref = {b: self._unloaded(url, name, ts) for b, (ts, _) in band.items()}
-        ref_long = self._unloaded(url, name, longs)
-        ref_long_bucket = self._unloaded(url, f"{name}_{top}", longs) if f"{name}_{top}" in self._index(url) else None
+        longs, long_tokens, ref_long, ref_long_bucket = [], [], None, None
+        if spec.preempt:  # max length - a few hundred tokens (an eighth of it for short models)
+            long_len = m.max_seq_length - 300 if m.max_seq_length > 1200 else m.max_seq_length - m.max_seq_length // 8
+            longs = band_texts(self.tok, corpus, edges[-2] if len(edges) > 2 else 0, top, 1, target=long_len)
+            long_tokens = [len(self.tok.encode(t).ids) for t in longs]
+            ref_long = self._unloaded(url, name, longs)
+            if f"{name}_{top}" in self._index(url):
+                ref_long_bucket = self._unloaded(url, f"{name}_{top}", longs)
         short = min(self.bands)
         pids = {"server": pid} if pid else {}
+        current = dict(base)
         try:
             for budget in spec.budgets:
                 t0 = time.time()
-                self._load(url, with_budget(m, base, budget))
-                self.log(f"budget {budget}: configs reloaded in {time.time() - t0:.1f} s")
+                want = with_budget(m, base, budget)
+                self._load(url, {k: v for k, v in want.items() if v != current.get(k)})  # only what changes
+                current = want
+                self.loaded[budget] = self._batches(url)
+                self.log(f"budget {budget}: configs reloaded in {time.time() - t0:.1f} s; the server's max batch per "
+                         f"bucket: {self.loaded[budget]}")
                 for b in self.bands:
                     ts, ns = band[b]
                     for conc in spec.concurrency:
@@ -385,8 +393,20 @@ class Matrix:
                 if spec.mixed and len(self.bands) > 1:
                     self._mixed(url, pids, budget, band[short], ref[short], band[max(self.bands)], ref[max(self.bands)])
         finally:
-            self._load(url, base)  # the repository's own configuration again
+            if spec.url:  # a server of the caller's: its own configuration again (ours is stopped anyway)
+                self._load(url, {k: v for k, v in base.items() if v != current.get(k)})
         return self.report(band, long_tokens)
+
+    def _batches(self, url: str) -> dict[int, int]:
+        """Each bucket encoder's max_batch_size as the server now has it (read back after a reload)."""
+        import tritonclient.grpc as grpcclient
+
+        c = grpcclient.InferenceServerClient(url)
+        try:
+            return {b: int(c.get_model_config(f"{self.manifest.name}_{b}_encoder", as_json=True)["config"]
+                           .get("max_batch_size", 0)) for b in self.manifest.buckets}
+        finally:
+            c.close()
 
     def _index(self, url: str) -> set[str]:
         import tritonclient.grpc as grpcclient
@@ -465,8 +485,9 @@ class Matrix:
                 "target": self.manifest.target, "precision": self.manifest.precision,
                 "built_budget": self.manifest.max_batch_tokens, "max_batch_size": self.manifest.max_batch_size,
                 "budgets": list(self.spec.budgets), "concurrency": list(self.spec.concurrency),
+                "server_max_batch": {str(k): {str(b): n for b, n in v.items()} for k, v in self.loaded.items()},
                 "bands": {f"<={b}": {"texts": len(ts), "tokens": [min(n), max(n)]} for b, (ts, n) in band.items()},
-                "long_tokens": long_tokens[0], "requests_per_cell": self.spec.requests,
+                "long_tokens": long_tokens[0] if long_tokens else None, "requests_per_cell": self.spec.requests,
                 "preempt_concurrency": self.spec.preempt_concurrency,
                 "machine": machine(), "python": platform.python_version(),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -481,7 +502,10 @@ def markdown(doc: dict) -> str:
                                                           for k, v in doc["bands"].items()) + ".", ""]
     for budget in doc["budgets"]:
         cells = [c for c in doc["cells"] if c["budget"] == budget]
+        got = doc.get("server_max_batch", {}).get(str(budget), {})
         lines += [f"## max_batch_tokens {budget}", "",
+                  "Max batch per bucket as the server reported it after the reload: "
+                  + ", ".join(f"{b}: {n}" for b, n in got.items()) + ".", "",
                   "| cell | band / route | conc | sent | ok | errors | req/s | tokens/s | p50 ms | p95 ms | p99 ms | "
                   "cos min | cos p01 | peak RSS MiB | GPU peak MiB | notes |",
                   "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]

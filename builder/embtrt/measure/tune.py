@@ -3,10 +3,14 @@
 The knobs are the ones embtrt renders, on the models that do the work: the front door (it
 runs the encoder itself for python-* targets) and, where the front door calls the bucket
 encoders (BLS), those encoders too: instance count, the dynamic batcher's max queue delay and
-preferred batch sizes, and the encoder threads. Each trial reloads only the changed models
+preferred batch sizes, and the encoder threads; and the token budget (`max_batch_tokens`: the
+max batch of every bucket's models and the front door's chunking, `repository.budget`; not
+for TensorRT, whose engines fix it). Each trial reloads only the changed models
 through Triton's repository API (load with a config override; the server runs with
 `--model-control-mode=explicit`), then drives the bench engine with the corpus's real texts
-(mixed lengths) at every requested concurrency.
+(mixed lengths) at every requested concurrency; with a per-bucket SLO (`32=50,512=400`) each
+named bucket's band of texts is measured on its own and must meet its own p99, and the
+throughput is their sum.
 
 Search: coordinate descent from the repository's own configuration (the baseline trial):
 each knob in turn tries its other values with the others held at the best so far; a knob's
@@ -27,10 +31,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import EmbtrtError, SpecError
+from ..repository.budget import budget_models, budget_values, load_order, manifest_with_budget, with_budget
 from ..repository.manifest import Manifest, read_manifest, write_manifest
 
 Log = Callable[[str], None]
 MIN_TRIAL_S = 20.0
+BUDGET = "budget.max_batch_tokens"   # the token budget: batch sizes of every bucket model and the front door's chunking
 
 
 class TuneError(EmbtrtError):
@@ -40,7 +46,7 @@ class TuneError(EmbtrtError):
 @dataclass(frozen=True)
 class TuneSpec:
     repository: Path
-    slo_p99_ms: float
+    slo_p99_ms: float | dict[int, float]    # mixed lengths; or per length band: {bucket: ms}
     concurrency: tuple[int, ...] = (1, 8, 32)
     corpus: Path | None = None
     budget_min: float = 10.0
@@ -50,10 +56,13 @@ class TuneSpec:
     force: bool = False
     requests: int = 200
     warmup: int = 20
+    knobs: tuple[str, ...] | None = None     # search only these knobs (default: every knob of the repository)
 
     def __post_init__(self) -> None:
-        if self.slo_p99_ms <= 0:
-            raise SpecError(f"invalid slo_p99_ms: {self.slo_p99_ms}", "a positive number of milliseconds")
+        slos = self.slo_p99_ms.values() if isinstance(self.slo_p99_ms, dict) else [self.slo_p99_ms]
+        if not slos or min(slos) <= 0:
+            raise SpecError(f"invalid slo_p99_ms: {self.slo_p99_ms}",
+                            "a positive number of milliseconds, or BUCKET=MS per length band, e.g. 32=50,512=400")
         if not self.concurrency or min(self.concurrency) < 1:
             raise SpecError(f"invalid concurrency: {self.concurrency}", "positive integers, e.g. 1,8,32")
         if self.budget_min * 60 < MIN_TRIAL_S:
@@ -79,8 +88,14 @@ class Trial:
     def p99(self) -> float:
         return max(r["p99_ms"] for r in self.results.values())
 
-    def feasible(self, slo: float) -> bool:
-        return bool(self.results) and self.p99() <= slo
+    bands: dict[str, dict[int, dict]] = field(default_factory=dict)  # per-bucket SLO: '<=32' -> concurrency -> figures
+
+    def feasible(self, slo: float | dict[int, float]) -> bool:
+        if not self.results:
+            return False
+        if isinstance(slo, dict):
+            return all(max(r["p99_ms"] for r in self.bands[f"<={b}"].values()) <= ms for b, ms in slo.items())
+        return self.p99() <= slo
 
     def throughput(self) -> float:
         return self.results[max(self.results)]["req_per_s"]
@@ -89,7 +104,7 @@ class Trial:
         return self.results[max(self.results)]["p50_ms"]
 
 
-def knobs_for(manifest: Manifest) -> list[Knob]:
+def knobs_for(manifest: Manifest, repo: Path) -> list[Knob]:
     name = manifest.name
     spec = manifest.spec
     mb = manifest.max_batch_size
@@ -98,6 +113,11 @@ def knobs_for(manifest: Manifest) -> list[Knob]:
            Knob("front.max_queue_delay_us", front, (0, 500, 2000, 5000)),
            Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb))),
            Knob("front.intra_op_threads", front, (0, 1, 2))]
+    if manifest.target != "tensorrt":  # engines fix their batch range: the budget needs a rebuild there
+        values = budget_values(manifest)
+        if len(values) > 1:
+            models = tuple(budget_models(manifest, {p.parent.name for p in Path(repo).glob("*/config.pbtxt")}))
+            out.append(Knob(BUDGET, models, values))
     if manifest.router_encoder == "bls" or manifest.target in ("tensorrt", "onnxruntime"):
         encoders = tuple(manifest.models.encoders)
         out += [Knob("encoder.instances", encoders, (1, 2)),
@@ -127,7 +147,18 @@ class Tuner:
     def __init__(self, spec: TuneSpec, log: Log = print) -> None:
         self.spec, self.log = spec, log
         self.manifest = read_manifest(spec.repository)
-        self.knobs = knobs_for(self.manifest)
+        self.knobs = knobs_for(self.manifest, spec.repository)
+        if spec.knobs is not None:
+            unknown = sorted(set(spec.knobs) - {k.name for k in self.knobs})
+            if unknown:
+                raise SpecError(f"invalid knobs {unknown} for {self.manifest.name}",
+                                "its knobs: " + ", ".join(k.name for k in self.knobs))
+            self.knobs = [k for k in self.knobs if k.name in spec.knobs]
+        if isinstance(spec.slo_p99_ms, dict):
+            bad = sorted(set(spec.slo_p99_ms) - set(self.manifest.buckets))
+            if bad:
+                raise SpecError(f"invalid slo_p99_ms: {bad} are not buckets of {self.manifest.name}",
+                                f"its buckets: {','.join(map(str, self.manifest.buckets))}")
         self.trials: list[Trial] = []
 
     # ---- server --------------------------------------------------------------------------
@@ -162,30 +193,46 @@ class Tuner:
     def _load(self, url: str, configs: dict[str, dict], changed: set[str]) -> None:
         c = self._client(url)
         try:
-            for m in sorted(changed):
+            for m in load_order(self.manifest, changed):  # ensembles after what they compose
                 c.load_model(m, config=json.dumps(configs[m]))
         finally:
             c.close()
 
     # ---- measurement ---------------------------------------------------------------------
 
-    def _measure(self, url: str, texts: list[str], counts) -> dict[int, dict]:
+    def _measure(self, url: str, texts: list[str], counts) -> tuple[dict[int, dict], dict[str, dict[int, dict]]]:
         from .bench import Target, run_bench
 
         t = Target("trial", "triton", url, self.manifest.name)
+        slo = self.spec.slo_p99_ms
+        labels = tuple(f"<={b}" for b in slo) if isinstance(slo, dict) else ("mixed",)
         doc = run_bench([t], texts, counts, buckets=tuple(self.manifest.buckets), concurrency=self.spec.concurrency,
                         texts_per_request=1, requests=self.spec.requests, warmup=self.spec.warmup,
-                        inprocess_model=None, only_buckets=("mixed",))
-        out = {}
+                        inprocess_model=None, only_buckets=labels)
+        bands: dict[str, dict[int, dict]] = {}
         for r in doc["results"]:
             if r["errors"]:
                 raise TuneError(f"trial requests failed: {r['error_samples'][:2]}", "see the tritonserver log")
-            out[int(r["concurrency"])] = {"req_per_s": r["req_per_s"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
-        return out
+            bands.setdefault(r["bucket"], {})[int(r["concurrency"])] = {
+                "req_per_s": r["req_per_s"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
+        missing = [x for x in labels if x not in bands]
+        if missing:
+            raise TuneError(f"the corpus has no texts in the length band(s) {', '.join(missing)}",
+                            "pass a --corpus with texts of those lengths, or SLOs for other buckets")
+        if labels == ("mixed",):
+            return bands["mixed"], {}
+        # several bands: throughput is their sum, latency the worst of them (feasibility is per band)
+        out = {c: {"req_per_s": round(sum(bands[x][c]["req_per_s"] for x in labels), 2),
+                   "p50_ms": max(bands[x][c]["p50_ms"] for x in labels),
+                   "p99_ms": max(bands[x][c]["p99_ms"] for x in labels)} for c in self.spec.concurrency}
+        return out, bands
 
     def _configs_for(self, base: dict[str, dict], settings: dict[str, Any]) -> dict[str, dict]:
         cfgs = copy.deepcopy(base)
         for k in self.knobs:
+            if k.name == BUDGET:
+                cfgs = with_budget(self.manifest, cfgs, int(settings[k.name]))
+                continue
             for m in k.models:
                 cfgs[m] = apply_setting(cfgs[m], k.name, settings[k.name])
         return cfgs
@@ -207,6 +254,9 @@ class Tuner:
         """The settings the repository has now, in knob terms."""
         out: dict[str, Any] = {}
         for k in self.knobs:
+            if k.name == BUDGET:
+                out[k.name] = int(self.manifest.max_batch_tokens or k.values[0])
+                continue
             cfg = base[k.models[0]]
             what = k.name.split(".", 1)[1]
             db = cfg.get("dynamic_batching", {})
@@ -226,10 +276,14 @@ class Tuner:
         changed = {m for m in cfgs if cfgs[m] != current.get(m)}
         self._load(url, cfgs, changed)
         current.update({m: cfgs[m] for m in changed})
-        trial = Trial(dict(settings), self._measure(url, texts, counts), 0.0)
+        results, bands = self._measure(url, texts, counts)
+        trial = Trial(dict(settings), results, 0.0, bands)
         trial.seconds = round(time.time() - t0, 1)
         self.trials.append(trial)
         res = ", ".join(f"c{c}: {r['req_per_s']:.0f} req/s p99 {r['p99_ms']:.0f} ms" for c, r in sorted(trial.results.items()))
+        if bands:
+            res += " (" + "; ".join(f"{x} p99 " + "/".join(f"{r['p99_ms']:.0f}" for _, r in sorted(v.items()))
+                                    for x, v in bands.items()) + " ms)"
         ok = "[ok]" if trial.feasible(self.spec.slo_p99_ms) else "[x] "
         self.log(f"{ok} trial {len(self.trials)} ({trial.seconds:.0f} s) {_fmt(settings)}: {res}")
         return trial
@@ -265,15 +319,32 @@ class Tuner:
                         continue
                     if time.time() + trial_s > deadline:
                         break
-                    cand = self._trial(url, base, current, {**best.settings, k.name: v}, texts, counts)
+                    settings = {**best.settings, k.name: v}
+                    done = next((t for t in self.trials if t.settings == settings), None)
+                    if done is not None:  # measured in an earlier round: not again
+                        continue
+                    cand = self._trial(url, base, current, settings, texts, counts)
                     if self._better(cand, best):
                         best, improved = cand, True
         if not best.feasible(self.spec.slo_p99_ms):
             lowest = min(t.p99() for t in self.trials)
-            raise TuneError(f"no trial met the SLO p99 <= {self.spec.slo_p99_ms:g} ms at concurrency "
+            raise TuneError(f"no trial met the SLO {slo_text(self.spec.slo_p99_ms)} at concurrency "
                             f"{','.join(map(str, self.spec.concurrency))}; the best p99 found was {lowest:.1f} ms "
                             f"({len(self.trials)} trials)", "raise --slo-p99-ms, lower --concurrency, or add hardware")
         return best, self._configs_for(base, best.settings)
+
+
+def slo_text(slo: float | dict[int, float]) -> str:
+    if isinstance(slo, dict):
+        return "p99 <= " + ", ".join(f"{ms:g} ms at <={b} tokens" for b, ms in sorted(slo.items()))
+    return f"p99 <= {slo:g} ms"
+
+
+def _below(slo: float | dict[int, float], t: Trial) -> float:
+    """How far under the SLO the trial's worst p99 is (per band: the tightest band)."""
+    if isinstance(slo, dict):
+        return min(ms - max(r["p99_ms"] for r in t.bands[f"<={b}"].values()) for b, ms in slo.items())
+    return slo - t.p99()
 
 
 def _fmt(settings: dict[str, Any]) -> str:
@@ -297,15 +368,18 @@ def pareto(trials: list[Trial]) -> list[int]:
 def report(spec: TuneSpec, trials: list[Trial], winner: Trial) -> dict:
     baseline = trials[0]
     return {
-        "slo_p99_ms": spec.slo_p99_ms, "concurrency": list(spec.concurrency), "budget_min": spec.budget_min,
+        "slo_p99_ms": ({f"<={b}": ms for b, ms in spec.slo_p99_ms.items()} if isinstance(spec.slo_p99_ms, dict)
+                       else spec.slo_p99_ms), "slo": slo_text(spec.slo_p99_ms),
+        "concurrency": list(spec.concurrency), "budget_min": spec.budget_min,
         "scenario": f"mixed-length real texts, {spec.requests} requests per concurrency after {spec.warmup} warm-up",
         "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
         "trials": [{"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in t.settings.items()},
                     "results": {str(c): r for c, r in t.results.items()}, "seconds": t.seconds,
+                    "bands": {x: {str(c): r for c, r in v.items()} for x, v in t.bands.items()},
                     "feasible": t.feasible(spec.slo_p99_ms)} for t in trials],
         "pareto": pareto(trials),
         "winner": trials.index(winner),
-        "margin": {"p99_ms_below_slo": round(spec.slo_p99_ms - winner.p99(), 2),
+        "margin": {"p99_ms_below_slo": round(_below(spec.slo_p99_ms, winner), 2),
                    "throughput_vs_baseline": round(winner.throughput() / max(baseline.throughput(), 1e-9), 3)},
     }
 
@@ -314,7 +388,7 @@ def write_report(doc: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "tune.json").write_text(json.dumps(doc, indent=2) + "\n")
     conc = max(doc["concurrency"])
-    lines = [f"# embtrt tune: SLO p99 <= {doc['slo_p99_ms']} ms at concurrency {doc['concurrency']}", "",
+    lines = [f"# embtrt tune: SLO {doc['slo']} at concurrency {doc['concurrency']}", "",
              f"Scenario: {doc['scenario']}. Winner: trial {doc['winner'] + 1}, margin {doc['margin']}.", "",
              f"| trial | settings | req/s at c{conc} | p50 ms | worst p99 ms | within SLO | Pareto |", "|---|---|---:|---:|---:|---|---|"]
     for i, t in enumerate(doc["trials"]):
@@ -339,7 +413,8 @@ def write_report(doc: dict, out: Path) -> list[Path]:
     ax.plot([xs[i] for i in front], [ys[i] for i in front], "r--", label="Pareto front")
     w = doc["winner"]
     ax.scatter([xs[w]], [ys[w]], s=160, facecolors="none", edgecolors="black", label="winner")
-    ax.axvline(doc["slo_p99_ms"], color="tab:orange", linestyle=":", label="SLO")
+    if not isinstance(doc["slo_p99_ms"], dict):  # per-band SLOs have no one line to draw
+        ax.axvline(doc["slo_p99_ms"], color="tab:orange", linestyle=":", label="SLO")
     ax.set_xlabel("worst p99 over the concurrencies (ms)")
     ax.set_ylabel(f"req/s at concurrency {conc}")
     ax.legend()
@@ -364,8 +439,12 @@ def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print)
     for name, cfg in configs.items():
         msg = json_format.ParseDict(cfg, mc.ModelConfig(), ignore_unknown_fields=True)
         path = tmp / name / "config.pbtxt"
-        path.write_text(f"# Tuned by embtrt tune (SLO p99 <= {spec.slo_p99_ms} ms).\n" + text_format.MessageToString(msg))
-    write_manifest(tmp, read_manifest(tmp).with_extra(tuning=doc))
+        path.write_text(f"# Tuned by embtrt tune (SLO {slo_text(spec.slo_p99_ms)}).\n" + text_format.MessageToString(msg))
+    man = read_manifest(tmp)
+    budget = doc["trials"][doc["winner"]]["settings"].get(BUDGET)
+    if budget is not None and budget != man.max_batch_tokens:  # the record follows the configs (embtrt check)
+        man = manifest_with_budget(man, int(budget))
+    write_manifest(tmp, man.with_extra(tuning=doc))
     rep = check_repository(tmp, allow_pending_plans=True)
     if not rep.passed:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -395,7 +474,7 @@ def tune(spec: TuneSpec, log: Log = print) -> dict:
     winner, configs = tuner.run(texts, counts)
     doc = report(spec, tuner.trials, winner)
     log(f"winner: trial {doc['winner'] + 1}: {_fmt(winner.settings)} - {winner.throughput():.1f} req/s at "
-        f"concurrency {max(spec.concurrency)}, worst p99 {winner.p99():.1f} ms (SLO {spec.slo_p99_ms:g} ms), "
+        f"concurrency {max(spec.concurrency)}, worst p99 {winner.p99():.1f} ms (SLO {slo_text(spec.slo_p99_ms)}), "
         f"{doc['margin']['throughput_vs_baseline']}x the baseline")
     if spec.out is not None:
         for p in write_report(doc, Path(spec.out)):

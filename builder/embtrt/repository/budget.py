@@ -13,6 +13,7 @@ TensorRT engines fix their batch range at build time and need a rebuild instead.
 from __future__ import annotations
 
 import copy
+import math
 
 from ..errors import SpecError
 from .manifest import Manifest
@@ -32,6 +33,29 @@ def budget_models(manifest: Manifest, have: set[str] | None = None) -> list[str]
     """Every model whose config the budget touches: the front door, then each bucket's models."""
     out = [manifest.name] + [m for b in manifest.buckets for m in bucket_models(manifest.name, b)]
     return [m for m in out if have is None or m in have]
+
+
+def load_order(manifest: Manifest, models) -> list[str]:
+    """An order to reload models in: each bucket's ensemble after the models it composes, the front
+    door last (it chunks by the encoders' max batch)."""
+    name = manifest.name
+    ensembles = {f"{name}_{b}" for b in manifest.buckets}
+    return sorted(models, key=lambda m: (m == name, m in ensembles, m))
+
+
+def budget_values(manifest: Manifest, most: int = 4) -> tuple[int, ...]:
+    """Token budgets worth trying: the built one first, then those nearest it (by ratio) that give
+    different max batches: powers of two from the shortest bucket to the longest bucket's full
+    batch."""
+    built = manifest.max_batch_tokens or 16384
+    lo = max(1, min(manifest.buckets)).bit_length() - 1
+    hi = (max(manifest.buckets) * manifest.max_batch_size).bit_length()
+    seen: dict[tuple[int, ...], int] = {}
+    candidates = [built] + sorted({1 << k for k in range(lo, hi + 1)}, key=lambda v: (abs(math.log2(v / built)), v))
+    for v in candidates:
+        key = tuple(bucket_batch(v, b, manifest.max_batch_size) for b in manifest.buckets)
+        seen.setdefault(key, v)
+    return tuple(seen.values())[:most]
 
 
 def check_budget_change(manifest: Manifest, budget: int) -> None:

@@ -1,0 +1,81 @@
+"""The token budget in one place: the max batch it gives each bucket, the configs it rewrites for a
+reload, the budgets tune tries, and embtrt.json's record of it. (Served end to end in
+tests/integration/test_matrix.py and test_tune.py.)"""
+
+import dataclasses
+
+import pytest
+
+from embtrt.cli import parse_slo
+from embtrt.errors import EmbtrtError, SpecError
+from embtrt.repository.budget import (bucket_batch, budget_models, budget_values, load_order, manifest_with_budget,
+                                      with_budget)
+from embtrt.repository.manifest import Manifest
+
+DOC = {
+    "schema_version": 2, "identity": {}, "name": "m",
+    "models": {"front_door": "m", "ensembles": ["m_32", "m_512"], "encoders": ["m_32_encoder", "m_512_encoder"]},
+    "pooling": "mean", "normalize": True, "dim": 8, "buckets": [32, 512], "max_seq_length": 512,
+    "overflow": "truncate", "precision": "fp32", "target": "python-ort", "backend_profile": "python-ort:cpu:fp32",
+    "pooler": "fused", "input_names": ["input_ids", "attention_mask"], "encoder_output": "embedding", "pad_id": 0,
+    "max_batch_size": 32, "max_batch_tokens": 8192, "bucket_max_batch": {"32": 32, "512": 16},
+    "server_python": "3.11", "spec": {"preferred_batch_sizes": [8, 16, 32], "max_batch_tokens": 8192},
+}
+
+
+def _configs() -> dict:
+    def bucket(mb):
+        return {"max_batch_size": mb, "dynamic_batching": {"preferred_batch_size": [p for p in (8, 16, 32) if p <= mb]},
+                "model_warmup": [{"name": "w", "batch_size": 1}, {"name": "w", "batch_size": mb}]}
+
+    return {"m": {"max_batch_size": 32, "parameters": {"encoder_max_batch_sizes": {"string_value": "32,16"}}},
+            "m_32": {"max_batch_size": 32}, "m_32_encoder": bucket(32), "m_512": {"max_batch_size": 16},
+            "m_512_encoder": bucket(16), "m_512_tokenizer": bucket(16)}
+
+
+def test_the_budget_sets_every_bucket_models_batch_and_the_front_doors_chunking():
+    m = Manifest.from_dict(DOC)
+    assert bucket_batch(8192, 512, 32) == 16 and bucket_batch(100, 512, 32) == 1 and bucket_batch(1 << 20, 32, 32) == 32
+    out = with_budget(m, _configs(), 1024)
+    assert out["m_512"]["max_batch_size"] == 2 and out["m_512_encoder"]["max_batch_size"] == 2
+    assert out["m_512_tokenizer"]["dynamic_batching"]["preferred_batch_size"] == [2]  # none of 8,16,32 fits: the max
+    assert [w["batch_size"] for w in out["m_512_encoder"]["model_warmup"]] == [1, 2]
+    assert out["m_32_encoder"]["max_batch_size"] == 32 and out["m_32"]["max_batch_size"] == 32
+    assert out["m"]["parameters"]["encoder_max_batch_sizes"]["string_value"] == "32,2"
+    assert out["m"]["parameters"]["max_batch_tokens"]["string_value"] == "1024"
+    assert _configs()["m_512_encoder"]["max_batch_size"] == 16  # the input is not changed
+    one = with_budget(m, _configs(), 512)  # one row of 512: warm-up batch 1 only, once
+    assert [w["batch_size"] for w in one["m_512_encoder"]["model_warmup"]] == [1]
+
+
+def test_reload_order_puts_ensembles_after_what_they_compose_and_the_front_door_last():
+    m = Manifest.from_dict(DOC)
+    order = load_order(m, ["m", "m_512", "m_512_encoder", "m_32", "m_32_encoder"])
+    assert order.index("m_512") > order.index("m_512_encoder") and order[-1] == "m"
+    assert budget_models(m, {"m", "m_32", "m_32_encoder"}) == ["m", "m_32", "m_32_encoder"]
+
+
+def test_budgets_tried_start_with_the_built_one_and_each_gives_other_batches():
+    m = Manifest.from_dict(DOC)
+    values = budget_values(m)
+    assert values[0] == 8192 and len(values) == len(set(values)) > 1
+    batches = [tuple(bucket_batch(v, b, 32) for b in m.buckets) for v in values]
+    assert len(set(batches)) == len(batches)
+
+
+def test_tensorrt_repositories_are_refused_and_the_record_follows_the_budget():
+    m = Manifest.from_dict(DOC)
+    trt = dataclasses.replace(m, target="tensorrt")
+    with pytest.raises(SpecError, match="engines fix the batch range") as err:
+        with_budget(trt, _configs(), 1024)
+    assert "--max-batch-tokens 1024" in err.value.hint
+    rec = manifest_with_budget(m, 1024)
+    assert rec.max_batch_tokens == 1024 and rec.bucket_max_batch == {32: 32, 512: 2}
+    assert rec.spec["max_batch_tokens"] == 1024 and m.spec["max_batch_tokens"] == 8192
+
+
+def test_slo_is_one_figure_or_one_per_bucket():
+    assert parse_slo("120") == 120.0
+    assert parse_slo("32=50,<=512=400") == {32: 50.0, 512: 400.0}
+    with pytest.raises(EmbtrtError, match="invalid --slo-p99-ms"):
+        parse_slo("32=fast")
