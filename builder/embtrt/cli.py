@@ -386,11 +386,13 @@ def bench(
     preempt_concurrency: int = typer.Option(64, help="--matrix: short-text concurrency running while the long text is sent. Default 64."),
     preempt_repeats: int = typer.Option(2, help="--matrix: times the long text is sent per route and budget. Default 2."),
     texts_per_band: int = typer.Option(8, help="--matrix: distinct texts per band, each embedded alone first. Default 8."),
+    pools: bool = typer.Option(False, "--pools/--no-pools", help="--matrix: also the mixed traffic with the longest band's bucket on a second tritonserver (a length pool, started here unless --matrix-pool-server) against both on one. Default off."),
+    matrix_pool_server: Optional[str] = typer.Option(None, help="--matrix --pools: gRPC address of a tritonserver (explicit model control) serving the longest band's bucket models. Default: start one here."),
 ) -> None:
     """Side-by-side load test: Triton and OpenAI-compatible targets on the same texts, per bucket and concurrency."""
     if matrix is not None:
         _bench_matrix(matrix, max_batch_tokens, matrix_server, concurrency, only, requests, corpus, out_dir,
-                      preempt_concurrency, preempt_repeats, texts_per_band, as_json)
+                      preempt_concurrency, preempt_repeats, texts_per_band, as_json, pools, matrix_pool_server)
         return
     from rich.progress import Progress
     from rich.table import Table
@@ -463,7 +465,8 @@ def bench(
 
 def _bench_matrix(repo: Path, budgets: str | None, server: str | None, concurrency: str, only: str | None,
                   requests: int, corpus: Path | None, out_dir: Path | None, preempt_concurrency: int,
-                  preempt_repeats: int, texts: int, as_json: bool) -> None:
+                  preempt_repeats: int, texts: int, as_json: bool, pools: bool = False,
+                  pool_server: str | None = None) -> None:
     from .common.options import parse_int_list
     from .measure.matrix import MatrixSpec, markdown, run_matrix
     from .repository.manifest import read_manifest
@@ -475,7 +478,8 @@ def _bench_matrix(repo: Path, budgets: str | None, server: str | None, concurren
         spec = MatrixSpec(repo, parse_int_list("max_batch_tokens", budgets) or (m.max_batch_tokens or 16384,),
                           concurrency=parse_int_list("concurrency", concurrency) or (1,), bands=bands or None,
                           requests=requests, texts=texts, corpus=corpus, url=server, out=out_dir,
-                          preempt_concurrency=preempt_concurrency, preempt_repeats=preempt_repeats)
+                          preempt_concurrency=preempt_concurrency, preempt_repeats=preempt_repeats,
+                          pools=pools or pool_server is not None, pool_url=pool_server)
         doc = run_matrix(spec, log=lambda msg: err.print(msg, markup=False))
     except (EmbtrtError, ValueError) as exc:
         _fail(exc if isinstance(exc, EmbtrtError) else EmbtrtError(f"invalid --only: {exc}"))

@@ -30,7 +30,7 @@ def repo16k(tmp_path_factory):
 def test_small_matrix_counts_add_up_with_memory_and_cosine_in_every_cell(repo16k, tmp_path):
     logs: list[str] = []
     spec = MatrixSpec(repo16k, budgets=(4096, 8192), concurrency=(1, 4), bands=(32, 2048), requests=8, texts=4,
-                      preempt=False, out=tmp_path / "m")
+                      preempt=False, pools=True, out=tmp_path / "m")
     doc = run_matrix(spec, log=logs.append)
     # the budgets were really loaded: the server reported each bucket encoder's max batch after the reload
     assert doc["server_max_batch"]["4096"]["2048"] == 2 and doc["server_max_batch"]["8192"]["2048"] == 4
@@ -41,11 +41,17 @@ def test_small_matrix_counts_add_up_with_memory_and_cosine_in_every_cell(repo16k
         (b, f"<={L}", k) for b in (4096, 8192) for L in (32, 2048) for k in (1, 4))
     assert doc["bands"]["<=32"]["tokens"][1] <= 32 and 512 < doc["bands"]["<=2048"]["tokens"][0] <= 2048
     for c in doc["cells"]:
-        assert c["sent"] == c["ok"] + c["errors"] and c["sent"] == 8, c
+        assert c["sent"] == c["ok"] + c["errors"], c
+        # a band cell sends --requests; beside long requests, short ones run until two long ones are done
+        assert c["sent"] == 8 if c["kind"] == "band" else c["sent"] >= 8, c
         assert sum(c["error_kinds"].values()) == c["errors"]
         assert c["peak_rss_mib"] > 100  # the server tree, sampled during the cell
         assert c["cos_min"] >= COSINE_MIN and c["cos_p01"] >= c["cos_min"]
         assert c["p50_ms"] <= c["p95_ms"] <= c["p99_ms"]
+    pools = [c for c in doc["cells"] if c["kind"] == "pools"]  # the 2048 bucket on a second server, and not
+    assert sorted(c["band"] for c in pools) == sorted(["<=32 with <=2048, one server", "<=32 with <=2048, two servers"] * 2)
+    assert all(c["extra"]["long"]["ok"] > 0 and c["extra"]["long"]["cos_min"] >= COSINE_MIN for c in pools)
+    assert all(c["extra"]["pool_peak_rss_mib"] > 100 for c in pools)
     mixed = [c for c in doc["cells"] if c["kind"] == "mixed"]
     assert len(mixed) == 4 and all(c["extra"].get("long", {}).get("cos_min", 1.0) >= COSINE_MIN for c in mixed if c["extra"])
     names = sorted(p.name for p in (tmp_path / "m").iterdir())

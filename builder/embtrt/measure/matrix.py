@@ -13,7 +13,9 @@ Two more cells per budget:
 - preemption: a text of (max length - a few hundred) tokens, sent repeatedly through the front
   door and through the largest bucket's ensemble while short-text load runs at concurrency 64,
   must give its unloaded vector (cosine >= 0.999; 1.0 on the exact path);
-- mixed traffic: the shortest band's p50/p95 alone and with long requests running beside it.
+- mixed traffic: the shortest band's p50/p95 alone and with long requests running beside it;
+  with `pools`, also through the bucket ensembles with both bands on one server, then with the
+  longest band's bucket on a second server (a length pool), to show what pools buy.
 
 Vectors are compared with the unloaded ones because that is the promise under load: batching,
 chunking and scheduling never change a vector.
@@ -33,7 +35,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import SpecError
-from ..repository.budget import budget_models, check_budget_change, load_order, with_budget
+from ..repository.budget import bucket_models, budget_models, check_budget_change, load_order, with_budget
 from ..repository.manifest import read_manifest
 from .bench import PeakRss, machine
 
@@ -56,6 +58,10 @@ class MatrixSpec:
     preempt_concurrency: int = 64
     preempt_repeats: int = 2
     mixed: bool = True
+    # length pools: the mixed traffic again with the longest band on a second server (`pool_url`, or
+    # one started here serving that bucket's models only), against both bands on one server
+    pools: bool = False
+    pool_url: str | None = None
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
@@ -237,6 +243,28 @@ async def _drive(url: str, calls: _Calls, n: int, conc: int, timeout_s: float, s
     return time.perf_counter() - t0
 
 
+async def _beside(url: str, short: _Calls, long_url: str, long: _Calls, conc: int, n: int, timeout_s: float) -> float:
+    """Short requests at concurrency conc while two streams of long ones run, until at least n short
+    and two long requests are done (so that the short ones really ran beside long ones); -> the short
+    load's wall seconds."""
+    stop_short, stop_long = asyncio.Event(), asyncio.Event()
+    bg = asyncio.ensure_future(_drive(long_url, long, 0, 2, timeout_s, stop_long))
+    await asyncio.sleep(0.2)
+
+    async def watch() -> None:
+        while len(short.lat) + len(short.errors) < n or len(long.lat) + len(long.errors) < 2:
+            await asyncio.sleep(0.01)
+        stop_short.set()
+
+    w = asyncio.ensure_future(watch())
+    try:
+        return await _drive(url, short, 0, conc, timeout_s, stop_short)
+    finally:
+        stop_long.set()
+        w.cancel()
+        await bg
+
+
 def _fill(cell: Cell, calls: _Calls, seconds: float) -> Cell:
     cell.ok, cell.errors = len(calls.lat), len(calls.errors)
     cell.sent = cell.ok + cell.errors
@@ -282,7 +310,8 @@ class Matrix:
 
         c = grpcclient.InferenceServerClient(url)
         try:
-            have = {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])}
+            have = {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])
+                    if x.get("state") == "READY"}
             return {m: c.get_model_config(m, as_json=True)["config"] for m in budget_models(self.manifest, have)}
         finally:
             c.close()
@@ -309,16 +338,29 @@ class Matrix:
     # ---- run -------------------------------------------------------------------------------
 
     def run(self, texts: list[str]) -> dict:
-        if self.spec.url:
-            return self._run(self.spec.url, None, texts)
+        from contextlib import ExitStack
+
         from ..serve.server import ServerSpec, TritonServer, free_port
 
-        models = tuple(sorted(p.parent.name for p in Path(self.spec.repository).glob("*/config.pbtxt")))
-        srv = TritonServer(ServerSpec(self.spec.repository, grpc_port=free_port(), http_port=free_port(),
-                                      metrics_port=free_port(), models=models))
-        with srv:
-            self.log(f"serving {self.spec.repository} on {srv.grpc_url} (explicit model control)")
-            return self._run(srv.grpc_url, srv.proc.pid if srv.proc is not None else None, texts)
+        def start(models: tuple[str, ...]) -> TritonServer:
+            return TritonServer(ServerSpec(self.spec.repository, grpc_port=free_port(), http_port=free_port(),
+                                           metrics_port=free_port(), models=models))
+
+        with ExitStack() as stack:
+            url, pid = self.spec.url, None
+            if url is None:
+                srv = stack.enter_context(start(tuple(sorted(p.parent.name for p in
+                                                             Path(self.spec.repository).glob("*/config.pbtxt")))))
+                url, pid = srv.grpc_url, srv.proc.pid if srv.proc is not None else None
+                self.log(f"serving {self.spec.repository} on {url} (explicit model control)")
+            pool_url, pool_pid = self.spec.pool_url, None
+            if self.spec.pools and len(self.bands) > 1 and pool_url is None:
+                top = max(self.bands)
+                have = {p.parent.name for p in Path(self.spec.repository).glob("*/config.pbtxt")}
+                srv2 = stack.enter_context(start(tuple(m for m in bucket_models(self.manifest.name, top) if m in have)))
+                pool_url, pool_pid = srv2.grpc_url, srv2.proc.pid if srv2.proc is not None else None
+                self.log(f"length pool: the {top}-token bucket's models on a second server, {pool_url}")
+            return self._run(url, pid, texts, pool_url, pool_pid)
 
     def _unloaded(self, url: str, model: str, texts: list[str]) -> np.ndarray:
         """Each text's vector embedded alone (one request at a time, nothing else running)."""
@@ -344,7 +386,8 @@ class Matrix:
         del calls
         return np.asarray(out)
 
-    def _run(self, url: str, pid: int | None, corpus: list[str]) -> dict:
+    def _run(self, url: str, pid: int | None, corpus: list[str], pool_url: str | None = None,
+             pool_pid: int | None = None) -> dict:
         m, spec = self.manifest, self.spec
         name = m.name
         edges = [0] + list(m.buckets)
@@ -369,12 +412,18 @@ class Matrix:
         short = min(self.bands)
         pids = {"server": pid} if pid else {}
         current = dict(base)
+        pool_base = self._configs(pool_url) if pool_url else {}
+        pool_current = dict(pool_base)
         try:
             for budget in spec.budgets:
                 t0 = time.time()
                 want = with_budget(m, base, budget)
                 self._load(url, {k: v for k, v in want.items() if v != current.get(k)})  # only what changes
                 current = want
+                if pool_url:
+                    pool_want = with_budget(m, pool_base, budget)
+                    self._load(pool_url, {k: v for k, v in pool_want.items() if v != pool_current.get(k)})
+                    pool_current = pool_want
                 self.loaded[budget] = self._batches(url)
                 self.log(f"budget {budget}: configs reloaded in {time.time() - t0:.1f} s; the server's max batch per "
                          f"bucket: {self.loaded[budget]}")
@@ -392,9 +441,14 @@ class Matrix:
                     self._preempt(url, pids, budget, longs, long_tokens, ref_long, ref_long_bucket, band[short], ref[short])
                 if spec.mixed and len(self.bands) > 1:
                     self._mixed(url, pids, budget, band[short], ref[short], band[max(self.bands)], ref[max(self.bands)])
+                if pool_url and len(self.bands) > 1:
+                    self._pools(url, pool_url, {**pids, **({"pool": pool_pid} if pool_pid else {})}, budget,
+                                band[short], ref[short], band[max(self.bands)], ref[max(self.bands)])
         finally:
             if spec.url:  # a server of the caller's: its own configuration again (ours is stopped anyway)
                 self._load(url, {k: v for k, v in base.items() if v != current.get(k)})
+            if spec.pool_url:
+                self._load(spec.pool_url, {k: v for k, v in pool_base.items() if v != pool_current.get(k)})
         return self.report(band, long_tokens)
 
     def _batches(self, url: str) -> dict[int, int]:
@@ -413,7 +467,8 @@ class Matrix:
 
         c = grpcclient.InferenceServerClient(url)
         try:
-            return {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])}
+            return {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])
+                    if x.get("state") == "READY"}
         finally:
             c.close()
 
@@ -450,7 +505,8 @@ class Matrix:
             self._add(cell)
 
     def _mixed(self, url, pids, budget, short_band, short_ref, long_band, long_ref) -> None:
-        """The shortest band's latency alone, then with long requests running beside it (2 streams)."""
+        """The shortest band's latency alone, then with long requests running beside it (2 streams, until
+        at least two of them are done)."""
         spec, name = self.spec, self.manifest.name
         conc = min(8, max(spec.concurrency))
         alone = _Calls(name, short_band[0], short_band[1], short_ref)
@@ -461,24 +517,33 @@ class Matrix:
         self._add(a)
         short = _Calls(name, short_band[0], short_band[1], short_ref)
         long = _Calls(name, long_band[0], long_band[1], long_ref)
-
-        async def main() -> float:
-            stop = asyncio.Event()
-            bg = asyncio.ensure_future(_drive(url, long, 0, 2, spec.timeout_s, stop))
-            await asyncio.sleep(0.2)
-            secs = await _drive(url, short, spec.requests, conc, spec.timeout_s)
-            stop.set()
-            await bg
-            return secs
-
         with PeakRss(pids) as mem, GpuPeak() as gpu:
-            secs = asyncio.run(main())
+            secs = asyncio.run(_beside(url, short, url, long, conc, spec.requests, spec.timeout_s))
         w = _fill(Cell(budget, "mixed", f"<={min(self.bands)} with <={max(self.bands)}", conc), short, secs)
         w.peak_rss_mib, w.gpu_peak_mib = mem.mib().get("server"), gpu.mib()
         lc = _fill(Cell(budget, "long", f"<={max(self.bands)}", 2), long, secs)
         w.extra = {"long": {k: getattr(lc, k) for k in ("sent", "ok", "errors", "p95_ms", "cos_min")},
                    "p95_vs_alone": round(w.p95_ms / a.p95_ms, 2) if a.p95_ms and a.p95_ms == a.p95_ms else None}
         self._add(w)
+
+    def _pools(self, url, pool_url, pids, budget, short_band, short_ref, long_band, long_ref) -> None:
+        """What length pools buy: the shortest band's bucket ensemble under two streams of the longest
+        band's, first with both on one server, then with the long bucket on a server of its own."""
+        spec, name = self.spec, self.manifest.name
+        conc = min(8, max(spec.concurrency))
+        lo, hi = min(self.bands), max(self.bands)
+        for label, long_url in (("one server", url), ("two servers", pool_url)):
+            short = _Calls(f"{name}_{lo}", short_band[0], short_band[1], short_ref)
+            long = _Calls(f"{name}_{hi}", long_band[0], long_band[1], long_ref)
+            with PeakRss(pids) as mem, GpuPeak() as gpu:
+                secs = asyncio.run(_beside(url, short, long_url, long, conc, spec.requests, spec.timeout_s))
+            cell = _fill(Cell(budget, "pools", f"<={lo} with <={hi}, {label}", conc), short, secs)
+            peaks = mem.mib()
+            cell.peak_rss_mib, cell.gpu_peak_mib = peaks.get("server"), gpu.mib()
+            lc = _fill(Cell(budget, "long", f"<={hi}", 2), long, secs)
+            cell.extra = {"long": {k: getattr(lc, k) for k in ("sent", "ok", "errors", "req_per_s", "p95_ms", "cos_min")},
+                          "pool_peak_rss_mib": peaks.get("pool")}
+            self._add(cell)
 
     def report(self, band: dict, long_tokens: list[int]) -> dict:
         return {"repository": str(self.spec.repository), "model": self.manifest.name,
@@ -516,6 +581,9 @@ def markdown(doc: dict) -> str:
                 ld = c["extra"]["load"]
                 notes = (f"{c['extra']['long_tokens']}-token text under short load: load {ld['ok']}/{ld['sent']} ok, "
                          f"{ld['req_per_s']:.0f} req/s")
+            elif c["kind"] == "pools":
+                lg = c["extra"]["long"]
+                notes = f"long beside it: {lg['ok']} ok, {lg['req_per_s']:.1f} req/s, p95 {lg['p95_ms']:.0f} ms"
             elif c["kind"] == "mixed" and c["extra"]:
                 notes = f"p95 {c['extra']['p95_vs_alone']}x alone; long: {c['extra']['long']['ok']} ok"
             cos = (lambda v: "" if v is None else f"{v:.6f}")
