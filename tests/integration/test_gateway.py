@@ -312,10 +312,14 @@ def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_orde
                     {"model": NAME, "input": [[101, 99999999, 102]]},
                     {"model": NAME, "input": [corpus[long_i]], "truncate": "NONE"},
                     {"model": NAME, "input": ["x"], "dimensions": 0})]
-                return await asyncio.gather(*[good(k) for k in range(32)], *[gone(k) for k in range(4)], *bad)
+                big = hc.post(u + "/v1/embeddings", json={"model": NAME, "input": [corpus[i] for i in short[:70]],
+                                                          "encoding_format": "float"})  # over the max batch of 32
+                return await asyncio.gather(*[good(k) for k in range(32)], *[gone(k) for k in range(4)], *bad, big)
 
         res = asyncio.run(run())
-        goods, bads = res[:32], res[36:]
+        goods, bads, big = res[:32], res[36:39], res[39]
+        assert big.status_code == 200, big.text
+        assert cosine_rows(reference[short[:70]], np.asarray([d["embedding"] for d in big.json()["data"]])).min() >= 0.9999
         for rows, r in goods:
             assert r.status_code == 200, r.text
             got = np.asarray([d["embedding"] for d in r.json()["data"]], dtype=np.float32)

@@ -525,10 +525,13 @@ class Gateway:
             raw_texts = given
             key = ("frontdoor", self._prompt_parameter(opts), opts.truncate)
             pool = self.pools[0]
+            mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
+            parts = [raw_texts[i:i + mb] for i in range(0, len(raw_texts), mb)]
             if self.batchers:
-                vecs = await self.batchers[pool.name].submit(key, raw_texts)
+                done = await asyncio.gather(*(self.batchers[pool.name].submit(key, p) for p in parts))
             else:
-                vecs = await self._frontdoor(raw_texts, key[1], key[2])
+                done = await asyncio.gather(*(self._frontdoor(p, key[1], key[2]) for p in parts))
+            vecs = done[0] if len(done) == 1 else np.concatenate(done)
             self.metrics.items.labels(pool.name).inc(len(raw_texts))
             self.metrics.tokens.labels(pool.name).inc(int(enc.lengths.sum()))
             return s.options.finish(vecs, opts), int(enc.lengths.sum())
