@@ -138,36 +138,44 @@ def tree_rss_bytes(pid: int) -> int:
     return int(_tree_sum(pid, lambda f: int(f[21]) * page))
 
 
-class PeakRss:
-    """Samples the watched process trees' RSS in a thread while a scenario runs; keeps the peaks."""
+class PeakSampler:
+    """Samples `read()` -> {key: bytes} in a thread while a scenario runs and keeps each key's peak;
+    inactive (no thread, no figures) when there is nothing to watch."""
 
-    def __init__(self, pids: dict[str, int], interval_s: float = 0.05) -> None:
+    def __init__(self, read: Callable[[], dict], active: bool, interval_s: float = 0.05) -> None:
         import threading
 
-        self.pids, self.interval = pids, interval_s
-        self.peak = {k: 0 for k in pids}
+        self.read, self.active, self.interval = read, active, interval_s
+        self.peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while True:
-            for k, p in self.pids.items():
-                self.peak[k] = max(self.peak[k], tree_rss_bytes(p))
+            for k, v in self.read().items():
+                self.peak[str(k)] = max(self.peak.get(str(k), 0), v)
             if self._stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> "PeakRss":
-        if self.pids:
+    def __enter__(self) -> "PeakSampler":
+        if self.active:
             self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.pids:
+        if self.active:
             self._stop.set()
             self._thread.join()
 
     def mib(self) -> dict[str, float]:
         return {k: round(v / 2**20, 1) for k, v in self.peak.items()}
+
+
+class PeakRss(PeakSampler):
+    """The watched process trees' peak resident memory, by label."""
+
+    def __init__(self, pids: dict[str, int], interval_s: float = 0.05) -> None:
+        super().__init__(lambda: {k: tree_rss_bytes(p) for k, p in pids.items()}, bool(pids), interval_s)
 
 
 def _pct(lat: list[float], q: float) -> float:

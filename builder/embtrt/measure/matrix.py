@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import platform
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,9 +34,10 @@ from typing import Callable
 import numpy as np
 
 from ..errors import SpecError
-from ..repository.budget import bucket_models, budget_models, check_budget_change, load_order, with_budget
+from ..repository.budget import bucket_models, budget_models, check_budget_change, with_budget
 from ..repository.manifest import read_manifest
-from .bench import PeakRss, machine
+from .bench import PeakRss, PeakSampler, machine
+from .reload import load_configs, model_configs, ready_models
 
 Log = Callable[[str], None]
 COSINE_MIN = 0.999          # the preemption promise (and each cell's min is reported against it)
@@ -124,44 +124,20 @@ def error_kind(message: str) -> str:
     return "other"
 
 
-class GpuPeak:
-    """Peak used memory of each GPU (NVML), sampled in a thread; empty where there is no NVML/GPU."""
+class GpuPeak(PeakSampler):
+    """Peak used memory of each GPU (NVML), by index; nothing where there is no NVML or GPU."""
 
     def __init__(self, interval_s: float = 0.05) -> None:
-        self.interval = interval_s
-        self.peak: dict[int, int] = {}
-        self._stop = threading.Event()
-        self._handles: list = []
+        handles: list = []
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self._nvml = pynvml
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         except Exception:  # no nvidia-ml-py, no driver, no GPU: CPU host
-            self._handles = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while True:
-            for i, h in enumerate(self._handles):
-                used = self._nvml.nvmlDeviceGetMemoryInfo(h).used
-                self.peak[i] = max(self.peak.get(i, 0), used)
-            if self._stop.wait(self.interval):
-                return
-
-    def __enter__(self) -> "GpuPeak":
-        if self._handles:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._handles:
-            self._stop.set()
-            self._thread.join()
-
-    def mib(self) -> dict[str, float]:
-        return {str(i): round(v / 2**20, 1) for i, v in self.peak.items()}
+            handles = []
+        super().__init__(lambda: {i: pynvml.nvmlDeviceGetMemoryInfo(h).used for i, h in enumerate(handles)},
+                         bool(handles), interval_s)
 
 
 @dataclass
@@ -195,6 +171,7 @@ class _Calls:
         self.model, self.texts, self.tokens, self.ref = model, texts, tokens, ref
         self.lat: list[float] = []
         self.cos: list[float] = []
+        self.vecs: dict[int, np.ndarray] = {}   # text index -> vector, kept where there is no reference
         self.errors: list[str] = []
         self.tok = 0
 
@@ -216,7 +193,9 @@ async def _one(client, calls: _Calls, i: int, timeout_s: float) -> None:
         return
     calls.lat.append(time.perf_counter() - t0)
     calls.tok += calls.tokens[k]
-    if calls.ref is not None:
+    if calls.ref is None:  # embedding alone: the vector is the reference of the loaded cells
+        calls.vecs[k] = v
+    else:
         ref = calls.ref[k]
         calls.cos.append(float(v @ ref / max(np.linalg.norm(v) * np.linalg.norm(ref), 1e-12)))
 
@@ -306,34 +285,12 @@ class Matrix:
     # ---- server ----------------------------------------------------------------------------
 
     def _configs(self, url: str) -> dict[str, dict]:
-        import tritonclient.grpc as grpcclient
-
-        c = grpcclient.InferenceServerClient(url)
-        try:
-            have = {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])
-                    if x.get("state") == "READY"}
-            return {m: c.get_model_config(m, as_json=True)["config"] for m in budget_models(self.manifest, have)}
-        finally:
-            c.close()
+        """The configs the budget touches, of the models this server has loaded."""
+        return model_configs(url, budget_models(self.manifest, ready_models(url)))
 
     def _load(self, url: str, configs: dict[str, dict]) -> None:
-        """Reload the budget's models; the bucket ensembles last, after the models they compose."""
-        import tritonclient.grpc as grpcclient
-
-        order = load_order(self.manifest, configs)
-        c = grpcclient.InferenceServerClient(url)
-        try:
-            for m in order:
-                try:
-                    c.load_model(m, config=json.dumps(configs[m]))
-                except Exception as exc:  # tritonclient's InferenceServerException
-                    if "explicit" in str(exc) or "not allowed" in str(exc) or "polling" in str(exc):
-                        raise SpecError(f"the server at {url} is not in explicit model-control mode: {exc}",
-                                        "start it with --model-control-mode=explicit, or let embtrt serve the "
-                                        "repository (no --url)") from None
-                    raise
-        finally:
-            c.close()
+        load_configs(url, self.manifest, configs, SpecError,
+                     "start it with --model-control-mode=explicit, or let embtrt serve the repository (no --url)")
 
     # ---- run -------------------------------------------------------------------------------
 
@@ -365,26 +322,10 @@ class Matrix:
     def _unloaded(self, url: str, model: str, texts: list[str]) -> np.ndarray:
         """Each text's vector embedded alone (one request at a time, nothing else running)."""
         calls = _Calls(model, texts, [0] * len(texts), None)
-        out = []
-
-        async def main() -> None:
-            import tritonclient.grpc.aio as aio
-
-            client = aio.InferenceServerClient(url)
-            try:
-                for t in texts:
-                    arr = np.array([[t.encode("utf-8")]], dtype=object)
-                    inp = aio.InferInput("TEXT", [1, 1], "BYTES")
-                    inp.set_data_from_numpy(arr)
-                    r = await client.infer(model, [inp], outputs=[aio.InferRequestedOutput("EMBEDDING")],
-                                           client_timeout=self.spec.timeout_s)
-                    out.append(r.as_numpy("EMBEDDING")[0].astype(np.float64))
-            finally:
-                await client.close()
-
-        asyncio.run(main())
-        del calls
-        return np.asarray(out)
+        asyncio.run(_drive(url, calls, len(texts), 1, self.spec.timeout_s))
+        if calls.errors:
+            raise SpecError(f"{model} failed to embed a text alone: {calls.errors[0]}", "see the tritonserver log")
+        return np.asarray([calls.vecs[k] for k in range(len(texts))])
 
     def _run(self, url: str, pid: int | None, corpus: list[str], pool_url: str | None = None,
              pool_pid: int | None = None) -> dict:
@@ -407,7 +348,7 @@ class Matrix:
             longs = band_texts(self.tok, corpus, edges[-2] if len(edges) > 2 else 0, top, 1, target=long_len)
             long_tokens = [len(self.tok.encode(t).ids) for t in longs]
             ref_long = self._unloaded(url, name, longs)
-            if f"{name}_{top}" in self._index(url):
+            if f"{name}_{top}" in ready_models(url):
                 ref_long_bucket = self._unloaded(url, f"{name}_{top}", longs)
         short = min(self.bands)
         pids = {"server": pid} if pid else {}
@@ -459,16 +400,6 @@ class Matrix:
         try:
             return {b: int(c.get_model_config(f"{self.manifest.name}_{b}_encoder", as_json=True)["config"]
                            .get("max_batch_size", 0)) for b in self.manifest.buckets}
-        finally:
-            c.close()
-
-    def _index(self, url: str) -> set[str]:
-        import tritonclient.grpc as grpcclient
-
-        c = grpcclient.InferenceServerClient(url)
-        try:
-            return {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])
-                    if x.get("state") == "READY"}
         finally:
             c.close()
 

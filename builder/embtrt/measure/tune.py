@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import EmbtrtError, SpecError
-from ..repository.budget import budget_models, budget_values, load_order, manifest_with_budget, with_budget
+from ..repository.budget import budget_models, budget_values, manifest_with_budget, with_budget
 from ..repository.manifest import Manifest, read_manifest, write_manifest
+from .reload import load_configs, model_configs
 
 Log = Callable[[str], None]
 MIN_TRIAL_S = 20.0
@@ -163,40 +164,10 @@ class Tuner:
 
     # ---- server --------------------------------------------------------------------------
 
-    def _client(self, url: str):
-        import tritonclient.grpc as grpcclient
-
-        return grpcclient.InferenceServerClient(url)
-
-    def _base_configs(self, url: str) -> dict[str, dict]:
-        c = self._client(url)
-        models = {m for k in self.knobs for m in k.models}
-        try:
-            return {m: c.get_model_config(m, as_json=True)["config"] for m in models}
-        finally:
-            c.close()
-
-    def _check_explicit(self, url: str, configs: dict[str, dict]) -> None:
-        name = self.manifest.name
-        c = self._client(url)
-        try:
-            c.load_model(name, config=json.dumps(configs[name]))
-        except Exception as exc:  # tritonclient's InferenceServerException
-            if "explicit" in str(exc) or "not allowed" in str(exc) or "polling" in str(exc):
-                raise TuneError(f"the server at {url} is not in explicit model-control mode: {exc}",
-                                "start it with --model-control-mode=explicit (and --load-model for each model), "
-                                "or let `embtrt tune` serve the repository itself (no --url)") from None
-            raise
-        finally:
-            c.close()
-
-    def _load(self, url: str, configs: dict[str, dict], changed: set[str]) -> None:
-        c = self._client(url)
-        try:
-            for m in load_order(self.manifest, changed):  # ensembles after what they compose
-                c.load_model(m, config=json.dumps(configs[m]))
-        finally:
-            c.close()
+    def _load(self, url: str, configs: dict[str, dict]) -> None:
+        load_configs(url, self.manifest, configs, TuneError,
+                     "start it with --model-control-mode=explicit (and --load-model for each model), "
+                     "or let `embtrt tune` serve the repository itself (no --url)")
 
     # ---- measurement ---------------------------------------------------------------------
 
@@ -274,7 +245,7 @@ class Tuner:
         t0 = time.time()
         cfgs = self._configs_for(base, settings)
         changed = {m for m in cfgs if cfgs[m] != current.get(m)}
-        self._load(url, cfgs, changed)
+        self._load(url, {m: cfgs[m] for m in changed})
         current.update({m: cfgs[m] for m in changed})
         results, bands = self._measure(url, texts, counts)
         trial = Trial(dict(settings), results, 0.0, bands)
@@ -302,8 +273,8 @@ class Tuner:
         return a.throughput() > b.throughput()
 
     def _search(self, url: str, texts, counts, deadline: float):
-        base = self._base_configs(url)
-        self._check_explicit(url, base)
+        base = model_configs(url, {m for k in self.knobs for m in k.models})
+        self._load(url, {self.manifest.name: base[self.manifest.name]})  # explicit model control, or a clear error
         current = copy.deepcopy(base)
         settings = self._baseline(base)
         best = self._trial(url, base, current, settings, texts, counts)
