@@ -9,17 +9,12 @@
 # ONLY (bucket labels to run, e.g. '<=32,mixed'; default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=$PWD/.venv/bin
+. benchmarks/common.sh  # BIN, WORK, PIDS, cleanup on exit, port
 OUT=${OUT:-benchmarks/results/cpu-$(date -u +%Y%m%d)}
 CONCURRENCY=${CONCURRENCY:-1,8,32,64}
 REQUESTS=${REQUESTS:-300}
 DELAY=${DELAY:-0}
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
 
-port() { "$BIN/python" -c "from embtrt.serve.server import free_port; print(free_port())"; }
 MODEL_DIR=$("$BIN/python" -c "from embtrt.reference.modelinfo import default_model_path; print(default_model_path())")
 
 # serve_repo NAME [build options...]: build a repository of the default model named NAME, serve it

@@ -15,16 +15,11 @@
 # EXTRA_BUILD (more `embtrt build` options).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=$PWD/.venv/bin
+. benchmarks/common.sh  # BIN, WORK, PIDS, cleanup on exit, port
 OUT=${OUT:-benchmarks/results/gateway-$(date -u +%Y%m%d)}
 CONCURRENCY=${CONCURRENCY:-1,32}
 REQUESTS=${REQUESTS:-400}
 ONLY=${ONLY:-<=32,mixed}
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-port() { "$BIN/python" -c "from embtrt.serve.server import free_port; print(free_port())"; }
 
 NAME=all_minilm_l6_v2
 "$BIN/embtrt" build --out "$WORK/repo" --max-queue-delay-us 0 ${EXTRA_BUILD:-} > "$WORK/build.log"

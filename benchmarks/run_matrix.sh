@@ -9,11 +9,9 @@
 # Environment: OUT (results folder), ONLY (minilm, b16k or both, default both), REQUESTS (per cell).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=$PWD/.venv/bin
+. benchmarks/common.sh  # BIN, WORK, PIDS, cleanup on exit, port
 OUT=${OUT:-benchmarks/results/matrix-$(date -u +%Y%m%d)}
 ONLY=${ONLY:-minilm,b16k}
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
 if [[ ",$ONLY," == *",minilm,"* ]]; then
   "$BIN/embtrt" build --out "$WORK/minilm" > "$WORK/build-minilm.log"

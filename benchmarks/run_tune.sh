@@ -6,15 +6,10 @@
 # Environment: SLO (p99 ms, default 500), BUDGET (minutes, default 6), OUT (results folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=$PWD/.venv/bin
+. benchmarks/common.sh  # BIN, WORK, PIDS, cleanup on exit, port
 SLO=${SLO:-500}
 BUDGET=${BUDGET:-6}
 OUT=${OUT:-benchmarks/results/tune-$(date -u +%Y%m%d)}
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-port() { "$BIN/python" -c "from embtrt.serve.server import free_port; print(free_port())"; }
 NAME=all_minilm_l6_v2
 mkdir -p "$OUT"
 "$BIN/embtrt" build --out "$WORK/default" > "$WORK/build.log"
