@@ -1,5 +1,8 @@
 """Front door: TEXT -> tokenize once per batch -> route rows to bucket encoders (BLS) -> EMBEDDING.
 
+TOKENS (INT64, one per text): the tokens embedded for it, prompt and every window included, so that
+a caller (the gateway) can report usage without tokenizing again.
+
 Only pb_utils glue; the logic is in embtrt_backend (tested without Triton).
 
 encoder_mode "bls": each bucket's rows go to that bucket's encoder model (TensorRT, the
@@ -97,6 +100,7 @@ class TritonPythonModel:
             return responses
         enc = self.tokenizer.encode_mixed(texts, modes)
         text_rows = np.arange(len(texts)) if enc.owner is None else enc.owner
+        tokens = np.bincount(text_rows, weights=enc.lengths, minlength=len(texts)).astype(np.int64)
         # Over-long texts (--overflow reject, or truncate NONE) fail their own request only.
         keep_counts, keep_live, keep_opts, keep_text = [], [], [], []
         for req_idx, o, rows in zip(live, opts, split_rows(np.arange(len(texts)), counts)):
@@ -135,7 +139,8 @@ class TritonPythonModel:
         vecs = gather(rows_enc.size, self.dim, parts)
         owner = None if enc.owner is None else np.searchsorted(texts_kept, text_rows[rows_enc])
         vecs = merge_windows(vecs, owner, texts_kept.size, self.normalize) if owner is not None else vecs
-        for req_idx, o, part in zip(keep_live, keep_opts, split_rows(vecs, keep_counts)):
+        for req_idx, o, part, rows in zip(keep_live, keep_opts, split_rows(vecs, keep_counts), keep_text):
             out = self.options.finish(part, o)
-            responses[req_idx] = pb_utils.InferenceResponse([pb_utils.Tensor(o.output, out)])
+            responses[req_idx] = pb_utils.InferenceResponse(
+                [pb_utils.Tensor(o.output, out), pb_utils.Tensor("TOKENS", tokens[rows].reshape(-1, 1))])
         return responses

@@ -8,6 +8,8 @@ runs as its own process (`embtrt gateway`, uvicorn) on a free loopback port.
 import asyncio
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,11 +322,14 @@ def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_orde
         goods, bads, big = res[:32], res[36:39], res[39]
         assert big.status_code == 200, big.text
         assert cosine_rows(reference[short[:70]], np.asarray([d["embedding"] for d in big.json()["data"]])).min() >= 0.9999
+        assert big.json()["usage"]["prompt_tokens"] == sum(lens[i] for i in short[:70])
         for rows, r in goods:
             assert r.status_code == 200, r.text
             got = np.asarray([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
             assert [d["index"] for d in r.json()["data"]] == list(range(len(rows)))
             assert cosine_rows(reference[rows], got).min() >= 0.9999
+            # each request's own usage, though its texts went up in a shared call (frontdoor: TOKENS of the front door)
+            assert r.json()["usage"]["prompt_tokens"] == sum(lens[i] for i in rows)
         assert [r.status_code for r in bads] == [400, 400, 400]
         assert [r.json()["error"]["param"] for r in bads] == ["input", "input", "dimensions"]
         calls = _metric(u, counter) - calls0
@@ -332,6 +337,31 @@ def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_orde
         # and the gateway serves on, correctly
         r = _post(u, {"model": NAME, "input": [corpus[short[0]]], "encoding_format": "float"})
         assert cosine_rows(reference[short[:1]], np.asarray([r.json()["data"][0]["embedding"]]))[0] >= 0.9999
+
+
+def test_a_front_door_without_token_counts_still_gets_exact_usage(minilm_repo, minilm_server, corpus, tokenizer,
+                                                                  reference, tmp_path):
+    """A repository built before the front door reported TOKENS: the gateway counts the tokens itself
+    (it reads the front door's outputs from the repository it is given)."""
+    old = tmp_path / "repo"
+    door = old / NAME
+    (door / "1").mkdir(parents=True)
+    shutil.copy(minilm_repo / "embtrt.json", old / "embtrt.json")
+    for f in ("tokenizer.json", "embtrt_calibration.npy"):
+        if (minilm_repo / NAME / "1" / f).exists():
+            shutil.copy(minilm_repo / NAME / "1" / f, door / "1" / f)
+    cfg = (minilm_repo / NAME / "config.pbtxt").read_text()
+    tokens_out = re.search(r'  \{\n    name: "TOKENS"\n[^}]*\}', cfg)
+    assert tokens_out, "the front door declares TOKENS"
+    (door / "config.pbtxt").write_text(cfg.replace(",\n" + tokens_out.group(0), "").replace(tokens_out.group(0), ""))
+    assert "TOKENS" not in (door / "config.pbtxt").read_text()
+    with gateway(old, tmp_path / "gw.log", "--triton", minilm_server.grpc_url) as u:
+        r = _post(u, {"model": NAME, "input": corpus[:5], "encoding_format": "float"})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == sum(len(e.ids) for e in tokenizer.encode_batch(corpus[:5]))
+        got = np.asarray([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
+        assert cosine_rows(reference[:5], got).min() >= 0.9999
+        assert _metric(u, 'embtrt_gateway_upstream_rows_count{pool="all",route="frontdoor"}') >= 1
 
 
 def test_coalescing_off_sends_one_call_per_request_group(minilm_repo, minilm_server, corpus, tmp_path):

@@ -144,3 +144,22 @@ def test_rows_waiting_longer_than_the_window_go_out_even_when_every_slot_is_busy
 
     sent = asyncio.run(main())
     assert sent  # went out after its window, before any slot freed
+
+
+def test_a_call_answering_several_outputs_scatters_each_of_them():
+    """The front door answers (vectors, token counts): each request gets its own rows of both."""
+    up = Upstream()
+
+    async def call(key, rows):
+        vecs = await up(key, rows)
+        return vecs, np.asarray(rows, dtype=np.int64).reshape(-1, 1) * 10
+
+    async def main():
+        b = PoolBatcher("all", 1.0, 1, lambda key: 8, call)
+        reqs = [list(range(10 * k, 10 * k + 1 + k % 3)) for k in range(6)]
+        return reqs, await asyncio.gather(*(b.submit("k", r) for r in reqs))
+
+    reqs, outs = asyncio.run(main())
+    assert len(up.calls) < len(reqs)
+    for rows, (vecs, tokens) in zip(reqs, outs):
+        assert vecs[:, 0].tolist() == rows and tokens[:, 0].tolist() == [10 * r for r in rows]

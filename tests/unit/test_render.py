@@ -102,9 +102,11 @@ def test_front_door_contract(tmp_path):
     repo = _repo(tmp_path, _spec())
     cfg = text_format.Parse((repo / "emb" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert (cfg.input[0].name, cfg.input[0].data_type, list(cfg.input[0].dims)) == ("TEXT", mc.TYPE_STRING, [1])
-    # a width (dimensions) and a vector type per request: float, int8 (int8, binary), uint8 (uint8, ubinary)
+    # a width (dimensions) and a vector type per request: float, int8 (int8, binary), uint8 (uint8, ubinary);
+    # and each text's token count (usage)
     assert [(o.name, o.data_type, list(o.dims)) for o in cfg.output] == [
-        ("EMBEDDING", mc.TYPE_FP32, [-1]), ("EMBEDDING_INT8", mc.TYPE_INT8, [-1]), ("EMBEDDING_UINT8", mc.TYPE_UINT8, [-1])]
+        ("EMBEDDING", mc.TYPE_FP32, [-1]), ("EMBEDDING_INT8", mc.TYPE_INT8, [-1]), ("EMBEDDING_UINT8", mc.TYPE_UINT8, [-1]),
+        ("TOKENS", mc.TYPE_INT64, [1])]
     assert cfg.backend == "python" and cfg.max_batch_size > 0
     assert cfg.parameters["encoder_models"].string_value == "emb_16_encoder,emb_64_encoder"
     assert (repo / "emb" / "1" / "model.py").is_file()

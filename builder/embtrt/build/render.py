@@ -135,9 +135,10 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
     common = {"version": __version__, "max_batch_size": spec.max_batch_size}
     text_in = [_t("TEXT", "TYPE_STRING", [1])]
     emb_out = [_t("EMBEDDING", "TYPE_FP32", [H])]
-    # the front door answers request options: a width (dimensions) and a vector type per request
+    # the front door answers request options: a width (dimensions) and a vector type per request;
+    # TOKENS: each text's token count (usage), so that a caller need not tokenize again
     front_out = [_t("EMBEDDING", "TYPE_FP32", [-1]), _t("EMBEDDING_INT8", "TYPE_INT8", [-1]),
-                 _t("EMBEDDING_UINT8", "TYPE_UINT8", [-1])]
+                 _t("EMBEDDING_UINT8", "TYPE_UINT8", [-1]), _t("TOKENS", "TYPE_INT64", [1])]
     prompt_params = [("prompts", json.dumps(spec.prompt_map, sort_keys=True)),
                      ("default_prompt_name", spec.default_prompt_name or ""),
                      ("include_prompt", str(spec.include_prompt).lower())]

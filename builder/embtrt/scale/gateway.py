@@ -134,7 +134,11 @@ class Served:
         self.max_batch_size = m.max_batch_size         # the front door's
         from ..repository.config import parse_config
 
-        door = parse_config(repo / self.name / "config.pbtxt").parameters
+        door_cfg = parse_config(repo / self.name / "config.pbtxt")
+        door = door_cfg.parameters
+        # the front door reports each text's token count (repositories built before it did not): usage without
+        # tokenizing here
+        self.door_tokens = any(o.name == "TOKENS" for o in door_cfg.output)
         # the front door refuses longer texts (never cut by bytes); the gateway does so up front on every route
         self.max_text_bytes = int(door["max_text_bytes"].string_value) if "max_text_bytes" in door else 1 << 20
         self.identity = dict(m.identity)
@@ -175,6 +179,20 @@ class Metrics:
         self.call_rows = Histogram("embtrt_gateway_upstream_rows",
                                    "Rows per coalesced upstream call, per pool and route (frontdoor, ids)",
                                    ["pool", "route"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=self.registry)
+        self._children: dict[tuple, Any] = {}
+
+    def of(self, metric, *labels):
+        """metric.labels(*labels), kept: labels() takes a lock and builds its key on every call, and the hot
+        path asks for the same few children on every request."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def count(self, pool: str, items: int, tokens: int) -> None:
+        self.of(self.items, pool).inc(items)
+        self.of(self.tokens, pool).inc(tokens)
 
 
 @dataclass
@@ -199,7 +217,8 @@ class PoolBatcher:
     retried one request per call, so that only the request at fault fails; a request whose client
     went away is dropped from calls not yet sent.
 
-    `limit(key)`: the most rows of one call; `call(key, rows)`: one upstream call -> vectors."""
+    `limit(key)`: the most rows of one call; `call(key, rows)`: one upstream call -> one array per row
+    (vectors), or a tuple of such arrays (vectors and token counts)."""
 
     def __init__(self, name: str, window_s: float, max_inflight: int, limit, call) -> None:
         self.name, self.limit, self.call = name, limit, call
@@ -209,7 +228,7 @@ class PoolBatcher:
         self.calls = 0
         self.timer: asyncio.TimerHandle | None = None
 
-    async def submit(self, key, rows: list) -> np.ndarray:
+    async def submit(self, key, rows: list) -> Any:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self.pending.setdefault(key, []).append(_Part(rows, fut, loop.time()))
@@ -287,7 +306,7 @@ class PoolBatcher:
                         if isinstance(vec, Exception):
                             p.fut.set_exception(vec)
                         else:
-                            p.fut.set_result(vec[start:start + len(p.rows)])
+                            p.fut.set_result(_rows_of(vec, start, start + len(p.rows)))
                     start += len(p.rows)
         except Exception as exc:  # ApiError from the pool, or a bug: each request in this call gets it
             for p in parts:
@@ -296,6 +315,13 @@ class PoolBatcher:
         finally:
             self.inflight -= 1
             self._dispatch()
+
+
+def _rows_of(result, start: int, end: int):
+    """Rows [start, end) of an upstream result: an array, or a tuple of arrays (or None) with one row per item."""
+    if isinstance(result, tuple):
+        return tuple(None if x is None else x[start:end] for x in result)
+    return result[start:end]
 
 
 class Gateway:
@@ -339,11 +365,11 @@ class Gateway:
     def _limit(self, key) -> int:
         return self.served.max_batch_size if key[0] == "frontdoor" else self.served.max_batch[key[1]]
 
-    async def _upstream(self, key, rows: list) -> np.ndarray:
+    async def _upstream(self, key, rows: list) -> "np.ndarray | tuple[np.ndarray, np.ndarray | None]":
         """One upstream call of coalesced rows: ("frontdoor", prompt_name, truncate) -> texts to the
         front door; ("ids", bucket) -> (ids, types, skip) rows to the bucket's encoder."""
         pool = self.pools[0] if key[0] == "frontdoor" else self.pool_of[key[1]]
-        self.metrics.call_rows.labels(pool.name, key[0]).observe(len(rows))
+        self.metrics.of(self.metrics.call_rows, pool.name, key[0]).observe(len(rows))
         if key[0] == "frontdoor":
             return await self._frontdoor(rows, key[1], key[2])
         return await self._rows(key[1], [r[0] for r in rows], [r[1] for r in rows],
@@ -377,16 +403,21 @@ class Gateway:
                 continue
         return "ids"
 
-    async def _frontdoor(self, texts: list[str], prompt_name: str | None, truncate: str | None) -> np.ndarray:
-        """Texts (of several requests, one prompt and truncation) -> full-width float vectors, by one
-        call to the model's front door, which tokenizes, routes to the buckets and batches itself."""
+    async def _frontdoor(self, texts: list[str], prompt_name: str | None,
+                         truncate: str | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Texts (of several requests, one prompt and truncation) -> (full-width float vectors, each
+        text's token count or None where the front door does not report it), by one call to the model's
+        front door, which tokenizes, routes to the buckets and batches itself."""
         import tritonclient.grpc.aio as aioclient
 
         arr = np.array([[t.encode("utf-8")] for t in texts], dtype=object)
         inp = aioclient.InferInput("TEXT", list(arr.shape), "BYTES")
         inp.set_data_from_numpy(arr)
         params = {k: v for k, v in (("prompt_name", prompt_name), ("truncate", truncate)) if v is not None}
-        return await self._call(self.pools[0], 0, self.served.name, [inp], "EMBEDDING", params)
+        if not self.served.door_tokens:
+            return await self._call(self.pools[0], 0, self.served.name, [inp], "EMBEDDING", params), None
+        vecs, tokens = await self._calls(self.pools[0], 0, self.served.name, [inp], ("EMBEDDING", "TOKENS"), params)
+        return vecs, tokens
 
     def client(self, url: str):
         c = self._clients.get(url)
@@ -502,39 +533,14 @@ class Gateway:
         """-> (vectors in input order, as the options ask, and the tokens embedded, prompts included)."""
         s = self.served
         opts = opts if opts is not None else s.options.default
+        if texts is not None and await self._text_route() == "frontdoor":
+            return await self._embed_frontdoor(texts, opts)
         skip = 0
-        given = texts
         if texts is not None:
-            if opts.prompt:
-                texts = [opts.prompt + t for t in texts]
-                skip = 0 if s.options.include_prompt else self.served.prompt_tokens[opts.prompt_name]
-            enc = s.tok.encode_mixed(texts, [opts.truncate] * len(texts))
-            mode = opts.truncate or ("NONE" if s.overflow == "reject" else None)
-            if mode == "NONE":
-                over = np.nonzero(enc.lengths > s.max_len)[0]
-                if over.size:
-                    why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
-                    raise ApiError(400, f"input[{int(over[0])}] is longer than the max sequence length {s.max_len} "
-                                   f"tokens and {why}", param="input")
+            texts, enc, skip = self._encode(texts, opts)
         else:
             assert ids is not None
             enc = s.Encoded(ids, [[0] * len(x) for x in ids], np.array([len(x) for x in ids], dtype=np.int64))
-        if given is not None and await self._text_route() == "frontdoor":
-            # the front door applies the prompt (as a request parameter) and the truncation itself;
-            # the tokenization here only counts (usage) and refuses over-long texts up front
-            raw_texts = given
-            key = ("frontdoor", self._prompt_parameter(opts), opts.truncate)
-            pool = self.pools[0]
-            mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
-            parts = [raw_texts[i:i + mb] for i in range(0, len(raw_texts), mb)]
-            if self.batchers:
-                done = await asyncio.gather(*(self.batchers[pool.name].submit(key, p) for p in parts))
-            else:
-                done = await asyncio.gather(*(self._frontdoor(p, key[1], key[2]) for p in parts))
-            vecs = done[0] if len(done) == 1 else np.concatenate(done)
-            self.metrics.items.labels(pool.name).inc(len(raw_texts))
-            self.metrics.tokens.labels(pool.name).inc(int(enc.lengths.sum()))
-            return s.options.finish(vecs, opts), int(enc.lengths.sum())
         from embtrt_backend.routing import plan
 
         out = np.empty((enc.lengths.size, s.dim), dtype=np.float32)
@@ -546,6 +552,50 @@ class Gateway:
         # --overflow chunk: rows are windows; each text gets the mean of its windows, as the front door does
         vecs = s.merge_windows(out, enc.owner, n, s.normalize)
         return s.options.finish(vecs, opts), int(enc.lengths.sum())
+
+    def _encode(self, texts: list[str], opts) -> tuple[list[str], Any, int]:
+        """Tokenize texts as the front door does (prompt first, the request's truncation) and refuse
+        over-long ones where nothing may be cut -> (prompted texts, encoding, prompt tokens to leave
+        out of pooling)."""
+        s = self.served
+        skip = 0
+        if opts.prompt:
+            texts = [opts.prompt + t for t in texts]
+            skip = 0 if s.options.include_prompt else s.prompt_tokens[opts.prompt_name]
+        enc = s.tok.encode_mixed(texts, [opts.truncate] * len(texts))
+        if self._refuses_long(opts):
+            over = np.nonzero(enc.lengths > s.max_len)[0]
+            if over.size:
+                why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
+                raise ApiError(400, f"input[{int(over[0])}] is longer than the max sequence length {s.max_len} "
+                               f"tokens and {why}", param="input")
+        return texts, enc, skip
+
+    def _refuses_long(self, opts) -> bool:
+        return (opts.truncate or ("NONE" if self.served.overflow == "reject" else None)) == "NONE"
+
+    async def _embed_frontdoor(self, texts: list[str], opts) -> tuple[np.ndarray, int]:
+        """Texts to the front door, which applies the prompt (a request parameter) and the truncation
+        itself and reports each text's token count. The gateway tokenizes only to refuse over-long
+        texts up front (truncate NONE), or for usage where the front door does not report it."""
+        s = self.served
+        counted = None
+        if self._refuses_long(opts) or not s.door_tokens:
+            counted = int(self._encode(texts, opts)[1].lengths.sum())
+        key = ("frontdoor", self._prompt_parameter(opts), opts.truncate)
+        pool = self.pools[0]
+        mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
+        parts = [texts[i:i + mb] for i in range(0, len(texts), mb)]
+        done: list[tuple[np.ndarray, np.ndarray | None]]
+        if self.batchers:
+            done = list(await asyncio.gather(*(self.batchers[pool.name].submit(key, p) for p in parts)))
+        else:
+            done = list(await asyncio.gather(*(self._frontdoor(p, key[1], key[2]) for p in parts)))
+        vecs = done[0][0] if len(done) == 1 else np.concatenate([d[0] for d in done])
+        if counted is None:
+            counted = sum(int(d[1].sum()) for d in done if d[1] is not None)
+        self.metrics.count(pool.name, len(texts), counted)
+        return s.options.finish(vecs, opts), counted
 
     async def _chunk(self, bucket: int, rows, enc, texts, out: np.ndarray, skip: int = 0) -> None:
         s = self.served
@@ -564,8 +614,7 @@ class Gateway:
             else:
                 vec = await self._rows(bucket, ids, types, np.full(len(ids), skip, dtype=np.int64))
         out[rows] = vec
-        self.metrics.items.labels(pool.name).inc(len(rows))
-        self.metrics.tokens.labels(pool.name).inc(int(enc.lengths[rows].sum()))
+        self.metrics.count(pool.name, len(rows), int(enc.lengths[rows].sum()))
 
     async def _rows(self, bucket: int, ids: list[list[int]], types: list[list[int]], skip: np.ndarray) -> np.ndarray:
         """Token-id rows (of several requests) -> pooled vectors, by one call to the bucket's encoder."""
@@ -590,6 +639,12 @@ class Gateway:
 
     async def _call(self, pool: Pool, bucket: int, model: str, inputs, output: str,
                     parameters: dict | None = None) -> np.ndarray:
+        """One upstream call, retried on other replicas -> its output."""
+        return (await self._calls(pool, bucket, model, inputs, (output,), parameters))[0]
+
+    async def _calls(self, pool: Pool, bucket: int, model: str, inputs, names: tuple[str, ...],
+                     parameters: dict | None = None) -> tuple[np.ndarray, ...]:
+        """One upstream call, retried on other replicas -> the outputs asked for, in order."""
         import tritonclient.grpc.aio as aioclient
 
         last, reasons = "", set()
@@ -598,10 +653,11 @@ class Gateway:
             for url in pool.order():
                 t0 = time.perf_counter()
                 try:
-                    r = await self.client(url).infer(model, inputs, outputs=[aioclient.InferRequestedOutput(output)],
+                    r = await self.client(url).infer(model, inputs,
+                                                     outputs=[aioclient.InferRequestedOutput(n) for n in names],
                                                      client_timeout=self.cfg.timeout_s, parameters=parameters)
-                    self.metrics.upstream.labels(pool.name).observe(time.perf_counter() - t0)
-                    return r.as_numpy(output)
+                    self.metrics.of(self.metrics.upstream, pool.name).observe(time.perf_counter() - t0)
+                    return tuple(r.as_numpy(n) for n in names)
                 except Exception as exc:  # InferenceServerException or a transport error: classify it
                     msg = str(exc)
                     kind = _classify(exc)
@@ -629,7 +685,7 @@ class Gateway:
             vec = np.empty((1, s.dim), dtype=np.float32)
             try:
                 if self.route == "frontdoor":  # the model the requests use: the front door (auto: once it is ready)
-                    vec = await self._frontdoor(["embtrt readiness probe"], None, None)
+                    vec = (await self._frontdoor(["embtrt readiness probe"], None, None))[0]
                 else:
                     await self._chunk(b, np.array([0]), enc, ["embtrt readiness probe"], vec)
                 out[pool.name] = "ok" if np.all(np.isfinite(vec)) else "non-finite vector"
@@ -725,6 +781,15 @@ def _dumps(doc: dict) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+async def _within(seconds: float, coro):
+    """await coro, cancelled after `seconds` (asyncio.TimeoutError): asyncio.timeout where there is one
+    (Python 3.11), which runs the coroutine in the caller's task; wait_for makes a task per request."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await coro
+    return await asyncio.wait_for(coro, seconds)
+
+
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -769,7 +834,7 @@ class _Embeddings:
             model, raw_opts = self.gw.resolve(body.get("model"))
             texts, ids, fmt, opts = model.parse(body, raw_opts)
             try:
-                vecs, tokens = await asyncio.wait_for(model.embed(texts, ids, opts), self.cfg.timeout_s)
+                vecs, tokens = await _within(self.cfg.timeout_s, model.embed(texts, ids, opts))
             except asyncio.TimeoutError:
                 raise ApiError(504, f"the request did not finish within {self.cfg.timeout_s:g} s", type_="timeout",
                                code="timeout") from None
@@ -781,7 +846,7 @@ class _Embeddings:
                 data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]
             doc = {"object": "list", "data": data, "model": body["model"],
                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-            self.gw.metrics.model_requests.labels(model.served.name, "200").inc()
+            self.gw.metrics.of(self.gw.metrics.model_requests, model.served.name, "200").inc()
         except ApiError as exc:
             status, doc = exc.status, exc.body()
             self.gw.metrics.errors.labels(str(status)).inc()
@@ -789,7 +854,7 @@ class _Embeddings:
             status = 500
             doc = ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error").body()
             self.gw.metrics.errors.labels("500").inc()
-        self.gw.metrics.requests.labels("embeddings", str(status)).inc()
+        self.gw.metrics.of(self.gw.metrics.requests, "embeddings", str(status)).inc()
         if status == 200:
             self.gw.metrics.latency.observe(time.perf_counter() - t0)
         payload = _dumps(doc)
@@ -887,7 +952,8 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
         for p in g.pools:
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
     log(f"embtrt gateway for {', '.join(gw.models)} on http://{host}:{port}/v1/embeddings")
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False)
 
 
 if __name__ == "__main__":  # pragma: no cover
