@@ -12,6 +12,7 @@
 # tree and of each gateway (--cpu-pid), and of the load generator itself. The tritonserver is never
 # paused (the gateways need it); each gateway is paused while the others are measured.
 # Environment: OUT (results folder), CONCURRENCY (default 1,32), REQUESTS (default 400), ONLY (default <=32,mixed),
+# ROUNDS (default 1: each scenario's requests in that many interleaved rounds, targets taking turns, pooled),
 # EXTRA_BUILD (more `embtrt build` options).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,7 @@ OUT=${OUT:-benchmarks/results/gateway-$(date -u +%Y%m%d)}
 CONCURRENCY=${CONCURRENCY:-1,32}
 REQUESTS=${REQUESTS:-400}
 ONLY=${ONLY:-<=32,mixed}
+ROUNDS=${ROUNDS:-1}
 
 NAME=all_minilm_l6_v2
 "$BIN/embtrt" build --out "$WORK/repo" --max-queue-delay-us 0 ${EXTRA_BUILD:-} > "$WORK/build.log"
@@ -45,11 +47,11 @@ for opts in "${GWS[@]}"; do
 done
 mkdir -p "$OUT"
 CMD=("$BIN/embtrt" bench --model "$NAME@127.0.0.1:$G" "${PEERS[@]}" --no-inprocess
-     --concurrency "$CONCURRENCY" --requests "$REQUESTS" --warmup 40 --only "$ONLY" --out "$OUT")
+     --concurrency "$CONCURRENCY" --requests "$REQUESTS" --rounds "$ROUNDS" --warmup 40 --only "$ONLY" --out "$OUT")
 echo "== ${CMD[*]}"
 "${CMD[@]}"
 {
-  echo "command: EXTRA_BUILD='${EXTRA_BUILD:-}' GATEWAYS='${GATEWAYS:-}' CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS ONLY='$ONLY' bash benchmarks/run_gateway.sh"
+  echo "command: EXTRA_BUILD='${EXTRA_BUILD:-}' GATEWAYS='${GATEWAYS:-}' CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS ROUNDS=$ROUNDS ONLY='$ONLY' bash benchmarks/run_gateway.sh"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
   i=0; for opts in "${GWS[@]}"; do i=$((i + 1)); echo "gateway$i (openai target #$i): embtrt gateway $opts"; done

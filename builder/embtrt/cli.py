@@ -376,6 +376,7 @@ def bench(
     texts_per_request: int = typer.Option(1, help="Texts per request. Default 1."),
     requests: int = typer.Option(200, help="Measured requests per target and scenario. Default 200."),
     warmup: int = typer.Option(20, help="Warm-up requests per target and scenario, excluded. Default 20."),
+    rounds: int = typer.Option(1, help="Split each scenario's requests into this many rounds, every target taking its turn in each (the order rotating), and pool them: on a shared machine, slow drifts then fall on every target alike. Warm-up is per round. Default 1."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, results.md and PNG plots here. Default: none."),
     cpu_pid: Optional[list[str]] = typer.Option(None, help="LABEL=PID: a process tree (the process and its descendants, e.g. tritonserver with its stubs, or a gateway) whose CPU time per request and peak resident memory (sampled every 50 ms) are recorded in every scenario; repeatable. Default: none."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
@@ -440,7 +441,7 @@ def bench(
                             requests=requests, warmup=warmup, inprocess_model=ref_dir if inprocess else None, ort_repo=ort_repo,
                             engine_repos=tuple(engine_repo or ()),
                             only_buckets=only_t, progress=lambda m: prog.update(task, description=m),
-                            cpu_pids=parse_cpu_pids(cpu_pid or []))
+                            cpu_pids=parse_cpu_pids(cpu_pid or []), rounds=rounds)
     except EmbtrtError as exc:
         _fail(exc)
         return

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from embtrt.measure.bench import Target, length_buckets, run_bench, save
+from embtrt.errors import SpecError
 from embtrt.serve.server import free_port
 
 pytestmark = pytest.mark.integration
@@ -158,3 +159,26 @@ def test_bench_records_cpu_per_request_and_peak_memory_of_watched_process_trees(
     assert r["peak_rss_mib"]["tritonserver"] > 200 and r["peak_rss_mib"]["idle"] < 50
     own = int(Path(f"/proc/{minilm_server.proc.pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     assert tree_rss_bytes(minilm_server.proc.pid) > own and tree_cpu_seconds(minilm_server.proc.pid) > 0
+
+
+def test_rounds_interleave_the_targets_and_pool_their_requests(minilm_server, corpus):
+    """--rounds 3: each target's 31 requests run in 3 rounds, the targets taking turns in each round (the
+    order rotating), and one row per target pools them: 31 sent and answered, and the server's statistics
+    counted each round's warm-up and requests."""
+    from embtrt.measure.verify import Reference
+    from embtrt.reference.modelinfo import default_model_path
+
+    counts = Reference(default_model_path()).token_counts(corpus)
+    targets = [Target("door", "triton", minilm_server.grpc_url, "all_minilm_l6_v2"),
+               Target("b32", "triton", minilm_server.grpc_url, "all_minilm_l6_v2_32")]
+    seen: list[str] = []
+    doc = run_bench(targets, corpus, counts, buckets=(32, 128, 256), concurrency=(2,), requests=31, warmup=2,
+                    only_buckets=("<=32",), rounds=3, progress=seen.append)
+    assert [m.split(":")[0] + m[-3:] for m in seen] == ["door1/3", "b321/3", "b322/3", "door2/3", "door3/3", "b323/3"]
+    assert [r["target"] for r in doc["results"]] == ["door", "b32"] and doc["scenario"]["rounds"] == 3
+    for r in doc["results"]:
+        assert r["sent"] == r["ok"] == 31 and r["errors"] == 0 and r["p99_ms"] >= r["p50_ms"] > 0
+        model = "all_minilm_l6_v2" if r["target"] == "door" else "all_minilm_l6_v2_32"
+        assert r["triton"][model]["requests"] == 31 + 3 * 2  # three rounds of warm-up, and the requests
+    with pytest.raises(SpecError, match="rounds"):
+        run_bench(targets, corpus, counts, buckets=(32,), concurrency=(1,), requests=2, rounds=3)

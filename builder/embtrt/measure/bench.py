@@ -392,11 +392,17 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
               concurrency: tuple[int, ...], texts_per_request: int = 1, requests: int = 200, warmup: int = 20,
               inprocess_model: Path | None = None, ort_repo: Path | None = None, engine_repos: tuple[Path, ...] = (),
               seed: int = 0, only_buckets: tuple[str, ...] | None = None,
-              progress: Callable[[str], None] | None = None, cpu_pids: dict[str, int] | None = None) -> dict:
+              progress: Callable[[str], None] | None = None, cpu_pids: dict[str, int] | None = None,
+              rounds: int = 1) -> dict:
+    """`rounds`: each scenario's requests are split into that many rounds, every target taking its turn in
+    each round (the order rotating), and pooled: slow drifts of a shared machine then fall on every target
+    alike instead of on whichever ran when the drift came."""
     if not targets and inprocess_model is None and ort_repo is None and not engine_repos:
         raise SpecError("invalid targets: none given", "pass --url/--model, --openai-url/--openai-model or --inprocess")
     if requests < 1 or texts_per_request < 1 or any(c < 1 for c in concurrency):
         raise SpecError("invalid scenario: requests, texts per request and concurrency must be >= 1")
+    if not 1 <= rounds <= requests:
+        raise SpecError(f"invalid --rounds {rounds}: from 1 to the requests per scenario ({requests})")
     groups = length_buckets(token_counts, buckets)
     if only_buckets:
         groups = {k: v for k, v in groups.items() if k in only_buckets}
@@ -413,22 +419,25 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
         for conc in concurrency:
             order = targets[scenario % len(targets):] + targets[:scenario % len(targets)] if targets else []
             scenario += 1
+            raw = {id(t): _Raw() for t in order}
+            for rnd in range(rounds):
+                n_round = requests // rounds + (1 if rnd < requests % rounds else 0)
+                for t in order[rnd % len(order):] + order[:rnd % len(order)] if order else []:
+                    if progress:
+                        progress(f"{t.name}: bucket {bucket}, concurrency {conc}"
+                                 + (f", round {rnd + 1}/{rounds}" if rounds > 1 else ""))
+                    others = sorted({p for o in targets if o is not t for p in o.pids} - set(t.pids))  # never its own server
+                    with _Paused(others):
+                        cpu0 = {k: tree_cpu_seconds(p) for k, p in (cpu_pids or {}).items()}
+                        own0 = _own_cpu_seconds()
+                        got: dict = {}
+                        with PeakRss(cpu_pids or {}) as mem:
+                            res = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, n_round, warmup,
+                                                        seed + scenario + 1000 * rnd, token_counts, bucket, got))
+                        raw[id(t)].add(res, got, {k: tree_cpu_seconds(p) - cpu0[k] for k, p in (cpu_pids or {}).items()},
+                                       _own_cpu_seconds() - own0, mem.mib())
             for t in order:
-                if progress:
-                    progress(f"{t.name}: bucket {bucket}, concurrency {conc}")
-                others = sorted({p for o in targets if o is not t for p in o.pids} - set(t.pids))  # never its own server
-                with _Paused(others):
-                    cpu0 = {k: tree_cpu_seconds(p) for k, p in (cpu_pids or {}).items()}
-                    own0 = _own_cpu_seconds()
-                    with PeakRss(cpu_pids or {}) as mem:
-                        res = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, requests, warmup,
-                                                    seed + scenario, token_counts, bucket))
-                    res.peak_rss_mib = mem.mib()
-                    sent = res.sent + warmup
-                    res.client_cpu_ms_per_req = round((_own_cpu_seconds() - own0) * 1e3 / max(sent, 1), 3)
-                    res.cpu_ms_per_req = {k: round((tree_cpu_seconds(p) - cpu0[k]) * 1e3 / max(sent, 1), 3)
-                                          for k, p in (cpu_pids or {}).items()}
-                    results.append(res)
+                results.append(raw[id(t)].result(t, bucket, conc, texts_per_request, warmup * rounds))
             if conc == concurrency[0]:
                 with _Paused([p for o in targets for p in o.pids]):  # in-process lines: every server paused
                     if st_model is not None:
@@ -455,14 +464,60 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "scenario": {"buckets": list(buckets), "concurrency": list(concurrency), "texts_per_request": texts_per_request,
-                     "requests": requests, "warmup": warmup, "texts": len(texts),
+                     "requests": requests, "warmup": warmup, "rounds": rounds, "texts": len(texts),
                      "bucket_sizes": {k: int(v.size) for k, v in groups.items()}},
         "targets": [asdict(t) for t in targets],
         "results": [asdict(r) for r in results],
     }
 
 
-async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, seed, tokens, bucket) -> Result:
+@dataclass
+class _Raw:
+    """One target's measurements in one scenario, summed over its rounds."""
+
+    lat: list[float] = field(default_factory=list)
+    errors: int = 0
+    samples: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    tokens: int = 0
+    sent: int = 0
+    triton: dict = field(default_factory=dict)       # model -> [requests, queue ns, compute ns]
+    cpu_s: dict = field(default_factory=dict)        # label -> CPU seconds of the watched tree
+    client_cpu_s: float = 0.0
+    rss: dict = field(default_factory=dict)          # label -> peak MiB
+
+    def add(self, res: Result, raw: dict, cpu_s: dict, client_cpu_s: float, rss: dict) -> None:
+        self.lat += raw["lat"]
+        self.errors += res.errors
+        self.samples = (self.samples + res.error_samples)[:5]
+        self.seconds += res.seconds
+        self.tokens += raw["tokens"]
+        self.sent += res.sent
+        for name, d in res.triton.items():
+            acc = self.triton.setdefault(name, [0, 0.0, 0.0])
+            acc[0] += d["requests"]
+            acc[1] += d["queue_us"] * d["requests"]
+            acc[2] += d["compute_us"] * d["requests"]
+        for k, v in cpu_s.items():
+            self.cpu_s[k] = self.cpu_s.get(k, 0.0) + v
+        self.client_cpu_s += client_cpu_s
+        for k, v in rss.items():
+            self.rss[k] = max(self.rss.get(k, 0.0), v)
+
+    def result(self, t: Target, bucket: str, conc: int, per_req: int, warmups: int) -> Result:
+        tri = {n: {"requests": a[0], "queue_us": a[1] / a[0], "compute_us": a[2] / a[0]} for n, a in self.triton.items()}
+        res = _result(t, bucket, conc, per_req, self.sent, self.lat, self.errors, self.samples, self.seconds, self.tokens,
+                      tri)
+        n = max(self.sent + warmups, 1)  # CPU over warm-up and measured requests
+        res.cpu_ms_per_req = {k: round(v * 1e3 / n, 3) for k, v in self.cpu_s.items()}
+        res.client_cpu_ms_per_req = round(self.client_cpu_s * 1e3 / n, 3)
+        res.peak_rss_mib = dict(self.rss)
+        return res
+
+
+async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, seed, tokens, bucket,
+                    raw: dict | None = None) -> Result:
+    """One target, one scenario -> its Result; `raw` (if given) gets the latencies and the tokens sent."""
     client = _Triton(t) if t.kind == "triton" else _OpenAI(t)
     try:
         before = await client.stats()
@@ -479,6 +534,8 @@ async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, see
     finally:
         await client.close()
     tri = _triton_delta(before, after, t.model) if t.kind == "triton" else {}
+    if raw is not None:
+        raw.update(lat=lat, tokens=n_tok)
     return _result(t, bucket, conc, per_req, requests, lat, n_err, samples, secs, n_tok, tri)
 
 
