@@ -286,7 +286,8 @@ def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_orde
     its own vectors in its own order (equal to sentence-transformers); bad requests sent among them
     (ids outside the vocabulary, an over-long text with truncate NONE, a bad option) fail alone; a
     client that goes away mid-flight costs the others nothing. auto on one server is the front door
-    route (texts to the front door); ids sends token ids to the bucket encoders."""
+    route (texts to the front door, but for a request that finds none in flight); ids sends token ids to the
+    bucket encoders."""
     lens = [len(e.ids) for e in tokenizer.encode_batch(corpus)]
     short = [i for i, n in enumerate(lens) if n <= 32][:96]
     long_i = max(range(len(corpus)), key=lambda i: len(corpus[i]))  # far over 256 tokens
@@ -339,6 +340,35 @@ def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_orde
         assert cosine_rows(reference[short[:1]], np.asarray([r.json()["data"][0]["embedding"]]))[0] >= 0.9999
 
 
+def test_auto_route_sends_a_lone_request_as_token_ids_and_concurrent_ones_to_the_front_door(
+        minilm_repo, minilm_server, corpus, tokenizer, reference, tmp_path):
+    """--route auto on one server: a request that arrives while no other is in flight takes the lowest-latency
+    path (token ids to its bucket's encoder, as the gateway before the front-door route), requests that arrive
+    while others are in flight go to the front door; both give sentence-transformers' vectors and exact usage."""
+    lens = [len(e.ids) for e in tokenizer.encode_batch(corpus)]
+    short = [i for i, n in enumerate(lens) if n <= 32][:32]
+    ids_calls, door_calls = ('embtrt_gateway_upstream_rows_count{pool="all",route="ids"}',
+                             'embtrt_gateway_upstream_rows_count{pool="all",route="frontdoor"}')
+    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url) as u:
+        i0, d0 = _metric(u, ids_calls), _metric(u, door_calls)
+        for i in short[:3]:  # one at a time
+            r = _post(u, {"model": NAME, "input": [corpus[i]], "encoding_format": "float"})
+            assert r.json()["usage"]["prompt_tokens"] == lens[i]
+            assert cosine_rows(reference[[i]], np.asarray([r.json()["data"][0]["embedding"]]))[0] >= 0.9999
+        assert (_metric(u, ids_calls) - i0, _metric(u, door_calls) - d0) == (3, 0)
+
+        async def together():
+            async with httpx.AsyncClient(timeout=60) as hc:
+                return await asyncio.gather(*(hc.post(u + "/v1/embeddings", json={
+                    "model": NAME, "input": [corpus[i]], "encoding_format": "float"}) for i in short))
+
+        res = asyncio.run(together())
+        got = np.asarray([r.json()["data"][0]["embedding"] for r in res], dtype=np.float32)
+        assert cosine_rows(reference[short], got).min() >= 0.9999
+        assert [r.json()["usage"]["prompt_tokens"] for r in res] == [lens[i] for i in short]
+        assert _metric(u, door_calls) - d0 >= 1  # the requests that found others in flight: the front door
+
+
 def test_a_front_door_without_token_counts_still_gets_exact_usage(minilm_repo, minilm_server, corpus, tokenizer,
                                                                   reference, tmp_path):
     """A repository built before the front door reported TOKENS: the gateway counts the tokens itself
@@ -355,7 +385,7 @@ def test_a_front_door_without_token_counts_still_gets_exact_usage(minilm_repo, m
     assert tokens_out, "the front door declares TOKENS"
     (door / "config.pbtxt").write_text(cfg.replace(",\n" + tokens_out.group(0), "").replace(tokens_out.group(0), ""))
     assert "TOKENS" not in (door / "config.pbtxt").read_text()
-    with gateway(old, tmp_path / "gw.log", "--triton", minilm_server.grpc_url) as u:
+    with gateway(old, tmp_path / "gw.log", "--triton", minilm_server.grpc_url, "--route", "frontdoor") as u:
         r = _post(u, {"model": NAME, "input": corpus[:5], "encoding_format": "float"})
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["prompt_tokens"] == sum(len(e.ids) for e in tokenizer.encode_batch(corpus[:5]))

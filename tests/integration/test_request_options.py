@@ -242,7 +242,8 @@ def test_bad_option_values_fail_their_request_while_the_batch_is_served(minilm_s
     c.close()
 
 
-def test_gateway_takes_the_options_with_the_openai_client(prompted, corpus, tmp_path):
+@pytest.mark.parametrize("route", ["auto", "frontdoor"])  # auto: one request at a time goes as token ids
+def test_gateway_takes_the_options_with_the_openai_client(route, prompted, corpus, tmp_path):
     from openai import BadRequestError, NotFoundError, OpenAI
     from sentence_transformers.util.quantization import quantize_embeddings
     from test_gateway import _envelope, _post, gateway
@@ -250,7 +251,7 @@ def test_gateway_takes_the_options_with_the_openai_client(prompted, corpus, tmp_
 
     folder, repo, srv = prompted["xp"]
     texts = _texts(corpus)[:24]
-    with gateway(repo, tmp_path / "gw.log", "--triton", srv.grpc_url) as url:
+    with gateway(repo, tmp_path / "gw.log", "--triton", srv.grpc_url, "--route", route) as url:
         c = OpenAI(base_url=url + "/v1", api_key="unused")
         models = c.models.list().data
         assert models[0].id == "xp" and models[0].model_extra["prompts"] == PROMPTS

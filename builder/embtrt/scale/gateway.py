@@ -359,6 +359,11 @@ class Gateway:
         # models only, as `embtrt k8s` pools do); token ids until then, and for good with length pools
         self.route = cfg.route if cfg.route != "auto" or len(self.pools) == 1 else "ids"
         self._route_checked = -1e9
+        # auto on one pool, once the front door is ready: while other requests are in flight, texts go to the front
+        # door (its batching makes it the cheapest path per request under load); a request that arrives alone goes
+        # the lowest-latency way, token ids to its buckets' encoders (measured at concurrency 1: benchmarks/README.md)
+        self.adaptive = cfg.route == "auto" and len(self.pools) == 1
+        self.active = 0  # this model's requests in embed()
         if self.route == "frontdoor" and len(self.pools) > 1:
             raise SpecError(f"--route frontdoor sends every text of {name} to its front door, but its buckets are "
                             f"in {len(self.pools)} pools", "use --route ids with length pools")
@@ -535,10 +540,19 @@ class Gateway:
 
     async def embed(self, texts: list[str] | None, ids: list[list[int]] | None, opts=None) -> tuple[np.ndarray, int]:
         """-> (vectors in input order, as the options ask, and the tokens embedded, prompts included)."""
+        opts = opts if opts is not None else self.served.options.default
+        self.active += 1
+        try:
+            if texts is not None and await self._text_route() == "frontdoor" and not (self.adaptive and self.active == 1):
+                return await self._embed_frontdoor(texts, opts)
+            return await self._embed_ids(texts, ids, opts)
+        finally:
+            self.active -= 1
+
+    async def _embed_ids(self, texts: list[str] | None, ids: list[list[int]] | None, opts) -> tuple[np.ndarray, int]:
+        """Token ids (the request's, or its texts' tokenized here) to the buckets' encoders (or, --route text,
+        each bucket's rows as text to its NAME_<L> ensemble)."""
         s = self.served
-        opts = opts if opts is not None else s.options.default
-        if texts is not None and await self._text_route() == "frontdoor":
-            return await self._embed_frontdoor(texts, opts)
         skip = 0
         if texts is not None:
             texts, enc, skip = self._encode(texts, opts)
