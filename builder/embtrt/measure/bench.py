@@ -384,15 +384,15 @@ def _result(target: Target, bucket: str, conc: int, per_req: int, sent: int, lat
 
 
 def _triton_delta(before: dict, after: dict, model: str) -> dict:
+    """The model and its sub-models -> [requests, queue ns, compute ns] served between two snapshots."""
     out = {}
     for name in sorted(after):
         if name != model and not name.startswith(model + "_"):
             continue
         b = before.get(name, (0, 0, 0))
         a = after[name]
-        n = a[0] - b[0]
-        if n > 0:
-            out[name] = {"requests": n, "queue_us": (a[1] - b[1]) / n / 1e3, "compute_us": (a[2] - b[2]) / n / 1e3}
+        if a[0] - b[0] > 0:
+            out[name] = [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
     return out
 
 
@@ -438,12 +438,12 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                     with _Paused(others):
                         cpu0 = {k: tree_cpu_seconds(p) for k, p in (cpu_pids or {}).items()}
                         own0 = _own_cpu_seconds()
-                        got: dict = {}
                         with PeakRss(cpu_pids or {}) as mem:
-                            res = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, n_round, warmup,
-                                                        seed + scenario + 1000 * rnd, token_counts, bucket, got))
-                        raw[id(t)].add(res, got, {k: tree_cpu_seconds(p) - cpu0[k] for k, p in (cpu_pids or {}).items()},
-                                       _own_cpu_seconds() - own0, mem.mib())
+                            one = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, n_round, warmup,
+                                                        seed + scenario + 1000 * rnd, token_counts))
+                        one.cpu_s = {k: tree_cpu_seconds(p) - cpu0[k] for k, p in (cpu_pids or {}).items()}
+                        one.client_cpu_s, one.rss = _own_cpu_seconds() - own0, mem.mib()
+                        raw[id(t)].add(one)
             for t in order:
                 results.append(raw[id(t)].result(t, bucket, conc, texts_per_request, warmup * rounds))
             if conc == concurrency[0]:
@@ -481,7 +481,7 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
 
 @dataclass
 class _Raw:
-    """One target's measurements in one scenario, summed over its rounds."""
+    """One target's measurements in one scenario: of one round, or summed over its rounds."""
 
     lat: list[float] = field(default_factory=list)
     errors: int = 0
@@ -494,26 +494,26 @@ class _Raw:
     client_cpu_s: float = 0.0
     rss: dict = field(default_factory=dict)          # label -> peak MiB
 
-    def add(self, res: Result, raw: dict, cpu_s: dict, client_cpu_s: float, rss: dict) -> None:
-        self.lat += raw["lat"]
-        self.errors += res.errors
-        self.samples = (self.samples + res.error_samples)[:5]
-        self.seconds += res.seconds
-        self.tokens += raw["tokens"]
-        self.sent += res.sent
-        for name, d in res.triton.items():
-            acc = self.triton.setdefault(name, [0, 0.0, 0.0])
-            acc[0] += d["requests"]
-            acc[1] += d["queue_us"] * d["requests"]
-            acc[2] += d["compute_us"] * d["requests"]
-        for k, v in cpu_s.items():
+    def add(self, one: "_Raw") -> None:
+        self.lat += one.lat
+        self.errors += one.errors
+        self.samples = (self.samples + one.samples)[:5]
+        self.seconds += one.seconds
+        self.tokens += one.tokens
+        self.sent += one.sent
+        for name, d in one.triton.items():
+            acc = self.triton.setdefault(name, [0, 0, 0])
+            for i in range(3):
+                acc[i] += d[i]
+        for k, v in one.cpu_s.items():
             self.cpu_s[k] = self.cpu_s.get(k, 0.0) + v
-        self.client_cpu_s += client_cpu_s
-        for k, v in rss.items():
+        self.client_cpu_s += one.client_cpu_s
+        for k, v in one.rss.items():
             self.rss[k] = max(self.rss.get(k, 0.0), v)
 
     def result(self, t: Target, bucket: str, conc: int, per_req: int, warmups: int) -> Result:
-        tri = {n: {"requests": a[0], "queue_us": a[1] / a[0], "compute_us": a[2] / a[0]} for n, a in self.triton.items()}
+        tri = {n: {"requests": a[0], "queue_us": a[1] / a[0] / 1e3, "compute_us": a[2] / a[0] / 1e3}
+               for n, a in self.triton.items()}
         res = _result(t, bucket, conc, per_req, self.sent, self.lat, self.errors, self.samples, self.seconds, self.tokens,
                       tri)
         n = max(self.sent + warmups, 1)  # CPU over warm-up and measured requests
@@ -523,9 +523,8 @@ class _Raw:
         return res
 
 
-async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, seed, tokens, bucket,
-                    raw: dict | None = None) -> Result:
-    """One target, one scenario -> its Result; `raw` (if given) gets the latencies and the tokens sent."""
+async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, seed, tokens) -> _Raw:
+    """One target, one round of a scenario -> its measurements (the caller adds CPU and memory)."""
     client = _Triton(t) if t.kind == "triton" else _OpenAI(t)
     try:
         before = await client.stats()
@@ -541,10 +540,10 @@ async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, see
             after = await client.stats()
     finally:
         await client.close()
+    if len(lat) + n_err != requests:
+        raise AssertionError(f"bench bookkeeping: {len(lat)} ok + {n_err} errors != {requests} sent")
     tri = _triton_delta(before, after, t.model) if t.kind == "triton" else {}
-    if raw is not None:
-        raw.update(lat=lat, tokens=n_tok)
-    return _result(t, bucket, conc, per_req, requests, lat, n_err, samples, secs, n_tok, tri)
+    return _Raw(lat=lat, errors=n_err, samples=samples, seconds=secs, tokens=n_tok, sent=requests, triton=tri)
 
 
 def machine() -> dict:
