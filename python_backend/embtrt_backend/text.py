@@ -129,6 +129,11 @@ class TextTokenizer:
             return np.ones(n_texts, dtype=np.int64)
         return np.bincount(enc.owner, minlength=n_texts).astype(np.int64)
 
+    def refuses_long(self, truncate: str | None) -> bool:
+        """Whether an over-long text is refused instead of cut: the request's truncate NONE, or no
+        truncate asked and the build used --overflow reject."""
+        return (truncate or ("NONE" if self.overflow == "reject" else None)) == "NONE"
+
     def check(self, lengths: np.ndarray, limit: int | None = None, where: str = "") -> None:
         """Raise InputError for the first row over the max length (reject mode) or over `limit`."""
         if self.overflow == "reject":

@@ -105,8 +105,7 @@ class TritonPythonModel:
         keep_counts, keep_live, keep_opts, keep_text = [], [], [], []
         for req_idx, o, rows in zip(live, opts, split_rows(np.arange(len(texts)), counts)):
             try:
-                mode = o.truncate or ("NONE" if self.tokenizer.overflow == "reject" else None)
-                if mode == "NONE":
+                if self.tokenizer.refuses_long(o.truncate):
                     lens = enc.lengths[np.isin(text_rows, rows)]
                     over = np.nonzero(lens > self.tokenizer.max_length)[0]
                     if over.size:

@@ -129,6 +129,13 @@ def test_reject_mode_names_the_over_long_row(minilm_path):
     tok.check(enc.lengths[:1])  # the short row alone passes
 
 
+def test_over_long_texts_are_refused_under_truncate_none_or_a_reject_build_unless_the_request_truncates(minilm_path):
+    path = str(minilm_path / "tokenizer.json")
+    cut, reject = TextTokenizer(path, 16, 0), TextTokenizer(path, 16, 0, overflow="reject")
+    assert [cut.refuses_long(t) for t in (None, "NONE", "END", "START")] == [False, True, False, False]
+    assert [reject.refuses_long(t) for t in (None, "NONE", "END", "START")] == [True, True, False, False]
+
+
 def test_bucket_tokenizer_refuses_rows_longer_than_its_bucket(minilm_path):
     tok = TextTokenizer(str(minilm_path / "tokenizer.json"), 256, 0)
     enc = tok.encode(["short", "word " * 50])

@@ -581,7 +581,7 @@ class Gateway:
             texts = [opts.prompt + t for t in texts]
             skip = 0 if s.options.include_prompt else s.prompt_tokens[opts.prompt_name]
         enc = s.tok.encode_mixed(texts, [opts.truncate] * len(texts))
-        if self._refuses_long(opts):
+        if s.tok.refuses_long(opts.truncate):
             over = np.nonzero(enc.lengths > s.max_len)[0]
             if over.size:
                 why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
@@ -589,16 +589,13 @@ class Gateway:
                                f"tokens and {why}", param="input")
         return texts, enc, skip
 
-    def _refuses_long(self, opts) -> bool:
-        return (opts.truncate or ("NONE" if self.served.overflow == "reject" else None)) == "NONE"
-
     async def _embed_frontdoor(self, texts: list[str], opts) -> tuple[np.ndarray, int]:
         """Texts to the front door, which applies the prompt (a request parameter) and the truncation
         itself and reports each text's token count. The gateway tokenizes only to refuse over-long
         texts up front (truncate NONE), or for usage where the front door does not report it."""
         s = self.served
         counted = None
-        if self._refuses_long(opts) or not s.door_tokens:
+        if s.tok.refuses_long(opts.truncate) or not s.door_tokens:
             counted = int(self._encode(texts, opts)[1].lengths.sum())
         key = ("frontdoor", self._prompt_parameter(opts), opts.truncate)
         pool = self.pools[0]
