@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q $(TORCH)   # the CPU build from local disk; an unpinned torch pulls CUDA
 	$(BIN)/pip install -q -e '.[build,server,dev,openvino,precision]'
 	$(BIN)/pip install -q --no-deps tensorrt-stubs   # type stubs only; its tensorrt dependency cannot install here
-	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/build/onnx2trt.py $(VENV)/trt-bindings   # real 10.13 / 11.4 bindings wheels, names only
+	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/export/onnx2trt.py $(VENV)/trt-bindings   # real 10.13 / 11.4 bindings wheels, names only
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install embtrt with the server, test and lint extras
@@ -36,7 +36,7 @@ lint: $(STAMP) ## ruff, import layers, mypy (the TensorRT module against tensorr
 	$(BIN)/python tests/typecheck/import_layers.py
 	$(BIN)/python tests/typecheck/prepare_trt_stubs.py .mypy-stubs
 	MYPYPATH=.mypy-stubs $(BIN)/mypy builder/embtrt
-	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/build/onnx2trt.py $(VENV)/trt-bindings
+	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/export/onnx2trt.py $(VENV)/trt-bindings
 
 gpu-check: $(STAMP) ## on a GPU host: GPU tests (TensorRT build, serve, parity) and the benchmark, short table
 	bash benchmarks/gpu_check.sh
@@ -44,7 +44,11 @@ gpu-check: $(STAMP) ## on a GPU host: GPU tests (TensorRT build, serve, parity) 
 bench: $(STAMP) ## CPU benchmark: Triton vs sentence-transformers in process (and infinity-emb with BENCH_INFINITY=1)
 	bash benchmarks/run_cpu.sh
 
+bench-ab: $(STAMP) ## A/B of the serving hot path: the working tree against BASE=<commit>, interleaved rounds (ROUNDS, REQUESTS, OUT)
+	@test -n "$(BASE)" || { echo "usage: make bench-ab BASE=<commit> [ROUNDS=3] [REQUESTS=1000] [OUT=dir]"; exit 2; }
+	$(BIN)/python benchmarks/ab.py $(BASE) --rounds $(or $(ROUNDS),3) --requests $(or $(REQUESTS),1000) $(if $(OUT),--out $(OUT))
+
 clean: ## remove built repositories and caches (keeps .venv)
 	rm -rf repo .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install demo test test-all lint gpu-check bench clean
+.PHONY: help install demo test test-all lint gpu-check bench bench-ab clean
