@@ -26,12 +26,12 @@ def main() -> int:
     if not ok:
         print(f"gpu table skipped: {why}")
         return 0
-    from embtrt.build import build
+    from embtrt.export import build
     from embtrt.common.backend import backend_lib
     from embtrt.common.corpus import load_corpus
-    from embtrt.build.onnx2trt import PLAN, PlanRunner, host_info
+    from embtrt.export.onnx2trt import PLAN, PlanRunner, host_info
     from embtrt.reference.parity import cosine_rows
-    from embtrt.build.spec import spec_from_options
+    from embtrt.export.spec import spec_from_options
 
     out = Path(tempfile.mkdtemp()) / "repo"
     t0 = time.time()

@@ -78,7 +78,7 @@ echo "== ${CMD[*]}"
   echo "isa: $(grep -o -E 'avx512f|avx512_bf16|avx512_vnni|amx_bf16|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "memory: $(free -g | awk '/Mem:/{print $2}') GiB"
   echo "load generator: the same machine (one Python asyncio process), sharing its cores with the servers"
-  "$BIN/python" -c "import embtrt.build.encoders as b, json; print('versions:', json.dumps(b.versions()))"
+  "$BIN/python" -c "import embtrt.export.encoders as b, json; print('versions:', json.dumps(b.versions()))"
   for f in "$WORK"/build-*.log; do
     n=$(basename "$f" .log); n=${n#build-}
     grep -E '^\[ok\]|^\[x\]|run overhead' "$f" | grep -E "bucket|top-10|recall|overhead" | sed "s/^/build gate ($n): /"

@@ -42,8 +42,8 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def minilm_repo(tmp_path_factory) -> Path:
     """The default build of the bundled all-MiniLM-L6-v2 (python-ort, fused pooling)."""
-    from embtrt.build import build
-    from embtrt.build.spec import spec_from_options
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
 
     out = tmp_path_factory.mktemp("minilm") / "repo"
     build(spec_from_options(None, out), log=_quiet)
@@ -54,8 +54,8 @@ def minilm_repo(tmp_path_factory) -> Path:
 def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
     """Each tiny model built with its own pooling; XLM-R with the Python-backend pooler; Qwen3 with a
     front door that calls the bucket encoders over BLS (the path TensorRT repositories use)."""
-    from embtrt.build import build
-    from embtrt.build.spec import spec_from_options
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
 
     base = tmp_path_factory.mktemp("tiny_repos")
     out = {}
@@ -85,8 +85,8 @@ def ov_server(tmp_path_factory):
     """MiniLM on python-openvino fp32 (name minilm_ov), served: the CPU target's end-to-end check and
     the second deployment of `verify --against`."""
     pytest.importorskip("openvino")
-    from embtrt.build import build
-    from embtrt.build.spec import spec_from_options
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
 
     base = tmp_path_factory.mktemp("ov")
     build(spec_from_options(None, base / "repo", name="minilm_ov", target="python-openvino", precision="fp32"),

@@ -79,8 +79,8 @@ def build(
     log = (lambda m: err.print(m, markup=False)) if as_json else (lambda m: out.print(m, markup=False))
     try:
         require_extra("build", "build", "torch", "transformers", "sentence_transformers", "onnx", "onnxruntime")
-        from .build import build as run_build
-        from .build.spec import spec_from_options
+        from .export import build as run_build
+        from .export.spec import spec_from_options
 
         spec = spec_from_options(
             model_dir, out_dir, name=name, target=target, pooling=pooling, normalize=normalize, buckets=buckets,
@@ -149,7 +149,7 @@ def engines(
 ) -> None:
     """On the GPU host: build every missing, stale or foreign TensorRT plan in place (usable as an init container).
     Needs TensorRT, nvidia-ml-py and Polygraphy (pip install 'embtrt[tensorrt]'), not PyTorch."""
-    from .build.onnx2trt import build_engines, check_plans
+    from .export.onnx2trt import build_engines, check_plans
     from .common.corpus import load_corpus
 
     log = lambda m: out.print(m, markup=False)  # noqa: E731
@@ -263,8 +263,8 @@ def demo(
     """The main job on the bundled model: build, serve on free loopback ports, embed texts over gRPC, stop."""
     import time
 
-    from .build import build as run_build
-    from .build.spec import spec_from_options
+    from .export import build as run_build
+    from .export.spec import spec_from_options
     from .repository.manifest import has_manifest
     from .serve.client import EmbeddingClient
     from .serve.server import ServerSpec, TritonServer, free_port

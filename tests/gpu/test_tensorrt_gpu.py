@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embtrt.build.onnx2trt import tensorrt_available
+from embtrt.export.onnx2trt import tensorrt_available
 
 pytestmark = pytest.mark.gpu
 OK, WHY = tensorrt_available()
@@ -25,9 +25,9 @@ needs_trt = pytest.mark.skipif(not OK, reason=WHY)
 @needs_trt
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_engines_build_and_match_onnx(tiny_models, tmp_path, precision):
-    from embtrt.build import build
-    from embtrt.build.onnx2trt import check_plans
-    from embtrt.build.spec import spec_from_options
+    from embtrt.export import build
+    from embtrt.export.onnx2trt import check_plans
+    from embtrt.export.spec import spec_from_options
 
     out = tmp_path / "repo"
     res = build(spec_from_options(tiny_models["qwen3-last"], out, name="q", target="tensorrt", precision=precision),
@@ -44,12 +44,12 @@ def test_minilm_engines_serve_equal_to_sentence_transformers(tmp_path, corpus, m
         pytest.skip("EMBTRT_TRITONSERVER is not set: no tritonserver with the TensorRT backend to serve plans")
     from conftest import start_server
 
-    from embtrt.build import build
+    from embtrt.export import build
     from embtrt.serve.client import EmbeddingClient
     from embtrt.reference.parity import cosine_rows
     from embtrt.reference.torch_ref import st_embed
     from embtrt.serve.server import ServerSpec, TritonServer
-    from embtrt.build.spec import spec_from_options
+    from embtrt.export.spec import spec_from_options
 
     out = tmp_path / "repo"
     build(spec_from_options(None, out, target="tensorrt", precision="fp16", fp32_layers=True), log=print)

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from conftest import start_server
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.common.corpus import load_corpus
 from embtrt.serve.client import EmbeddingClient
 from embtrt.errors import ClientError
 from embtrt.reference.parity import cosine_rows
-from embtrt.build.spec import spec_from_options
+from embtrt.export.spec import spec_from_options
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

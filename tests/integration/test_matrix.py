@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from embtrt.build import build
-from embtrt.build.spec import spec_from_options
+from embtrt.export import build
+from embtrt.export.spec import spec_from_options
 from embtrt.measure.matrix import COSINE_MIN, MatrixSpec, band_texts, error_kind, run_matrix
 
 pytestmark = pytest.mark.integration

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from conftest import start_server
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.serve.client import EmbeddingClient
 from embtrt.errors import ClientError
-from embtrt.build.spec import spec_from_options
+from embtrt.export.spec import spec_from_options
 
 pytestmark = pytest.mark.integration
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from conftest import start_server
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.serve.client import EmbeddingClient
 from embtrt.reference.parity import cosine_rows
 from embtrt.reference.torch_ref import st_embed
-from embtrt.build.spec import Gate, spec_from_options
+from embtrt.export.spec import Gate, spec_from_options
 from embtrt.measure.verify import Reference, verify
 
 pytestmark = pytest.mark.integration

@@ -14,13 +14,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from conftest import start_server
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.serve.client import AsyncEmbeddingClient, EmbeddingClient
 from embtrt.errors import ClientError
 from embtrt.reference.parity import cosine_rows
 from embtrt.serve.probe import probe
 from embtrt.serve.server import free_port
-from embtrt.build.spec import spec_from_options
+from embtrt.export.spec import spec_from_options
 
 pytestmark = pytest.mark.integration
 MODEL = "all_minilm_l6_v2"

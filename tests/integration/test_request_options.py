@@ -33,8 +33,8 @@ def prompted(tiny_models, tmp_path_factory):
     from conftest import start_server
     from tiny_models import with_prompts
 
-    from embtrt.build import build
-    from embtrt.build.spec import spec_from_options
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
 
     base = tmp_path_factory.mktemp("prompted")
     models = {
@@ -76,9 +76,9 @@ def test_build_reads_prompts_and_leaves_prompt_tokens_out_of_pooling_outside_the
 def test_build_gate_compares_with_encode_including_the_default_prompt(prompted, corpus):
     """The gate's reference is SentenceTransformer.encode (default prompt applied, prompt tokens out of
     pooling): a served path that ignored the default prompt fails it; the one built passes it."""
-    from embtrt.build.pipeline import reference_vectors
-    from embtrt.build.served import encoder_vectors
-    from embtrt.build.spec import spec_from_options
+    from embtrt.export.pipeline import reference_vectors
+    from embtrt.export.served import encoder_vectors
+    from embtrt.export.spec import spec_from_options
     from embtrt.reference.parity import evaluate
 
     folder, repo, _ = prompted["xp"]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.repository.check import check_repository
 from embtrt.errors import ServerError
-from embtrt.build.spec import spec_from_options
+from embtrt.export.spec import spec_from_options
 
 pytestmark = pytest.mark.integration
 RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conftest import start_server
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.repository.check import check_repository
-from embtrt.build.spec import spec_from_options
+from embtrt.export.spec import spec_from_options
 from embtrt.measure.tune import TuneError, TuneSpec, tune
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from conftest import start_server
-from embtrt.build import build
-from embtrt.build.spec import Gate, spec_from_options
+from embtrt.export import build
+from embtrt.export.spec import Gate, spec_from_options
 from embtrt.measure.verify import Reference, verify
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@
 
 Every `import` / `from ... import` of embtrt code in every module (at module level and inside
 functions alike) is resolved to the module it names. It fails when a module imports a higher
-layer, when a stage imports a sibling stage (build, scale and measure are peers; serve sits
+layer, when a stage imports a sibling stage (export, scale and measure are peers; serve sits
 below them: tune and verify start servers and call them), or when the module graph has a cycle.
 `make lint` and tests/unit/test_layers.py run it.
 """
@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "repository": 2,
     "reference": 3,
     "serve": 4,
-    "build": 5, "scale": 5, "measure": 5,
+    "export": 5, "scale": 5, "measure": 5,
     "cli": 6,
 }
 

@@ -9,7 +9,7 @@ some NUL-terminated string ends with it. That rule can also find a removed name 
 longer one (INT8 in UINT8), so the names that NVIDIA's 10 -> 11 migration guide lists as
 removed are refused outright as well.
 
-    python tests/typecheck/trt_names.py builder/embtrt/build/onnx2trt.py WHEEL_DIR
+    python tests/typecheck/trt_names.py builder/embtrt/export/onnx2trt.py WHEEL_DIR
 """
 
 from __future__ import annotations

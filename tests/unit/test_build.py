@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.common.corpus import load_corpus
 from embtrt.repository.check import check_repository
 from embtrt.errors import ParityError, SpecError
-from embtrt.build.spec import spec_from_options
+from embtrt.export.spec import spec_from_options
 
 
 def test_default_build_passes_the_check_and_writes_the_manifest(minilm_repo, minilm_path):
@@ -85,7 +85,7 @@ def test_wrong_pooling_is_caught_against_sentence_transformers(minilm_path, corp
 
 
 def test_run_overhead_fit_recovers_a_linear_cost_model():
-    from embtrt.build.chunking import overhead_from_timings
+    from embtrt.export.chunking import overhead_from_timings
 
     fixed, per_token = 2e-3, 20e-6
     samples = [(r, n, fixed + per_token * r * n) for r, n in ((1, 16), (16, 16), (1, 32), (8, 32), (16, 32))]
@@ -100,7 +100,7 @@ def test_python_openvino_needs_openvino_and_bf16_on_the_cpu(monkeypatch):
     import sys
     import types
 
-    from embtrt.build.encoders import require_openvino
+    from embtrt.export.encoders import require_openvino
     from embtrt.errors import DependencyError
 
     monkeypatch.setitem(sys.modules, "openvino", None)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.scale.k8s import GRPC, QUEUE_METRIC, plan_pools
-from embtrt.build.spec import Gate, spec_from_options
+from embtrt.export.spec import Gate, spec_from_options
 
 kv = pytest.importorskip("kubernetes_validate")  # a dev dependency (make install)
 

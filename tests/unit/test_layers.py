@@ -23,9 +23,9 @@ def _copy(tmp_path: Path) -> Path:
 def test_a_planted_upward_import_fails_the_check(tmp_path):
     pkg = _copy(tmp_path)
     f = pkg / "repository" / "check.py"
-    f.write_text(f.read_text() + "\n\ndef _x():\n    from ..build.spec import BuildSpec  # noqa\n")
+    f.write_text(f.read_text() + "\n\ndef _x():\n    from ..export.spec import BuildSpec  # noqa\n")
     problems = check(pkg)
-    assert len(problems) == 1 and "upward import: repository" in problems[0] and "embtrt.build.spec" in problems[0]
+    assert len(problems) == 1 and "upward import: repository" in problems[0] and "embtrt.export.spec" in problems[0]
 
 
 def test_a_stage_importing_a_sibling_stage_fails_the_check(tmp_path):
@@ -38,7 +38,7 @@ def test_a_stage_importing_a_sibling_stage_fails_the_check(tmp_path):
 
 def test_a_cycle_inside_one_stage_fails_the_check(tmp_path):
     pkg = _copy(tmp_path)
-    f = pkg / "build" / "spec.py"
+    f = pkg / "export" / "spec.py"
     f.write_text(f.read_text() + "\n\ndef _x():\n    from .render import plan_repository  # noqa\n")
     problems = check(pkg)
-    assert any(p.startswith("import cycle:") and "embtrt.build.render" in p and "embtrt.build.spec" in p for p in problems)
+    assert any(p.startswith("import cycle:") and "embtrt.export.render" in p and "embtrt.export.spec" in p for p in problems)

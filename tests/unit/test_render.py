@@ -8,8 +8,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from embtrt.repository.check import check_repository
-from embtrt.build.render import plan_repository, render_config, write_repository
-from embtrt.build.spec import BuildSpec
+from embtrt.export.render import plan_repository, render_config, write_repository
+from embtrt.export.spec import BuildSpec
 
 IDENTITY = {"embtrt.model": "m", "embtrt.pooling": "mean", "embtrt.dim": "16"}
 
@@ -139,7 +139,7 @@ def test_tensorrt_encoder_has_graphs_profiles_and_warmup_per_batch_size(tmp_path
 
 def test_template_with_a_missing_value_fails_loudly(tmp_path):
     from embtrt.errors import RepositoryError
-    from embtrt.build.render import ModelPlan
+    from embtrt.export.render import ModelPlan
 
     with pytest.raises(RepositoryError, match="undefined"):
         render_config(ModelPlan("x", "router.pbtxt.j2", {"name": "x"}))

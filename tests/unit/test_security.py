@@ -8,7 +8,7 @@ import pytest
 
 from embtrt.serve import server as serve
 from embtrt.errors import SpecError
-from embtrt.build.spec import BuildSpec, spec_from_options
+from embtrt.export.spec import BuildSpec, spec_from_options
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from embtrt.errors import SpecError
-from embtrt.build.spec import BuildSpec, Gate, default_preferred, sanitize_name, spec_from_options
+from embtrt.export.spec import BuildSpec, Gate, default_preferred, sanitize_name, spec_from_options
 
 
 def base(**kw) -> BuildSpec:
@@ -104,7 +104,7 @@ def test_tiny_models_get_their_family_defaults(tiny_models):
 
 
 def test_python_openvino_precisions_and_front_door_instances(tmp_path):
-    from embtrt.build.spec import BuildSpec
+    from embtrt.export.spec import BuildSpec
 
     base = dict(model_dir=tmp_path, out=tmp_path / "o", name="m")
     assert BuildSpec(**base, target="python-openvino", precision="bf16").router_mode == "local"

@@ -19,13 +19,13 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from embtrt.build import build
+from embtrt.export import build
 from embtrt.repository.check import check_repository
 from embtrt.errors import DependencyError, ParityError
 from embtrt.common.files import sha256_file
-from embtrt.build.onnx2trt import (GATE_ONNX, PLAN, PLAN_MANIFEST, RECIPE, EngineRecipe, HostInfo, build_engines, encoder_dirs,
+from embtrt.export.onnx2trt import (GATE_ONNX, PLAN, PLAN_MANIFEST, RECIPE, EngineRecipe, HostInfo, build_engines, encoder_dirs,
                              plan_status, tensorrt_available)
-from embtrt.build.spec import Gate, spec_from_options
+from embtrt.export.spec import Gate, spec_from_options
 
 ROOT = Path(__file__).resolve().parents[2]
 # The tiny random BERT's CLS vectors are nearly collinear (pairwise cosine p01 0.99997), so
@@ -93,7 +93,7 @@ def test_trtexec_is_strongly_typed_and_free_of_removed_flags(trt_repo):
         assert "--stronglyTyped" in cmd and "--onnx=model.onnx" in cmd
         assert not [f for f in REMOVED_TRTEXEC if f in cmd.split() or any(a.startswith(f + "=") for a in cmd.split())]
         assert (d / "trtexec.sh").read_text().strip().endswith(cmd)
-    assert "BuilderFlag" not in (ROOT / "builder" / "embtrt" / "build" / "onnx2trt.py").read_text()
+    assert "BuilderFlag" not in (ROOT / "builder" / "embtrt" / "export" / "onnx2trt.py").read_text()
 
 
 def test_token_budget_sets_each_buckets_batch_profile_graphs_and_warmup(trt_repo):
@@ -248,16 +248,16 @@ def test_onnx2trt_type_checks_against_tensorrt_stubs(tmp_path):
     stubs = prepare(tmp_path / "stubs")
     env = dict(os.environ, MYPYPATH=str(stubs))
     p = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                        "--cache-dir", str(tmp_path / "cache"), str(ROOT / "builder" / "embtrt" / "build" / "onnx2trt.py")],
+                        "--cache-dir", str(tmp_path / "cache"), str(ROOT / "builder" / "embtrt" / "export" / "onnx2trt.py")],
                        capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
     # and the check has teeth: a misspelt API call is caught
     bad = tmp_path / "bad" / "embtrt"
     shutil.copytree(ROOT / "builder" / "embtrt", bad, ignore=shutil.ignore_patterns("__pycache__", "data"))
-    src = (bad / "build" / "onnx2trt.py").read_text().replace("config.set_memory_pool_limit(", "config.set_memory_pool_limits(")
-    (bad / "build" / "onnx2trt.py").write_text(src)
+    src = (bad / "export" / "onnx2trt.py").read_text().replace("config.set_memory_pool_limit(", "config.set_memory_pool_limits(")
+    (bad / "export" / "onnx2trt.py").write_text(src)
     p = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                        "--cache-dir", str(tmp_path / "cache"), str(bad / "build" / "onnx2trt.py")],
+                        "--cache-dir", str(tmp_path / "cache"), str(bad / "export" / "onnx2trt.py")],
                        capture_output=True, text=True, env=env, cwd=tmp_path / "bad")
     assert p.returncode == 1 and "set_memory_pool_limits" in p.stdout
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from embtrt.build import build
-from embtrt.build.onnx2trt import PLAN, PLAN_MANIFEST, TIMING_CACHE, encoder_dirs
-from embtrt.build.spec import Gate, spec_from_options
+from embtrt.export import build
+from embtrt.export.onnx2trt import PLAN, PLAN_MANIFEST, TIMING_CACHE, encoder_dirs
+from embtrt.export.spec import Gate, spec_from_options
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"
@@ -58,7 +58,7 @@ def test_engines_build_strongly_typed_plans_and_check_them_without_torch(fp16_re
     p = run_on_gpu_host(f"""
         import json, tensorrt
         from plan_runner import OrtPlanRunner
-        from embtrt.build.onnx2trt import build_engines, check_plans, tensorrt_available
+        from embtrt.export.onnx2trt import build_engines, check_plans, tensorrt_available
         print("available", tensorrt_available())
         states = build_engines({str(repo)!r}, runner_cls=OrtPlanRunner, log=print)
         print("states", json.dumps([[s.model, s.state] for s in states]))
@@ -101,7 +101,7 @@ def test_engines_refuse_an_onnx_the_gate_did_not_accept_and_remove_plans_that_fa
     p = run_on_gpu_host(f"""
         from plan_runner import OrtPlanRunner
         from embtrt.errors import EmbtrtError
-        from embtrt.build.onnx2trt import build_engines
+        from embtrt.export.onnx2trt import build_engines
         try:
             build_engines({str(repo)!r}, runner_cls=OrtPlanRunner, log=print)
         except EmbtrtError as e:
@@ -112,7 +112,7 @@ def test_engines_refuse_an_onnx_the_gate_did_not_accept_and_remove_plans_that_fa
     p = run_on_gpu_host(f"""
         from plan_runner import OrtPlanRunner
         from embtrt.errors import EmbtrtError
-        from embtrt.build.onnx2trt import build_engines
+        from embtrt.export.onnx2trt import build_engines
         OrtPlanRunner.noise = 0.05
         try:
             build_engines({str(repo)!r}, runner_cls=OrtPlanRunner, log=print)

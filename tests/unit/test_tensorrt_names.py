@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "typecheck"))
 import trt_names  # noqa: E402
 
-ONNX2TRT = ROOT / "builder" / "embtrt" / "build" / "onnx2trt.py"
+ONNX2TRT = ROOT / "builder" / "embtrt" / "export" / "onnx2trt.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The bundle's record: which Python packages each generated Python model imports, where the
 bundle lives in a repository and which Python it was built for. The build writes bundles
-(embtrt.build.bundle); the check and the models' load-time guard read this record."""
+(embtrt.export.bundle); the check and the models' load-time guard read this record."""
 
 from __future__ import annotations
 
