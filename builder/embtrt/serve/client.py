@@ -8,43 +8,16 @@ exponential backoff; a bad request fails at once with the server's message.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ClientError
+from .wire import backoff, output_name, outputs, retryable, text_input
 
-RETRYABLE = ("StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED")
-
-
-MAX_BACKOFF_S = 2.0
-
-
-def _backoff(delay: float) -> float:
-    """Exponential backoff with jitter, so that rejected clients do not retry in lockstep."""
-    return min(MAX_BACKOFF_S, delay) * (0.5 + random.random())
-
-
-def _retryable(exc: Exception) -> bool:
-    status = str(getattr(exc, "status", lambda: "")() or "")
-    msg = str(exc)
-    return status in RETRYABLE or "Exceeds maximum queue size" in msg or "failed to connect" in msg
-
-
-def _text_input(texts: list[str]):
-    import tritonclient.grpc as grpcclient
-
-    arr = np.array([[t.encode("utf-8") if isinstance(t, str) else bytes(t)] for t in texts], dtype=object)
-    inp = grpcclient.InferInput("TEXT", [len(texts), 1], "BYTES")
-    inp.set_data_from_numpy(arr)
-    return inp
-
-
-# request option -> the front door's output tensor
-OUTPUTS = {"float": "EMBEDDING", "int8": "EMBEDDING_INT8", "binary": "EMBEDDING_INT8",
-           "uint8": "EMBEDDING_UINT8", "ubinary": "EMBEDDING_UINT8"}
+# the wire's pieces under the names this module's callers import (tests/integration/test_request_options.py)
+_text_input, _output_name, _retryable, _backoff = text_input, output_name, retryable, backoff
 
 
 def request_options(prompt_name: str | None = None, input_type: str | None = None, dimensions: int | None = None,
@@ -53,10 +26,6 @@ def request_options(prompt_name: str | None = None, input_type: str | None = Non
     opts = {"prompt_name": prompt_name, "input_type": input_type, "dimensions": dimensions,
             "truncate": truncate, "embedding_type": embedding_type}
     return {k: v for k, v in opts.items() if v is not None}
-
-
-def _output_name(params: dict) -> str:
-    return OUTPUTS.get(str(params.get("embedding_type", "float")).lower(), "EMBEDDING")
 
 
 @dataclass
@@ -100,19 +69,17 @@ class EmbeddingClient:
         return self._batch_size or max(1, self.metadata().max_batch_size)
 
     def _infer(self, texts: list[str], params: dict | None = None) -> np.ndarray:
-        import tritonclient.grpc as grpcclient
-
         params = params or {}
-        out = _output_name(params)
+        out = output_name(params)
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
-                r = self._c.infer(self.model, [_text_input(texts)], client_timeout=self.timeout_s,
-                                  outputs=[grpcclient.InferRequestedOutput(out)], parameters=params or None)
+                r = self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s,
+                                  outputs=outputs(out), parameters=params or None)
                 return r.as_numpy(out)
             except Exception as exc:  # InferenceServerException; decide retry or fail
-                if attempt < self.retries and _retryable(exc):
-                    time.sleep(_backoff(delay))
+                if attempt < self.retries and retryable(exc):
+                    time.sleep(backoff(delay))
                     delay *= 2
                     continue
                 raise ClientError(f"{self.model}: {exc}") from exc
@@ -161,19 +128,17 @@ class AsyncEmbeddingClient:
         return {k: v.get("string_value", "") for k, v in params.items() if k.startswith("embtrt.")}
 
     async def _infer(self, texts: list[str], params: dict | None = None) -> np.ndarray:
-        import tritonclient.grpc as grpcclient
-
         params = params or {}
-        out = _output_name(params)
+        out = output_name(params)
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
-                r = await self._c.infer(self.model, [_text_input(texts)], client_timeout=self.timeout_s,
-                                        outputs=[grpcclient.InferRequestedOutput(out)], parameters=params or None)
+                r = await self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s,
+                                        outputs=outputs(out), parameters=params or None)
                 return r.as_numpy(out)
             except Exception as exc:  # InferenceServerException; decide retry or fail
-                if attempt < self.retries and _retryable(exc):
-                    await asyncio.sleep(_backoff(delay))
+                if attempt < self.retries and retryable(exc):
+                    await asyncio.sleep(backoff(delay))
                     delay *= 2
                     continue
                 raise ClientError(f"{self.model}: {exc}") from exc

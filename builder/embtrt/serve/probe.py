@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .wire import text_input
+
 # short enough for the smallest bucket of any tokenizer (it is sent to every NAME_<L> ensemble)
 PROBE_TEXT = "embtrt liveness probe"
 
@@ -43,13 +45,10 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
             return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
         if not expand:
             buckets = []
-        arr = np.array([[PROBE_TEXT.encode()]], dtype=object)
         vecs: dict[str, np.ndarray] = {}
         for name in [model] + [f"{model}_{b}" for b in buckets] + list(also):
-            inp = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
-            inp.set_data_from_numpy(arr)
             try:
-                r = c.infer(name, [inp], client_timeout=timeout_s)
+                r = c.infer(name, [text_input([PROBE_TEXT])], client_timeout=timeout_s)
                 v = r.as_numpy("EMBEDDING")
                 if v is None or not np.all(np.isfinite(v)):
                     raise ValueError("no finite EMBEDDING in the response")
