@@ -66,6 +66,8 @@ class ModelOptions:
 
     def __post_init__(self) -> None:
         self._ranges: dict[int, np.ndarray] = {}
+        self._skips: dict[str, int] = {}
+        self._default: RequestOptions | None = None
 
     @classmethod
     def from_parameters(cls, p: dict[str, str], calibration: np.ndarray | None = None) -> "ModelOptions":
@@ -79,7 +81,19 @@ class ModelOptions:
 
     @property
     def default(self) -> RequestOptions:
-        return self.resolve({})
+        """The options of a request that sets none (resolved once: most requests)."""
+        if self._default is None:
+            self._default = self.resolve({})
+        return self._default
+
+    def prompt_skip(self, opts: RequestOptions, tokenizer) -> int:
+        """The prompt's tokens left out of pooling: none unless the Pooling config's include_prompt is
+        false (the one place of this rule: front door, bucket tokenizers, gateway, build)."""
+        if self.include_prompt or not opts.prompt:
+            return 0
+        if opts.prompt not in self._skips:
+            self._skips[opts.prompt] = prompt_length(tokenizer, opts.prompt)
+        return self._skips[opts.prompt]
 
     def widths_text(self) -> str:
         if self.allowed_dimensions is None:
@@ -89,6 +103,8 @@ class ModelOptions:
     def resolve(self, raw: dict) -> RequestOptions:
         """Request parameters (any subset of OPTION_NAMES; other keys are ignored) -> options.
         A bad value raises InputError naming the parameter and what is allowed."""
+        if not raw and self._default is not None:
+            return self._default
         prompt_name = _text(raw, "prompt_name")
         input_type = _text(raw, "input_type")
         if input_type is not None:

@@ -13,7 +13,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
-from embtrt_backend.options import ModelOptions, prompt_length  # noqa: E402
+from embtrt_backend.options import ModelOptions  # noqa: E402
 from embtrt_backend.pooling import exclude_prefix  # noqa: E402
 from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
 
@@ -32,8 +32,9 @@ class TritonPythonModel:
         )
         # The bucket ensembles take no request options: they apply the model's default prompt, as
         # SentenceTransformer.encode does without options (the front door takes the options).
-        self.prompt = ModelOptions.from_parameters({"embtrt.dim": "1", **p}).default.prompt
-        self.skip = 0 if p.get("include_prompt", "true") == "true" else prompt_length(self.tokenizer.tok, self.prompt)
+        options = ModelOptions.from_parameters({"embtrt.dim": "1", **p})
+        self.prompt = options.default.prompt
+        self.skip = options.prompt_skip(options.default, self.tokenizer.tok)
 
     def execute(self, requests):
         responses = []

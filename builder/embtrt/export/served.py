@@ -24,28 +24,31 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
     model says so. The encoders it creates are left in `sessions` (keyed by their ONNX file) for
     the caller to reuse. Bucket labels are by the texts' own token counts."""
     text_mod, enc_mod = backend_lib()
-    from embtrt_backend.options import prompt_length
-    from embtrt_backend.pooling import exclude_prefix, pool_and_normalize
-    from embtrt_backend.routing import plan
+    from embtrt_backend.core import CoreConfig, Request, RequestCore
+    from embtrt_backend.options import ModelOptions
 
     tok = text_mod.TextTokenizer(str(tokenizer_json), spec.max_seq_length, pad_id, "truncate")
-    prompt = spec.default_prompt
-    enc = tok.encode([prompt + t for t in texts] if prompt else texts)
-    skip = 0 if spec.include_prompt else prompt_length(tok.tok, prompt)
+    # the bucket ensembles' path: every row padded to its bucket, the model's default prompt
+    cfg = CoreConfig(buckets=tuple(spec.buckets), max_batch=tuple(min(16, spec.bucket_max_batch(L)) for L in spec.buckets),
+                     input_names=tuple(spec.input_names), dim=spec.hidden_size, fused=spec.fused, pooling=spec.pooling,
+                     normalize=spec.normalize, pad_to_bucket=True)
+    options = ModelOptions(dim=spec.hidden_size, normalize=spec.normalize, prompts=dict(spec.prompts),
+                           default_prompt_name=spec.default_prompt_name, include_prompt=spec.include_prompt)
+    core = RequestCore(cfg, tok, options)
     untruncated = text_mod.TextTokenizer(str(tokenizer_json), 1 << 20, pad_id, "truncate").encode(texts).lengths
     labels = [bucket_label(int(n), spec.buckets, spec.max_seq_length) for n in untruncated]
-    out = np.zeros((len(texts), spec.hidden_size), dtype=np.float32)
     params = {**dict(runtime_params(spec, output_name)), **(extra_params or {})}
     sessions = {} if sessions is None else sessions
-    for b, rows in plan(enc.lengths, spec.buckets, [min(16, spec.bucket_max_batch(L)) for L in spec.buckets]):
-        L = spec.buckets[b]
-        key = onnx_by_bucket[L]
+
+    def encoder(bucket: int, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        key = onnx_by_bucket[bucket]
         if key not in sessions:
             sessions[key] = enc_mod.make_encoder(params, str(key) if key else None, str(spec.model_dir),
                                                  spec.trust_remote_code)
-        feeds = tok.pad(enc, rows, L, spec.input_names)
-        res = sessions[key].run(feeds)  # type: ignore[attr-defined]
-        if not spec.fused:
-            res = pool_and_normalize(res, exclude_prefix(feeds["attention_mask"], skip), spec.pooling, spec.normalize)
-        out[rows] = res
-    return out, labels
+        return sessions[key].run(feeds)  # type: ignore[attr-defined]
+
+    (out,) = core.run([Request(list(texts), None, options.default)], encoder)
+    if out.error is not None:
+        raise out.error
+    assert out.vectors is not None
+    return out.vectors, labels

@@ -1,0 +1,206 @@
+"""The request core: what the front door does to a batch of requests, in one place.
+
+    prepare(requests) -> Batch: prompts prepended, texts tokenized with each request's
+        truncation, over-long texts refused (that request only), rows planned into per-bucket
+        chunks (the plan's parameters come from the front door's config, for every caller);
+    each chunk: feeds(chunk) -> the encoder (passed in: a BLS call, a local runtime, or the
+        gateway's upstream gRPC call) -> pool(output, feeds, chunk.skip), with the prompt's tokens
+        left out of pooling where the model says so (skip_of: the one place of that rule);
+    Batch.finish(vectors per chunk) -> one Outcome per request: the windows of a long text merged
+        (--overflow chunk), then the request's options applied (width, vector type).
+
+The Triton front door (router/model.py) and the gateway's token-id route both call it; plain
+numpy (+ tokenizers), tested without Triton against SentenceTransformer.encode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import InputError
+from .options import DEFAULT, ModelOptions, RequestOptions
+from .pooling import exclude_prefix, pool_and_normalize
+from .routing import gather, plan
+from .text import Encoded, TextTokenizer, merge_windows
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """How the front door plans, pads and pools: its config's parameters, read by every caller."""
+
+    buckets: tuple[int, ...]
+    max_batch: tuple[int, ...]        # per bucket: the encoder's max batch (token budget)
+    input_names: tuple[str, ...]
+    dim: int
+    fused: bool = True                # pooling and normalize inside the encoder graph
+    pooling: str = "mean"
+    normalize: bool = True
+    pad_to_bucket: bool = False       # fixed-shape encoders (TensorRT plans): every row padded to its bucket
+    run_overhead: int = 8             # the plan's fixed cost of one encoder run, in tokens
+    max_text_bytes: int = 1 << 20
+
+    @classmethod
+    def from_parameters(cls, p: dict[str, str]) -> "CoreConfig":
+        return cls(buckets=tuple(int(x) for x in p["buckets"].split(",")),
+                   max_batch=tuple(int(x) for x in p["encoder_max_batch_sizes"].split(",")),
+                   input_names=tuple(p["input_names"].split(",")), dim=int(p["embtrt.dim"]),
+                   fused=p["pooler"] == "fused", pooling=p["pooling"], normalize=p["normalize"] == "true",
+                   pad_to_bucket=p["pad_to_bucket"] == "true", run_overhead=int(p.get("run_overhead_tokens", "8")),
+                   max_text_bytes=int(p.get("max_text_bytes", str(1 << 20))))
+
+
+@dataclass
+class Request:
+    """One request: texts, or token ids in the model's own vocabulary (embedded as given: no
+    prompt, no truncation), with its resolved options."""
+
+    texts: list[str] | None = None
+    ids: list[list[int]] | None = None
+    options: RequestOptions = DEFAULT
+
+
+@dataclass
+class Chunk:
+    """Rows of one bucket that go to the encoder in one run (or, coalesced, with other chunks)."""
+
+    bucket: int                       # the bucket's length in tokens
+    rows: np.ndarray                  # positions in the batch's encoded rows
+    ids: list[list[int]]
+    type_ids: list[list[int]]
+    skip: np.ndarray                  # per row: leading prompt tokens left out of pooling
+
+
+@dataclass
+class Outcome:
+    """A request's result (vectors as its options ask, tokens embedded per text), or its error."""
+
+    vectors: np.ndarray | None = None
+    tokens: np.ndarray | None = None
+    error: Exception | None = None   # InputError: the request's fault; anything else: the server's
+
+
+@dataclass
+class Batch:
+    outcomes: list[Outcome | None]    # None: still to be served; Outcome(error=...): refused
+    chunks: list[Chunk] = field(default_factory=list)
+    finish: Callable[[list[np.ndarray]], list[Outcome]] = lambda vecs: []
+
+
+class RequestCore:
+    def __init__(self, cfg: CoreConfig, tokenizer: TextTokenizer, options: ModelOptions) -> None:
+        self.cfg, self.tokenizer, self.options = cfg, tokenizer, options
+
+    @classmethod
+    def from_folder(cls, folder: str, p: dict[str, str], calibration: np.ndarray | None = None) -> "RequestCore":
+        """The front door's core from its version folder (tokenizer.json) and config parameters."""
+        import os
+
+        tok = TextTokenizer(os.path.join(folder, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]),
+                            p.get("overflow", "truncate"), int(p.get("overflow_stride", "0")))
+        return cls(CoreConfig.from_parameters(p), tok, ModelOptions.from_parameters(p, calibration))
+
+    def skip_of(self, opts: RequestOptions) -> int:
+        """The prompt's tokens left out of pooling (the Pooling config's include_prompt false)."""
+        return self.options.prompt_skip(opts, self.tokenizer.tok)
+
+    # ---- prepare -------------------------------------------------------------------------------
+    def prepare(self, requests: list[Request]) -> Batch:
+        outcomes: list[Outcome | None] = [None] * len(requests)
+        texts: list[str] = []
+        modes: list[str | None] = []
+        spans: list[tuple[int, int]] = []     # each text request's texts in `texts`
+        for i, r in enumerate(requests):
+            if r.texts is None:
+                continue
+            o = r.options
+            start = len(texts)
+            texts.extend([o.prompt + t for t in r.texts] if o.prompt else r.texts)
+            modes.extend([o.truncate] * len(r.texts))
+            spans.append((i, start))
+        enc = self.tokenizer.encode_mixed(texts, modes) if texts else Encoded([], [], np.zeros(0, np.int64))
+        owner = np.arange(len(texts)) if enc.owner is None else enc.owner   # text of each encoded row
+        text_tokens = np.bincount(owner, weights=enc.lengths, minlength=len(texts)).astype(np.int64)
+        text_len = np.zeros(len(texts), np.int64)       # the longest row of each text (1 row unless chunk mode)
+        np.maximum.at(text_len, owner, enc.lengths)
+        # keep: (request, its first encoded row, row count, text count); rows of refused requests are left out
+        ids, types, skips, keep = [], [], [], []
+        max_len = self.tokenizer.max_length
+        row_of_text = np.searchsorted(owner, np.arange(len(texts) + 1))   # owner is sorted
+        for i, start in spans:
+            r = requests[i]
+            end = start + len(r.texts or ())
+            if self.tokenizer.refuses_long(r.options.truncate):
+                over = np.nonzero(text_len[start:end] > max_len)[0]
+                if over.size:
+                    outcomes[i] = Outcome(error=InputError(
+                        f"row {int(over[0])}: text is longer than the max sequence length {max_len} tokens (truncate NONE"
+                        f"{'' if r.options.truncate else ', the build used --overflow reject'})", "input"))
+                    continue
+            a, b = int(row_of_text[start]), int(row_of_text[end])
+            keep.append((i, len(ids), b - a, end - start, owner[a:b] - start))
+            ids.extend(enc.ids[a:b])
+            types.extend(enc.type_ids[a:b])
+            skips.extend([self.skip_of(r.options)] * (b - a))
+        for i, r in enumerate(requests):
+            if r.ids is not None:
+                keep.append((i, len(ids), len(r.ids), len(r.ids), None))
+                ids.extend(r.ids)
+                types.extend([[0] * len(x) for x in r.ids])
+                skips.extend([0] * len(r.ids))
+        if not keep:
+            return Batch(outcomes)
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        skip = np.asarray(skips, dtype=np.int64)
+        buckets = self.cfg.buckets
+        chunks = [Chunk(buckets[b], rows, [ids[j] for j in rows], [types[j] for j in rows], skip[rows])
+                  for b, rows in plan(lengths, buckets, self.cfg.max_batch, self.cfg.run_overhead, self.cfg.pad_to_bucket)]
+
+        first_text = dict(spans)
+
+        def finish(vecs: list[np.ndarray]) -> list[Outcome]:
+            allv = gather(len(ids), self.cfg.dim, [(c.rows, v) for c, v in zip(chunks, vecs)])
+            out = list(outcomes)
+            for i, first, n_rows, n_texts, own in keep:
+                r = requests[i]
+                v = allv[first:first + n_rows]
+                if own is not None and n_rows != n_texts:   # --overflow chunk: a text's windows, merged
+                    v = merge_windows(v, own, n_texts, self.cfg.normalize)
+                if r.ids is not None:
+                    tok = lengths[first:first + n_rows]
+                else:
+                    tok = text_tokens[first_text[i]:first_text[i] + n_texts]
+                out[i] = Outcome(self.options.finish(v, r.options), tok)
+            return [o if o is not None else Outcome(error=RuntimeError("not served")) for o in out]
+
+        return Batch(outcomes, chunks, finish)
+
+    # ---- one encoder run -----------------------------------------------------------------------
+    def feeds(self, chunk: Chunk) -> dict[str, np.ndarray]:
+        """The chunk's rows right-padded: to the bucket (fixed-shape encoders) or to its longest row."""
+        width = chunk.bucket if self.cfg.pad_to_bucket else max(len(x) for x in chunk.ids)
+        lengths = np.fromiter((len(x) for x in chunk.ids), dtype=np.int64, count=len(chunk.ids))
+        return self.tokenizer.pad(Encoded(chunk.ids, chunk.type_ids, lengths), range(len(chunk.ids)), width,
+                                  self.cfg.input_names)
+
+    def pool(self, output: np.ndarray, feeds: dict[str, np.ndarray], skip: np.ndarray) -> np.ndarray:
+        """The encoder's output -> one vector per row (already pooled when the graph is fused)."""
+        if self.cfg.fused:
+            return output
+        return pool_and_normalize(output, exclude_prefix(feeds["attention_mask"], skip), self.cfg.pooling,
+                                  self.cfg.normalize)
+
+    def run(self, requests: list[Request], encoder: Callable[[int, dict[str, np.ndarray]], np.ndarray]) -> list[Outcome]:
+        """prepare, every chunk through `encoder(bucket, feeds)`, finish. An encoder failure fails
+        every request that was to be served (the exception as their error), never the caller."""
+        batch = self.prepare(requests)
+        try:
+            vecs = []
+            for c in batch.chunks:
+                feeds = self.feeds(c)
+                vecs.append(self.pool(encoder(c.bucket, feeds), feeds, c.skip))
+        except Exception as exc:  # the encoder's failure is that of the requests it was serving
+            return [o or Outcome(error=exc) for o in batch.outcomes]
+        return batch.finish(vecs) if batch.chunks else [o or Outcome(error=RuntimeError("not served")) for o in batch.outcomes]
