@@ -1,0 +1,97 @@
+"""The gateway's configuration: GatewayConfig (what `embtrt gateway` was asked for), --pool
+parsing, and the pools of one model's buckets (which replicas serve which buckets)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import SpecError
+
+MAX_ITEMS = 2048
+ROUTES = ("auto", "frontdoor", "ids", "text")
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    repository: Path
+    triton: str | None = None
+    # (bucket, urls), or (model, bucket, urls) for one model of several repositories
+    pools: tuple[tuple, ...] = ()
+    more_repositories: tuple[Path, ...] = ()               # further models behind the same gateway
+    api_key: str | None = None
+    # auto: frontdoor when all of a model's buckets are in one pool, else ids
+    route: str = "auto"                                    # auto | frontdoor | ids | text
+    max_items: int = MAX_ITEMS
+    max_body_bytes: int = 16 << 20
+    attempts: int = 4
+    timeout_s: float = 60.0
+    # Coalescing (route ids): rows of concurrent requests for one bucket go upstream as one call, at
+    # most `coalesce_inflight` calls per replica in flight per pool; a call goes out at once while a
+    # slot is free (a lone request never waits); a row waits at most `coalesce_us` for a slot.
+    # 0 disables coalescing.
+    coalesce_us: int = 2000
+    coalesce_inflight: int = 2
+
+    def __post_init__(self) -> None:
+        if self.route not in ROUTES:
+            raise SpecError(f"invalid route: {self.route!r}", " | ".join(ROUTES))
+        if not 1 <= self.max_items <= MAX_ITEMS:
+            raise SpecError(f"invalid max_items: {self.max_items}", f"1 .. {MAX_ITEMS}")
+        if not 0 <= self.coalesce_us <= 1_000_000:
+            raise SpecError(f"invalid coalesce_us: {self.coalesce_us}", "0 (off) .. 1000000")
+        if not 1 <= self.coalesce_inflight <= 64:
+            raise SpecError(f"invalid coalesce_inflight: {self.coalesce_inflight}", "1 .. 64")
+
+
+def parse_pool(text: str) -> tuple:
+    """'256=host:8001,host2:8001' -> (256, ('host:8001', 'host2:8001')); 'MODEL:256=host:8001' ->
+    ('MODEL', 256, ('host:8001',)) for one model of several repositories."""
+    head, sep, urls = text.partition("=")
+    model, colon, bucket = head.rpartition(":") if ":" in head else ("", "", head)
+    try:
+        b = int(bucket)
+    except ValueError:
+        b = -1
+    addrs = tuple(u.strip() for u in urls.split(",") if u.strip())
+    if not sep or b < 1 or not addrs or (colon and not model):
+        raise SpecError(f"invalid --pool {text!r}", "[MODEL:]BUCKET=HOST:PORT[,HOST:PORT...], e.g. 256=10.0.0.5:8001")
+    return (model, b, addrs) if model else (b, addrs)
+
+
+@dataclass
+class Pool:
+    name: str
+    buckets: tuple[int, ...]
+    urls: tuple[str, ...]
+    _rr: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rr = itertools.cycle(range(len(self.urls)))
+
+    def order(self) -> list[str]:
+        """This call's replica order: round robin start, then the others."""
+        start = next(self._rr)
+        return [self.urls[(start + i) % len(self.urls)] for i in range(len(self.urls))]
+
+
+def model_pools(cfg: GatewayConfig, name: str, buckets: list[int], several: bool) -> list[Pool]:
+    """The pools of one model's buckets: buckets served by the same replicas share a pool. A plain
+    --pool BUCKET=... applies to every model that has that bucket (to the only model: all of them must
+    be its buckets); MODEL:BUCKET=... to that model; --triton serves every bucket without a pool."""
+    plain = {e[0]: e[1] for e in cfg.pools if len(e) == 2 and (not several or e[0] in buckets)}
+    explicit = {**plain, **{e[1]: e[2] for e in cfg.pools if len(e) == 3 and e[0] == name}}
+    unknown = sorted(set(explicit) - set(buckets))
+    if unknown:
+        raise SpecError(f"invalid --pool: buckets {unknown} are not buckets of {name}",
+                        f"its buckets: {','.join(map(str, buckets))}")
+    by_urls: dict[tuple[str, ...], list[int]] = {}
+    for b in buckets:
+        urls = explicit.get(b) or ((cfg.triton,) if cfg.triton else None)
+        if not urls:
+            raise SpecError(f"bucket {b} of {name} has no pool",
+                            f"pass --pool {b}=HOST:PORT or --triton HOST:PORT for every bucket without a pool")
+        by_urls.setdefault(tuple(urls), []).append(b)
+    return [Pool(f"<={max(bs)}" if len(by_urls) > 1 else "all", tuple(bs), urls) for urls, bs in by_urls.items()]

@@ -1,0 +1,168 @@
+"""OpenAI's POST /v1/embeddings request: the body parsed and validated once, by pure functions
+that need no server (only what each model allows: its options, vocabulary size, max length and
+max text bytes), into a small frozen `EmbeddingsRequest`.
+
+`model` is the served name, or NAME-query / NAME-passage / NAME-document (input_type) or
+NAME-<prompt> (prompt_name), for OpenAI clients that send no extra fields. `input` is a string,
+a list of strings, a list of token ids, or a list of token-id lists; token ids are the model's own
+(special tokens included), must be in its vocabulary and fit its max length, and are never prompted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import ApiError
+
+if TYPE_CHECKING:  # embtrt_backend is importable once common.backend.backend_lib() put it on sys.path
+    from embtrt_backend.options import ModelOptions, RequestOptions
+
+ENCODING_FORMATS = ("float", "base64")
+INPUT_TYPE_ALIASES = ("query", "passage", "document")  # NAME-<input_type>
+
+
+@dataclass(frozen=True)
+class EmbeddingsModel:
+    """What parsing a request for one served model needs to know of it."""
+
+    options: ModelOptions
+    vocab_size: int
+    max_len: int                     # the most tokens of a token-id item
+    max_text_bytes: int              # the most UTF-8 bytes of a text (the front door's limit)
+    route: str = "ids"               # the gateway's route for it: "text" takes the default prompt and truncation only
+
+
+@dataclass(frozen=True)
+class EmbeddingsRequest:
+    """A valid /v1/embeddings request: texts or token-id lists (one of them is None), the response's
+    encoding and the model's request options resolved."""
+
+    model: str                       # as the client sent it (the response echoes it)
+    served: str                      # the served model it names
+    texts: list[str] | None
+    ids: list[list[int]] | None
+    encoding_format: str
+    options: RequestOptions
+
+
+def model_suffixes(options: ModelOptions) -> list[str]:
+    """The NAME-<suffix> aliases a model answers to: input types its prompts serve, and its prompts."""
+    o = options
+    out = [t for t in INPUT_TYPE_ALIASES if any(n in o.prompts for n in ("passage", "document"))
+           or t == "query"] if o.prompts else []
+    return sorted(set(out) | set(o.prompts)) if o.prompts else []
+
+
+def _alias(model: str, name: str, options: ModelOptions) -> dict | None:
+    """The options `model` (NAME-<suffix>) carries for the model `name`, or None where it is not one of its names."""
+    if not model.startswith(name + "-"):
+        return None
+    suffix = model[len(name) + 1:]
+    if suffix in INPUT_TYPE_ALIASES:
+        return {"input_type": suffix}
+    if suffix in options.prompts:
+        return {"prompt_name": suffix}
+    return None
+
+
+def resolve_model(model: object, models: Mapping[str, EmbeddingsModel]) -> tuple[str, dict]:
+    """The body's `model` -> (the served model's name, the options its name carries); 400 where it is
+    missing or not a string, 404 where no model answers to it."""
+    if model is None:
+        raise ApiError(400, "you must provide a model parameter", param="model")
+    if not isinstance(model, str):
+        raise ApiError(400, "model must be a string", param="model")
+    if model in models:
+        return model, {}
+    for name, m in models.items():
+        raw = _alias(model, name, m.options)
+        if raw is not None:
+            return name, raw
+    names = ", ".join(f"{n!r}" for n in models)
+    aliases = [f"{n}-{x}" for n, m in models.items() for x in model_suffixes(m.options)]
+    raise ApiError(404, f"the model {model!r} does not exist; this gateway serves {names}"
+                   + (f" (also as {', '.join(aliases)})" if aliases else ""), param="model", code="model_not_found")
+
+
+def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items: int) -> EmbeddingsRequest:
+    """A decoded JSON body -> EmbeddingsRequest, or ApiError (400, or 404 for an unknown model) naming
+    the parameter at fault."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    name, raw = resolve_model(body.get("model"), models)
+    model: str = body["model"]  # a string: resolve_model refused anything else
+    m = models[name]
+    fmt = body.get("encoding_format", "float")
+    if fmt not in ENCODING_FORMATS:
+        raise ApiError(400, f"encoding_format must be 'float' or 'base64', not {fmt!r}", param="encoding_format")
+    from embtrt_backend import InputError
+    from embtrt_backend.options import OPTION_NAMES
+
+    for key in OPTION_NAMES:
+        if body.get(key) is not None:
+            if key in raw and raw[key] != body[key]:
+                raise ApiError(400, f"{key} {body[key]!r} disagrees with the model name {model!r}", param=key)
+            raw[key] = body[key]
+    if isinstance(raw.get("dimensions"), float) or isinstance(raw.get("dimensions"), str):
+        raise ApiError(400, f"dimensions must be an integer, got {raw['dimensions']!r}", param="dimensions")
+    try:
+        opts = m.options.resolve(raw)
+    except InputError as exc:
+        raise ApiError(400, str(exc), param=exc.param) from None
+    if m.route == "text" and (opts.prompt_name != m.options.default.prompt_name or opts.truncate):
+        raise ApiError(400, "this gateway sends text to the bucket ensembles (--route text), which apply the "
+                       "model's default prompt and truncation only; run it with --route ids for "
+                       "prompt_name / input_type / truncate", param="prompt_name" if opts.prompt else "truncate")
+
+    def request(texts: list[str] | None, ids: list[list[int]] | None) -> EmbeddingsRequest:
+        return EmbeddingsRequest(model, name, texts, ids, fmt, opts)
+
+    if "input" not in body:
+        raise ApiError(400, "you must provide an input parameter", param="input")
+    inp = body["input"]
+    if isinstance(inp, str):
+        _check_bytes([inp], m.max_text_bytes)
+        return request([inp], None)
+    if not isinstance(inp, list) or not inp:
+        raise ApiError(400, "input must be a string, a non-empty list of strings, a list of token ids or a list "
+                       "of token-id lists", param="input")
+    if len(inp) > max_items:
+        raise ApiError(400, f"input has {len(inp)} items; at most {max_items} per request", param="input")
+    if all(isinstance(x, str) for x in inp):
+        _check_bytes(inp, m.max_text_bytes)
+        return request(list(inp), None)
+    explicit_prompt = any(raw.get(k) is not None for k in ("prompt_name", "input_type"))
+    if explicit_prompt and opts.prompt and (all(_is_int(x) for x in inp) or all(isinstance(x, list) for x in inp)):
+        raise ApiError(400, "token-id input is embedded as given: a prompt (prompt_name / input_type) applies "
+                       "to text input only", param="input")
+    if all(_is_int(x) for x in inp):
+        return request(None, [_ids(inp, 0, name, m)])
+    if all(isinstance(x, list) for x in inp):
+        return request(None, [_ids(x, i, name, m) for i, x in enumerate(inp)])
+    raise ApiError(400, "input items must all be strings, all token ids, or all token-id lists", param="input")
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_bytes(texts: list[str], limit: int) -> None:
+    for i, t in enumerate(texts):
+        if len(t) * 4 > limit and len(t.encode("utf-8")) > limit:  # len(t) * 4 bounds its UTF-8 size
+            raise ApiError(400, f"input[{i}] is {len(t.encode('utf-8'))} bytes of UTF-8, over the limit of "
+                           f"{limit} bytes per text", param="input")
+
+
+def _ids(ids: list, i: int, name: str, m: EmbeddingsModel) -> list[int]:
+    if not ids or not all(_is_int(t) for t in ids):
+        raise ApiError(400, f"input[{i}] must be a non-empty list of integer token ids", param="input")
+    bad = [t for t in ids if not 0 <= t < m.vocab_size]
+    if bad:
+        raise ApiError(400, f"input[{i}]: token id {bad[0]} is outside the vocabulary (0..{m.vocab_size - 1})",
+                       param="input")
+    if len(ids) > m.max_len:
+        raise ApiError(400, f"input[{i}] has {len(ids)} tokens; {name} takes at most "
+                       f"{m.max_len} (token-id input is never truncated)", param="input")
+    return [int(t) for t in ids]

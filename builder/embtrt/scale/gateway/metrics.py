@@ -1,0 +1,43 @@
+"""The gateway's Prometheus metrics (GET /metrics), one registry per gateway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Metrics:
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.registry = CollectorRegistry()
+        self.requests = Counter("embtrt_gateway_requests", "HTTP requests by route and status", ["route", "status"],
+                                registry=self.registry)
+        self.items = Counter("embtrt_gateway_items", "Items embedded, per pool", ["pool"], registry=self.registry)
+        self.tokens = Counter("embtrt_gateway_tokens", "Tokens embedded, per pool", ["pool"], registry=self.registry)
+        self.errors = Counter("embtrt_gateway_errors", "Error responses by status", ["status"], registry=self.registry)
+        self.model_requests = Counter("embtrt_gateway_model_requests", "Embedding requests per model and status",
+                                      ["model", "status"], registry=self.registry)
+        self.retries = Counter("embtrt_gateway_upstream_retries", "Upstream calls retried on another replica",
+                               ["pool", "reason"], registry=self.registry)
+        buckets = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
+        self.latency = Histogram("embtrt_gateway_request_seconds", "Latency of /v1/embeddings", buckets=buckets,
+                                 registry=self.registry)
+        self.upstream = Histogram("embtrt_gateway_upstream_seconds", "Latency of one upstream call, per pool", ["pool"],
+                                  buckets=buckets, registry=self.registry)
+        self.call_rows = Histogram("embtrt_gateway_upstream_rows",
+                                   "Rows per coalesced upstream call, per pool and route (frontdoor, ids)",
+                                   ["pool", "route"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=self.registry)
+        self._children: dict[tuple, Any] = {}
+
+    def of(self, metric, *labels):
+        """metric.labels(*labels), kept: labels() takes a lock and builds its key on every call, and the hot
+        path asks for the same few children on every request."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def count(self, pool: str, items: int, tokens: int) -> None:
+        self.of(self.items, pool).inc(items)
+        self.of(self.tokens, pool).inc(tokens)
