@@ -53,6 +53,22 @@ def calibrate_chunking(spec: BuildSpec, encoder: object, tok_json: Path, pad_id:
     text_mod, _ = backend_lib()
     ids = text_mod.TextTokenizer(str(tok_json), spec.max_seq_length, pad_id).encode(texts[:1]).ids[0]
     fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
-    log(f"encoder run cost measured here: {fixed * 1e3:.2f} ms per run + {per_token * 1e6:.1f} us per token "
-        f"-> run overhead {tokens} tokens (front-door chunking; --run-overhead-tokens overrides)")
+    log(run_cost_line(fixed, per_token, tokens))
     return tokens
+
+
+def run_cost_line(fixed: float, per_token: float, tokens: int) -> str:
+    """What the fit of seconds = fixed + per_token * tokens found, for the build log. A fitted cost
+    at or below zero is timing noise and is said to be one, never shown as a measured cost."""
+    fit = "encoder run cost, fitted as time = fixed per run + per token x tokens over timed batch shapes: "
+    if per_token <= 0:
+        found = f"no per-token cost above the timing noise (the fit gave {per_token * 1e6:.1f} us per token)"
+        tokens_note = f"{tokens} tokens, the cap"
+    elif fixed < 0:
+        found = (f"{per_token * 1e6:.1f} us per token, no fixed cost above the timing noise "
+                 f"(the fit gave {fixed * 1e3:.2f} ms per run, below zero)")
+        tokens_note = f"{tokens} tokens"
+    else:
+        found = f"{fixed * 1e3:.2f} ms per run + {per_token * 1e6:.1f} us per token"
+        tokens_note = f"{tokens} tokens"
+    return fit + found + f" -> run overhead {tokens_note} (front-door chunking; --run-overhead-tokens overrides)"
