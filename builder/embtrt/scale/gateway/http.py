@@ -1,8 +1,10 @@
 """The gateway's ASGI layer: POST /v1/embeddings as a plain ASGI handler (key, body limit, JSON,
 the schema, the model's embedding, OpenAI's response), and the rest of the HTTP surface
-(/v1/models, health, metrics) by FastAPI; `run` serves it with uvicorn."""
+(/v1/models, health, metrics) by FastAPI; `run` serves it with uvicorn.
 
-from __future__ import annotations
+No `from __future__ import annotations` here: FastAPI reads the routes' annotations (`request: Request`,
+imported where the app is made) at run time.
+"""
 
 import asyncio
 import base64
