@@ -82,6 +82,8 @@ def check(pkg: Path) -> list[str]:
         graph.setdefault(me, set())
         for line, target in imports_of(pkg, path):
             theirs = part_of(target)
+            if target.split(".")[0] == BACKEND:
+                continue  # the lowest layer: python_backend/embtrt_backend (check_backend)
             if theirs not in LAYERS:
                 problems.append(f"{path}:{line}: imports {target}, which has no layer")
                 continue
@@ -138,15 +140,60 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+BACKEND = "embtrt_backend"
+
+
+def check_backend(python_backend: Path, builder_pkg_name: str = "embtrt") -> list[str]:
+    """embtrt_backend is the lowest layer: it imports nothing of the builder (embtrt) and nothing of the
+    Python-backend models; the models (python_backend/*/model.py) import only embtrt_backend of the
+    project's code; embtrt_backend has no import cycle. The builder may import it from any layer."""
+    problems: list[str] = []
+    lib = python_backend / BACKEND
+    models = {p.parent.name for p in python_backend.glob("*/model.py")}
+    graph: dict[str, set[str]] = {}
+    for path in sorted(python_backend.rglob("*.py")):
+        in_lib = lib in path.parents
+        me = module_name(lib, path) if in_lib else f"{path.parent.name}.model"
+        graph.setdefault(me, set())
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level and in_lib:
+                    base = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+                    anchor = base[: len(base) - (node.level - 1)]
+                    target = ".".join(anchor + ([node.module] if node.module else []))
+                    names = [f"{target}.{a.name}" if _exists(lib, f"{target}.{a.name}") else target for a in node.names]
+                else:
+                    names = [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                if top == builder_pkg_name:
+                    problems.append(f"{path}:{node.lineno}: {me} imports {name}: embtrt_backend and the Python-backend "
+                                    "models sit below the builder and never import it")
+                elif top in models:
+                    problems.append(f"{path}:{node.lineno}: {me} imports the model {name}")
+                elif top == BACKEND and in_lib:
+                    graph[me].add(name if _exists(lib, name) else name.rsplit(".", 1)[0])
+    problems += [f"import cycle: {' -> '.join(c)}" for c in _cycles(graph)]
+    return problems
+
+
 def main(argv: list[str]) -> int:
-    pkg = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[2] / "builder" / "embtrt"
+    root = Path(__file__).resolve().parents[2]
+    pkg = Path(argv[1]) if len(argv) > 1 else root / "builder" / "embtrt"
     problems = check(pkg)
+    if len(argv) <= 1:
+        problems += check_backend(root / "python_backend")
     for p in problems:
         print(p)
     if problems:
         print(f"{len(problems)} import-layer problems")
         return 1
-    print(f"ok: imports in {pkg} go one way ({' > '.join(sorted(set(LAYERS), key=lambda k: -LAYERS[k]))}), no cycle")
+    print(f"ok: imports in {pkg} go one way ({' > '.join(sorted(set(LAYERS), key=lambda k: -LAYERS[k]))} > "
+          f"{BACKEND}), no cycle")
     return 0
 
 

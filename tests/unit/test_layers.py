@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "typecheck"))
 
-from import_layers import check  # noqa: E402
+from import_layers import check, check_backend  # noqa: E402
 
 
 def test_the_package_imports_only_downward_and_has_no_cycle():
@@ -42,3 +42,33 @@ def test_a_cycle_inside_one_stage_fails_the_check(tmp_path):
     f.write_text(f.read_text() + "\n\ndef _x():\n    from .render import plan_repository  # noqa\n")
     problems = check(pkg)
     assert any(p.startswith("import cycle:") and "embtrt.export.render" in p and "embtrt.export.spec" in p for p in problems)
+
+
+def test_embtrt_backend_is_the_lowest_layer():
+    assert check_backend(ROOT / "python_backend") == []
+
+
+def _copy_backend(tmp_path: Path) -> Path:
+    dest = tmp_path / "python_backend"
+    shutil.copytree(ROOT / "python_backend", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_embtrt_backend_importing_the_builder_fails_the_check(tmp_path):
+    pb = _copy_backend(tmp_path)
+    f = pb / "embtrt_backend" / "pooling.py"
+    f.write_text(f.read_text() + "\n\ndef _x():\n    from embtrt.errors import SpecError  # noqa\n")
+    problems = check_backend(pb)
+    assert len(problems) == 1 and "embtrt_backend.pooling imports embtrt.errors" in problems[0]
+
+
+def test_a_model_importing_the_builder_or_a_backend_cycle_fails_the_check(tmp_path):
+    pb = _copy_backend(tmp_path)
+    f = pb / "router" / "model.py"
+    f.write_text(f.read_text() + "\n\ndef _x():\n    import embtrt.serve.client  # noqa\n")
+    g = pb / "embtrt_backend" / "routing.py"
+    g.write_text(g.read_text() + "\n\ndef _y():\n    from .core import RequestCore  # noqa\n")
+    problems = check_backend(pb)
+    assert any("router.model imports embtrt.serve.client" in p for p in problems)
+    assert any(p.startswith("import cycle:") and "embtrt_backend.routing" in p and "embtrt_backend.core" in p
+               for p in problems)

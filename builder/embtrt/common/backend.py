@@ -1,19 +1,16 @@
-"""The serving-side logic (python_backend/embtrt_backend), importable by the builder, the
-gateway and the benchmarks: the same tokenizer, routing and pooling code the models run."""
+"""The serving-side logic (python_backend/embtrt_backend) for the builder, the gateway and the
+benchmarks: the same tokenizer, routing and pooling code the models run.
+
+embtrt_backend is a package of its own in the wheel (and in an editable install), the lowest layer
+below everything in builder/ (tests/typecheck/import_layers.py): modules import it like any other
+package, with no sys.path edits. Repositories carry their own copy of it next to each model.py.
+"""
 
 from __future__ import annotations
 
-import sys
-
-from .resources import python_backend_dir
-
 
 def backend_lib():
-    """Return the (text, encoder) modules of embtrt_backend, putting python_backend/ on sys.path."""
-    p = str(python_backend_dir())
-    if p not in sys.path:
-        sys.path.insert(0, p)
-    import embtrt_backend.encoder as encoder
-    import embtrt_backend.text as text
+    """The (text, encoder) modules of embtrt_backend."""
+    from embtrt_backend import encoder, text
 
     return text, encoder

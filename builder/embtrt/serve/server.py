@@ -13,7 +13,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -28,6 +27,9 @@ from typing import IO
 from ..errors import ServerError
 from ..repository.check import repositories_conflicts
 from ..repository.manifest import has_manifest
+from .ports import free_port, group_pids, listening_pids, refuse_taken
+
+__all__ = ["ServerSpec", "TritonServer", "free_port", "find_tritonserver", "stub_environment"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class ServerSpec:
     log_file: Path | None = None
     startup_timeout_s: float = 180.0
     exit_timeout_s: int = 30
+    # SIGTERM: wait at most this long for in-flight requests to finish before telling tritonserver to
+    # stop (it then refuses new requests, the BLS calls of front-door requests still running included)
+    drain_s: float = 10.0
     extra_args: tuple[str, ...] = ()
     # Serve with this Python environment (a venv or prefix with bin/python3) instead of embtrt's
     # own: its bin/ first on PATH and none of embtrt's packages on PYTHONPATH, as a stock
@@ -58,10 +63,8 @@ class ServerSpec:
         return (Path(self.repository), *map(Path, self.more_repositories))
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+REAPER = Path(__file__).with_name("reaper.py")
+MAX_LOG_BYTES = 64 << 20  # a server log past this is moved to LOG.1 when the server (re)starts
 
 
 def _pytriton_root() -> Path | None:
@@ -213,14 +216,30 @@ class TritonServer:
             if problems:
                 raise ServerError("these repositories cannot be served together: " + "; ".join(problems),
                                   "rebuild one with another --name, or with the same --server-python")
+        s = self.spec
+        refuse_taken(s.host, {"--grpc-port": s.grpc_port, "--http-port": s.http_port, "--metrics-port": s.metrics_port})
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="embtrt-tritonserver-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
+        elif Path(self.log_path).is_file() and Path(self.log_path).stat().st_size > MAX_LOG_BYTES:
+            Path(self.log_path).replace(Path(f"{self.log_path}.1"))
         self._log_fh = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=self._log_fh, stderr=subprocess.STDOUT,
-                                     env=self.install.env, start_new_session=True)
+        # tritonserver under the reaper, in a session of its own: it dies with this process (even on
+        # SIGKILL), and when it exits its stubs and their /dev/shm regions go with it
+        self.proc = subprocess.Popen([sys.executable, str(REAPER), str(os.getpid()), "--", *self.command()],
+                                     stdout=self._log_fh, stderr=subprocess.STDOUT, env=self.install.env,
+                                     start_new_session=True)
         return self
+
+    def pids(self) -> set[int]:
+        """The server's processes: the reaper, tritonserver and its Python stubs."""
+        return group_pids(self.proc.pid) if self.proc is not None and self.proc.poll() is None else set()
+
+    def owns_ports(self) -> bool:
+        """Whether the gRPC and HTTP ports are held by this server's own processes (not an orphan's)."""
+        mine = self.pids()
+        return bool(mine) and all(listening_pids(p, mine) for p in (self.spec.grpc_port, self.spec.http_port))
 
     def log_tail(self, n: int = 30) -> str:
         try:
@@ -243,20 +262,27 @@ class TritonServer:
             return sorted(self.spec.models)
         return sorted(p.parent.name for repo in self.spec.repositories for p in Path(repo).glob("*/config.pbtxt"))
 
-    def wait_ready(self, timeout_s: float | None = None) -> None:
+    def wait_ready(self, timeout_s: float | None = None, should_stop=None) -> None:
+        """Until every model is ready and the answering server is this one; `should_stop()` true
+        interrupts the wait (SIGTERM during a start or a recovery)."""
         deadline = time.time() + (timeout_s or self.spec.startup_timeout_s)
         while time.time() < deadline:
+            if should_stop is not None and should_stop():
+                raise ServerError("interrupted while waiting for tritonserver to be ready")
             if self.proc is not None and self.proc.poll() is not None:
                 raise ServerError(f"tritonserver exited with code {self.proc.returncode} during start-up:\n"
                                   f"{self.log_tail()}", f"full log: {self.log_path}")
             if self._get("/v2/health/ready") == 200 and all(
                     self._get(f"/v2/models/{m}/ready") == 200 for m in self.model_names()):
+                if not self.owns_ports():  # something else answers on our port: never report it as ours
+                    raise ServerError(f"a server that is not this one answers on {self.grpc_url} / {self.http_url}",
+                                      "stop it (an orphaned tritonserver?) or pick other ports")
                 return
             time.sleep(0.5)
         raise ServerError(f"tritonserver was not ready after {timeout_s or self.spec.startup_timeout_s:.0f} s:\n"
                           f"{self.log_tail()}", f"full log: {self.log_path}")
 
-    def _activity(self) -> tuple[float, float] | None:
+    def activity(self) -> tuple[float, float] | None:
         """(pending requests, finished requests) summed over models, from the metrics endpoint."""
         try:
             with urllib.request.urlopen(self.metrics_url, timeout=2) as r:
@@ -278,11 +304,11 @@ class TritonServer:
         front-door request in flight still has to make; so we drain before signalling it.
         """
         deadline = time.time() + timeout_s
-        last = self._activity()
+        last = self.activity()
         quiet_since = time.time()
         while time.time() < deadline:
             time.sleep(step_s)
-            now = self._activity()
+            now = self.activity()
             if now is None:
                 return False
             if last is None or now[0] > 0 or now[1] != last[1]:
@@ -297,7 +323,7 @@ class TritonServer:
         if self.proc is None:
             return None
         if drain and self.proc.poll() is None:
-            self.drain(self.spec.exit_timeout_s)
+            self.drain(self.spec.drain_s)
         if self.proc.poll() is None:
             # SIGTERM to tritonserver alone: its Python stubs share the process group and must
             # keep running until the server has drained in-flight requests and unloaded them.

@@ -22,22 +22,38 @@ def front_door(repo: Path) -> str:
 
 
 class Supervisor:
+    """Runs tritonserver and keeps it alive, telling a dead server from a busy one.
+
+    Liveness (every `liveness_s`, cheap, never an inference): the server process is running and
+    every Python-backend instance of every loaded model has its stub (embtrt_backend.liveness; a
+    dead stub is the failure Triton's own live endpoint misses). A failed liveness check restarts
+    the server at once; the server's exit is noticed within one tick, whatever the probe interval.
+    The inference probe (every `probe_interval_s`) decides readiness only: a probe that fails while
+    Triton has requests pending or finishing them is a busy server, never a reason to restart;
+    `failures_to_recover` failed probes of an idle server restart it.
+    """
+
     def __init__(self, spec: ServerSpec, probe_interval_s: float = 5.0, failures_to_recover: int = 2,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, liveness_s: float = 1.0, probe_timeout_s: float = 10.0) -> None:
         self.spec = spec
+        self.probe_timeout_s = probe_timeout_s
         self.interval = probe_interval_s
         self.failures_to_recover = failures_to_recover
+        self.liveness_s = liveness_s
         self.log = log
         self.models = [front_door(r) for r in spec.repositories]
         self.model = self.models[0]
         self.server: TritonServer | None = None
         self._stop = threading.Event()
         self.recoveries = 0
+        from embtrt_backend import liveness
+
+        self._liveness = liveness
 
     def _start(self) -> None:
         self.server = TritonServer(self.spec)
         self.server.start()
-        self.server.wait_ready()
+        self.server.wait_ready(should_stop=self._stop.is_set)
 
     def restart(self, reason: str) -> None:
         self.log(f"recovering: {reason}; restarting tritonserver")
@@ -46,18 +62,28 @@ class Supervisor:
             self.server.stop(timeout_s=5)
         self._start()
         self.recoveries += 1
+        assert self.server is not None
         r = self._probe()
-        self.log(f"recovered in {time.time() - t0:.1f} s; probe {r.summary()}")
+        self.log(f"recovered in {time.time() - t0:.1f} s; probe {r.summary()}; log {self.server.log_path}")
 
     def _probe(self):
         """Each model's front door and its buckets; the first failure, else the last result."""
         assert self.server is not None
         r = None
         for m in self.models:
-            r = probe(self.server.grpc_url, m)
+            r = probe(self.server.grpc_url, m, timeout_s=self.probe_timeout_s)
             if not r.ok:
                 return r
         return r
+
+    def not_live(self) -> list[str]:
+        """Why the server is not live ([] when it is): its process, Triton's live endpoint, its stubs."""
+        srv = self.server
+        assert srv is not None
+        if srv.proc is None or srv.proc.poll() is not None:
+            return [f"tritonserver exited with code {None if srv.proc is None else srv.proc.returncode}"]
+        return self._liveness.check(srv.http_url, [str(r.resolve()) for r in self.spec.repositories],
+                                    pids=srv.pids())
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -65,7 +91,19 @@ class Supervisor:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
-        self._start()
+        try:
+            self._start()
+            self._serve()
+        except ServerError:
+            if not self._stop.is_set():
+                raise
+        finally:
+            if self.server is not None:
+                self.log("stopping: draining in-flight requests")
+                code = self.server.stop(drain=True)
+                self.log(f"tritonserver exited with code {code}")
+
+    def _serve(self) -> None:
         srv = self.server
         assert srv is not None
         self.log(f"ready: model{'s' if len(self.models) > 1 else ''} {', '.join(self.models)}")
@@ -75,27 +113,33 @@ class Supervisor:
         self.log(f"  log     {srv.log_path}")
         self.log("Ctrl-C or SIGTERM stops it after in-flight requests finish")
         failures = 0
-        try:
-            while not self._stop.wait(self.interval if self.interval > 0 else 3600):
-                srv = self.server
-                assert srv is not None
-                if srv.proc is not None and srv.proc.poll() is not None:
-                    self.restart(f"tritonserver exited with code {srv.proc.returncode}")
-                    failures = 0
-                    continue
-                if self.interval <= 0:
-                    continue
-                r = self._probe()
-                if r.ok:
-                    failures = 0
-                    continue
-                failures += 1
-                self.log(f"probe {failures}/{self.failures_to_recover} {r.summary()}")
-                if failures >= self.failures_to_recover:
-                    self.restart(r.summary())
-                    failures = 0
-        finally:
-            if self.server is not None:
-                self.log("stopping: draining in-flight requests")
-                code = self.server.stop(drain=True)
-                self.log(f"tritonserver exited with code {code}")
+        tick = min(self.liveness_s, self.interval) if self.interval > 0 else self.liveness_s
+        next_probe = time.monotonic() + self.interval
+        while not self._stop.wait(tick):
+            dead = self.not_live()
+            if dead:
+                self.restart("; ".join(dead))
+                failures = 0
+                next_probe = time.monotonic() + self.interval
+                continue
+            if self.interval <= 0 or time.monotonic() < next_probe:
+                continue
+            next_probe = time.monotonic() + self.interval
+            srv = self.server
+            assert srv is not None
+            before = srv.activity()
+            r = self._probe()
+            if r.ok:
+                failures = 0
+                continue
+            after = srv.activity()
+            if before is not None and after is not None and (after[0] > 0 or after[1] > before[1]):
+                self.log(f"probe {r.summary()} while the server is busy ({after[0]:.0f} pending, "
+                         f"{after[1] - before[1]:.0f} finished meanwhile): not a reason to restart")
+                failures = 0
+                continue
+            failures += 1
+            self.log(f"probe {failures}/{self.failures_to_recover} {r.summary()}")
+            if failures >= self.failures_to_recover:
+                self.restart(r.summary())
+                failures = 0

@@ -1,0 +1,196 @@
+"""`embtrt serve`'s process tree (#29): it cannot outlive its parent, impersonate another server, or
+leak stubs and shared memory; it tells a dead server from a busy one. Real tritonservers on
+127.0.0.1, free ports; every wait is bounded and synchronised on observed state, never a sleep."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embtrt.serve.client import EmbeddingClient
+from embtrt.serve.ports import group_pids
+from embtrt.serve.server import free_port
+
+pytestmark = pytest.mark.integration
+MODEL = "all_minilm_l6_v2"
+EMBTRT = str(Path(sys.executable).parent / "embtrt")
+
+
+def _until(cond, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _stubs(pids: set[int]) -> dict[int, list[str]]:
+    out = {}
+    for p in pids:
+        try:
+            argv = [a.decode() for a in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0") if a]
+        except OSError:
+            continue
+        if argv and argv[0].endswith("triton_python_backend_stub"):
+            out[p] = argv
+    return out
+
+
+def _regions(stubs: dict[int, list[str]]) -> set[Path]:
+    return {Path("/dev/shm") / a for argv in stubs.values() for a in argv if a.startswith("triton_python_backend_shm")}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+class Serve:
+    """`embtrt serve REPO` as a user runs it, in its own session; the group is killed at the end."""
+
+    def __init__(self, repo: Path, tmp: Path, *args: str) -> None:
+        self.grpc, self.http, self.metrics = free_port(), free_port(), free_port()
+        self.log = tmp / f"serve-{self.grpc}.log"
+        self.proc = subprocess.Popen([EMBTRT, "serve", str(repo), "--grpc-port", str(self.grpc), "--http-port",
+                                      str(self.http), "--metrics-port", str(self.metrics), *args],
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def ready(self, timeout_s: float = 180) -> "Serve":
+        _until(lambda: "ready: model" in self.text() or self.proc.poll() is not None, timeout_s, "serve ready")
+        assert self.proc.poll() is None, self.text()
+        return self
+
+    def server_group(self) -> set[int]:
+        reaper = [c for c in _children(self.proc.pid)]
+        assert len(reaper) == 1, reaper
+        return group_pids(reaper[0])
+
+    def close(self) -> None:
+        for p in [self.proc.pid, *_children(self.proc.pid)]:
+            try:
+                os.killpg(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def serve(minilm_repo, tmp_path):
+    made: list[Serve] = []
+
+    def start(*args: str) -> Serve:
+        s = Serve(minilm_repo, tmp_path, *args)
+        made.append(s)
+        return s
+
+    yield start
+    for s in made:
+        s.close()
+
+
+def test_serve_refuses_a_port_already_taken_naming_it(minilm_repo):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        r = subprocess.run([EMBTRT, "serve", str(minilm_repo), "--grpc-port", str(port), "--http-port", str(free_port()),
+                            "--metrics-port", str(free_port()), "--probe-interval", "0"],
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert f"port {port} on 127.0.0.1 (--grpc-port) is already in use (process {os.getpid()})" in r.stdout + r.stderr
+    assert "ready" not in r.stdout
+
+
+def test_sigkill_of_serve_leaves_no_tritonserver_stub_or_shared_memory(serve):
+    s = serve("--probe-interval", "0").ready()
+    group = s.server_group()
+    stubs = _stubs(group)
+    regions = _regions(stubs)
+    assert len(stubs) >= 4 and regions and all(r.exists() for r in regions)
+    os.kill(s.proc.pid, signal.SIGKILL)
+    _until(lambda: not any(_alive(p) for p in group), 60, f"every process of {sorted(group)} gone")
+    _until(lambda: not any(r.exists() for r in regions), 10, "the stubs' /dev/shm regions removed")
+
+
+def test_a_killed_tritonserver_is_noticed_at_once_and_leaves_nothing(serve):
+    s = serve("--probe-interval", "0").ready()
+    group = s.server_group()
+    stubs = _stubs(group)
+    regions = _regions(stubs)
+    triton = next(p for p in group if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0].endswith(b"tritonserver"))
+    os.kill(triton, signal.SIGKILL)
+    _until(lambda: not any(_alive(p) for p in stubs), 30, "the dead server's stubs gone")
+    _until(lambda: not any(r.exists() for r in regions), 10, "its /dev/shm regions removed")
+    _until(lambda: "recovered in" in s.text(), 180, "a recovery with --probe-interval 0")
+    assert "tritonserver exited with code 137" in s.text()
+    with EmbeddingClient(f"127.0.0.1:{s.grpc}", MODEL) as c:
+        assert np.isfinite(c.embed(["served again after the crash"])).all()
+
+
+def test_a_dead_stub_is_found_by_liveness_without_an_inference_probe(serve):
+    s = serve("--probe-interval", "0").ready()
+    stubs = _stubs(s.server_group())
+    victim = next(p for p, argv in stubs.items() if argv[-2] == f"{MODEL}_0_0")
+    os.kill(victim, signal.SIGKILL)
+    _until(lambda: "recovered in" in s.text(), 180, "a recovery after the stub's death")
+    assert f"the Python-backend stub of {MODEL}_0_0 is not running" in s.text()
+    with EmbeddingClient(f"127.0.0.1:{s.grpc}", MODEL) as c:
+        assert np.isfinite(c.embed(["served again after the stub died"])).all()
+
+
+def test_a_busy_server_whose_probe_times_out_is_not_restarted(serve, corpus):
+    """A large legal request keeps the front door busy past the probe's deadline: the probe fails,
+    the server is busy, nothing is restarted, and the large request is answered."""
+    s = serve("--probe-interval", "0.5", "--probe-timeout", "0.5", "--failures-to-recover", "1").ready()
+    long = " ".join(corpus[:12])
+    texts = [long] * 32
+    done: list = []
+
+    def big() -> None:
+        with EmbeddingClient(f"127.0.0.1:{s.grpc}", MODEL, batch_size=32, timeout_s=300) as c:
+            done.append(c.embed(texts))
+
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(6):   # 6 x 32 x 256 tokens per thread: many probe deadlines on 2 cores
+                big()
+        except BaseException as exc:  # collected, not swallowed
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]  # both front-door instances busy, one queued
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads) and not errors, errors
+    assert len(done) == 18 and all(np.isfinite(d).all() for d in done)
+    log = s.text()
+    assert "while the server is busy" in log, log
+    assert "recovering" not in log, log
