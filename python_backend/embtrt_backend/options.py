@@ -28,6 +28,9 @@ import numpy as np
 from . import InputError
 
 OPTION_NAMES = ("prompt_name", "input_type", "dimensions", "truncate", "embedding_type")
+# request parameters that Triton's own clients and the KServe protocol may send beside the options
+TRITON_PARAMETERS = ("priority", "timeout", "sequence_id", "sequence_start", "sequence_end", "binary_data_output",
+                     "triton_enable_empty_final_response", "headers")
 TRUNCATE = ("END", "START", "NONE")
 EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")
 INPUT_TYPES = {"query": ("query",), "passage": ("passage", "document"), "document": ("document", "passage")}
@@ -101,10 +104,15 @@ class ModelOptions:
         return ", ".join(map(str, self.allowed_dimensions))
 
     def resolve(self, raw: dict) -> RequestOptions:
-        """Request parameters (any subset of OPTION_NAMES; other keys are ignored) -> options.
-        A bad value raises InputError naming the parameter and what is allowed."""
+        """Request parameters (any subset of OPTION_NAMES, beside Triton's own) -> options. A bad
+        value, or a name that is not an option (a misspelt `dimension` must not silently give
+        full-width vectors), raises InputError naming the parameter and what is allowed."""
         if not raw and self._default is not None:
             return self._default
+        unknown = sorted(k for k in raw if k not in OPTION_NAMES and k not in TRITON_PARAMETERS)
+        if unknown:
+            raise InputError(f"unknown request parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
+                             f"the options are {', '.join(OPTION_NAMES)}", unknown[0])
         prompt_name = _text(raw, "prompt_name")
         input_type = _text(raw, "input_type")
         if input_type is not None:
@@ -236,10 +244,8 @@ def _text(raw: dict, name: str) -> str | None:
 
 
 def _int(v: object, name: str) -> int:
-    if isinstance(v, bool):
-        raise InputError(f"invalid {name}: must be an integer, got {v!r}", name)
-    if isinstance(v, int):
+    """An integer, and only an integer: "128" is refused as the gateway refuses it (one rule on every
+    surface: a JSON string or a gRPC string parameter is not a width)."""
+    if isinstance(v, int) and not isinstance(v, bool):
         return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
     raise InputError(f"invalid {name}: must be an integer, got {type(v).__name__} {v!r}", name)

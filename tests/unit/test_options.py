@@ -31,14 +31,18 @@ def test_options_resolve_defaults_and_name_the_bad_parameter():
     d = o.resolve({})
     assert (d.prompt_name, d.prompt, d.dimensions, d.truncate, d.embedding_type) == ("query", "q: ", None, None, "float")
     assert o.resolve({"input_type": "passage"}).prompt_name is None  # document: "" is no prompt text
-    assert o.resolve({"dimensions": "4", "truncate": "start", "embedding_type": "UBINARY"}).truncate == "START"
+    assert o.resolve({"dimensions": 4, "truncate": "start", "embedding_type": "UBINARY"}).truncate == "START"
+    assert o.resolve({"dimensions": 4, "priority": 1}).dimensions == 4  # Triton's own parameters pass
     for raw, param in (({"prompt_name": "x"}, "prompt_name"), ({"dimensions": 9}, "dimensions"),
                        ({"dimensions": True}, "dimensions"), ({"truncate": "left"}, "truncate"),
                        ({"embedding_type": "fp8"}, "embedding_type"), ({"input_type": "code"}, "input_type"),
-                       ({"prompt_name": 1}, "prompt_name")):
+                       ({"prompt_name": 1}, "prompt_name"), ({"dimensions": "4"}, "dimensions"),
+                       ({"dimension": 4}, "dimension")):
         with pytest.raises(InputError) as err:
             o.resolve(raw)
         assert err.value.param == param
+    with pytest.raises(InputError, match="unknown request parameter 'dimension': the options are prompt_name, input_type"):
+        o.resolve({"dimension": 4})
     with pytest.raises(InputError, match="allows 2, 4"):
         _opts(allowed_dimensions=(2, 4)).resolve({"dimensions": 3})
     with pytest.raises(InputError, match="no calibration"):
