@@ -13,7 +13,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
-from embtrt_backend.options import ModelOptions  # noqa: E402
+from embtrt_backend.options import OPTION_NAMES, ModelOptions, parse_request_parameters  # noqa: E402
 from embtrt_backend.pooling import exclude_prefix  # noqa: E402
 from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
 
@@ -35,11 +35,16 @@ class TritonPythonModel:
         options = ModelOptions.from_parameters({"embtrt.dim": "1", **p})
         self.prompt = options.default.prompt
         self.skip = options.prompt_skip(options.default, self.tokenizer.tok)
+        self.front_door = p.get("front_door", "the front-door model")
 
     def execute(self, requests):
         responses = []
         for request in requests:
             try:
+                asked = sorted(k for k in parse_request_parameters(request.parameters()) if k in OPTION_NAMES)
+                if asked:
+                    raise InputError(f"the bucket ensembles take no request options ({', '.join(asked)}): they apply "
+                                     f"the model's defaults; send options to {self.front_door}")
                 arr = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
                 texts = decode_texts(arr, self.max_bytes)
                 if not texts:
@@ -55,7 +60,8 @@ class TritonPythonModel:
                 self.tokenizer.check(enc.lengths, None if self.is_largest else self.bucket)
                 feeds = self.tokenizer.pad(enc, np.arange(len(texts)), self.bucket, self.input_names)
             except InputError as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)))
                 continue
             out = [pb_utils.Tensor(n, feeds[n]) for n in self.input_names]
             if self.skip:

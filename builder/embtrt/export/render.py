@@ -192,7 +192,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
             context={**bcommon, "name": tok_name, "inputs": text_in,
                      "outputs": tok_outputs,
                      "batching": bbatch, "group": _group(spec.instances, False),
-                     "params": sorted(shared + prompt_params + [("bucket", str(b)),
+                     "params": sorted(shared + prompt_params + [("bucket", str(b)), ("front_door", spec.name),
                                                 ("largest_bucket", str(b == spec.buckets[-1]).lower())]) + idp},
             files={"1/tokenizer.json": tokenizer_json}, backend_code="tokenizer",
         ))
