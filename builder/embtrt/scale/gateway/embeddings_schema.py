@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ApiError
 
-if TYPE_CHECKING:  # embtrt_backend is importable once common.backend.backend_lib() put it on sys.path
+if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
 
 ENCODING_FORMATS = ("float", "base64")
