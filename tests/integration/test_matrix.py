@@ -1,4 +1,4 @@
-"""`embtrt bench --matrix` on the tiny 16K-token model against a real tritonserver: token budgets
+"""`embtrt matrix` on the tiny 16K-token model against a real tritonserver: token budgets
 reloaded through the repository API, band x concurrency cells with memory, errors and the cosine
 of every vector against the text embedded alone; and the preemption case: a ~16K-token text sent
 through the front door and through the 16384 bucket while concurrency-64 short-text load runs."""
@@ -98,6 +98,6 @@ def test_band_texts_are_real_text_of_the_band_and_errors_are_classified(repo16k)
 
 
 def test_matrix_cli_refuses_a_band_that_is_not_a_bucket(repo16k):
-    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--matrix", str(repo16k), "--only", "100",
+    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "matrix", str(repo16k), "--only", "100",
                         "--max-batch-tokens", "1024"], capture_output=True, text=True)
     assert p.returncode != 0 and "not buckets of b16k" in p.stderr, p.stderr

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from embtrt.cli import parse_slo
+from embtrt.cli.measure import parse_slo
 from embtrt.errors import EmbtrtError, SpecError
 from embtrt.repository.budget import (bucket_batch, budget_models, budget_values, load_order, manifest_with_budget,
                                       with_budget)

@@ -18,7 +18,7 @@ from ..common.corpus import load_corpus
 from ..common.files import sha256_file
 from ..common.gpu import tensorrt_available
 from ..common.log import Log
-from ..errors import ParityError, RepositoryError, SpecError
+from ..errors import ParityError, RepositoryError
 from ..reference.modelinfo import inspect_model, model_hash
 from ..reference.parity import GateReport, evaluate
 from ..reference.torch_ref import TorchReference, st_embed
@@ -29,7 +29,7 @@ from .encoders import identity, quantize_int8, rebuild_command, require_openvino
 from .hf2onnx import export
 from .render import CALIBRATION_FILE, attach_deps, bundle_dir, model_names, plan_repository, write_repository
 from .served import encoder_vectors
-from .spec import BuildSpec
+from .spec import BuildSpec, check_out
 from .tokenizer import check_tokenizer, save_tokenizer
 
 
@@ -74,8 +74,7 @@ def reference_vectors(spec: BuildSpec, texts: list[str], log: Log) -> np.ndarray
 def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, log: Log = print) -> BuildResult:
     t0 = time.time()
     out = spec.out.resolve()
-    if out.exists() and any(out.iterdir()) and not force:
-        raise SpecError(f"invalid out: {out} exists and is not empty", "pass --force to replace it")
+    check_out(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     texts = load_corpus(corpus)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.embtrt-", dir=out.parent))

@@ -265,9 +265,18 @@ def resolve_target(target: str) -> str:
     return "tensorrt" if ok else "python-ort"
 
 
+def check_out(out: Path, force: bool) -> None:
+    """The repository folder may be written: not a file, and empty unless --force replaces it."""
+    out = Path(out)
+    if out.is_file() or (out.exists() and not out.is_dir()):
+        raise SpecError(f"invalid out: {out} is a file", "pass a folder for the repository")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise SpecError(f"invalid out: {out} exists and is not empty", "pass --force to replace it")
+
+
 def spec_from_options(
-    model_dir: Path | None,
-    out: Path,
+    model_dir: Path | None = None,
+    out: Path = Path("repo"),
     *,
     name: str | None = None,
     target: str = "auto",
@@ -277,20 +286,57 @@ def spec_from_options(
     max_seq_length: int | None = None,
     max_batch_size: int = 32,
     preferred_batch_sizes: str | None = None,
-    prompt_overrides: tuple[str, ...] | list[str] | None = None,
-    default_prompt_override: str | None = None,
+    pooler: str | None = None,
+    prompt: tuple[str, ...] | list[str] | None = None,
+    default_prompt: str | None = None,
     dimensions: str | None = None,
-    pooler_given: bool = False,
+    force: bool | None = None,
     **rest: object,
 ) -> BuildSpec:
-    """Fill the spec from the model folder where the user said nothing, then validate."""
+    """The spec of `embtrt build`'s options, named as the command's parameters (every BuildSpec
+    field not named here passes through as given). None leaves a value to the model folder.
+
+    What the user gave is validated first, before the folder is read (reading it loads the
+    model: seconds to minutes): --out (when `force` is given, as the CLI does), --name,
+    --target, --precision, --buckets and every other field, by the BuildSpec rules themselves on a
+    provisional spec whose model-given values are ones no rule refuses. Then the model fills in
+    the rest and the whole spec is validated again."""
     bundled = model_dir is None
     model_dir = default_model_path() if model_dir is None else Path(model_dir).resolve()
+    if force is not None:
+        check_out(Path(out), force)
     if target not in ("auto", *TARGETS):
         raise _fail("target", target, "auto, " + ", ".join(TARGETS))
     if pooling not in ("auto", *_P):
         raise _fail("pooling", pooling, "auto, " + ", ".join(_P))
-    info = inspect_model(model_dir, trust_remote_code=bool(rest.get("trust_remote_code", False)))
+    bucket_t = parse_int_list("buckets", buckets)
+    pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
+    widths = parse_int_list("dimensions", dimensions)
+    overrides: dict[str, str] = {}
+    for item in (prompt or ()):
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise _fail("prompt", item, "NAME=TEXT, e.g. --prompt 'query=query: '")
+        overrides[key] = text
+    default_name = None if default_prompt is None or default_prompt.lower() == "none" else default_prompt
+    rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
+    if name is None:
+        name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
+    # Provisional: the model's max length, width and prompts are not known yet. Without --max-seq-length
+    # the largest bucket stands in for it (the build fails unless they are equal), and the stride, which
+    # is checked against it, waits for the model.
+    seq = max_seq_length if max_seq_length is not None else max(*bucket_t, 2) if bucket_t else 1 << 20
+    stride = {} if max_seq_length is not None else {"overflow_stride": 0}
+    names = {**overrides, **({default_name: ""} if default_name and default_name not in overrides else {})}
+    given = BuildSpec(
+        model_dir=model_dir, out=Path(out), name=name, target=resolve_target(target),
+        pooling="mean" if pooling == "auto" else pooling, normalize=bool(normalize), buckets=bucket_t or default_buckets(seq),
+        max_seq_length=seq, hidden_size=1 << 30, max_batch_size=max_batch_size, preferred_batch_sizes=pref,
+        pooler=pooler or "fused", prompts=tuple(names.items()), default_prompt_name=default_name, dimensions=widths,
+        **{**rest, **stride},  # type: ignore[arg-type]
+    )
+
+    info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
     if pooling == "auto":
         pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
     if normalize is None:
@@ -302,41 +348,24 @@ def spec_from_options(
             "max_seq_length", max_seq_length,
             f"at most max_position_embeddings ({info.max_position_embeddings})",
         )
-    bucket_t = parse_int_list("buckets", buckets) or default_buckets(max_seq_length)
-    if name is None:
-        name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
-    pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
-    rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
-    prompts, default_prompt, include_prompt = (read_st_prompts(model_dir) if info.is_sentence_transformers
-                                               else ({}, None, True))
-    for item in (prompt_overrides or ()):
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise _fail("prompt", item, "NAME=TEXT, e.g. --prompt 'query=query: '")
-        prompts[key] = text
-    if default_prompt_override is not None:
-        default_prompt = None if default_prompt_override.lower() == "none" else default_prompt_override
-    widths = parse_int_list("dimensions", dimensions)
-    if not include_prompt and any(prompts.values()) and rest.get("pooler", "fused") == "fused" and not pooler_given:
-        rest["pooler"] = "python"   # prompt tokens are left out of pooling: pool outside the graph
-    resolved = resolve_target(target)
-    return BuildSpec(
-        model_dir=model_dir,
-        out=Path(out),
-        name=name,
-        target=resolved,
+    prompts, model_default, include_prompt = (read_st_prompts(model_dir) if info.is_sentence_transformers
+                                              else ({}, None, True))
+    prompts.update(overrides)
+    if default_prompt is not None:
+        model_default = default_name
+    if pooler is None and not include_prompt and any(prompts.values()):
+        pooler = "python"   # prompt tokens are left out of pooling: pool outside the graph
+    return given.with_(
         pooling=pooling,
         normalize=bool(normalize),
-        buckets=bucket_t,
+        buckets=bucket_t or default_buckets(max_seq_length),
         max_seq_length=int(max_seq_length),
         hidden_size=info.hidden_size,
         input_names=info.input_names,
         is_decoder=info.is_decoder,
-        max_batch_size=max_batch_size,
-        preferred_batch_sizes=pref,
+        pooler=pooler or "fused",
         prompts=tuple(prompts.items()),
-        default_prompt_name=default_prompt,
+        default_prompt_name=model_default,
         include_prompt=include_prompt,
-        dimensions=widths,
-        **rest,  # type: ignore[arg-type]
+        overflow_stride=rest.get("overflow_stride", BuildSpec.overflow_stride),
     )

@@ -1,0 +1,5 @@
+"""`python -m embtrt.cli`."""
+
+from . import main
+
+main()

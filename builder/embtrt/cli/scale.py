@@ -1,0 +1,67 @@
+"""Scaling out: `embtrt gateway` (scale/gateway/) and `embtrt k8s` (scale/k8s.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..common.options import parse_int_list
+from ..errors import SpecError
+from .app import app, say
+
+
+@app.command()
+def gateway(
+    repo: list[Path] = typer.Argument(..., help="The repository the pools serve (its embtrt.json and tokenizer.json are read); several repositories put several models behind one gateway (`model` picks one)."),
+    triton: Optional[str] = typer.Option(None, help="gRPC address of the tritonserver for every bucket without a --pool. Default: none."),
+    pool: Optional[list[str]] = typer.Option(None, help="[MODEL:]BUCKET=HOST:PORT[,HOST:PORT...]: the replicas serving that bucket (round robin, retried on another replica); MODEL: limits it to one model of several. Repeat per bucket. Default: none."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind. Default 127.0.0.1 (loopback only)."),
+    port: int = typer.Option(8080, help="HTTP port. Default 8080."),
+    api_key_env: Optional[str] = typer.Option(None, help="Name of an environment variable holding the API key; requests must send Authorization: Bearer <key>. Default: no key."),
+    route: str = typer.Option("auto", help="auto | frontdoor | ids | text. frontdoor: text to the model's front door, which tokenizes, routes and batches (one pool only); ids: token ids to the bucket encoders of each length pool; text: text to the NAME_<L> ensembles. Default auto: frontdoor when a model's buckets are all in one pool (once its front door is ready), for requests that arrive while others are in flight, ids for a request that arrives alone and with length pools (measured: benchmarks/README.md)."),
+    max_items: int = typer.Option(2048, help="Most items per request (OpenAI's limit). Default 2048."),
+    max_body_bytes: int = typer.Option(16 << 20, help="Largest request body; larger ones get 413. Default 16777216."),
+    coalesce_us: int = typer.Option(2000, help="Rows of concurrent requests go upstream as one call: per bucket on --route ids (at most the bucket's max batch), per prompt and truncation on --route frontdoor (at most the front door's max batch). A call goes out at once while fewer than --coalesce-inflight calls per replica are in flight for the pool, so a lone request never waits; otherwise rows wait for a free slot, at most this many microseconds. 0 disables coalescing. Default 2000 (measured: benchmarks/README.md)."),
+    coalesce_inflight: int = typer.Option(2, help="Upstream calls per bucket and replica in flight before items wait to be coalesced. Default 2 (the python-* encoders' instance count)."),
+) -> None:
+    """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""
+    from ..scale.gateway import GatewayConfig, parse_pool, run
+
+    key = None
+    if api_key_env:
+        key = os.environ.get(api_key_env)
+        if not key:
+            raise SpecError(f"invalid --api-key-env {api_key_env}: that environment variable is empty or unset",
+                            "export the key in that variable before starting the gateway")
+    cfg = GatewayConfig(repo[0], more_repositories=tuple(repo[1:]), triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])),
+                        api_key=key, route=route, max_items=max_items, max_body_bytes=max_body_bytes,
+                        coalesce_us=coalesce_us, coalesce_inflight=coalesce_inflight)
+    run(cfg, host, port, log=say)
+
+
+@app.command()
+def k8s(
+    repo: list[Path] = typer.Argument(..., help="The repository to deploy (its embtrt.json decides models, buckets and target); several put several models on pools of their own behind one gateway (each model's claim is <model>-repository)."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder for the YAML files and kustomization.yaml (required)."),
+    pools: Optional[str] = typer.Option(None, help="Upper bucket of each length pool, e.g. 128,256 (pool 1: buckets <= 128; pool 2: the rest). Default: one pool per bucket."),
+    image: str = typer.Option("nvcr.io/nvidia/tritonserver:25.06-py3", help="tritonserver image of the pools; it needs embtrt installed for the liveness probe (and embtrt[tensorrt] for TensorRT plans). Default nvcr.io/nvidia/tritonserver:25.06-py3."),
+    engines_image: Optional[str] = typer.Option(None, help="Image of the `embtrt engines` init container (TensorRT targets). Default: --image."),
+    gateway_image: str = typer.Option("embtrt:latest", help="Image with embtrt for the gateway. Default embtrt:latest."),
+    gpus: int = typer.Option(1, help="nvidia.com/gpu per pool pod (TensorRT targets). Default 1."),
+    replicas: int = typer.Option(1, help="Minimum replicas per pool. Default 1."),
+    max_replicas: int = typer.Option(8, help="HPA maximum per pool. Default 8."),
+    target_queue_ms: float = typer.Option(50.0, help="HPA target: average Triton queue time per request, ms. Default 50."),
+    repo_pvc: Optional[str] = typer.Option(None, help="PersistentVolumeClaim holding the repository. Default <name>-repository."),
+    namespace: Optional[str] = typer.Option(None, help="Namespace set in kustomization.yaml. Default: none."),
+) -> None:
+    """Render Kubernetes YAML: length pools of tritonservers (Deployment, Service, HPA, PDB), the gateway, a NetworkPolicy."""
+    from ..scale.k8s import K8sSpec, write
+
+    spec = K8sSpec(repo[0], out_dir, more_repositories=tuple(repo[1:]), pools=parse_int_list("pools", pools) or (),
+                   image=image, gateway_image=gateway_image, engines_image=engines_image, gpus=gpus,
+                   replicas=replicas, max_replicas=max_replicas, target_queue_ms=target_queue_ms,
+                   repo_pvc=repo_pvc, namespace=namespace)
+    write(spec, log=say)

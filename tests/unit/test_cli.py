@@ -1,0 +1,141 @@
+"""The `embtrt` command line: help texts, the one error handler, build's cheap checks before the model
+is read, the option parsers, and the build's run-cost line."""
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import embtrt.export.spec as spec_module
+from embtrt_backend.options import OPTION_NAMES
+from embtrt.cli import app
+from embtrt.cli.measure import parse_bands, parse_options
+from embtrt.errors import ModelError, SpecError
+from embtrt.export.chunking import overhead_from_timings, run_cost_line
+
+runner = CliRunner()
+COMMANDS = sorted(typer.main.get_command(app).commands)  # what the app registers, never a list kept by hand
+
+
+def test_the_app_registers_every_stage_and_the_stress_matrix_is_its_own_command():
+    assert {"build", "engines", "check", "serve", "embed", "probe", "demo", "verify", "bench", "matrix", "tune",
+            "gateway", "k8s"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_help_renders_without_type_labels_on_flags(command):
+    r = runner.invoke(app, [command, "--help"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "<bool>" not in r.output
+    assert "Usage: " in r.output
+
+
+def test_help_shows_install_extras_and_brackets_literally():
+    for args in ([], ["engines"]):
+        r = runner.invoke(app, [*args, "--help"])
+        assert r.exit_code == 0, r.output
+        assert "embtrt[tensorrt]" in r.output, r.output
+    r = runner.invoke(app, ["verify", "--help"])  # rich markup once read [/MODEL] as a closing tag and crashed
+    assert r.exit_code == 0 and "HOST:PORT[/MODEL]" in r.output, r.output + repr(r.exception)
+
+
+def test_bench_no_longer_takes_the_matrix_options():
+    r = runner.invoke(app, ["bench", "--help"])
+    for gone in ("--matrix", "--preempt-concurrency", "--texts-per-band", "--pools", "--max-batch-tokens"):
+        assert gone not in r.output
+    r = runner.invoke(app, ["matrix", "--help"])
+    for kept in ("--max-batch-tokens", "--server", "--pool-server", "--pools", "--preempt-concurrency",
+                 "--preempt-repeats", "--texts-per-band", "--only"):
+        assert kept in r.output
+
+
+@pytest.fixture
+def model_never_read(monkeypatch):
+    """The loaders spec_from_options calls to read the model folder, replaced by ones that fail with a
+    ModelError of their own: a build that reaches them exits 3 with 'model folder was read'."""
+
+    def read(*_a, **_k):
+        raise ModelError("model folder was read")
+
+    monkeypatch.setattr(spec_module, "inspect_model", read)
+    monkeypatch.setattr(spec_module, "read_st_prompts", read)
+
+
+def test_build_reads_the_model_only_after_its_options_pass(model_never_read, tmp_path):
+    # the control: with valid options the build does reach the (patched) loader
+    r = runner.invoke(app, ["build", "--out", str(tmp_path / "new")])
+    assert r.exit_code == ModelError.exit_code and "model folder was read" in r.output, r.output
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--buckets", "0,abc"], "buckets"),
+    (["--buckets", "128,32"], "buckets"),
+    (["--name", "9 bad/name"], "name"),
+    (["--target", "vllm"], "target"),
+    (["--target", "python-ort", "--precision", "fp16"], "precision"),
+    (["--max-batch-size", "0"], "max_batch_size"),
+    (["--calibration-file", "/nonexistent/texts.txt"], "calibration_file"),
+])
+def test_build_refuses_a_bad_option_before_reading_the_model(model_never_read, tmp_path, args, field):
+    r = runner.invoke(app, ["build", "--out", str(tmp_path / "new"), *args])
+    assert r.exit_code == SpecError.exit_code, r.output + repr(r.exception)
+    assert f"error: invalid {field}" in r.output and "hint:" in r.output, r.output
+    assert "model folder was read" not in r.output
+    assert not (tmp_path / "new").exists()
+
+
+def test_build_refuses_an_out_that_is_a_file_or_full_before_reading_the_model(model_never_read, tmp_path):
+    (tmp_path / "file").write_text("x")
+    r = runner.invoke(app, ["build", "--out", str(tmp_path / "file")])
+    assert r.exit_code == SpecError.exit_code and "invalid out" in r.output and "is a file" in r.output, r.output
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    r = runner.invoke(app, ["build", "--out", str(tmp_path / "full")])
+    assert r.exit_code == SpecError.exit_code and "not empty" in r.output and "--force" in r.output, r.output
+    r = runner.invoke(app, ["build", "--out", str(tmp_path / "full"), "--force"])  # --force lets it through
+    assert r.exit_code == ModelError.exit_code and "model folder was read" in r.output, r.output
+
+
+def test_an_error_of_any_command_exits_with_its_code_and_prints_message_and_hint(tmp_path):
+    r = runner.invoke(app, ["k8s", str(tmp_path), "--out", str(tmp_path / "k"), "--pools", "a,b"])
+    assert r.exit_code == SpecError.exit_code, r.output
+    assert "error: invalid pools" in r.output and "hint:" in r.output
+    r = runner.invoke(app, ["tune", str(tmp_path), "--slo-p99-ms", "fast"])
+    assert r.exit_code == SpecError.exit_code and "invalid --slo-p99-ms" in r.output, r.output
+
+
+def test_request_options_are_the_names_the_served_models_read():
+
+    assert parse_options(["truncate=END", "dimensions=64"]) == {"truncate": "END", "dimensions": 64}
+    with pytest.raises(SpecError) as ei:
+        parse_options(["temperature=1"])
+    assert all(n in ei.value.hint for n in OPTION_NAMES)
+    with pytest.raises(SpecError, match="integer"):
+        parse_options(["dimensions=wide"])
+
+
+def test_matrix_bands_read_bucket_labels():
+    assert parse_bands("32,<=2048,mixed") == (32, 2048)
+    assert parse_bands(None) is None and parse_bands("mixed") is None
+    with pytest.raises(SpecError, match="--only"):
+        parse_bands("short")
+
+
+def test_run_cost_line_never_shows_a_negative_fit_as_a_measured_cost():
+    # timings where a run of more tokens is not slower per token at the small end: the fit goes below zero
+    fixed, per_token, tokens = overhead_from_timings([(1, 16, 0.0001), (16, 16, 0.0030), (1, 32, 0.0002), (16, 32, 0.0061)])
+    assert fixed < 0 < per_token and tokens == 0
+    line = run_cost_line(fixed, per_token, tokens)
+    assert "measured" not in line and "no fixed cost above the timing noise" in line and "below zero" in line
+    assert f"-{abs(fixed) * 1e3:.2f} ms per run +" not in line
+    assert "fitted" in line and "run overhead 0 tokens" in line
+    flat = run_cost_line(0.001, -1e-7, 4096)
+    assert "no per-token cost" in flat and "4096 tokens, the cap" in flat
+    ok = run_cost_line(0.001, 2e-6, 500)
+    assert "1.00 ms per run + 2.0 us per token -> run overhead 500 tokens" in ok
+
+
+def test_overhead_fit_recovers_a_known_run_cost():
+    shapes = [(1, 16), (16, 16), (1, 32), (8, 32), (16, 32)]
+    fixed, per_token, tokens = overhead_from_timings([(r, n, 0.002 + 1e-6 * r * n) for r, n in shapes])
+    assert np.isclose(fixed, 0.002) and np.isclose(per_token, 1e-6) and tokens == 2000
