@@ -24,8 +24,11 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
 from embtrt_backend.core import Request, RequestCore  # noqa: E402
-from embtrt_backend.options import load_calibration, parse_request_parameters  # noqa: E402
+from embtrt_backend.options import OUTPUTS, load_calibration, parse_request_parameters  # noqa: E402
 from embtrt_backend.text import decode_texts  # noqa: E402
+
+
+VECTOR_OUTPUTS = {name for name, _ in OUTPUTS.values()}
 
 
 def _error(exc):
@@ -69,6 +72,11 @@ class TritonPythonModel:
                 if not texts:
                     raise InputError("TEXT holds no rows")
                 opts = self.core.options.resolve(parse_request_parameters(request.parameters()))
+                asked = request.requested_output_names()  # every output when the caller names none
+                if asked and opts.output not in asked:
+                    wrong = sorted(n for n in asked if n in VECTOR_OUTPUTS)
+                    raise InputError(f"embedding_type {opts.embedding_type} comes back in {opts.output}, but the request "
+                                     f"asked for {', '.join(wrong) or ', '.join(asked)}", "embedding_type")
             except InputError as exc:
                 responses[i] = _error(exc)
                 continue
@@ -77,7 +85,10 @@ class TritonPythonModel:
         for i, r, out in zip(where, work, self.core.run(work, self._encode) if work else ()):
             if out.error is not None:
                 responses[i] = _error(out.error)
-            else:
-                responses[i] = pb_utils.InferenceResponse([pb_utils.Tensor(r.options.output, out.vectors),
-                                                           pb_utils.Tensor("TOKENS", out.tokens.reshape(-1, 1))])
+                continue
+            tensors = [pb_utils.Tensor(r.options.output, out.vectors)]
+            asked = requests[i].requested_output_names()
+            if not asked or "TOKENS" in asked:  # a tensor less per response for callers that do not read it
+                tensors.append(pb_utils.Tensor("TOKENS", out.tokens.reshape(-1, 1)))
+            responses[i] = pb_utils.InferenceResponse(tensors)
         return responses

@@ -46,3 +46,20 @@ def test_the_bucket_ensembles_refuse_options_pointing_to_the_front_door(minilm_s
     assert "take no request options (dimensions)" in str(err.value) and f"send options to {MODEL}" in str(err.value)
     v = _infer(minilm_server.grpc_url, f"{MODEL}_32", ["the same ensemble without options"])
     assert v.shape == (1, 384) and np.isfinite(v).all()
+
+
+def test_asking_for_the_float_output_of_an_int8_request_is_refused_by_name(minilm_server):
+    c = grpcclient.InferenceServerClient(minilm_server.grpc_url)
+    inp = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[b"x"]], dtype=object))
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            c.infer(MODEL, [inp], parameters={"embedding_type": "int8"},
+                    outputs=[grpcclient.InferRequestedOutput("EMBEDDING")])
+        assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert "embedding_type int8 comes back in EMBEDDING_INT8, but the request asked for EMBEDDING" in str(err.value)
+        r = c.infer(MODEL, [inp], parameters={"embedding_type": "int8"},
+                    outputs=[grpcclient.InferRequestedOutput("EMBEDDING_INT8"), grpcclient.InferRequestedOutput("TOKENS")])
+        assert r.as_numpy("EMBEDDING_INT8").dtype == np.int8 and r.as_numpy("TOKENS").tolist() == [[3]]
+    finally:
+        c.close()
