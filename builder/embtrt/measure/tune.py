@@ -22,7 +22,6 @@ concurrency; within 2% of each other, the lower p50 wins.
 from __future__ import annotations
 
 import copy
-import json
 import platform
 import shutil
 import time
@@ -31,13 +30,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import EmbtrtError, SpecError
-from ..repository.budget import budget_models, budget_values, manifest_with_budget, with_budget
-from ..repository.manifest import Manifest, read_manifest, write_manifest
+from ..repository.budget import manifest_with_budget, with_budget
+from ..repository.manifest import read_manifest, write_manifest
+from .knobs import BUDGET, Knob, apply_setting, baseline, knobs_for  # noqa: F401 (Knob: a name of this module)
 from .reload import load_configs, model_configs
+from .report import fmt_settings, write_tune
+
+write_report = write_tune  # the name this module had for it
 
 Log = Callable[[str], None]
 MIN_TRIAL_S = 20.0
-BUDGET = "budget.max_batch_tokens"   # the token budget: batch sizes of every bucket model and the front door's chunking
 
 
 class TuneError(EmbtrtError):
@@ -73,13 +75,6 @@ class TuneSpec:
             raise SpecError("invalid apply_to: it is the repository being tuned", "pass --force to replace it in place")
 
 
-@dataclass(frozen=True)
-class Knob:
-    name: str
-    models: tuple[str, ...]
-    values: tuple[Any, ...]
-
-
 @dataclass
 class Trial:
     settings: dict[str, Any]
@@ -103,45 +98,6 @@ class Trial:
 
     def p50(self) -> float:
         return self.results[max(self.results)]["p50_ms"]
-
-
-def knobs_for(manifest: Manifest, repo: Path) -> list[Knob]:
-    name = manifest.name
-    spec = manifest.spec
-    mb = manifest.max_batch_size
-    front = (name,)
-    out = [Knob("front.instances", front, (1, 2, 3)),
-           Knob("front.max_queue_delay_us", front, (0, 500, 2000, 5000)),
-           Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb))),
-           Knob("front.intra_op_threads", front, (0, 1, 2))]
-    if manifest.target != "tensorrt":  # engines fix their batch range: the budget needs a rebuild there
-        values = budget_values(manifest)
-        if len(values) > 1:
-            models = tuple(budget_models(manifest, {p.parent.name for p in Path(repo).glob("*/config.pbtxt")}))
-            out.append(Knob(BUDGET, models, values))
-    if manifest.router_encoder == "bls" or manifest.target in ("tensorrt", "onnxruntime"):
-        encoders = tuple(manifest.models.encoders)
-        out += [Knob("encoder.instances", encoders, (1, 2)),
-                Knob("encoder.max_queue_delay_us", encoders, (0, 500, 2000))]
-    return out
-
-
-def apply_setting(cfg: dict, knob: str, value: Any) -> dict:
-    """A model config (Triton's JSON form) with one knob set."""
-    cfg = copy.deepcopy(cfg)
-    what = knob.split(".", 1)[1]
-    if what == "instances":
-        cfg["instance_group"][0]["count"] = int(value)
-    elif what == "max_queue_delay_us":
-        cfg.setdefault("dynamic_batching", {})["max_queue_delay_microseconds"] = str(int(value))
-    elif what == "preferred_batch_sizes":
-        mb = int(cfg.get("max_batch_size", 0))
-        cfg.setdefault("dynamic_batching", {})["preferred_batch_size"] = [int(v) for v in value if int(v) <= mb] or [mb]
-    elif what == "intra_op_threads":
-        cfg.setdefault("parameters", {})["intra_op_threads"] = {"string_value": str(int(value))}
-    else:
-        raise SpecError(f"unknown knob {knob}")
-    return cfg
 
 
 class Tuner:
@@ -222,24 +178,7 @@ class Tuner:
             return self._search(srv.grpc_url, texts, counts, deadline)
 
     def _baseline(self, base: dict[str, dict]) -> dict[str, Any]:
-        """The settings the repository has now, in knob terms."""
-        out: dict[str, Any] = {}
-        for k in self.knobs:
-            if k.name == BUDGET:
-                out[k.name] = int(self.manifest.max_batch_tokens or k.values[0])
-                continue
-            cfg = base[k.models[0]]
-            what = k.name.split(".", 1)[1]
-            db = cfg.get("dynamic_batching", {})
-            if what == "instances":
-                out[k.name] = int(cfg["instance_group"][0]["count"])
-            elif what == "max_queue_delay_us":
-                out[k.name] = int(db.get("max_queue_delay_microseconds", 0))
-            elif what == "preferred_batch_sizes":
-                out[k.name] = tuple(int(v) for v in db.get("preferred_batch_size", []))
-            elif what == "intra_op_threads":
-                out[k.name] = int(cfg.get("parameters", {}).get("intra_op_threads", {}).get("string_value", "0"))
-        return out
+        return baseline(self.knobs, self.manifest, base)
 
     def _trial(self, url: str, base, current: dict[str, dict], settings: dict[str, Any], texts, counts) -> Trial:
         t0 = time.time()
@@ -256,7 +195,7 @@ class Tuner:
             res += " (" + "; ".join(f"{x} p99 " + "/".join(f"{r['p99_ms']:.0f}" for _, r in sorted(v.items()))
                                     for x, v in bands.items()) + " ms)"
         ok = "[ok]" if trial.feasible(self.spec.slo_p99_ms) else "[x] "
-        self.log(f"{ok} trial {len(self.trials)} ({trial.seconds:.0f} s) {_fmt(settings)}: {res}")
+        self.log(f"{ok} trial {len(self.trials)} ({trial.seconds:.0f} s) {fmt_settings(settings)}: {res}")
         return trial
 
     def _better(self, a: Trial, b: Trial | None) -> bool:
@@ -318,10 +257,6 @@ def _below(slo: float | dict[int, float], t: Trial) -> float:
     return slo - t.p99()
 
 
-def _fmt(settings: dict[str, Any]) -> str:
-    return " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, (tuple, list)) else v}" for k, v in settings.items())
-
-
 def pareto(trials: list[Trial]) -> list[int]:
     """Indices of trials no other trial beats on throughput (higher), p99 and p50 (lower) at once: the
     three figures the objective weighs (throughput within 2% counts as a tie, decided by p50)."""
@@ -353,46 +288,6 @@ def report(spec: TuneSpec, trials: list[Trial], winner: Trial) -> dict:
         "margin": {"p99_ms_below_slo": round(_below(spec.slo_p99_ms, winner), 2),
                    "throughput_vs_baseline": round(winner.throughput() / max(baseline.throughput(), 1e-9), 3)},
     }
-
-
-def write_report(doc: dict, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tune.json").write_text(json.dumps(doc, indent=2) + "\n")
-    conc = max(doc["concurrency"])
-    lines = [f"# embtrt tune: SLO {doc['slo']} at concurrency {doc['concurrency']}", "",
-             f"Scenario: {doc['scenario']}. Winner: trial {doc['winner'] + 1}, margin {doc['margin']}.", "",
-             f"| trial | settings | req/s at c{conc} | p50 ms | worst p99 ms | within SLO | Pareto |", "|---|---|---:|---:|---:|---|---|"]
-    for i, t in enumerate(doc["trials"]):
-        r = t["results"][str(conc)]
-        worst = max(x["p99_ms"] for x in t["results"].values())
-        lines.append(f"| {i + 1}{' (winner)' if i == doc['winner'] else ''} | {_fmt(t['settings'])} | {r['req_per_s']:.1f} | "
-                     f"{r['p50_ms']:.1f} | {worst:.1f} | {'yes' if t['feasible'] else 'no'} | {'*' if i in doc['pareto'] else ''} |")
-    (out / "tune.md").write_text("\n".join(lines) + "\n")
-    written = [out / "tune.json", out / "tune.md"]
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return written
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [max(x["p99_ms"] for x in t["results"].values()) for t in doc["trials"]]
-    ys = [t["results"][str(conc)]["req_per_s"] for t in doc["trials"]]
-    ax.scatter(xs, ys, c=["tab:green" if t["feasible"] else "tab:gray" for t in doc["trials"]], label="trials")
-    front = sorted(doc["pareto"], key=lambda i: xs[i])
-    ax.plot([xs[i] for i in front], [ys[i] for i in front], "r--", label="Pareto front")
-    w = doc["winner"]
-    ax.scatter([xs[w]], [ys[w]], s=160, facecolors="none", edgecolors="black", label="winner")
-    if not isinstance(doc["slo_p99_ms"], dict):  # per-band SLOs have no one line to draw
-        ax.axvline(doc["slo_p99_ms"], color="tab:orange", linestyle=":", label="SLO")
-    ax.set_xlabel("worst p99 over the concurrencies (ms)")
-    ax.set_ylabel(f"req/s at concurrency {conc}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "tune.png", dpi=110)
-    plt.close(fig)
-    return written + [out / "tune.png"]
 
 
 def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print) -> Path:
@@ -444,11 +339,11 @@ def tune(spec: TuneSpec, log: Log = print) -> dict:
     counts = tok.encode(texts).lengths
     winner, configs = tuner.run(texts, counts)
     doc = report(spec, tuner.trials, winner)
-    log(f"winner: trial {doc['winner'] + 1}: {_fmt(winner.settings)} - {winner.throughput():.1f} req/s at "
+    log(f"winner: trial {doc['winner'] + 1}: {fmt_settings(winner.settings)} - {winner.throughput():.1f} req/s at "
         f"concurrency {max(spec.concurrency)}, worst p99 {winner.p99():.1f} ms (SLO {slo_text(spec.slo_p99_ms)}), "
         f"{doc['margin']['throughput_vs_baseline']}x the baseline")
     if spec.out is not None:
-        for p in write_report(doc, Path(spec.out)):
+        for p in write_tune(doc, Path(spec.out)):
             log(f"wrote {p}")
     if spec.apply_to is not None:
         changed = {m: c for m, c in configs.items()}

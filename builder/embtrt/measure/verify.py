@@ -18,6 +18,8 @@ from ..reference.modelinfo import default_buckets, model_hash
 from ..reference.parity import GateReport, bucket_label, cosine_rows, evaluate
 from ..reference.torch_ref import Reference
 from ..repository.gate import Gate
+from ..serve.wire import text_input
+from .driver import Load, drive
 
 
 @dataclass
@@ -108,8 +110,6 @@ async def _under_load(url: str, model: str, texts: list[str], baseline: np.ndarr
     traffic (random corpus texts) runs; every vector must equal its unloaded value."""
     import tritonclient.grpc.aio as aioclient
 
-    from ..serve.client import _text_input
-
     rng = random.Random(seed)
     order = list(range(len(texts)))
     rng.shuffle(order)
@@ -120,47 +120,29 @@ async def _under_load(url: str, model: str, texts: list[str], baseline: np.ndarr
         requests.append(order[i:i + n])
         i += n
     got = np.full_like(baseline, np.nan)
-    errors = 0
-    background = 0
-    queue: asyncio.Queue = asyncio.Queue()
-    for r in requests:
-        queue.put_nowait(r)
-    done = asyncio.Event()
     client = aioclient.InferenceServerClient(url)
 
-    async def worker() -> None:
-        nonlocal errors
-        while True:
-            try:
-                rows = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            try:
-                res = await client.infer(model, [_text_input([texts[j] for j in rows])], client_timeout=120)
-                got[rows] = res.as_numpy("EMBEDDING")
-            except Exception:  # counted; the report fails on any error
-                errors += 1
+    async def call(k: int) -> None:
+        res = await client.infer(model, [text_input([texts[j] for j in requests[k]])], client_timeout=120)
+        got[requests[k]] = res.as_numpy("EMBEDDING")
 
-    async def noise() -> None:
-        nonlocal background
+    def noise() -> Load:  # background traffic only loads the server: its failures are not the report's
         r = random.Random(seed + 1)
-        while not done.is_set():
+
+        async def call(_: int) -> None:
             batch = [texts[r.randrange(len(texts))] for _ in range(r.randint(1, max_request))]
-            try:
-                await client.infer(model, [_text_input(batch)], client_timeout=120)
-            except Exception:  # background traffic only loads the server
-                pass
-            background += 1
+            await client.infer(model, [text_input(batch)], client_timeout=120)
+        return Load(call)
 
     t0 = time.perf_counter()
-    bg = [asyncio.create_task(noise()) for _ in range(max(1, concurrency // 8))]
+    fg = Load(call, len(requests), concurrency)
+    bg = [noise() for _ in range(max(1, concurrency // 8))]
     try:
-        await asyncio.gather(*[worker() for _ in range(concurrency)])
+        await drive(fg, bg)
     finally:
-        done.set()
-        await asyncio.gather(*bg)
         await client.close()
     seconds = time.perf_counter() - t0
+    errors, background = len(fg.failures), sum(b.done for b in bg)  # every error fails the report
     filled = ~np.isnan(got).any(axis=1)
     cos = np.full(len(texts), -1.0)
     if filled.any():
