@@ -49,7 +49,7 @@ def make_bert_cls(path: Path) -> Path:
         shutil.copy2(src / f, path / f)
     torch.manual_seed(1)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+                     intermediate_size=64, max_position_embeddings=128, initializer_range=0.5)
     BertModel(cfg).eval().save_pretrained(path)
     _st_files(path, "cls", False, 32, 64)
     return path
@@ -86,7 +86,8 @@ def make_xlmr_mean(path: Path) -> Path:
     torch.manual_seed(2)
     cfg = XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=48, num_hidden_layers=2,
                            num_attention_heads=4, intermediate_size=96, max_position_embeddings=130,
-                           pad_token_id=fast.pad_token_id, bos_token_id=0, eos_token_id=2, type_vocab_size=1)
+                           pad_token_id=fast.pad_token_id, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
+                           initializer_range=0.2)
     XLMRobertaModel(cfg, add_pooling_layer=False).eval().save_pretrained(path)
     _st_files(path, "mean", True, 48, 128)
     return path
