@@ -25,11 +25,11 @@ install: $(STAMP) ## create .venv and install embtrt with the server, test and l
 demo: $(STAMP) ## main job: build the bundled all-MiniLM-L6-v2, serve it, embed texts over gRPC, stop
 	$(BIN)/embtrt demo --out repo
 
-test: $(STAMP) ## the test suite (unit + integration against a real tritonserver); slow cases excluded
-	$(BIN)/python -m pytest -m "not slow" -q
+test: $(STAMP) ## the test suite (unit + integration against a real tritonserver); slow and deploy cases excluded
+	$(BIN)/python -m pytest -m "not slow and not deploy" -q
 
-test-all: $(STAMP) ## every test, slow ones too
-	$(BIN)/python -m pytest -q
+test-all: $(STAMP) ## every test, slow ones too (not the deploy test: make deploy-test)
+	$(BIN)/python -m pytest -m "not deploy" -q
 
 lint: $(STAMP) ## ruff, import layers, mypy (the TensorRT module against tensorrt-stubs), TensorRT names against the 10.13 and 11.4 bindings
 	$(BIN)/ruff check builder python_backend tests
@@ -48,7 +48,33 @@ bench-ab: $(STAMP) ## A/B of the serving hot path: the working tree against BASE
 	@test -n "$(BASE)" || { echo "usage: make bench-ab BASE=<commit> [ROUNDS=3] [REQUESTS=1000] [OUT=dir]"; exit 2; }
 	$(BIN)/python benchmarks/ab.py $(BASE) --rounds $(or $(ROUNDS),3) --requests $(or $(REQUESTS),1000) $(if $(OUT),--out $(OUT))
 
+# Images (deploy/): the pool image FROM NGC's tritonserver, the gateway image from embtrt's wheel.
+# Default names are what `embtrt k8s` renders; tag and push them to the cluster's registry.
+TRITON_RELEASE ?= 25.06
+SERVER_PYTHON ?= 3.12
+GATEWAY_PYTHON ?= 3.12
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+POOL_IMAGE ?= embtrt-pool:$(VERSION)-tritonserver-$(TRITON_RELEASE)
+GATEWAY_IMAGE ?= embtrt-gateway:$(VERSION)
+ENGINE ?= podman
+
+gateway-wheels: $(STAMP) ## wheels of embtrt's base install for GATEWAY_PYTHON (default 3.12) into .whl/gateway
+	rm -rf .whl/gateway && mkdir -p .whl/gateway
+	$(BIN)/pip wheel -q --no-deps -w .whl/gateway .
+	$(BIN)/pip download -q --only-binary=:all: --python-version $(GATEWAY_PYTHON) -d .whl/gateway .whl/gateway/embtrt-*.whl
+
+images: gateway-wheels ## build the pool image (FROM nvcr.io/nvidia/tritonserver:TRITON_RELEASE-py3) and the gateway image (ENGINE=podman|docker)
+	$(ENGINE) build -f deploy/pool.Containerfile --build-arg TRITON_IMAGE=nvcr.io/nvidia/tritonserver:$(TRITON_RELEASE)-py3 \
+	  --build-arg SERVER_PYTHON=$(SERVER_PYTHON) -t $(POOL_IMAGE) deploy
+	$(ENGINE) build -f deploy/gateway.Containerfile --build-arg PYTHON_IMAGE=docker.io/library/python:$(GATEWAY_PYTHON)-slim-bookworm \
+	  -t $(GATEWAY_IMAGE) .whl/gateway
+
+deploy-test: $(STAMP) ## as root: podman + runc, stand-in images, `podman kube play` of `embtrt k8s` output, real requests, teardown
+	bash deploy/standin/podman-setup.sh
+	bash deploy/standin/images.sh $(VENV)
+	$(BIN)/python -m pytest -m deploy tests/deploy -q -s
+
 clean: ## remove built repositories and caches (keeps .venv)
 	rm -rf repo .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install demo test test-all lint gpu-check bench bench-ab clean
+.PHONY: help install demo test test-all lint gpu-check bench bench-ab gateway-wheels images deploy-test clean

@@ -1,7 +1,10 @@
-"""`embtrt k8s` renders plain YAML that validates strictly offline and whose parts refer to each other."""
+"""`embtrt k8s` renders plain YAML that validates strictly offline, whose parts refer to each other,
+whose every pod passes Pod Security "restricted", and that refuses a repository the pool image
+cannot serve."""
 
 import copy
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -9,11 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from embtrt.errors import SpecError
 from embtrt.export import build
-from embtrt.scale.k8s import GRPC, QUEUE_METRIC, plan_pools
 from embtrt.export.spec import Gate, spec_from_options
+from embtrt.scale.k8s import GRPC, POOL_IMAGE, QUEUE_METRIC, K8sSpec, image_python, plan_pools, write
 
 kv = pytest.importorskip("kubernetes_validate")  # a dev dependency (make install)
+
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"  # the tiny repositories' bundles are built for it
+OTHER_PY = "3.12" if PY != "3.12" else "3.10"
+STANDIN = "localhost/embtrt-pool:standin"   # a tag that names no NGC release
 
 
 def versions() -> list[str]:
@@ -33,12 +41,99 @@ def repos(tiny_models, tmp_path_factory):
     return out
 
 
-def rendered(repo: Path, out: Path, *args: str) -> dict[str, list[dict]]:
-    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "k8s", str(repo), "--out", str(out), *args],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
+def load(out: Path) -> dict[str, list[dict]]:
     return {f.name: [d for d in yaml.safe_load_all(f.read_text()) if d] for f in sorted(out.glob("*.yaml"))}
 
+
+def rendered(repo: Path, out: Path, **kw) -> dict[str, list[dict]]:
+    kw.setdefault("image", STANDIN)
+    kw.setdefault("server_python", PY)
+    write(K8sSpec(repo, out, **kw), log=lambda m: None)
+    return load(out)
+
+
+def by_kind(files: dict[str, list[dict]]) -> dict[str, dict[str, dict]]:
+    out: dict[str, dict[str, dict]] = {}
+    for name, ds in files.items():
+        for d in ds:
+            if name != "kustomization.yaml":
+                out.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    return out
+
+
+# --- Pod Security Standards, "restricted" (Kubernetes 1.30+), every rule, read from the pod spec ---
+
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                "net.ipv4.tcp_keepalive_probes"}
+SELINUX_TYPES = {None, "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
+
+def restricted_violations(pod: dict, annotations: dict | None = None) -> list[str]:
+    """The rules of the "restricted" profile (baseline's included) that this pod spec breaks."""
+    out = []
+    psc = pod.get("securityContext") or {}
+    for f in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(f):
+            out.append(f"host namespaces: {f}")
+    if (psc.get("windowsOptions") or {}).get("hostProcess"):
+        out.append("hostProcess: pod")
+    for v in pod.get("volumes", []):
+        kinds = set(v) - {"name"}
+        if not kinds <= RESTRICTED_VOLUMES:
+            out.append(f"volume types: {v['name']} is {', '.join(sorted(kinds))}")
+    for s in psc.get("sysctls") or []:
+        if s["name"] not in SAFE_SYSCTLS:
+            out.append(f"sysctls: {s['name']}")
+    if psc.get("runAsUser") == 0:
+        out.append("runAsUser: pod runs as 0")
+    if psc.get("seccompProfile", {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
+        out.append("seccomp: pod profile")
+    for key, val in (annotations or {}).items():
+        if key.startswith("container.apparmor.security.beta.kubernetes.io/") and not (
+                val == "runtime/default" or val.startswith("localhost/")):
+            out.append(f"AppArmor: {key}")
+    containers = pod.get("initContainers", []) + pod["containers"] + pod.get("ephemeralContainers", [])
+    for c in containers:
+        n, sc = c["name"], c.get("securityContext") or {}
+        if sc.get("privileged"):
+            out.append(f"privileged: {n}")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"allowPrivilegeEscalation: {n}")
+        if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
+            out.append(f"runAsNonRoot: {n}")
+        if sc.get("runAsUser") == 0:
+            out.append(f"runAsUser: {n} runs as 0")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"seccomp: {n} has {seccomp}")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"capabilities: {n} does not drop ALL")
+        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            out.append(f"capabilities: {n} adds {caps['add']}")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            out.append(f"hostPorts: {n}")
+        if sc.get("procMount", "Default") != "Default":
+            out.append(f"procMount: {n}")
+        if (sc.get("windowsOptions") or {}).get("hostProcess"):
+            out.append(f"hostProcess: {n}")
+        se = sc.get("seLinuxOptions") or psc.get("seLinuxOptions") or {}
+        if se.get("type") not in SELINUX_TYPES or se.get("user") or se.get("role"):
+            out.append(f"SELinux: {n}")
+        if (sc.get("appArmorProfile") or psc.get("appArmorProfile") or {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
+            out.append(f"AppArmor: {n}")
+    return out
+
+
+def pods_of(files: dict[str, list[dict]]) -> list[tuple[str, dict, dict]]:
+    return [(d["metadata"]["name"], d["spec"]["template"]["spec"], d["spec"]["template"]["metadata"].get("annotations", {}))
+            for ds in files.values() for d in ds if d.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job", "Pod")]
+
+
+# --- tests ---
 
 def test_pools_split_the_buckets_by_their_upper_edges():
     assert plan_pools([32, 128, 512, 2048], ()) == [(32,), (128,), (512,), (2048,)]
@@ -47,10 +142,36 @@ def test_pools_split_the_buckets_by_their_upper_edges():
         plan_pools([32, 128], (100,))
 
 
+def test_ngc_release_tags_name_their_python():
+    assert image_python("nvcr.io/nvidia/tritonserver:25.06-py3") == "3.12"
+    assert image_python("nvcr.io/nvidia/tritonserver:24.12-py3") == "3.10"
+    assert image_python(POOL_IMAGE) == "3.12"   # what `make images` builds FROM 25.06
+    assert image_python("reg/x/embtrt-pool:0.1.0-tritonserver-24.08@sha256:" + "a" * 64) == "3.10"
+    assert image_python(STANDIN) is None and image_python("nvcr.io/nvidia/tritonserver:30.01-py3") is None
+
+
+def test_the_default_pool_image_refuses_a_bundle_built_for_another_python(repos, tmp_path):
+    """The default pool image runs NGC 25.06's Python 3.12; a repository bundled for this Python (3.11 on
+    the build machine) is refused by the CLI, naming the command that rebuilds it, and nothing is written."""
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"]), "--out", str(out),
+                        "--image", "nvcr.io/nvidia/tritonserver:25.06-py3"], capture_output=True, text=True)
+    if PY == "3.12":
+        pytest.skip("this interpreter is the image's Python 3.12: no mismatch to refuse")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"built for Python {PY}" in p.stderr and "--server-python 3.12" in p.stderr
+    assert "embtrt build" in p.stderr and not out.exists()
+    with pytest.raises(SpecError, match=f"built for Python {PY}.*server runs Python {OTHER_PY}"):
+        write(K8sSpec(repos["cpu"], tmp_path / "o2", image=STANDIN, server_python=OTHER_PY), log=lambda m: None)
+    with pytest.raises(SpecError, match="cannot tell which Python"):
+        write(K8sSpec(repos["cpu"], tmp_path / "o3", image=STANDIN), log=lambda m: None)
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+
+
 @pytest.mark.parametrize("kind", ["cpu", "trt"])
 def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos, tmp_path, kind):
     repo = repos[kind]
-    files = rendered(repo, tmp_path / "out", "--pools", "32")
+    files = rendered(repo, tmp_path / "out", pools=(32,))
     m = json.loads((repo / "embtrt.json").read_text())
     docs = [d for name, ds in files.items() if name != "kustomization.yaml" for d in ds]
     vs = versions()
@@ -60,10 +181,8 @@ def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos
             kv.validate(json.loads(json.dumps(d)), v, strict=True)
     assert sorted(files["kustomization.yaml"][0]["resources"]) == sorted(n for n in files if n != "kustomization.yaml")
 
-    by_kind: dict[str, dict[str, dict]] = {}
-    for d in docs:
-        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
-    deploys = by_kind["Deployment"]
+    kinds = by_kind(files)
+    deploys = kinds["Deployment"]
     pools = {n: d for n, d in deploys.items() if "-pool-" in n}
     assert sorted(pools) == ["bert-pool-32", "bert-pool-64"]
     models_on_disk = {p.parent.name for p in repo.glob("*/config.pbtxt")}
@@ -72,23 +191,26 @@ def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos
         pod = d["spec"]["template"]
         labels = pod["metadata"]["labels"]
         assert d["spec"]["selector"]["matchLabels"].items() <= labels.items()
-        svc = by_kind["Service"][name]
+        svc = kinds["Service"][name]
         assert svc["spec"]["selector"].items() <= labels.items()
         containers = pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
         port_names = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
         assert {p["targetPort"] for p in svc["spec"]["ports"]} <= port_names
         for c in containers:
-            sc = c["securityContext"]
-            assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
-            assert c["resources"]["requests"] and c["resources"]["limits"]
+            assert c["resources"]["requests"] == c["resources"]["limits"] and c["resources"]["limits"]["memory"]
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 if "httpGet" in c.get(probe, {}):
                     assert c[probe]["httpGet"]["port"] in port_names
+            for e in c.get("env", []):  # every Secret referenced exists, with that key
+                ref = e["valueFrom"]["secretKeyRef"]
+                assert ref["key"] in kinds["Secret"][ref["name"]]["stringData"]
         mounts = {v["name"] for v in pod["spec"]["volumes"]}
         assert all(vm["name"] in mounts for c in containers for vm in c.get("volumeMounts", []))
-        hpa = by_kind["HorizontalPodAutoscaler"][name]
+        hpa = kinds["HorizontalPodAutoscaler"][name]
         assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
-        assert by_kind["PodDisruptionBudget"][name]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        pdb = kinds["PodDisruptionBudget"][name]["spec"]
+        assert pdb["selector"]["matchLabels"].items() <= labels.items()
+        assert pdb == {"maxUnavailable": 1, "selector": pdb["selector"]}   # never minAvailable: drains go on
         if name in pools:
             (triton,) = pod["spec"]["containers"]
             loaded = [a.split("=", 1)[1] for a in triton["args"] if a.startswith("--load-model=")]
@@ -96,10 +218,21 @@ def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos
             buckets = sorted({int(x.split("_")[1]) for x in loaded})
             served_buckets += buckets
             assert {f"bert_{b}_encoder" for b in buckets} <= set(loaded)
+            # liveness: the repository's own stdlib checker, in the copy the init container makes
             live = triton["livenessProbe"]["exec"]["command"]
-            assert live[:2] == ["embtrt", "probe"] and "--no-expand" in live
-            assert {live[i + 1] for i, a in enumerate(live) if a == "--model"} <= set(loaded)
+            assert live[0] == "python3" and "--repository" in live and live[live.index("--repository") + 1] == "/models"
+            script = next(a for a in live if a.endswith("liveness.py"))
+            assert script.startswith("/models/") and (repo / script.removeprefix("/models/")).is_file()
+            assert script.split("/")[2] in loaded and "probe" not in live
             assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == QUEUE_METRIC
+            # Triton's admin APIs answer only with the admin header, whose value comes from the Secret
+            env = {e["name"] for e in triton["env"]}
+            for flag in ("--http-restricted-api=", "--grpc-restricted-protocol="):
+                (arg,) = [a for a in triton["args"] if a.startswith(flag)]
+                apis, header = arg.removeprefix(flag).split(":")
+                assert set(apis.split(",")) == {"model-repository", "logging", "shared-memory", "trace"}
+                key, value = header.split("=")
+                assert key and value.startswith("$(") and value[2:-1] in env
             inits = [c["name"] for c in pod["spec"]["initContainers"]]
             gpu = triton["resources"]["limits"].get("nvidia.com/gpu")
             if kind == "trt":
@@ -110,22 +243,140 @@ def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos
     assert sorted(served_buckets) == sorted(m["buckets"])  # every bucket in exactly one pool
 
     gw = deploys["bert-gateway"]["spec"]["template"]
-    cmd = gw["spec"]["containers"][0]["command"]
+    (gcont,) = gw["spec"]["containers"]
+    cmd = gcont["command"]
     routes = {int(cmd[i + 1].split("=")[0]): cmd[i + 1].split("=")[1] for i, a in enumerate(cmd) if a == "--pool"}
     assert sorted(routes) == sorted(m["buckets"])
     for b, target in routes.items():
         host, port = target.split(":")
         assert host in pools and int(port) == GRPC and b in served_buckets
-        assert any(p["port"] == GRPC for p in by_kind["Service"][host]["spec"]["ports"])
-    netpol = next(iter(by_kind["NetworkPolicy"].values()))
-    sel = netpol["spec"]["podSelector"]["matchLabels"]
+        assert any(p["port"] == GRPC for p in kinds["Service"][host]["spec"]["ports"])
+    # the API key: --api-key-env names a variable filled from the generated Secret
+    var = cmd[cmd.index("--api-key-env") + 1]
+    (env,) = [e for e in gcont["env"] if e["name"] == var]
+    key = kinds["Secret"][env["valueFrom"]["secretKeyRef"]["name"]]["stringData"]["api-key"]
+    assert len(key) >= 32
+    assert stat.S_IMODE((tmp_path / "out" / "secrets.yaml").stat().st_mode) == 0o600
+
+    pols = kinds["NetworkPolicy"]
+    glabels = gw["metadata"]["labels"]
+    a_pool = next(iter(pools.values()))["spec"]["template"]["metadata"]["labels"]
+    pool_pol = next(p for p in pols.values() if p["spec"]["podSelector"]["matchLabels"].items() <= a_pool.items())
+    sel = pool_pol["spec"]["podSelector"]["matchLabels"]
     assert all(sel.items() <= d["spec"]["template"]["metadata"]["labels"].items() for d in pools.values())
-    assert not sel.items() <= gw["metadata"]["labels"].items()
-    frm = netpol["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
-    assert frm.items() <= gw["metadata"]["labels"].items()
-    assert {p["port"] for p in netpol["spec"]["ingress"][0]["ports"]} == {8000, 8001}
-    rules = yaml.safe_load(by_kind["ConfigMap"]["bert-prometheus-adapter-rules"]["data"]["config.yaml"])
+    assert not sel.items() <= glabels.items()
+    frm = pool_pol["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    assert frm.items() <= glabels.items()
+    assert {p["port"] for p in pool_pol["spec"]["ingress"][0]["ports"]} == {GRPC}
+    assert pool_pol["spec"]["policyTypes"] == ["Ingress", "Egress"] and pool_pol["spec"]["egress"] == []
+    gw_pol = next(p for p in pols.values() if p["spec"]["podSelector"]["matchLabels"].items() <= glabels.items())
+    assert {p["port"] for r in gw_pol["spec"]["ingress"] for p in r["ports"]} == {8080}
+    to_pools = gw_pol["spec"]["egress"][0]
+    assert to_pools["to"][0]["podSelector"] == pool_pol["spec"]["podSelector"] and to_pools["ports"][0]["port"] == GRPC
+    rules = yaml.safe_load(kinds["ConfigMap"]["bert-prometheus-adapter-rules"]["data"]["config.yaml"])
     assert rules["rules"][0]["name"]["as"] == QUEUE_METRIC
+
+
+@pytest.mark.parametrize("kind", ["cpu", "trt"])
+def test_every_pod_passes_the_restricted_pod_security_profile(repos, tmp_path, kind):
+    files = rendered(repos[kind], tmp_path / "out", tls_secret="bert-tls")
+    pods = pods_of(files)
+    assert len(pods) == len(json.loads((repos[kind] / "embtrt.json").read_text())["buckets"]) + 1
+    for name, pod, ann in pods:
+        assert restricted_violations(pod, ann) == [], name
+        # beyond the profile: no service-account token, scratch volumes sized, images as given
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for v in pod["volumes"]:
+            if "emptyDir" in v:
+                assert v["emptyDir"]["sizeLimit"].endswith(("Gi", "Mi")), (name, v)
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["runAsUser"] == 1000
+            assert c["resources"]["limits"]["ephemeral-storage"]
+
+
+def test_the_restricted_check_catches_each_rule_broken(repos, tmp_path):
+    """The checker above is what the previous test trusts: each planted breach of the profile is found."""
+    (_, pod, _), *_ = pods_of(rendered(repos["trt"], tmp_path / "out"))
+    assert restricted_violations(pod) == []
+    init = "initContainers"
+    plants = {
+        "host namespaces": lambda p: p.update(hostNetwork=True),
+        "volume types": lambda p: p["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
+        "allowPrivilegeEscalation": lambda p: p[init][1]["securityContext"].pop("allowPrivilegeEscalation"),
+        "privileged": lambda p: p["containers"][0]["securityContext"].update(privileged=True),
+        "runAsNonRoot": lambda p: [c["securityContext"].pop("runAsNonRoot") for c in p[init]] and p["securityContext"].pop("runAsNonRoot"),
+        "runAsUser": lambda p: p[init][0]["securityContext"].update(runAsUser=0),
+        "seccomp": lambda p: p["containers"][0]["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+        "capabilities": lambda p: p[init][0]["securityContext"].update(capabilities={"add": ["SYS_ADMIN"], "drop": ["ALL"]}),
+        "hostPorts": lambda p: p["containers"][0]["ports"][0].update(hostPort=8000),
+        "sysctls": lambda p: p["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}]),
+        "procMount": lambda p: p["containers"][0]["securityContext"].update(procMount="Unmasked"),
+        "SELinux": lambda p: p["containers"][0]["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
+    }
+    for rule, plant in plants.items():
+        broken = copy.deepcopy(pod)
+        plant(broken)
+        found = restricted_violations(broken)
+        assert found and all(f.startswith(rule) for f in found), (rule, found)
+    # without seccomp at the pod level and on a container, that container breaks the rule
+    broken = copy.deepcopy(pod)
+    broken["securityContext"].pop("seccompProfile")
+    broken["containers"][0]["securityContext"].pop("seccompProfile")
+    assert restricted_violations(broken) == ["seccomp: tritonserver has None"]
+
+
+def test_tls_mounts_the_certificate_secret_for_triton_grpc_and_the_gateway(repos, tmp_path):
+    files = rendered(repos["cpu"], tmp_path / "out", tls_secret="bert-tls")
+    kinds = by_kind(files)
+    for name, pod, _ in pods_of(files):
+        (tls,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+        assert tls["secret"]["secretName"] == "bert-tls"
+        c = pod["containers"][0]
+        (mount,) = [m for m in c["volumeMounts"] if m["name"] == "tls"]
+        assert mount["readOnly"] is True
+        words = c.get("args", []) + c.get("command", [])
+        paths = [w.split("=", 1)[-1] for w in words if w.startswith("/etc/embtrt/tls/") or "=/etc/embtrt/tls/" in w]
+        assert paths and all(p.startswith(mount["mountPath"] + "/") for p in paths), name
+        if "-pool-" in name:
+            assert "--grpc-use-ssl=true" in c["args"]
+        else:
+            assert {"--tls-cert", "--tls-key", "--pool-tls-ca"} <= set(c["command"])
+            assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    plain = rendered(repos["cpu"], tmp_path / "plain")
+    assert not any("tls" in json.dumps(pod) for _, pod, _ in pods_of(plain))
+    assert "bert-tls" not in kinds.get("Secret", {})  # the certificate Secret is the user's, never rendered
+
+
+def test_rerendering_writes_a_clean_folder_and_keeps_the_generated_keys(repos, tmp_path):
+    out = tmp_path / "out"
+    first = rendered(repos["cpu"], out, pools=(32,))
+    assert {"bert-pool-32.yaml", "bert-pool-64.yaml"} <= set(first)
+    keys = {n: s["stringData"] for n, s in by_kind(first)["Secret"].items()}
+    second = rendered(repos["cpu"], out, pools=(64,))
+    assert "bert-pool-32.yaml" not in second and (out / "bert-pool-64.yaml").is_file()
+    assert sorted(p.name for p in out.glob("*.yaml")) == sorted(second["kustomization.yaml"][0]["resources"] + ["kustomization.yaml"])
+    assert {n: s["stringData"] for n, s in by_kind(second)["Secret"].items()} == keys
+    # a fresh folder gets fresh keys
+    other = rendered(repos["cpu"], tmp_path / "other")
+    assert by_kind(other)["Secret"]["bert-gateway-api-key"]["stringData"] != keys["bert-gateway-api-key"]
+
+
+def test_a_folder_that_is_not_a_previous_render_is_refused_untouched(repos, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.yaml").write_text("keep: me\n")
+    with pytest.raises(SpecError, match="did not write"):
+        rendered(repos["cpu"], mine)
+    assert [p.name for p in mine.iterdir()] == ["notes.yaml"]
+    out = tmp_path / "out"
+    rendered(repos["cpu"], out)
+    (out / "extra.txt").write_text("mine")
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(SpecError, match="extra.txt"):
+        rendered(repos["cpu"], out, pools=(32,))
+    assert sorted(p.name for p in out.iterdir()) == before and (out / "extra.txt").read_text() == "mine"
 
 
 def test_strict_validation_has_teeth(repos, tmp_path):
@@ -137,9 +388,17 @@ def test_strict_validation_has_teeth(repos, tmp_path):
 
 
 def test_unknown_pool_edge_is_refused(repos, tmp_path):
-    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"]), "--out", str(tmp_path / "o"),
-                        "--pools", "100"], capture_output=True, text=True)
-    assert p.returncode == 2 and "not buckets" in p.stderr
+    with pytest.raises(SpecError, match="not buckets"):
+        rendered(repos["cpu"], tmp_path / "o", pools=(100,))
+
+
+def test_images_by_digest_are_kept_as_given(repos, tmp_path):
+    digest = "reg.example/embtrt-pool@sha256:" + "0123456789abcdef" * 4
+    files = rendered(repos["cpu"], tmp_path / "out", image=digest)
+    pod = by_kind(files)["Deployment"]["bert-pool-32"]["spec"]["template"]["spec"]
+    assert {c["image"] for c in pod["initContainers"] + pod["containers"]} == {digest}
+    with pytest.raises(SpecError, match="invalid image"):
+        K8sSpec(repos["cpu"], tmp_path / "x", image="reg/x@sha256:abc")
 
 
 def test_two_models_get_pools_of_their_own_behind_one_gateway(repos, tiny_models, tmp_path):
@@ -148,17 +407,12 @@ def test_two_models_get_pools_of_their_own_behind_one_gateway(repos, tiny_models
     that exist; the NetworkPolicy covers every pool."""
     other = tmp_path / "xlmr"
     build(spec_from_options(tiny_models["xlmr-mean"], other, name="xlmr"), log=lambda m: None)
-    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"]), str(other), "--out",
-                        str(tmp_path / "out")], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
-    files = {f.name: [d for d in yaml.safe_load_all(f.read_text()) if d] for f in sorted((tmp_path / "out").glob("*.yaml"))}
+    files = rendered(repos["cpu"], tmp_path / "out", more_repositories=(other,))
     docs = [d for name, ds in files.items() if name != "kustomization.yaml" for d in ds]
     for d in docs:
         kv.validate(json.loads(json.dumps(d)), versions()[-1], strict=True)
-    by_kind: dict[str, dict[str, dict]] = {}
-    for d in docs:
-        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
-    deploys = by_kind["Deployment"]
+    kinds = by_kind(files)
+    deploys = kinds["Deployment"]
     want = {"bert": (repos["cpu"], "bert-repository"), "xlmr": (other, "xlmr-repository")}
     pools = {n: d for n, d in deploys.items() if "-pool-" in n}
     for model, (repo, claim) in want.items():
@@ -171,6 +425,8 @@ def test_two_models_get_pools_of_their_own_behind_one_gateway(repos, tiny_models
             assert [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v] == [claim]
             loaded = {a.split("=", 1)[1] for a in pod["containers"][0]["args"] if a.startswith("--load-model=")}
             assert loaded and loaded <= on_disk
+            script = next(a for a in pod["containers"][0]["livenessProbe"]["exec"]["command"] if a.endswith("liveness.py"))
+            assert script.split("/")[2] in loaded
     gw = deploys["bert-gateway"]["spec"]["template"]["spec"]
     cmd = gw["containers"][0]["command"]
     assert cmd[:4] == ["embtrt", "gateway", "/repositories/bert", "/repositories/xlmr"]
@@ -181,11 +437,13 @@ def test_two_models_get_pools_of_their_own_behind_one_gateway(repos, tiny_models
         model_bucket, target = r.split("=")
         model, bucket = model_bucket.split(":")
         host, port = target.split(":")
-        assert host == f"{model}-pool-{bucket}" and host in by_kind["Service"] and int(port) == GRPC
+        assert host == f"{model}-pool-{bucket}" and host in kinds["Service"] and int(port) == GRPC
     assert len(routes) == sum(len(json.loads((r / "embtrt.json").read_text())["buckets"]) for r, _ in want.values())
-    sel = next(iter(by_kind["NetworkPolicy"].values()))["spec"]["podSelector"]["matchLabels"]
+    pool_pol = kinds["NetworkPolicy"]["bert-pools-from-gateway"]
+    sel = pool_pol["spec"]["podSelector"]["matchLabels"]
     assert all(sel.items() <= d["spec"]["template"]["metadata"]["labels"].items() for d in pools.values())
+    for _, pod, ann in pods_of(files):
+        assert restricted_violations(pod, ann) == []
     # the same name twice is refused
-    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"]), str(repos["cpu"]), "--out",
-                        str(tmp_path / "o2")], capture_output=True, text=True)
-    assert p.returncode == 2 and "model names repeat" in p.stderr
+    with pytest.raises(SpecError, match="model names repeat"):
+        rendered(repos["cpu"], tmp_path / "o2", more_repositories=(repos["cpu"],))

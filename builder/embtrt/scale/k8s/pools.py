@@ -1,0 +1,141 @@
+"""One model's length pools: per pool a tritonserver Deployment, its Service, HPA and PDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import SpecError
+from ...repository.manifest import Manifest
+from .pods import add_gi, container_security, image_fields, pod_spec, repository_size, resources, scratch
+from .spec import GRPC, HTTP, METRICS, QUEUE_METRIC, K8sSpec
+
+# Triton's APIs that nothing of embtrt calls on a pool (the gateway infers; kubelet asks health):
+# loading / unloading models, logging settings, shared-memory regions, tracing. They answer only a
+# request with the admin header, whose value is in the admin Secret.
+RESTRICTED = ("model-repository", "logging", "shared-memory", "trace")
+ADMIN_HEADER = "embtrt-triton-admin-key"
+ADMIN_ENV = "EMBTRT_TRITON_ADMIN_KEY"
+TLS_DIR = "/etc/embtrt/tls"
+
+
+def plan_pools(buckets: list[int], pools: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Split the buckets into pools by their upper edges (each pool: the buckets above the last edge)."""
+    edges = sorted(set(pools)) if pools else list(buckets)
+    bad = [e for e in edges if e not in buckets]
+    if bad:
+        raise SpecError(f"invalid --pools {','.join(map(str, pools))}: {bad} are not buckets",
+                        f"the buckets are {','.join(map(str, buckets))}")
+    if edges[-1] != buckets[-1]:
+        edges.append(buckets[-1])
+    out, lo = [], 0
+    for e in edges:
+        out.append(tuple(b for b in buckets if lo < b <= e))
+        lo = e
+    return out
+
+
+def liveness_script(repo: Path, models: list[str]) -> str:
+    """The path, inside the pod's /models, of the stdlib liveness checker a loaded Python-backend
+    model of this pool carries (every built repository has one per Python model)."""
+    for m in models:
+        if (Path(repo) / m / "1" / "embtrt_backend" / "liveness.py").is_file():
+            return f"/models/{m}/1/embtrt_backend/liveness.py"
+    raise SpecError(f"{repo}: none of the pool's models {', '.join(models)} carries 1/embtrt_backend/liveness.py",
+                    "rebuild the repository with this embtrt (`embtrt build`): its Python models carry the checker")
+
+
+def triton_args(models: list[str], tls: bool) -> list[str]:
+    args = ["--model-repository=/models", "--model-control-mode=explicit", "--strict-readiness=true",
+            f"--http-port={HTTP}", f"--grpc-port={GRPC}", f"--metrics-port={METRICS}", "--exit-on-error=true",
+            # kubelet expands $(VAR) from the container's env (the admin Secret)
+            f"--http-restricted-api={','.join(RESTRICTED)}:{ADMIN_HEADER}=$({ADMIN_ENV})",
+            f"--grpc-restricted-protocol={','.join(RESTRICTED)}:{ADMIN_HEADER}=$({ADMIN_ENV})"]
+    if tls:
+        args += ["--grpc-use-ssl=true", f"--grpc-server-cert={TLS_DIR}/tls.crt", f"--grpc-server-key={TLS_DIR}/tls.key"]
+    return args + [f"--load-model={x}" for x in models]
+
+
+def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, common: dict, files: dict,
+                several: bool, admin_secret: str) -> list[str]:
+    """One model's length pools into `files`; returns the gateway's --pool arguments."""
+    name, buckets, tensorrt = m.name, list(m.buckets), m.target == "tensorrt"
+    pool_args: list[str] = []
+    try:
+        pools = plan_pools(buckets, spec.pools)
+    except SpecError as exc:
+        raise SpecError(f"{name}: {exc.message}", exc.hint) from None
+    models_size = repository_size(repo)
+    for bs in pools:
+        pool = f"{app}-pool-{max(bs)}"
+        labels = {**common, "app.kubernetes.io/name": pool, "app.kubernetes.io/component": "triton-pool",
+                  "embtrt.io/pool": str(max(bs))}
+        models = [m_ for b in bs for m_ in (f"{name}_{b}_encoder", f"{name}_{b}_tokenizer", f"{name}_{b}")]
+        if m.pooler == "python":
+            models += [f"{name}_{b}_pooler" for b in bs]
+        init = [{
+            "name": "copy-repository", **image_fields(spec.image),
+            "command": ["sh", "-c", "cp -a /repository/. /models/"],
+            "volumeMounts": [{"name": "repository", "mountPath": "/repository", "readOnly": True},
+                             {"name": "models", "mountPath": "/models"}],
+            "securityContext": container_security(), "resources": resources("500m", "1Gi", scratch="1Gi"),
+        }]
+        if tensorrt:
+            init.append({
+                "name": "engines", **image_fields(spec.engines_image or spec.image),
+                "command": ["embtrt", "engines", "/models"],
+                "volumeMounts": [{"name": "models", "mountPath": "/models"}, {"name": "tmp", "mountPath": "/tmp"}],
+                "securityContext": container_security(), "resources": resources("2", "8Gi", spec.gpus, scratch="1Gi"),
+            })
+        live = ["python3", "-I", "-B", liveness_script(repo, models), "--http", f"127.0.0.1:{HTTP}",
+                "--repository", "/models", "--timeout", "2"]
+        mounts = [{"name": "models", "mountPath": "/models"}, {"name": "tmp", "mountPath": "/tmp"},
+                  {"name": "shm", "mountPath": "/dev/shm"}]
+        volumes = [{"name": "repository", "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}},
+                   scratch("models", models_size), scratch("tmp", "1Gi"), scratch("shm", "2Gi", memory=True)]
+        if spec.tls_secret:
+            mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+            volumes.append({"name": "tls", "secret": {"secretName": spec.tls_secret, "defaultMode": 0o440}})
+        container = {
+            "name": "tritonserver", **image_fields(spec.image),
+            "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)),
+            "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret, "key": "key"}}}],
+            "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
+                      {"name": "metrics", "containerPort": METRICS}],
+            # plan builds happen in the init container; this covers model load and warm-up
+            "startupProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 10,
+                             "timeoutSeconds": 5, "failureThreshold": 90},
+            "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": "http"}, "periodSeconds": 5,
+                               "timeoutSeconds": 5},
+            # Triton's live endpoint stays 200 when a Python stub dies; the repository's stdlib checker
+            # also finds every loaded Python model's stub process. No inference: a busy pod stays live.
+            "livenessProbe": {"exec": {"command": live}, "periodSeconds": 10, "timeoutSeconds": 5,
+                              "failureThreshold": 3},
+            "volumeMounts": mounts, "securityContext": container_security(),
+            "resources": resources("4", "16Gi", spec.gpus if tensorrt else 0, scratch=add_gi(models_size, "1Gi")),
+        }
+        deploy = {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": pool, "labels": labels},
+            "spec": {"replicas": spec.replicas, "selector": {"matchLabels": {"app.kubernetes.io/name": pool}},
+                     "template": {"metadata": {"labels": labels,
+                                               "annotations": {"prometheus.io/scrape": "true",
+                                                               "prometheus.io/port": str(METRICS)}},
+                                  "spec": pod_spec([container], volumes, init)}},
+        }
+        svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": pool, "labels": labels},
+               "spec": {"selector": {"app.kubernetes.io/name": pool},
+                        "ports": [{"name": "grpc", "port": GRPC, "targetPort": "grpc"},
+                                  {"name": "http", "port": HTTP, "targetPort": "http"},
+                                  {"name": "metrics", "port": METRICS, "targetPort": "metrics"}]}}
+        hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": pool, "labels": labels},
+               "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": pool},
+                        "minReplicas": spec.replicas, "maxReplicas": max(spec.max_replicas, spec.replicas),
+                        "metrics": [{"type": "Pods", "pods": {
+                            "metric": {"name": QUEUE_METRIC},
+                            "target": {"type": "AverageValue", "averageValue": str(int(spec.target_queue_ms * 1000))}}}],
+                        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}}}}
+        # maxUnavailable, never minAvailable: with one replica, minAvailable 1 blocks every node drain
+        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": pool, "labels": labels},
+               "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": pool}}}}
+        files[f"{pool}.yaml"] = [deploy, svc, hpa, pdb]
+        pool_args += [a for b in bs for a in ("--pool", f"{name}:{b}={pool}:{GRPC}" if several else f"{b}={pool}:{GRPC}")]
+    return pool_args
