@@ -2,12 +2,15 @@
 
 The `tensorrt-cu12-bindings` wheels are real 1.3 MB wheels (their module cannot import
 without libnvinfer, which is not on this machine), and every Python name the module
-exposes is a string in `tensorrt_bindings/tensorrt.so`: pybind11 registers classes,
-methods, properties and enum members by C string. The linker merges a string into the
-tail of a longer one ("Builder" lives inside "IExprBuilder"), so a name is present when
-some NUL-terminated string ends with it. That rule can also find a removed name inside a
-longer one (INT8 in UINT8), so the names that NVIDIA's 10 -> 11 migration guide lists as
-removed are refused outright as well.
+exposes is a string in `tensorrt_bindings/tensorrt.so`: pybind11 registers classes, methods,
+properties and enum members by C string. The linker merges a string into the tail of a longer
+one ("Builder" lives inside "IExprBuilder", "num_errors" inside "get_num_errors"), so a name is
+present when it is a whole string that is an identifier, or the tail of one that starts where a
+part of the identifier starts (after "_", at a lower-to-upper case change, or at the last
+capital of a run of capitals before a lower-case letter: "Logger" in "ILogger"). A piece of a
+part never counts: "uilder" or "reate_network" are absent, and so is INT8 inside UINT8 (where
+the linker merged the two, the check reports the name missing: loud, never silently passing).
+The names that NVIDIA's 10 -> 11 migration guide lists as removed are refused outright as well.
 
     python tests/typecheck/trt_names.py builder/embtrt/export/onnx2trt.py WHEEL_DIR
 """
@@ -73,15 +76,29 @@ class Bindings:
                     self.py_names.add(node.name)
                 elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                     self.py_names.add(node.id)
-        tails: set[str] = set()
+        names: set[str] = set()
         for s in self.strings:
-            for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*$", s):
-                word = m.group(0)
-                tails.update(word[i:] for i in range(len(word)))
-        self._tails = tails
+            if _IDENT.fullmatch(s):
+                names.update(s[i:] for i in range(len(s)) if _part_starts(s, i))
+        self._names = names
 
     def has(self, name: str) -> bool:
-        return name in self.py_names or name in self._tails
+        """A whole name of these bindings (a piece of a longer identifier's part does not count)."""
+        return name in self.py_names or name in self._names
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _part_starts(word: str, i: int) -> bool:
+    """Does a part of the identifier `word` start at i: its start, after '_', at a lower-case or digit
+    to upper-case change, or at the last capital of a run followed by a lower-case letter?"""
+    if i == 0 or word[i - 1] == "_":
+        return True
+    prev, cur = word[i - 1], word[i]
+    if cur.isupper() and (prev.islower() or prev.isdigit()):
+        return True
+    return cur.isupper() and prev.isupper() and i + 1 < len(word) and word[i + 1].islower()
 
 
 def _annotation_mentions_trt(node: ast.AST | None) -> bool:

@@ -20,9 +20,12 @@ import pytest
 
 from embtrt.export import build
 from embtrt.export.onnx2trt import PLAN, PLAN_MANIFEST, TIMING_CACHE, encoder_dirs
+from embtrt.common.gpu import tensorrt_available
 from embtrt.export.spec import Gate, spec_from_options
 
 ROOT = Path(__file__).resolve().parents[2]
+TRT_HERE = tensorrt_available()[0]   # on a GPU host the fixture's build leaves plans pending all the same
+WITHOUT_TRT = "TensorRT and a GPU are on this host: the host without them is what this test covers"
 FAKES = ROOT / "tests" / "fakes"
 
 PRELUDE = """
@@ -47,8 +50,13 @@ def run_on_gpu_host(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def fp16_repo(tiny_models, tmp_path_factory):
     out = tmp_path_factory.mktemp("engines") / "repo"
-    build(spec_from_options(tiny_models["qwen3-last"], out, name="q", target="tensorrt", precision="fp16",
-                            max_batch_size=16, max_batch_tokens=1024), log=lambda m: None)
+    with pytest.MonkeyPatch.context() as mp:
+        if TRT_HERE:
+            from embtrt.export import pipeline
+
+            mp.setattr(pipeline, "tensorrt_available", lambda: (False, WITHOUT_TRT))
+        build(spec_from_options(tiny_models["qwen3-last"], out, name="q", target="tensorrt", precision="fp16",
+                                max_batch_size=16, max_batch_tokens=1024), log=lambda m: None)
     return out
 
 
@@ -124,7 +132,17 @@ def test_engines_refuse_an_onnx_the_gate_did_not_accept_and_remove_plans_that_fa
     assert not (d / PLAN).exists() and not (d / PLAN_MANIFEST).exists()
 
 
+@pytest.mark.skipif(TRT_HERE, reason=WITHOUT_TRT)
 def test_engines_cli_without_tensorrt_names_the_reason_and_the_extra(fp16_repo):
     p = subprocess.run([sys.executable, "-m", "embtrt.cli", "engines", str(fp16_repo)], capture_output=True, text=True)
     assert p.returncode == 8 and "cannot build TensorRT engines here" in p.stderr and "embtrt[tensorrt]" in p.stderr
-    assert Gate()  # the default gate judges plans: cosine p50 >= 0.9999, p01 >= 0.999
+
+
+def test_plans_are_judged_by_the_gate_the_build_recorded(fp16_repo):
+    """`embtrt engines` without a gate takes the build's from embtrt.json: the default one,
+    cosine p50 >= 0.9999 and p01 >= 0.999 with the neighbour checks."""
+    from embtrt.repository.manifest import read_manifest
+
+    gate = read_manifest(fp16_repo).gate
+    assert gate == Gate()
+    assert (gate.cosine_p50, gate.cosine_p01, gate.top10_overlap, gate.recall_regression) == (0.9999, 0.999, 0.98, 0.005)
