@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -62,10 +63,11 @@ def podman(*args: str, **kw) -> str:
     return sh("podman", *args, **kw).stdout.decode().strip()
 
 
-def http(url: str, method: str = "GET", headers: dict | None = None, body: bytes | None = None) -> tuple[int, bytes]:
+def http(url: str, method: str = "GET", headers: dict | None = None, body: bytes | None = None,
+         ctx: ssl.SSLContext | None = None) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -73,10 +75,10 @@ def http(url: str, method: str = "GET", headers: dict | None = None, body: bytes
         return 0, b""
 
 
-def wait_for(url: str, limit_s: float, what: str, logs: str) -> float:
+def wait_for(url: str, limit_s: float, what: str, logs: str, ctx: ssl.SSLContext | None = None) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        if http(url)[0] == 200:
+        if http(url, ctx=ctx)[0] == 200:
             return time.monotonic() - t0
         time.sleep(0.5)
     raise AssertionError(f"{what} not ready within {limit_s:.0f} s; logs:\n{podman('logs', logs, check=False)[-3000:]}")
@@ -122,6 +124,19 @@ def repository(tmp_path_factory):
     return repo
 
 
+def certificates(folder: Path, names: list[str]) -> dict[str, str]:
+    """A throwaway CA and a server certificate for these DNS names (openssl), as a TLS Secret's data."""
+    folder.mkdir()
+    o = lambda *a: sh("openssl", *a, timeout=60)  # noqa: E731
+    o("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(folder / "ca.key"), "-out", str(folder / "ca.crt"),
+      "-days", "2", "-subj", "/CN=embtrt-deploy-test-ca")
+    o("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(folder / "tls.key"), "-out", str(folder / "tls.csr"),
+      "-subj", f"/CN={names[0]}", "-addext", "subjectAltName=" + ",".join(f"DNS:{n}" for n in names))
+    o("x509", "-req", "-in", str(folder / "tls.csr"), "-CA", str(folder / "ca.crt"), "-CAkey", str(folder / "ca.key"),
+      "-CAcreateserial", "-out", str(folder / "tls.crt"), "-days", "2", "-copy_extensions", "copyall")
+    return {n: (folder / n).read_text() for n in ("tls.crt", "tls.key", "ca.crt")}
+
+
 def render(repository: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
     return sh(sys.executable, "-m", "embtrt.cli", "k8s", str(repository), "--out", str(out), *args, check=False)
 
@@ -144,7 +159,10 @@ def for_podman_pool(deploy: dict, secrets: dict[str, dict[str, str]]) -> dict:
     return d
 
 
-def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_podman(engine, repository, tmp_path):
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_podman(engine, repository, tmp_path, tls):
+    """tls: --tls-secret; the gateway serves HTTPS and speaks TLS to the pool (its certificate names the
+    pool's Service), tritonserver's gRPC runs --grpc-use-ssl."""
     # the default pool image (NGC 25.06, Python 3.12) cannot serve this build machine's bundle: refused
     refused = render(repository, tmp_path / "refused")
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -154,7 +172,9 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
     from embtrt.scale.k8s import K8sSpec, write
 
     write(K8sSpec(repository, out, pools=(256,), image=POOL_IMAGE, gateway_image=GATEWAY_IMAGE, server_python="3.11",
-                  gateway_replicas=1), log=print)
+                  gateway_replicas=1, tls_secret=f"{NAME}-tls" if tls else None), log=print)
+    tag = "tls" if tls else "plain"
+    cert = certificates(tmp_path / "certs", [f"{NAME}-pool-256", f"{NAME}-gateway"]) if tls else None
     docs = {f.name: list(yaml.safe_load_all(f.read_text())) for f in out.glob("*.yaml")}
     secrets = {d["metadata"]["name"]: d["stringData"] for d in docs["secrets.yaml"]}
     pool_deploy = docs[f"{NAME}-pool-256.yaml"][0]
@@ -167,6 +187,10 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
         for name, data in secrets.items():
             podman("secret", "create", name, "-", input=json.dumps(
                 {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}).encode())
+        if cert:  # podman 4.3 mounts a secret volume's data values as they are stored: PEM, not base64
+            podman("secret", "create", f"{NAME}-tls", "-", input=yaml.safe_dump(
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{NAME}-tls"}, "type": "kubernetes.io/tls",
+                 "data": cert}).encode())
         # the repository's PersistentVolumeClaim: a podman volume of that claim's name, filled from a tar
         claim = pool_deploy["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
         podman("volume", "create", claim)
@@ -181,9 +205,9 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
         t0 = time.monotonic()
         podman("kube", "play", "--network", NET, str(pool_yaml), timeout=900)
         ip = pod_ip(pool)
-        FIGURES["pool: kube play (init copy included) s"] = round(time.monotonic() - t0, 1)
+        FIGURES[f"{tag}: pool kube play (init copy included) s"] = round(time.monotonic() - t0, 1)
         wait_for(f"http://{ip}:8000/v2/health/ready", 300, "tritonserver", triton_c)
-        FIGURES["pool: start to ready s"] = round(time.monotonic() - t0, 1)
+        FIGURES[f"{tag}: pool start to ready s"] = round(time.monotonic() - t0, 1)
 
         # the init container copied the repository into the (empty) pod-local volume
         copied = exec_in(triton_c, "python3", "-c", "import json; print(json.load(open('/models/embtrt.json'))['name'])")
@@ -210,24 +234,43 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
         t1 = time.monotonic()
         podman("kube", "play", "--network", NET, str(gw_yaml), timeout=300)
         gip = pod_ip(gw)
-        wait_for(f"http://{gip}:8080/health/ready", 120, "gateway", gw_c)
-        FIGURES["gateway: start to ready s"] = round(time.monotonic() - t1, 1)
+        ctx = None
+        if cert:  # the chain is verified against the CA; the pod's address is not in the certificate
+            ctx = ssl.create_default_context(cadata=cert["ca.crt"])
+            ctx.check_hostname = False
+        base = f"{'https' if tls else 'http'}://{gip}:8080"
+        wait_for(f"{base}/health/ready", 120, "gateway", gw_c, ctx)
+        FIGURES[f"{tag}: gateway start to ready s"] = round(time.monotonic() - t1, 1)
+        if tls:  # plain HTTP is not served, and gRPC to the pool without TLS is refused
+            assert http(f"http://{gip}:8080/health/live")[0] == 0
+            import tritonclient.grpc as grpcclient
+            from tritonclient.utils import InferenceServerException
+
+            with pytest.raises(InferenceServerException):
+                grpcclient.InferenceServerClient(f"{ip}:8001").is_server_live(client_timeout=5)
         gw_info = json.loads(podman("inspect", gw_c))[0]
         assert gw_info["Config"]["User"] == "1000:1000" and gw_info["HostConfig"]["ReadonlyRootfs"] is True
 
         body = json.dumps({"model": NAME, "input": TEXTS[:1]}).encode()
-        assert http(f"http://{gip}:8080/v1/embeddings", "POST", {"content-type": "application/json"}, body)[0] == 401
-        from openai import OpenAI
+        assert http(f"{base}/v1/embeddings", "POST", {"content-type": "application/json"}, body, ctx)[0] == 401
         from sentence_transformers import SentenceTransformer
 
         from embtrt.reference.modelinfo import default_model_path
 
-        client = OpenAI(base_url=f"http://{gip}:8080/v1", api_key=secrets[f"{NAME}-gateway-api-key"]["api-key"],
-                        max_retries=0, timeout=60)
-        got = np.array([d.embedding for d in client.embeddings.create(model=NAME, input=TEXTS).data], dtype=np.float32)
+        key = secrets[f"{NAME}-gateway-api-key"]["api-key"]
+        if tls:  # plain HTTP with the CA (the openai client's transport would need the CA as well)
+            code, raw = http(f"{base}/v1/embeddings", "POST", {"content-type": "application/json",
+                             "authorization": f"Bearer {key}"}, json.dumps({"model": NAME, "input": TEXTS}).encode(), ctx)
+            assert code == 200, raw[:500]
+            got = np.array([d["embedding"] for d in json.loads(raw)["data"]], dtype=np.float32)
+        else:
+            from openai import OpenAI
+
+            client = OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=60)
+            got = np.array([d.embedding for d in client.embeddings.create(model=NAME, input=TEXTS).data], dtype=np.float32)
         want = SentenceTransformer(str(default_model_path()), device="cpu").encode(TEXTS, normalize_embeddings=True)
         cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
-        FIGURES["cosine to sentence-transformers (min)"] = float(cos.min())
+        FIGURES[f"{tag}: cosine to sentence-transformers (min)"] = round(float(cos.min()), 6)
         assert got.shape == want.shape and cos.min() >= 0.9999, cos
 
         # liveness: the rendered command, run in the pool container, passes; after a stub is killed it fails
@@ -248,7 +291,7 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
             sh("podman", "kube", "down", str(f), check=False, timeout=120)
         for pod_name in (gw, pool):
             sh("podman", "pod", "rm", "-f", pod_name, check=False, timeout=120)
-        for name in secrets:
+        for name in [*secrets, f"{NAME}-tls"]:
             sh("podman", "secret", "rm", name, check=False)
         for v in (f"{NAME}-repository", *POD_VOLUMES):
             sh("podman", "volume", "rm", "-f", v, check=False)

@@ -34,7 +34,7 @@ def gateway(spec: K8sSpec, app: str, common: dict, files: dict, pool_args: list[
         tls_args = ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key",
                     "--pool-tls-ca", f"{TLS_DIR}/ca.crt"]
         mounts = [*mounts, {"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
-        volumes = [*volumes, {"name": "tls", "secret": {"secretName": spec.tls_secret, "defaultMode": 0o440}}]
+        volumes = [*volumes, {"name": "tls", "secret": {"secretName": spec.tls_secret, "defaultMode": 0o440, "optional": False}}]
     cont = {
         "name": "gateway", **image_fields(spec.gateway_image),
         "command": ["embtrt", "gateway", *repos, "--host", "0.0.0.0", "--port", str(GATEWAY_PORT),

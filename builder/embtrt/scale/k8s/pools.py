@@ -94,7 +94,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
                    scratch("models", models_size), scratch("tmp", "1Gi"), scratch("shm", "2Gi", memory=True)]
         if spec.tls_secret:
             mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-            volumes.append({"name": "tls", "secret": {"secretName": spec.tls_secret, "defaultMode": 0o440}})
+            volumes.append({"name": "tls", "secret": {"secretName": spec.tls_secret, "defaultMode": 0o440, "optional": False}})
         container = {
             "name": "tritonserver", **image_fields(spec.image),
             "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)),
