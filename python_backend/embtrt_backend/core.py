@@ -137,7 +137,7 @@ class RequestCore:
                 if over.size:
                     outcomes[i] = Outcome(error=InputError(
                         f"row {int(over[0])}: text is longer than the max sequence length {max_len} tokens (truncate NONE"
-                        f"{'' if r.options.truncate else ', the build used --overflow reject'})", "input"))
+                        f"{'' if r.options.truncate else ', the build used --overflow reject'})", "input", int(over[0])))
                     continue
             a, b = int(row_of_text[start]), int(row_of_text[end])
             keep.append((i, len(ids), b - a, end - start, owner[a:b] - start))

@@ -71,7 +71,7 @@ def long_pool(minilm_repo, tmp_path_factory):
 def two_pools(minilm_repo, minilm_server, long_pool, tmp_path_factory):
     a, b = minilm_server.grpc_url, long_pool.grpc_url
     with gateway(minilm_repo, tmp_path_factory.mktemp("gw") / "gw.log", "--pool", f"32={a}", "--pool", f"128={a}",
-                 "--pool", f"256={b}") as url:
+                 "--pool", f"256={b}", "--token-ids") as url:
         yield url
 
 
@@ -226,8 +226,11 @@ def test_a_stopped_pool_gives_503_for_its_bucket_while_the_other_answers_and_rec
             assert _post(u, {"model": NAME, "input": long_text}).status_code == 200
             assert httpx.get(u + "/health/ready").status_code == 200
             srv.stop()
-            err = _envelope(_post(u, {"model": NAME, "input": long_text}), 503, "pool <=256 (bucket 256")
-            assert err["code"] == "pool_unavailable"
+            r = _post(u, {"model": NAME, "input": long_text})
+            err = _envelope(r, 503, "the model's servers are unavailable; retry later")
+            assert err["code"] == "pool_unavailable" and r.headers["retry-after"] == "2"
+            assert "127.0.0.1" not in r.text and "bucket" not in r.text  # no internal address or topology
+            assert f"pool <=256 (bucket 256, 127.0.0.1:{port}) is unavailable" in (tmp_path / "gw.log").read_text()
             assert _post(u, {"model": NAME, "input": "a short query"}).status_code == 200
             ready = httpx.get(u + "/health/ready")
             assert ready.status_code == 503

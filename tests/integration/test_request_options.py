@@ -251,7 +251,7 @@ def test_gateway_takes_the_options_with_the_openai_client(route, prompted, corpu
 
     folder, repo, srv = prompted["xp"]
     texts = _texts(corpus)[:24]
-    with gateway(repo, tmp_path / "gw.log", "--triton", srv.grpc_url, "--route", route) as url:
+    with gateway(repo, tmp_path / "gw.log", "--triton", srv.grpc_url, "--route", route, "--token-ids") as url:
         c = OpenAI(base_url=url + "/v1", api_key="unused")
         models = c.models.list().data
         assert models[0].id == "xp" and models[0].model_extra["prompts"] == PROMPTS

@@ -163,3 +163,52 @@ def test_a_call_answering_several_outputs_scatters_each_of_them():
     assert len(up.calls) < len(reqs)
     for rows, (vecs, tokens) in zip(reqs, outs):
         assert vecs[:, 0].tolist() == rows and tokens[:, 0].tolist() == [10 * r for r in rows]
+
+
+class Gated:
+    """An upstream whose calls each wait for their own release: the test decides when a call ends."""
+
+    def __init__(self) -> None:
+        self.calls: list[list] = []
+        self.gates: list[asyncio.Event] = []
+
+    async def __call__(self, key, rows: list) -> np.ndarray:
+        self.calls.append(list(rows))
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        await gate.wait()
+        return np.asarray([[r, r] for r in rows], dtype=np.float32)
+
+
+def test_a_large_requests_parts_wait_for_slots_and_small_requests_go_first():
+    up = Gated()
+
+    async def until(cond):
+        for _ in range(1000):  # loop turns, not time: bounded, and no clock in the test
+            if cond():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError(f"never came true; upstream calls {up.calls}")
+
+    async def main():
+        b = _batcher(up, limit=2, inflight=1, window_s=0.0)  # a small request's rows may go at once
+        big = [asyncio.ensure_future(b.submit("k", [100 + 2 * i, 101 + 2 * i], bulk=True)) for i in range(4)]
+        await until(lambda: len(up.calls) == 1)          # one bulk part in the only slot
+        small = asyncio.ensure_future(b.submit("k", [7]))
+        await until(lambda: len(up.calls) == 2)          # the small one does not wait for the bulk parts
+        assert up.calls[1] == [7]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert len(up.calls) == 2                        # the other bulk parts never jump the slot limit
+        released = 0
+        while not all(f.done() for f in big):  # end the calls one by one, oldest first
+            up.gates[released].set()
+            released += 1
+            await until(lambda n=released: len(up.gates) > n or all(f.done() for f in big))
+        outs = await asyncio.gather(*big, small)
+        return outs
+
+    outs = asyncio.run(main())
+    assert [o[:, 0].tolist() for o in outs] == [[100, 101], [102, 103], [104, 105], [106, 107], [7]]
+    # the bulk parts went one at a time, in order, each only once the only slot was free again
+    assert up.calls == [[100, 101], [7], [102, 103], [104, 105], [106, 107]]

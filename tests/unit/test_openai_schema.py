@@ -11,10 +11,10 @@ from embtrt.scale.gateway import ApiError, EmbeddingsModel, EmbeddingsRequest, p
 VOCAB, MAX_LEN, MAX_BYTES = 100, 8, 16
 
 
-def _model(route: str = "ids", **kw) -> EmbeddingsModel:
+def _model(route: str = "ids", token_ids: bool = True, **kw) -> EmbeddingsModel:
     base = dict(dim=8, normalize=True, prompts={"query": "q: ", "passage": "", "code": "c: "},
                 calibration=np.random.default_rng(0).normal(size=(20, 8)).astype(np.float32))
-    return EmbeddingsModel(ModelOptions(**{**base, **kw}), VOCAB, MAX_LEN, MAX_BYTES, route)
+    return EmbeddingsModel(ModelOptions(**{**base, **kw}), VOCAB, MAX_LEN, MAX_BYTES, route, token_ids)
 
 
 MODELS = {"m": _model()}
@@ -189,3 +189,14 @@ def test_the_text_route_refuses_a_prompt_or_truncation_other_than_the_default():
     _refused({"model": "m", "input": "x", "prompt_name": "query"}, 400, msg, "prompt_name", models)
     _refused({"model": "m", "input": "x", "truncate": "END"}, 400, msg, "truncate", models)
     assert _parse({"model": "m", "input": "x", "dimensions": 4}, models).options.dimensions == 4
+
+
+@pytest.mark.parametrize("inp", [[1, 2, 3], [[1, 2], [3]]])
+def test_token_ids_are_refused_unless_the_gateway_takes_them(inp):
+    with pytest.raises(ApiError) as info:
+        _parse({"model": "m", "input": inp}, models={"m": _model(token_ids=False)})
+    err = info.value
+    assert (err.status, err.param, err.code) == (400, "input", "token_ids_disabled")
+    assert err.message.startswith("token-id input is off on this gateway: ids are embedded as this model's own")
+    assert "check_embedding_ctx_length=False" in err.message and "--token-ids" in err.message
+    assert _parse({"model": "m", "input": ["still ok"]}, models={"m": _model(token_ids=False)}).texts

@@ -26,6 +26,16 @@ def gateway(
     max_body_bytes: int = typer.Option(16 << 20, help="Largest request body; larger ones get 413. Default 16777216."),
     coalesce_us: int = typer.Option(2000, help="Rows of concurrent requests go upstream as one call: per bucket on --route ids (at most the bucket's max batch), per prompt and truncation on --route frontdoor (at most the front door's max batch). A call goes out at once while fewer than --coalesce-inflight calls per replica are in flight for the pool, so a lone request never waits; otherwise rows wait for a free slot, at most this many microseconds. 0 disables coalescing. Default 2000 (measured: benchmarks/README.md)."),
     coalesce_inflight: int = typer.Option(2, help="Upstream calls per bucket and replica in flight before items wait to be coalesced. Default 2 (the python-* encoders' instance count)."),
+    token_ids: bool = typer.Option(False, "--token-ids/--no-token-ids", help="Accept token-id input (lists of ints), embedded as the model's own vocabulary. Off by default: clients such as LangChain's OpenAIEmbeddings send ids of another vocabulary (tiktoken) unless check_embedding_ctx_length=False. Default off."),
+    max_request_chars: int = typer.Option(2_000_000, help="Most characters of text per request; more get 413. Default 2000000."),
+    max_request_tokens: int = typer.Option(262_144, help="Most tokens per request (after truncation, prompts and special tokens included); more get 413. Default 262144."),
+    max_concurrent_requests: int = typer.Option(256, help="Requests served at once; more get 429 with Retry-After. Default 256."),
+    cpu_threads: int = typer.Option(2, help="Threads for JSON and tokenization of large requests, off the event loop. Default 2."),
+    request_timeout: float = typer.Option(60.0, help="Seconds a request may take from its first byte (body included); past it 504. Default 60."),
+    header_timeout: float = typer.Option(10.0, help="Seconds a connection has to send a request's headers; then it is closed. Default 10."),
+    body_timeout: float = typer.Option(30.0, help="Seconds to receive a request's body; past it 408 and the connection is closed. Default 30."),
+    idle_timeout: float = typer.Option(5.0, help="Seconds a kept-alive connection may stay idle. Default 5."),
+    max_connections: int = typer.Option(1024, help="Connections and requests at once; beyond it 503. Default 1024."),
 ) -> None:
     """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""
     from ..scale.gateway import GatewayConfig, parse_pool, run
@@ -38,7 +48,11 @@ def gateway(
                             "export the key in that variable before starting the gateway")
     cfg = GatewayConfig(repo[0], more_repositories=tuple(repo[1:]), triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])),
                         api_key=key, route=route, max_items=max_items, max_body_bytes=max_body_bytes,
-                        coalesce_us=coalesce_us, coalesce_inflight=coalesce_inflight)
+                        coalesce_us=coalesce_us, coalesce_inflight=coalesce_inflight, token_ids=token_ids,
+                        max_request_chars=max_request_chars, max_request_tokens=max_request_tokens,
+                        max_concurrent=max_concurrent_requests, cpu_threads=cpu_threads, timeout_s=request_timeout,
+                        header_timeout_s=header_timeout, body_timeout_s=body_timeout, idle_timeout_s=idle_timeout,
+                        max_connections=max_connections)
     run(cfg, host, port, log=say)
 
 

@@ -18,6 +18,7 @@ class _Part:
     rows: list
     fut: asyncio.Future
     since: float
+    bulk: bool = False   # one of several parts of a large request: waits for a free slot, behind small requests
 
 
 class PoolBatcher:
@@ -32,6 +33,10 @@ class PoolBatcher:
     retried one request per call, so that only the request at fault fails; a request whose client
     went away is dropped from calls not yet sent.
 
+    A large request's parts (`bulk`) queue behind the rows of small requests and never jump the slot
+    limit, so one maximal request cannot hold every call slot, nor fill the server's queue ahead of
+    the small requests that arrive while it runs.
+
     `limit(key)`: the most rows of one call; `call(key, rows)`: one upstream call -> one array per row
     (vectors), or a tuple of such arrays (vectors and token counts)."""
 
@@ -44,16 +49,18 @@ class PoolBatcher:
         self.timer: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # the submitting loop (get_running_loop costs a getpid)
 
-    async def submit(self, key, rows: list) -> Any:
+    async def submit(self, key, rows: list, bulk: bool = False) -> Any:
         loop = self.loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self.pending.setdefault(key, []).append(_Part(rows, fut, loop.time()))
+        queue = self.pending.setdefault(key, [])
+        part = _Part(rows, fut, loop.time(), bulk)
+        if bulk:
+            queue.append(part)
+        else:  # ahead of the parts of large requests
+            at = next((i for i, p in enumerate(queue) if p.bulk), len(queue))
+            queue.insert(at, part)
         self._dispatch()
         return await fut
-
-    def _oldest(self):
-        waiting = [(parts[0].since, i, k) for i, (k, parts) in enumerate(self.pending.items()) if parts]
-        return min(waiting)[2] if waiting else None
 
     def _dispatch(self) -> None:
         loop = self.loop
@@ -65,32 +72,38 @@ class PoolBatcher:
             else:
                 del self.pending[k]
         now = loop.time()
-        while True:
-            nxt = self._oldest()
+        while True:  # the key whose rows waited longest first; past its window a small request's rows go anyway
+            nxt, small_only = None, False
+            for _since, _i, k in sorted((parts[0].since, i, k) for i, (k, parts) in enumerate(self.pending.items())):
+                head = self.pending[k][0]
+                if self.inflight < self.max_inflight:
+                    nxt = k
+                    break
+                if not head.bulk and now - head.since >= self.window_s:
+                    nxt, small_only = k, True
+                    break
             if nxt is None:
                 break
-            overdue = now - self.pending[nxt][0].since >= self.window_s
-            if self.inflight >= self.max_inflight and not overdue:
-                break
-            self._send(nxt)
+            self._send(nxt, small_only)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        first = self._oldest()
-        if first is not None:  # slots are busy: wake up when the oldest row has waited long enough
-            delay = max(0.0, self.pending[first][0].since + self.window_s - now)
-            self.timer = loop.call_later(delay, self._on_timer)
+        due = [parts[0].since + self.window_s for parts in self.pending.values() if not parts[0].bulk]
+        if due:  # slots are busy: wake up when the oldest small request's rows have waited long enough
+            self.timer = loop.call_later(max(0.0, min(due) - now), self._on_timer)
 
     def _on_timer(self) -> None:
         self.timer = None
         self._dispatch()
 
-    def _send(self, key) -> None:
+    def _send(self, key, small_only: bool = False) -> None:
+        """One call of the key's waiting rows, up to its limit (only small requests' rows when it goes
+        out past the slot limit)."""
         queue = self.pending[key]
         limit = self.limit(key)
         take: list[_Part] = []
         n = 0
-        while queue and (not take or n + len(queue[0].rows) <= limit):
+        while queue and (not take or n + len(queue[0].rows) <= limit) and not (small_only and queue[0].bulk):
             part = queue.pop(0)
             take.append(part)
             n += len(part.rows)

@@ -34,6 +34,19 @@ class GatewayConfig:
     # 0 disables coalescing.
     coalesce_us: int = 2000
     coalesce_inflight: int = 2
+    # token-id input ("input": [ids] / [[ids]]) only when asked: clients such as LangChain's
+    # OpenAIEmbeddings send ids of tiktoken's vocabulary, which the model would embed as its own
+    token_ids: bool = False
+    # admission control (admission.py) and connection hygiene (connections.py)
+    max_request_chars: int = 2_000_000
+    max_request_tokens: int = 262_144
+    max_concurrent: int = 256
+    cpu_threads: int = 2
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 5.0
+    max_connections: int = 1024
+    ready_cache_s: float = 2.0     # /health/ready answers from a probe at most this old
 
     def __post_init__(self) -> None:
         if self.route not in ROUTES:
@@ -44,6 +57,22 @@ class GatewayConfig:
             raise SpecError(f"invalid coalesce_us: {self.coalesce_us}", "0 (off) .. 1000000")
         if not 1 <= self.coalesce_inflight <= 64:
             raise SpecError(f"invalid coalesce_inflight: {self.coalesce_inflight}", "1 .. 64")
+        for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s", "timeout_s"):
+            if not 0 < float(getattr(self, name)) <= 3600:
+                raise SpecError(f"invalid {name}: {getattr(self, name)}", "seconds, > 0 and <= 3600")
+        if self.max_connections < 1 or self.max_connections < self.max_concurrent:
+            raise SpecError(f"invalid max_connections: {self.max_connections}",
+                            f"at least max_concurrent ({self.max_concurrent})")
+
+    def admission(self):
+        from .admission import AdmissionConfig
+
+        return AdmissionConfig(self.max_request_chars, self.max_request_tokens, self.max_concurrent, self.cpu_threads)
+
+    def limits(self):
+        from .connections import Limits
+
+        return Limits(self.header_timeout_s, self.body_timeout_s, self.idle_timeout_s, self.max_connections)
 
 
 def parse_pool(text: str) -> tuple:

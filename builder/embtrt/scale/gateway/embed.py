@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+
+from embtrt_backend.core import Chunk, Request
 
 from ...errors import SpecError
 from ...serve import wire
@@ -18,6 +19,7 @@ from .coalescer import PoolBatcher
 from .config import GatewayConfig, Pool, model_pools
 from .errors import ApiError
 from .metrics import Metrics
+from .admission import Admission, AdmissionConfig
 from .served import Served
 from .upstream import Upstream
 
@@ -26,8 +28,9 @@ class Gateway:
     """The gateway of one model (repository): routing, tokenizing, coalescing, pooling."""
 
     def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: Metrics | None = None,
-                 upstream: Upstream | None = None, several: bool = False) -> None:
+                 upstream: Upstream | None = None, several: bool = False, admission: Admission | None = None) -> None:
         self.cfg = cfg
+        self.admission = admission or Admission(AdmissionConfig())
         self.served = Served(repository or cfg.repository)
         name = self.served.name
         self.pools = model_pools(cfg, name, self.served.buckets, several)
@@ -60,8 +63,8 @@ class Gateway:
         self.metrics.of(self.metrics.call_rows, pool.name, key[0]).observe(len(rows))
         if key[0] == "frontdoor":
             return await self._frontdoor(rows, key[1], key[2])
-        return await self._rows(key[1], [r[0] for r in rows], [r[1] for r in rows],
-                                np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows)))
+        return await self._rows(Chunk(key[1], np.arange(len(rows)), [r[0] for r in rows], [r[1] for r in rows],
+                                      np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))))
 
     def _prompt_parameter(self, opts) -> str | None:
         """The front door's prompt_name for these options: the prompt's name; for no prompt where the
@@ -110,67 +113,59 @@ class Gateway:
         opts = opts if opts is not None else self.served.options.default
         self.active += 1
         try:
+            if texts is not None:
+                self.admission.check_chars(texts)
             if texts is not None and await self._text_route() == "frontdoor" and not (self.adaptive and self.active == 1):
                 return await self._embed_frontdoor(texts, opts)
             return await self._embed_ids(texts, ids, opts)
         finally:
             self.active -= 1
 
+    async def _prepare(self, texts: list[str] | None, ids: list[list[int]] | None, opts):
+        """The request core's prepare (prompt, tokenize, refuse, plan) off the event loop for large
+        inputs; a refused request is a 400 naming its item; over the token cap a 413."""
+        s = self.served
+        size = sum(map(len, texts)) if texts is not None else 4 * sum(map(len, ids or ()))
+        batch = await self.admission.offload(size, s.core.prepare, [Request(texts, ids, opts)])
+        refused = batch.outcomes[0]
+        if refused is not None and refused.error is not None:
+            err = refused.error
+            why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
+            raise ApiError(400, f"input[{getattr(err, 'row', 0)}] is longer than the max sequence length {s.max_len} "
+                           f"tokens and {why}" if getattr(err, "row", None) is not None else str(err), param="input")
+        self.admission.check_tokens(sum(len(x) for c in batch.chunks for x in c.ids))
+        return batch
+
     async def _embed_ids(self, texts: list[str] | None, ids: list[list[int]] | None, opts) -> tuple[np.ndarray, int]:
-        """Token ids (the request's, or its texts' tokenized here) to the buckets' encoders (or, --route text,
-        each bucket's rows as text to its NAME_<L> ensemble)."""
-        s = self.served
-        skip = 0
-        if texts is not None:
-            texts, enc, skip = self._encode(texts, opts)
-        else:
-            assert ids is not None
-            enc = s.Encoded(ids, [[0] * len(x) for x in ids], np.array([len(x) for x in ids], dtype=np.int64))
-        from embtrt_backend.routing import plan
-
-        out = np.empty((enc.lengths.size, s.dim), dtype=np.float32)
-        # length-sorted rows of each bucket in chunks as large as the bucket's max batch (the front door's routing)
-        jobs = [self._chunk(s.buckets[b], rows, enc, texts if enc.owner is None else None, out, skip)
-                for b, rows in plan(enc.lengths, s.buckets, [s.max_batch[b] for b in s.buckets], pad_to_bucket=True)]
-        await asyncio.gather(*jobs)
-        n = len(texts) if texts is not None else enc.lengths.size
-        # --overflow chunk: rows are windows; each text gets the mean of its windows, as the front door does
-        vecs = s.merge_windows(out, enc.owner, n, s.normalize)
-        return s.options.finish(vecs, opts), int(enc.lengths.sum())
-
-    def _encode(self, texts: list[str], opts) -> tuple[list[str], Any, int]:
-        """Tokenize texts as the front door does (prompt first, the request's truncation) and refuse
-        over-long ones where nothing may be cut -> (prompted texts, encoding, prompt tokens to leave
-        out of pooling)."""
-        s = self.served
-        skip = 0
-        if opts.prompt:
-            texts = [opts.prompt + t for t in texts]
-            skip = 0 if s.options.include_prompt else s.prompt_tokens[opts.prompt_name]
-        enc = s.tok.encode_mixed(texts, [opts.truncate] * len(texts))
-        if s.tok.refuses_long(opts.truncate):
-            over = np.nonzero(enc.lengths > s.max_len)[0]
-            if over.size:
-                why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
-                raise ApiError(400, f"input[{int(over[0])}] is longer than the max sequence length {s.max_len} "
-                               f"tokens and {why}", param="input")
-        return texts, enc, skip
+        """Token ids (the request's, or its texts' tokenized here by the request core) to the buckets'
+        encoders (or, --route text, each bucket's texts to its NAME_<L> ensemble)."""
+        batch = await self._prepare(texts, ids, opts)
+        windows = sum(len(c.ids) for c in batch.chunks) != len(texts or ids or ())
+        bulk = len(batch.chunks) > 1
+        vecs = await asyncio.gather(*(self._chunk(c, None if windows else texts, bulk) for c in batch.chunks))
+        (out,) = batch.finish(list(vecs))
+        assert out.vectors is not None and out.tokens is not None
+        return out.vectors, int(out.tokens.sum())
 
     async def _embed_frontdoor(self, texts: list[str], opts) -> tuple[np.ndarray, int]:
         """Texts to the front door, which applies the prompt (a request parameter) and the truncation
         itself and reports each text's token count. The gateway tokenizes only to refuse over-long
-        texts up front (truncate NONE), or for usage where the front door does not report it."""
+        texts up front (truncate NONE), to count tokens for the cap when a cheap bound cannot prove the
+        request under it, or for usage where the front door does not report it."""
         s = self.served
         counted = None
-        if s.tok.refuses_long(opts.truncate) or not s.door_tokens:
-            counted = int(self._encode(texts, opts)[1].lengths.sum())
+        cuts = not s.tok.refuses_long(opts.truncate)
+        bound = self.admission.token_bound(texts, 2 + len(opts.prompt), s.max_len if cuts else None)
+        if not cuts or not s.door_tokens or bound > self.admission.cfg.max_request_tokens:
+            counted = sum(int(x) for c in (await self._prepare(texts, None, opts)).chunks for x in map(len, c.ids))
         key = ("frontdoor", self._prompt_parameter(opts), opts.truncate)
         pool = self.pools[0]
         mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
         parts = [texts[i:i + mb] for i in range(0, len(texts), mb)]
         done: list[tuple[np.ndarray, np.ndarray | None]]
         if self.batchers:
-            done = list(await asyncio.gather(*(self.batchers[pool.name].submit(key, p) for p in parts)))
+            bulk = len(parts) > 1
+            done = list(await asyncio.gather(*(self.batchers[pool.name].submit(key, p, bulk) for p in parts)))
         else:
             done = list(await asyncio.gather(*(self._frontdoor(p, key[1], key[2]) for p in parts)))
         vecs = done[0][0] if len(done) == 1 else np.concatenate([d[0] for d in done])
@@ -179,50 +174,45 @@ class Gateway:
         self.metrics.count(pool.name, len(texts), counted)
         return s.options.finish(vecs, opts), counted
 
-    async def _chunk(self, bucket: int, rows, enc, texts, out: np.ndarray, skip: int = 0) -> None:
+    async def _chunk(self, c: Chunk, texts: list[str] | None, bulk: bool = False) -> np.ndarray:
+        """One chunk of the plan upstream: as text to its bucket ensemble (--route text), or as token ids
+        to its encoder, coalesced with other requests' rows or alone -> pooled vectors of its rows."""
         s = self.served
-        pool = self.pool_of[bucket]
+        pool = self.pool_of[c.bucket]
         if self.route == "text" and texts is not None:
-            inputs = [wire.text_input([texts[r] for r in rows])]
-            vec = await self.upstream.call(pool, bucket, f"{s.name}_{bucket}", inputs, "EMBEDDING")
-        else:  # token ids to the bucket's encoder: coalesced with other requests' rows, or alone
-            ids, types = [enc.ids[r] for r in rows], [enc.type_ids[r] for r in rows]
-            if self.batchers:
-                vec = await self.batchers[pool.name].submit(("ids", bucket), list(zip(ids, types, [skip] * len(ids))))
-            else:
-                vec = await self._rows(bucket, ids, types, np.full(len(ids), skip, dtype=np.int64))
-        out[rows] = vec
-        self.metrics.count(pool.name, len(rows), int(enc.lengths[rows].sum()))
-
-    async def _rows(self, bucket: int, ids: list[list[int]], types: list[list[int]], skip: np.ndarray) -> np.ndarray:
-        """Token-id rows (of several requests) -> pooled vectors, by one call to the bucket's encoder."""
-        s = self.served
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        enc = s.Encoded(ids, types, lengths)
-        width = bucket if s.fixed_length else int(lengths.max())
-        feeds = s.tok.pad(enc, np.arange(len(ids)), width, s.input_names)
-        inputs = wire.int64_inputs(feeds, s.input_names)
-        vec = await self.upstream.call(self.pool_of[bucket], bucket, f"{s.name}_{bucket}_encoder", inputs, s.output)
-        if not s.fused:  # include_prompt false: the prompt's tokens are left out of pooling
-            from embtrt_backend.pooling import exclude_prefix, pool_and_normalize
-
-            vec = pool_and_normalize(vec, exclude_prefix(feeds["attention_mask"], skip), s.pooling, s.normalize)
+            inputs = [wire.text_input([texts[r] for r in c.rows])]
+            vec = await self.upstream.call(pool, c.bucket, f"{s.name}_{c.bucket}", inputs, "EMBEDDING")
+        elif self.batchers:
+            vec = await self.batchers[pool.name].submit(("ids", c.bucket), list(zip(c.ids, c.type_ids, c.skip.tolist())),
+                                                        bulk)
+        else:
+            vec = await self._rows(c)
+        self.metrics.count(pool.name, len(c.ids), sum(map(len, c.ids)))
         return vec
+
+    async def _rows(self, c: Chunk) -> np.ndarray:
+        """Token-id rows (of one or several requests) -> pooled vectors, by one call to the bucket's
+        encoder, padded and pooled by the request core as the front door does."""
+        core = self.served.core
+        feeds = core.feeds(c)
+        out = await self.upstream.call(self.pool_of[c.bucket], c.bucket, f"{self.served.name}_{c.bucket}_encoder",
+                                       wire.int64_inputs(feeds, core.cfg.input_names), self.served.output)
+        return core.pool(out, feeds, c.skip)
 
     async def ready(self) -> dict[str, str]:
         """Every pool must answer a real inference on its smallest bucket; {pool: 'ok' | reason}."""
         s = self.served
-        enc = s.tok.encode(["embtrt readiness probe"])
         out: dict[str, str] = {}
+        probe = "embtrt readiness probe"
 
         async def one(pool: Pool) -> None:
-            b = min(pool.buckets)
-            vec = np.empty((1, s.dim), dtype=np.float32)
             try:
                 if self.route == "frontdoor":  # the model the requests use: the front door (auto: once it is ready)
-                    vec = (await self._frontdoor(["embtrt readiness probe"], None, None))[0]
+                    vec = (await self._frontdoor([probe], None, None))[0]
                 else:
-                    await self._chunk(b, np.array([0]), enc, ["embtrt readiness probe"], vec)
+                    ids = s.tok.encode([probe]).ids
+                    b = min(pool.buckets)
+                    vec = await self._rows(Chunk(b, np.arange(1), ids, [[0] * len(ids[0])], np.zeros(1, np.int64)))
                 out[pool.name] = "ok" if np.all(np.isfinite(vec)) else "non-finite vector"
             except ApiError as exc:
                 out[pool.name] = exc.message

@@ -32,6 +32,7 @@ class EmbeddingsModel:
     max_len: int                     # the most tokens of a token-id item
     max_text_bytes: int              # the most UTF-8 bytes of a text (the front door's limit)
     route: str = "ids"               # the gateway's route for it: "text" takes the default prompt and truncation only
+    token_ids: bool = False          # token-id input accepted (--token-ids): the model's own vocabulary only
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,15 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
     if all(isinstance(x, str) for x in inp):
         _check_bytes(inp, m.max_text_bytes)
         return request(list(inp), None)
+    looks_like_ids = all(_is_int(x) for x in inp) or all(isinstance(x, list) for x in inp)
+    if looks_like_ids and not m.token_ids:
+        raise ApiError(400, "token-id input is off on this gateway: ids are embedded as this model's own vocabulary, "
+                       "and clients such as LangChain's OpenAIEmbeddings send ids of another one (tiktoken) by "
+                       "default, which would give wrong vectors. Send text (LangChain: "
+                       "check_embedding_ctx_length=False), or start the gateway with --token-ids if the ids are "
+                       f"{name}'s own", param="input", code="token_ids_disabled")
     explicit_prompt = any(raw.get(k) is not None for k in ("prompt_name", "input_type"))
-    if explicit_prompt and opts.prompt and (all(_is_int(x) for x in inp) or all(isinstance(x, list) for x in inp)):
+    if explicit_prompt and opts.prompt and looks_like_ids:
         raise ApiError(400, "token-id input is embedded as given: a prompt (prompt_name / input_type) applies "
                        "to text input only", param="input")
     if all(_is_int(x) for x in inp):

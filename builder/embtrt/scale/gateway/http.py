@@ -57,48 +57,74 @@ class _Embeddings:
 
     async def __call__(self, scope, receive, send) -> None:
         t0 = time.perf_counter()
-        status, doc = 200, None
+        status, doc, served, extra = 200, None, None, []
+        admitted = False
+        adm = self.gw.admission
         try:
             headers = dict(scope.get("headers") or ())
             self.check_key(headers.get(b"authorization", b"").decode("latin-1"))
+            adm.enter()  # 429 past --max-concurrent-requests, before any work
+            admitted = True
+            self.gw.metrics.in_flight.inc()
             size = headers.get(b"content-length", b"").decode("latin-1")
             if size.isdigit() and int(size) > self.cfg.max_body_bytes:
                 raise ApiError(413, f"request body of {size} bytes is over the limit of {self.cfg.max_body_bytes} bytes")
-            raw = await self.body(receive)
-            try:
-                body = _loads(raw)
-            except ValueError as exc:  # json / orjson decode errors, invalid UTF-8
-                raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
-            req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items)
-            model = self.gw.models[req.served]
-            try:
-                vecs, tokens = await _within(self.cfg.timeout_s, model.embed(req.texts, req.ids, req.options))
+            try:  # the deadline runs from the request's first byte: reading its body counts
+                doc, served = await _within(self.cfg.timeout_s, self.handle(receive))
             except asyncio.TimeoutError:
                 raise ApiError(504, f"the request did not finish within {self.cfg.timeout_s:g} s", type_="timeout",
                                code="timeout") from None
-            if req.encoding_format == "base64":  # float32 little-endian, or the raw int8 / uint8 bytes of the compact types
-                raw_vecs = vecs.astype("<f4") if vecs.dtype == np.float32 else vecs
-                data = [{"object": "embedding", "index": i,
-                         "embedding": base64.b64encode(v.tobytes()).decode("ascii")} for i, v in enumerate(raw_vecs)]
-            else:  # float: the arrays themselves (orjson writes numpy without a Python float per value)
-                data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]
-            doc = {"object": "list", "data": data, "model": req.model,
-                   "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-            self.gw.metrics.of(self.gw.metrics.model_requests, model.served.name, "200").inc()
         except ApiError as exc:
             status, doc = exc.status, exc.body()
+            served = served or getattr(exc, "served", None)
+            if exc.retry_after is not None:
+                extra.append((b"retry-after", str(exc.retry_after).encode()))
+            if exc.status == 408:  # a body that never came: the connection is not reused
+                extra.append((b"connection", b"close"))
             self.gw.metrics.errors.labels(str(status)).inc()
         except Exception as exc:  # a bug: the request gets a 500 in OpenAI's envelope, the gateway serves on
             status = 500
             doc = ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error").body()
             self.gw.metrics.errors.labels("500").inc()
+        finally:
+            if admitted:
+                adm.leave()
+                self.gw.metrics.in_flight.dec()
+        if served is not None:
+            self.gw.metrics.of(self.gw.metrics.model_requests, served, str(status)).inc()
         self.gw.metrics.of(self.gw.metrics.requests, "embeddings", str(status)).inc()
         if status == 200:
             self.gw.metrics.latency.observe(time.perf_counter() - t0)
-        payload = _dumps(doc)
+        payload = await adm.offload(len(doc.get("data", ())) * 1536, _dumps, doc)
         await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                                *extra]})
         await send({"type": "http.response.body", "body": payload})
+
+    async def handle(self, receive) -> tuple[dict, str]:
+        """Body -> (the response document, the served model's name); JSON and tokenization of large
+        requests off the event loop."""
+        adm = self.gw.admission
+        raw = await self.body(receive)
+        try:
+            body = await adm.offload(len(raw), _loads, raw)
+        except ValueError as exc:  # json / orjson decode errors, invalid UTF-8
+            raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+        req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items)
+        model = self.gw.models[req.served]
+        try:
+            vecs, tokens = await model.embed(req.texts, req.ids, req.options)
+        except ApiError as exc:
+            exc.served = req.served  # type: ignore[attr-defined]  (counted per model and status)
+            raise
+        if req.encoding_format == "base64":  # float32 little-endian, or the raw int8 / uint8 bytes of the compact types
+            raw_vecs = vecs.astype("<f4") if vecs.dtype == np.float32 else vecs
+            data = [{"object": "embedding", "index": i,
+                     "embedding": base64.b64encode(v.tobytes()).decode("ascii")} for i, v in enumerate(raw_vecs)]
+        else:  # float: the arrays themselves (orjson writes numpy without a Python float per value)
+            data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]
+        return ({"object": "list", "data": data, "model": req.model,
+                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, req.served)
 
     def check_key(self, auth: str) -> None:
         if self.cfg.api_key is None:
@@ -109,6 +135,14 @@ class _Embeddings:
                            code="invalid_api_key")
 
     async def body(self, receive) -> bytes:
+        """The request body, within --body-timeout (408 and the connection closed past it)."""
+        try:
+            return await _within(self.cfg.body_timeout_s, self._read(receive))
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"the request body did not arrive within {self.cfg.body_timeout_s:g} s",
+                           code="body_timeout") from None
+
+    async def _read(self, receive) -> bytes:
         parts, n = [], 0
         while True:
             msg = await receive()
@@ -186,8 +220,16 @@ def create_app(cfg: GatewayConfig) -> GatewayApp:
 
 
 def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print) -> None:
+    import logging
+
     import uvicorn
 
+    from ...serve.ports import refuse_taken
+    from .connections import uvicorn_options
+
+    refuse_taken(host, {"--port": port})  # before anything says where it serves
+    if not logging.getLogger().handlers:  # upstream failures' details go to the log, not to clients
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(cfg)
     gw = app.gateway
     for name, g in gw.models.items():
@@ -195,4 +237,5 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
     log(f"embtrt gateway for {', '.join(gw.models)} on http://{host}:{port}/v1/embeddings")
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False,
+                **uvicorn_options(cfg.limits()))

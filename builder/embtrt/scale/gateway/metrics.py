@@ -7,7 +7,7 @@ from typing import Any
 
 class Metrics:
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         self.requests = Counter("embtrt_gateway_requests", "HTTP requests by route and status", ["route", "status"],
@@ -17,6 +17,8 @@ class Metrics:
         self.errors = Counter("embtrt_gateway_errors", "Error responses by status", ["status"], registry=self.registry)
         self.model_requests = Counter("embtrt_gateway_model_requests", "Embedding requests per model and status",
                                       ["model", "status"], registry=self.registry)
+        self.in_flight = Gauge("embtrt_gateway_requests_in_flight", "Embedding requests admitted and not yet answered",
+                               registry=self.registry)
         self.retries = Counter("embtrt_gateway_upstream_retries", "Upstream calls retried on another replica",
                                ["pool", "reason"], registry=self.registry)
         buckets = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)

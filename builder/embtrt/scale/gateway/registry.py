@@ -4,7 +4,11 @@ resolution, NAME-query aliases included); readiness of every pool; the /v1/model
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from ...errors import SpecError
+from .admission import Admission
 from .config import GatewayConfig
 from .embed import Gateway
 from .embeddings_schema import EmbeddingsModel, model_suffixes
@@ -17,12 +21,16 @@ class MultiGateway:
     upstream clients and metrics are shared; unknown names are 404."""
 
     def __init__(self, cfg: GatewayConfig) -> None:
+        self.cfg = cfg
         self.metrics = Metrics()
         self.upstream = Upstream(cfg.attempts, cfg.timeout_s, self.metrics)
+        self.admission = Admission(cfg.admission())
+        self._ready: tuple[float, int, dict[str, str]] | None = None
+        self._ready_task: asyncio.Task | None = None
         repos = (cfg.repository, *cfg.more_repositories)
         self.models: dict[str, Gateway] = {}
         for repo in repos:
-            g = Gateway(cfg, repo, self.metrics, self.upstream, several=len(repos) > 1)
+            g = Gateway(cfg, repo, self.metrics, self.upstream, several=len(repos) > 1, admission=self.admission)
             if g.served.name in self.models:
                 raise SpecError(f"two repositories serve a model named {g.served.name!r} ({repo})",
                                 "build one of them with another --name")
@@ -34,7 +42,8 @@ class MultiGateway:
         self.several = len(self.models) > 1
         # what parsing a request needs of each model (embeddings_schema.parse_embeddings)
         self.schemas: dict[str, EmbeddingsModel] = {
-            name: EmbeddingsModel(g.served.options, g.served.vocab_size, g.served.max_len, g.served.max_text_bytes, g.route)
+            name: EmbeddingsModel(g.served.options, g.served.vocab_size, g.served.max_len, g.served.max_text_bytes, g.route,
+                                  cfg.token_ids)
             for name, g in self.models.items()}
 
     @property
@@ -43,8 +52,26 @@ class MultiGateway:
 
     async def close(self) -> None:
         await self.upstream.close()
+        self.admission.close()
 
     async def ready(self) -> dict[str, str]:
+        """Every pool's state from a probe at most `ready_cache_s` old: concurrent callers share one
+        probe, and a readiness endpoint polled hard costs one inference per period, not one per call."""
+        now = time.monotonic()
+        if self._ready is not None and now - self._ready[0] < self.cfg.ready_cache_s \
+                and self._ready[1] == self.upstream.failures:  # no call failed since: still true
+            return self._ready[2]
+        if self._ready_task is None or self._ready_task.done():
+            self._ready_task = asyncio.ensure_future(self._probe())
+        return await asyncio.shield(self._ready_task)
+
+    async def _probe(self) -> dict[str, str]:
+        failures = self.upstream.failures
+        out = await self._probe_pools()
+        self._ready = (time.monotonic(), failures, out)
+        return out
+
+    async def _probe_pools(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for name, g in self.models.items():
             for pool, state in (await g.ready()).items():

@@ -30,23 +30,21 @@ class Served:
         from ...repository.config import parse_config
 
         door_cfg = parse_config(repo / self.name / "config.pbtxt")
-        door = door_cfg.parameters
+        door = {k: v.string_value for k, v in door_cfg.parameters.items()}
         # the front door reports each text's token count (repositories built before it did not): usage without
         # tokenizing here
         self.door_tokens = any(o.name == "TOKENS" for o in door_cfg.output)
         # the front door refuses longer texts (never cut by bytes); the gateway does so up front on every route
-        self.max_text_bytes = int(door["max_text_bytes"].string_value) if "max_text_bytes" in door else 1 << 20
+        self.max_text_bytes = int(door.get("max_text_bytes", str(1 << 20)))
         self.identity = dict(m.identity)
-        from ...common.backend import backend_lib
+        from embtrt_backend.core import RequestCore
+        from embtrt_backend.options import load_calibration
 
-        text_mod, _ = backend_lib()
-        self.tok = text_mod.TextTokenizer(str(repo / self.name / "1" / "tokenizer.json"), self.max_len, m.pad_id,
-                                          self.overflow, m.overflow_stride)
-        self.merge_windows, self.Encoded = text_mod.merge_windows, text_mod.Encoded
+        # the front door's own request core, from its own config: the token-id route plans, pads and pools
+        # exactly as the front door does
+        folder = str(repo / self.name / "1")
+        self.core = RequestCore.from_folder(folder, {"overflow": m.overflow, "overflow_stride": str(m.overflow_stride),
+                                                     **door}, load_calibration(folder))
+        self.tok = self.core.tokenizer
+        self.options = self.core.options
         self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
-        from embtrt_backend.options import ModelOptions, load_calibration, prompt_length
-
-        self.options = ModelOptions(dim=m.dim, normalize=m.normalize, prompts=dict(m.prompts),
-                                    default_prompt_name=m.default_prompt_name, include_prompt=m.include_prompt,
-                                    allowed_dimensions=m.dimensions, calibration=load_calibration(str(repo / self.name / "1")))
-        self.prompt_tokens = {n: prompt_length(self.tok.tok, t) for n, t in self.options.prompts.items()}

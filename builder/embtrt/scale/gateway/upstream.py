@@ -6,6 +6,7 @@ full. A failure is classified by serve.wire and answered in OpenAI's envelope: t
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -16,6 +17,8 @@ from .config import Pool
 from .errors import ApiError
 from .metrics import Metrics
 
+log = logging.getLogger("embtrt.gateway")
+
 
 class Upstream:
     """The tritonservers behind the gateway, shared by all its models."""
@@ -23,13 +26,14 @@ class Upstream:
     def __init__(self, attempts: int, timeout_s: float, metrics: Metrics) -> None:
         self.attempts, self.timeout_s, self.metrics = attempts, timeout_s, metrics
         self._clients: dict[str, Any] = {}
+        self.failures = 0  # calls that ended unavailable: a readiness answer older than the last one is stale
 
     def client(self, url: str):
         c = self._clients.get(url)
         if c is None:
             import tritonclient.grpc.aio as aioclient
 
-            c = self._clients[url] = aioclient.InferenceServerClient(url)
+            c = self._clients[url] = aioclient.InferenceServerClient(url, channel_args=channel_args())
         return c
 
     async def close(self) -> None:
@@ -65,11 +69,35 @@ class Upstream:
                     self.metrics.retries.labels(pool.name, kind).inc()
             await asyncio.sleep(wire.backoff(delay))
             delay = min(delay * 2, 1.0)
+        # the details (addresses, gRPC's own words) go to the log; the client gets what it can act on
         if reasons == {wire.QUEUE_FULL}:
-            raise ApiError(429, f"every replica of pool {pool.name} (bucket {bucket}) has a full queue; retry later ({last})",
-                           type_="rate_limit_error", code="queue_full")
-        raise ApiError(503, f"pool {pool.name} (bucket {bucket}, {', '.join(pool.urls)}) is unavailable: {last}",
-                       type_="service_unavailable", code="pool_unavailable")
+            log.warning("pool %s (bucket %s): every replica's queue is full: %s", pool.name, bucket, last)
+            raise ApiError(429, "the model's servers are at capacity (a full queue on every replica); retry later",
+                           type_="rate_limit_error", code="queue_full", retry_after=1)
+        self.failures += 1
+        log.warning("pool %s (bucket %s, %s) is unavailable: %s", pool.name, bucket, ", ".join(pool.urls), last)
+        raise ApiError(503, "the model's servers are unavailable; retry later", type_="service_unavailable",
+                       code="pool_unavailable", retry_after=2)
+
+
+# gRPC's reconnect backoff grows to 120 s by default: a pool that was down for minutes would stay
+# unreachable long after it is back. Capped at 1 s (with tritonclient's own message-size and keep-alive
+# options, which passing channel_args replaces).
+RECONNECT_BACKOFF_MS = 1000
+
+
+def channel_args() -> list[tuple[str, int]]:
+    from tritonclient.grpc import KeepAliveOptions
+    from tritonclient.grpc._client import MAX_GRPC_MESSAGE_SIZE
+
+    k = KeepAliveOptions()
+    return [("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.keepalive_time_ms", k.keepalive_time_ms), ("grpc.keepalive_timeout_ms", k.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", k.keepalive_permit_without_calls),
+            ("grpc.http2.max_pings_without_data", k.http2_max_pings_without_data),
+            ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS)]
 
 
 def reason(exc: BaseException) -> str:
