@@ -45,9 +45,14 @@ def load(out: Path) -> dict[str, list[dict]]:
     return {f.name: [d for d in yaml.safe_load_all(f.read_text()) if d] for f in sorted(out.glob("*.yaml"))}
 
 
+ENGINES = "localhost/embtrt-engines:standin"
+
+
 def rendered(repo: Path, out: Path, **kw) -> dict[str, list[dict]]:
     kw.setdefault("image", STANDIN)
     kw.setdefault("server_python", PY)
+    if json.loads((repo / "embtrt.json").read_text())["target"] == "tensorrt":
+        kw.setdefault("engines_image", ENGINES)
     write(K8sSpec(repo, out, **kw), log=lambda m: None)
     return load(out)
 
@@ -238,6 +243,7 @@ def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos
             if kind == "trt":
                 assert inits == ["copy-repository", "engines"] and gpu == "1"
                 assert pod["spec"]["initContainers"][1]["command"] == ["embtrt", "engines", "/models"]
+                assert pod["spec"]["initContainers"][1]["image"] == ENGINES
             else:
                 assert inits == ["copy-repository"] and gpu is None
     assert sorted(served_buckets) == sorted(m["buckets"])  # every bucket in exactly one pool
@@ -377,6 +383,13 @@ def test_a_folder_that_is_not_a_previous_render_is_refused_untouched(repos, tmp_
     with pytest.raises(SpecError, match="extra.txt"):
         rendered(repos["cpu"], out, pools=(32,))
     assert sorted(p.name for p in out.iterdir()) == before and (out / "extra.txt").read_text() == "mine"
+
+
+def test_a_tensorrt_repository_needs_an_engines_image(repos, tmp_path):
+    """The pool image has no `embtrt engines`: a TensorRT render without --engines-image could not start."""
+    with pytest.raises(SpecError, match="engines-image"):
+        rendered(repos["trt"], tmp_path / "out", engines_image=None)
+    assert not (tmp_path / "out").exists()
 
 
 def test_strict_validation_has_teeth(repos, tmp_path):

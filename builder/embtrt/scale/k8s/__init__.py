@@ -76,6 +76,11 @@ def render(spec: K8sSpec, keep: dict[str, dict[str, str]] | None = None) -> dict
     if several and spec.repo_pvc:
         raise SpecError("invalid --repo-pvc with several repositories", "each model's claim is <model>-repository")
     python = spec.pool_python()
+    trt = [m.name for m in manifests if m.target == "tensorrt"]
+    if trt and spec.engines_image is None:
+        raise SpecError(f"{', '.join(trt)}: TensorRT plans are built in the pod by `embtrt engines`, which the pool "
+                        "image does not have", "pass --engines-image: tritonserver's image with "
+                        "`pip install 'embtrt[tensorrt]'` (the same TensorRT as the pool's)")
     for r, m in zip(repos, manifests):
         check_python(r, m, python)
     keep = keep or {}
