@@ -277,6 +277,20 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
         live = pool_deploy["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["exec"]["command"]
         ok = exec_in(triton_c, *live)
         assert ok.returncode == 0, ok.stderr
+        # ... and while the pod is busy (requests in flight through the gateway): no inference, no queue
+        from concurrent.futures import ThreadPoolExecutor
+
+        long_body = json.dumps({"model": NAME, "input": [TEXTS[3]] * 64}).encode()
+        auth = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+        with ThreadPoolExecutor(8) as pool_x:
+            busy = [pool_x.submit(http, f"{base}/v1/embeddings", "POST", auth, long_body, ctx) for _ in range(16)]
+            time.sleep(0.5)
+            t2 = time.monotonic()
+            under_load = exec_in(triton_c, *live)
+            FIGURES[f"{tag}: liveness check under load s"] = round(time.monotonic() - t2, 2)
+            codes = [f.result()[0] for f in busy]
+        assert under_load.returncode == 0, under_load.stderr
+        assert codes == [200] * 16, codes
         find = ("import os\nfor p in os.listdir('/proc'):\n if p.isdigit():\n"
                 "  a = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n"
                 "  hit = [x.decode() for x in a if x.endswith(b'_encoder_0_0')]\n"

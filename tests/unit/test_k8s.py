@@ -168,6 +168,9 @@ def test_the_default_pool_image_refuses_a_bundle_built_for_another_python(repos,
     assert "embtrt build" in p.stderr and not out.exists()
     with pytest.raises(SpecError, match=f"built for Python {PY}.*server runs Python {OTHER_PY}"):
         write(K8sSpec(repos["cpu"], tmp_path / "o2", image=STANDIN, server_python=OTHER_PY), log=lambda m: None)
+    with pytest.raises(SpecError, match="NGC's release of Python 3.12"):  # a name that contradicts --server-python
+        write(K8sSpec(repos["cpu"], tmp_path / "o4", image="nvcr.io/nvidia/tritonserver:25.06-py3", server_python=PY),
+              log=lambda m: None)
     with pytest.raises(SpecError, match="cannot tell which Python"):
         write(K8sSpec(repos["cpu"], tmp_path / "o3", image=STANDIN), log=lambda m: None)
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()

@@ -81,9 +81,13 @@ class K8sSpec:
 
     def pool_python(self) -> str:
         """The Python the pools' tritonserver runs: --server-python, else the image's NGC release."""
-        if self.server_python is not None:
-            return parse_python(self.server_python)
         py = image_python(self.image)
+        if self.server_python is not None:
+            given = parse_python(self.server_python)
+            if py is not None and py != given:
+                raise SpecError(f"invalid server_python {given}: the pool image {self.image} is NGC's release of "
+                                f"Python {py}", f"pass --server-python {py}, or an image whose name does not claim an NGC release")
+            return given
         if py is None:
             raise SpecError(f"cannot tell which Python the pool image {self.image} runs",
                             "pass --server-python (e.g. 3.12), or an image tagged with its NGC release "
