@@ -236,6 +236,16 @@ class TritonServer:
         """The server's processes: the reaper, tritonserver and its Python stubs."""
         return group_pids(self.proc.pid) if self.proc is not None and self.proc.poll() is None else set()
 
+    def server_pid(self) -> int | None:
+        """tritonserver's own process (the reaper's child), while it runs."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        except OSError:
+            return None
+        return int(children[0]) if children else None
+
     def owns_ports(self) -> bool:
         """Whether the gRPC and HTTP ports are held by this server's own processes (not an orphan's)."""
         mine = self.pids()
