@@ -1,4 +1,4 @@
-"""`embtrt bench --matrix`: the long-context stress matrix of one repository.
+"""`embtrt matrix`: the long-context stress matrix of one repository.
 
 For each token budget (`--max-batch-tokens`), the repository's configs are reloaded through
 Triton's repository API (the budget sets only batch sizes, preferred sizes, warm-up and the

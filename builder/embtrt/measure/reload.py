@@ -1,5 +1,5 @@
 """A running tritonserver's model configs, read and loaded through the repository API (Triton's
-JSON form): what `embtrt tune` and `embtrt bench --matrix` change between trials and budgets.
+JSON form): what `embtrt tune` and `embtrt matrix` change between trials and budgets.
 The server must run with `--model-control-mode=explicit`; otherwise loading is refused, and
 that refusal is turned into the caller's error with its hint."""
 

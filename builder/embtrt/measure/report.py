@@ -1,5 +1,5 @@
 """The written results of the measurements: `embtrt bench` (results.json / .md, a latency and
-throughput plot per bucket), `bench --matrix` (matrix.json / .md / .png) and `embtrt tune`
+throughput plot per bucket), `embtrt matrix` (matrix.json / .md / .png) and `embtrt tune`
 (tune.json / .md, the trials against the SLO), with the machine they ran on."""
 
 from __future__ import annotations
@@ -116,10 +116,10 @@ def save(doc: dict, out_dir: Path, with_plots: bool = True) -> list[Path]:
     return [out_dir / "results.json", out_dir / "results.md", *(plots(doc, out_dir) if with_plots else [])]
 
 
-# ---- embtrt bench --matrix -------------------------------------------------------------
+# ---- embtrt matrix --------------------------------------------------------------------
 
 def matrix_markdown(doc: dict) -> str:
-    lines = [f"# embtrt bench --matrix: {doc['model']} ({doc['target']}, {doc['precision']})", "",
+    lines = [f"# embtrt matrix: {doc['model']} ({doc['target']}, {doc['precision']})", "",
              f"Machine: {doc['machine'].get('cpu', '?')}, {doc['machine'].get('cpus')} CPUs. Built with a token budget "
              f"of {doc['built_budget']} (max batch size {doc['max_batch_size']}); {doc['requests_per_cell']} requests per "
              f"cell, one text each. Bands: " + ", ".join(f"{k} ({v['tokens'][0]}..{v['tokens'][1]} tokens)"
