@@ -139,3 +139,22 @@ def test_overhead_fit_recovers_a_known_run_cost():
     shapes = [(1, 16), (16, 16), (1, 32), (8, 32), (16, 32)]
     fixed, per_token, tokens = overhead_from_timings([(r, n, 0.002 + 1e-6 * r * n) for r, n in shapes])
     assert np.isclose(fixed, 0.002) and np.isclose(per_token, 1e-6) and tokens == 2000
+
+
+def test_engines_check_on_a_repository_without_plans_says_there_is_nothing_to_check(tmp_path):
+    r = CliRunner().invoke(app, ["engines", str(tmp_path), "--check"])
+    assert r.exit_code == 0 and "nothing to check" in r.output and "no TensorRT encoders" in r.output
+
+
+def test_engines_names_every_missing_piece_and_sees_through_the_tensorrt_stubs(tmp_path, monkeypatch):
+    import importlib.util
+
+    import embtrt.common.gpu as gpu
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(gpu, "tensorrt_available", lambda: (False, "only type stubs"))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "tensorrt" else (None if name == "pynvml" else real(name, *a)))
+    r = CliRunner().invoke(app, ["engines", str(tmp_path)])
+    assert r.exit_code == 8
+    assert "not installed here: tensorrt, nvidia-ml-py (pynvml)" in r.output and "embtrt[tensorrt]" in r.output

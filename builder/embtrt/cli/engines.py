@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import require_extra
+from ..errors import EXTRA_PURPOSE, DependencyError
 from .app import app, say
 
 
@@ -26,8 +26,21 @@ def engines(
 
     if check_only:
         states = check_plans(repo)
+        if not states:
+            say(f"nothing to check: {repo} has no TensorRT encoders (it was built for another target)")
         for st in states:
             say(f"[{st.state}] {st.message}")
         raise typer.Exit(1 if any(st.needs_build for st in states) else 0)
-    require_extra("tensorrt", "engines", "onnxruntime", "polygraphy")
+    # what building plans needs, all of it named when missing: TensorRT's real API (tensorrt-stubs imports as an
+    # empty package), NVML for the GPU's name (nvidia-ml-py), Polygraphy and ONNX Runtime
+    import importlib.util
+
+    from ..common.gpu import tensorrt_available
+
+    missing = [] if tensorrt_available()[0] or importlib.util.find_spec("tensorrt") is None else ["tensorrt"]
+    missing += [m for m in ("tensorrt", "pynvml", "onnxruntime", "polygraphy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise DependencyError(f"`embtrt engines` needs {EXTRA_PURPOSE['tensorrt']}; not installed here: "
+                              f"{', '.join('nvidia-ml-py (pynvml)' if m == 'pynvml' else m for m in missing)}",
+                              "pip install 'embtrt[tensorrt]'")
     build_engines(repo, force=force, allow_mismatch=allow_mismatch, texts=load_corpus(corpus) if corpus else None, log=say)
