@@ -55,6 +55,12 @@ class ClientError(EmbtrtError):
     exit_code = 7
 
 
+class BadRequestError(ClientError):
+    """The server refused the request as bad input or bad options (INVALID_ARGUMENT): the caller's to fix."""
+
+    exit_code = 2
+
+
 class DependencyError(EmbtrtError):
     """An optional dependency (TensorRT, CUDA) is missing for the requested step."""
 

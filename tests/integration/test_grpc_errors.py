@@ -63,3 +63,14 @@ def test_asking_for_the_float_output_of_an_int8_request_is_refused_by_name(minil
         assert r.as_numpy("EMBEDDING_INT8").dtype == np.int8 and r.as_numpy("TOKENS").tolist() == [[3]]
     finally:
         c.close()
+
+
+def test_embed_cli_answers_a_bad_option_as_bad_input_exit_2(minilm_server):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", "hello", "--url", minilm_server.grpc_url,
+                        "--dimensions", "999"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    out = r.stdout + r.stderr
+    assert "invalid dimensions 999: this model allows any width from 1 to 384" in out and "INTERNAL" not in out

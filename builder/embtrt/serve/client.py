@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ClientError
+from ..errors import BadRequestError, ClientError
+from . import wire
 from .wire import backoff, output_name, outputs, retryable, text_input
 
 # the wire's pieces under the names this module's callers import (tests/integration/test_request_options.py)
@@ -26,6 +27,14 @@ def request_options(prompt_name: str | None = None, input_type: str | None = Non
     opts = {"prompt_name": prompt_name, "input_type": input_type, "dimensions": dimensions,
             "truncate": truncate, "embedding_type": embedding_type}
     return {k: v for k, v in opts.items() if v is not None}
+
+
+def _failure(model: str, exc: Exception) -> ClientError:
+    """A failed call as the error the caller can act on: bad input (INVALID_ARGUMENT, exit 2) or not."""
+    if wire.classify(exc) == wire.BAD:
+        msg = str(exc).replace("[StatusCode.INVALID_ARGUMENT] ", "")
+        return BadRequestError(f"{model}: {msg}", "the request was refused as bad input; fix the text or the option named")
+    return ClientError(f"{model}: {exc}")
 
 
 @dataclass
@@ -82,7 +91,7 @@ class EmbeddingClient:
                     time.sleep(backoff(delay))
                     delay *= 2
                     continue
-                raise ClientError(f"{self.model}: {exc}") from exc
+                raise _failure(self.model, exc) from exc
         raise AssertionError("unreachable")
 
     def embed(self, texts: list[str], *, prompt_name: str | None = None, input_type: str | None = None,
@@ -141,7 +150,7 @@ class AsyncEmbeddingClient:
                     await asyncio.sleep(backoff(delay))
                     delay *= 2
                     continue
-                raise ClientError(f"{self.model}: {exc}") from exc
+                raise _failure(self.model, exc) from exc
         raise AssertionError("unreachable")
 
     async def embed(self, texts: list[str], *, prompt_name: str | None = None, input_type: str | None = None,
