@@ -163,6 +163,13 @@ def verify(url: str, model: str, reference: Reference, texts: list[str], gate: G
 
     with EmbeddingClient(url, model) as c:
         meta = c.metadata()
+        if meta.parameters.get("overflow") == "reject":  # such a build refuses over-long texts by design
+            limit = int(meta.parameters.get("max_seq_length", reference.max_len))
+            keep = [t for t, n in zip(texts, reference.token_counts(texts)) if n <= limit]
+            if len(keep) < len(texts):
+                log(f"{len(texts) - len(keep)} texts longer than {limit} tokens left out: {model} was built with "
+                    "--overflow reject and refuses them (pass --corpus to choose the texts)")
+            texts = keep
         said = ", ".join(f"{k} {v}" for k, v in (("prompt_name", prompt_name), ("dimensions", dimensions)) if v is not None)
         log(f"embedding {len(texts)} texts through {model} at {url}" + (f" ({said})" if said else ""))
         served = c.embed(texts, prompt_name=prompt_name, dimensions=dimensions)
@@ -200,9 +207,12 @@ def identity_diff(a: dict[str, str], b: dict[str, str], name_a: str, name_b: str
     if model_keys & set(diff):
         out.append(f"different models: vectors of {name_a} and {name_b} must not share an index; re-embed the index "
                    f"with the deployment that serves the queries")
-    elif diff:
+    elif set(diff) & {"embtrt.precision", "embtrt.target", "embtrt.backend_profile"}:
         out.append("same model on different backends or precisions: the agreement gate above decides whether their "
                    "vectors may share an index; where it fails, re-embed the index with the query-serving deployment")
+    elif diff:
+        out.append("the same model, backend and precision under other names: the agreement gate above confirms "
+                   "that their vectors may share an index")
     return out
 
 
