@@ -45,11 +45,16 @@ def test_tune_applies_a_winner_that_passes_check_and_verify(xlmr_repo, tiny_mode
 
 
 @pytest.mark.slow  # runs trials until the budget is spent; make test-all
-def test_an_slo_no_trial_meets_names_the_best_p99(xlmr_repo):
+def test_an_slo_no_trial_meets_names_the_best_p99_and_still_writes_the_report(xlmr_repo, tmp_path):
+    import json
+
     with pytest.raises(TuneError) as ei:
-        tune(TuneSpec(xlmr_repo, slo_p99_ms=0.01, concurrency=(2,), budget_min=0.5, requests=20, warmup=2),
-             log=lambda m: None)
+        tune(TuneSpec(xlmr_repo, slo_p99_ms=0.01, concurrency=(2,), budget_min=0.5, requests=20, warmup=2,
+                      out=tmp_path / "out"), log=lambda m: None)
     assert "no trial met the SLO p99 <= 0.01 ms" in ei.value.message and "the best p99 found was" in ei.value.message
+    doc = json.loads((tmp_path / "out" / "tune.json").read_text())
+    assert doc["winner"] is None and doc["trials"] and not any(t["feasible"] for t in doc["trials"])
+    assert "No trial met the SLO." in (tmp_path / "out" / "tune.md").read_text()
 
 
 def test_a_server_not_in_explicit_mode_and_a_tiny_budget_are_refused(xlmr_repo, tmp_path):

@@ -203,7 +203,8 @@ def write_tune(doc: dict, out: Path) -> list[Path]:
     (out / "tune.json").write_text(json.dumps(doc, indent=2) + "\n")
     conc = max(doc["concurrency"])
     lines = [f"# embtrt tune: SLO {doc['slo']} at concurrency {doc['concurrency']}", "",
-             f"Scenario: {doc['scenario']}. Winner: trial {doc['winner'] + 1}, margin {doc['margin']}.", "",
+             f"Scenario: {doc['scenario']}. " + (f"Winner: trial {doc['winner'] + 1}, margin {doc['margin']}."
+                                                 if doc["winner"] is not None else "No trial met the SLO."), "",
              f"| trial | settings | req/s at c{conc} | p50 ms | worst p99 ms | within SLO | Pareto |", "|---|---|---:|---:|---:|---|---|"]
     for i, t in enumerate(doc["trials"]):
         r = t["results"][str(conc)]
@@ -226,7 +227,8 @@ def write_tune(doc: dict, out: Path) -> list[Path]:
     front = sorted(doc["pareto"], key=lambda i: xs[i])
     ax.plot([xs[i] for i in front], [ys[i] for i in front], "r--", label="Pareto front")
     w = doc["winner"]
-    ax.scatter([xs[w]], [ys[w]], s=160, facecolors="none", edgecolors="black", label="winner")
+    if w is not None:
+        ax.scatter([xs[w]], [ys[w]], s=160, facecolors="none", edgecolors="black", label="winner")
     if not isinstance(doc["slo_p99_ms"], dict):  # per-band SLOs have no one line to draw
         ax.axvline(doc["slo_p99_ms"], color="tab:orange", linestyle=":", label="SLO")
     ax.set_xlabel("worst p99 over the concurrencies (ms)")

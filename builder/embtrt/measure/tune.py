@@ -271,7 +271,8 @@ def pareto(trials: list[Trial]) -> list[int]:
     return out
 
 
-def report(spec: TuneSpec, trials: list[Trial], winner: Trial) -> dict:
+def report(spec: TuneSpec, trials: list[Trial], winner: Trial | None) -> dict:
+    """The tune report; `winner` None when no trial met the SLO (what was tried is reported all the same)."""
     baseline = trials[0]
     return {
         "slo_p99_ms": ({f"<={b}": ms for b, ms in spec.slo_p99_ms.items()} if isinstance(spec.slo_p99_ms, dict)
@@ -284,9 +285,10 @@ def report(spec: TuneSpec, trials: list[Trial], winner: Trial) -> dict:
                     "bands": {x: {str(c): r for c, r in v.items()} for x, v in t.bands.items()},
                     "feasible": t.feasible(spec.slo_p99_ms)} for t in trials],
         "pareto": pareto(trials),
-        "winner": trials.index(winner),
-        "margin": {"p99_ms_below_slo": round(_below(spec.slo_p99_ms, winner), 2),
-                   "throughput_vs_baseline": round(winner.throughput() / max(baseline.throughput(), 1e-9), 3)},
+        "winner": None if winner is None else trials.index(winner),
+        "margin": None if winner is None else {
+            "p99_ms_below_slo": round(_below(spec.slo_p99_ms, winner), 2),
+            "throughput_vs_baseline": round(winner.throughput() / max(baseline.throughput(), 1e-9), 3)},
     }
 
 
@@ -337,7 +339,13 @@ def tune(spec: TuneSpec, log: Log = print) -> dict:
     m = tuner.manifest
     tok = text_mod.TextTokenizer(str(Path(spec.repository) / m.name / "1" / "tokenizer.json"), 1 << 20, m.pad_id)
     counts = tok.encode(texts).lengths
-    winner, configs = tuner.run(texts, counts)
+    try:
+        winner, configs = tuner.run(texts, counts)
+    except TuneError:
+        if spec.out is not None and tuner.trials:  # what was tried is most useful exactly when nothing met the SLO
+            for p in write_tune(report(spec, tuner.trials, None), Path(spec.out)):
+                log(f"wrote {p} (no trial met the SLO)")
+        raise
     doc = report(spec, tuner.trials, winner)
     log(f"winner: trial {doc['winner'] + 1}: {fmt_settings(winner.settings)} - {winner.throughput():.1f} req/s at "
         f"concurrency {max(spec.concurrency)}, worst p99 {winner.p99():.1f} ms (SLO {slo_text(spec.slo_p99_ms)}), "
