@@ -1,18 +1,18 @@
 """A/B benchmark of the serving hot path: the working tree against a named commit, interleaved.
 
-    python benchmarks/ab.py BASE [--rounds 3] [--requests 1000] [--out DIR]    (or: make bench-ab BASE=...)
+    python benchmarks/ab.py BASE [BASE2 ...] [--rounds 3] [--requests 1000] [--out DIR]    (or: make bench-ab BASE=...)
 
 1. `git archive BASE` is unpacked into a scratch folder; the default model (the bundled
-   all-MiniLM-L6-v2) is built twice with the same `embtrt build` options: once by BASE's code
-   (this venv, BASE's `builder/` first on PYTHONPATH, BASE's own console-script entry point), once
-   by the working tree's.
+   all-MiniLM-L6-v2) is built with the same `embtrt build` options by each BASE's code (this venv,
+   BASE's `builder/` first on PYTHONPATH, BASE's own console-script entry point) and by the
+   working tree's.
 2. Each round serves one repository at a time (never both at once) with the working tree's
    `embtrt serve` (the same tritonserver and launcher for both sides: only the repositories
    differ), waits for a real inference, runs `embtrt bench` (one load driver for every benchmark)
    at concurrency 1 and 32 on short (<=32 tokens) and mixed texts, one text per request over gRPC
-   to the front door, and stops the server. The side that goes first alternates between rounds.
-3. Prints per-round req/s and p50, the medians per side and the ratio HEAD / BASE, with the CPU
-   named, and writes ab.json and ab.md under --out.
+   to the front door, and stops the server. The side that goes first rotates between rounds.
+3. Prints per-round req/s and p50, the medians per side and the ratio HEAD / BASE for each base,
+   with the CPU named, and writes ab.json and ab.md under --out.
 
 Only the project's own files and this venv are used; nothing is downloaded.
 """
@@ -146,7 +146,8 @@ def measure(grpc: int, requests: int, warmup: int) -> dict[tuple[str, int], dict
 
 def report(doc: dict) -> str:
     sides = doc["sides"]
-    lines = [f"A/B: HEAD (working tree) against BASE {doc['base']} ({doc['base_commit'][:10]})",
+    names = list(sides)
+    lines = [f"A/B: HEAD (the working tree) against {', '.join(f'{b} ({c[:10]})' for b, c in doc['bases'].items())}",
              f"cpu: {doc['cpu']}; {doc['rounds']} rounds, {doc['requests']} requests per scenario and round",
              f"command: {doc['command']}", ""]
     lines.append("| scenario | conc | side | req/s per round | median req/s | median p50 ms |")
@@ -156,46 +157,52 @@ def report(doc: dict) -> str:
         for conc in (1, 32):
             key = f"{scen}@{conc}"
             med = {}
-            for side in ("base", "head"):
+            for side in names:
                 rows = [r[key] for r in sides[side]]
                 med[side] = statistics.median(r["req_per_s"] for r in rows)
                 p50 = statistics.median(r["p50_ms"] for r in rows)
                 lines.append(f"| {scen} | {conc} | {side} | {', '.join(format(r['req_per_s'], '.1f') for r in rows)} | "
                              f"{med[side]:.1f} | {p50:.2f} |")
-            summary.append(f"{scen:>6} conc {conc:>2}: HEAD/BASE median req/s = {med['head'] / med['base']:.3f}")
+            summary += [f"{scen:>6} conc {conc:>2}: HEAD/{b} median req/s = {med['head'] / med[b]:.3f}"
+                        for b in names if b != "head"]
     return "\n".join(lines + [""] + summary) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("base", help="commit to compare the working tree against (hash, tag, branch)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per side; the first side alternates. Default 3.")
+    ap.add_argument("base", nargs="+", help="commit(s) to compare the working tree against (hash, tag, branch)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per side; the order of the sides rotates. Default 3.")
     ap.add_argument("--requests", type=int, default=1000, help="measured requests per scenario and round. Default 1000.")
     ap.add_argument("--warmup", type=int, default=50, help="warm-up requests per scenario and round. Default 50.")
     ap.add_argument("--build-option", action="append", default=[],
-                    help="extra `embtrt build` option for both sides, e.g. --build-option=--max-queue-delay-us=0")
+                    help="extra `embtrt build` option for every side, e.g. --build-option=--max-queue-delay-us=0")
     ap.add_argument("--out", type=Path, default=None, help="folder for ab.json and ab.md. Default: print only.")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="embtrt-ab-"))
     try:
-        base_tree = work / "base"
-        full = unpack(args.base, base_tree)
-        repos = {"base": work / "repo-base", "head": work / "repo-head"}
-        for side, tree in (("base", base_tree), ("head", ROOT)):
+        trees: dict[str, Path] = {}
+        bases: dict[str, str] = {}
+        for b in args.base:
+            trees[b] = work / f"tree-{len(trees)}"
+            bases[b] = unpack(b, trees[b])
+        trees["head"] = ROOT
+        repos = {side: work / f"repo-{i}" for i, side in enumerate(trees)}
+        for side, tree in trees.items():
             print(f"== building the default model with {side}'s code", flush=True)
-            build(tree, repos[side], args.build_option, work / f"build-{side}.log")
-        sides: dict[str, list] = {"base": [], "head": []}
+            build(tree, repos[side], args.build_option, work / f"build-{len(bases)}-{side}.log")
+        order = list(trees)
+        sides: dict[str, list] = {side: [] for side in order}
         for r in range(args.rounds):
-            for side in (("base", "head") if r % 2 == 0 else ("head", "base")):
-                with Served(repos[side], work / f"serve-{side}-{r}.log") as s:
+            for side in order[r % len(order):] + order[:r % len(order)]:  # who goes first rotates
+                with Served(repos[side], work / f"serve-{r}.log") as s:
                     got = measure(s.grpc, args.requests, args.warmup)
                 sides[side].append({f"{b}@{c}": v for (b, c), v in got.items()})
                 print(f"round {r + 1} {side}: " + ", ".join(f"{k} {v['req_per_s']:.1f} req/s"
                                                            for k, v in sides[side][-1].items()), flush=True)
-        doc = {"base": args.base, "base_commit": full, "cpu": cpu_name(), "rounds": args.rounds,
+        doc = {"bases": bases, "cpu": cpu_name(), "rounds": args.rounds,
                "requests": args.requests, "warmup": args.warmup, "build_options": args.build_option,
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "command": " ".join(["python benchmarks/ab.py", args.base, f"--rounds {args.rounds}",
+               "command": " ".join(["python benchmarks/ab.py", *args.base, f"--rounds {args.rounds}",
                                     f"--requests {args.requests}", *[f"--build-option={o}" for o in args.build_option]]),
                "sides": sides}
         text = report(doc)
