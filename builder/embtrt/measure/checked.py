@@ -39,6 +39,7 @@ class Checked:
 
         def got(i: int, v: np.ndarray) -> None:
             k = i % len(self.texts)
+            assert self.run is not None  # set before the load starts calling back
             self.lat.append(self.run.latencies[i])
             self.tok += self.tokens[k]
             if self.ref is None:  # embedding alone: the vector is the reference of the loaded cells

@@ -76,7 +76,7 @@ class _Embeddings:
                                code="timeout") from None
         except ApiError as exc:
             status, doc = exc.status, exc.body()
-            served = served or getattr(exc, "served", None)
+            served = served or exc.served
             if exc.retry_after is not None:
                 extra.append((b"retry-after", str(exc.retry_after).encode()))
             if exc.status == 408:  # a body that never came: the connection is not reused
@@ -115,7 +115,7 @@ class _Embeddings:
         try:
             vecs, tokens = await model.embed(req.texts, req.ids, req.options)
         except ApiError as exc:
-            exc.served = req.served  # type: ignore[attr-defined]  (counted per model and status)
+            exc.served = req.served  # counted per model and status
             raise
         if req.encoding_format == "base64":  # float32 little-endian, or the raw int8 / uint8 bytes of the compact types
             raw_vecs = vecs.astype("<f4") if vecs.dtype == np.float32 else vecs
