@@ -88,8 +88,8 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             })
         live = ["python3", "-I", "-B", liveness_script(repo, models), "--http", f"127.0.0.1:{HTTP}",
                 "--repository", "/models", "--timeout", "2"]
-        mounts = [{"name": "models", "mountPath": "/models"}, {"name": "tmp", "mountPath": "/tmp"},
-                  {"name": "shm", "mountPath": "/dev/shm"}]
+        mounts: list[dict] = [{"name": "models", "mountPath": "/models"}, {"name": "tmp", "mountPath": "/tmp"},
+                              {"name": "shm", "mountPath": "/dev/shm"}]
         volumes = [{"name": "repository", "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}},
                    scratch("models", models_size), scratch("tmp", "1Gi"), scratch("shm", "2Gi", memory=True)]
         if spec.tls_secret:
