@@ -19,6 +19,7 @@ import pytest
 
 from embtrt.reference.parity import cosine_rows
 from embtrt.reference.torch_ref import st_embed
+from parity_helpers import assert_discriminating, assert_rows_equal
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +34,7 @@ def prompted(tiny_models, tmp_path_factory):
     from conftest import start_server
     from tiny_models import with_prompts
 
+    from embtrt.common.corpus import load_corpus
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
@@ -41,6 +43,11 @@ def prompted(tiny_models, tmp_path_factory):
         "xp": with_prompts(tiny_models["xlmr-mean"], base / "xp", PROMPTS, "query", include_prompt=False),
         "bp": with_prompts(tiny_models["bert-cls"], base / "bp", {"query": "query: ", "passage": "passage: "}, "query"),
     }
+    # both tell texts apart, and one text under each prompt (and none) apart: the parity checks
+    # below can fail on a dropped prompt or a wrong pooling
+    texts = _texts(load_corpus())
+    assert_discriminating(models["xp"], texts, prompts=("query", "passage"))
+    assert_discriminating(models["bp"], texts, prompts=("query", "passage"))
     out = {}
     servers = []
     try:
@@ -109,14 +116,13 @@ def test_each_prompt_and_the_default_equal_sentence_transformers_over_grpc(promp
                  ({"input_type": "passage"}, {"prompt_name": "passage"}), ({"input_type": "query"}, {"prompt_name": "query"})]
         for ours, theirs in cases:
             got = c.embed(texts, **ours)
-            ref = st_embed(folder, texts, **theirs)
-            assert cosine_rows(ref, got).min() >= 0.9999, (key, ours)
+            assert_rows_equal(st_embed(folder, texts, **theirs), got, what=f"{key} {ours}")
         # the prompts change the vectors far beyond rounding: the option is not a no-op
         assert np.abs(c.embed(texts) - c.embed(texts, prompt_name="passage")).max() > 1e-4  # rounding: ~1e-6
     # the bucket ensembles take no options and apply the default prompt, as encode() does
     with EmbeddingClient(srv.grpc_url, f"{key}_{largest}") as c:
         short = [t for t in texts if len(t) < 200][:20]
-        assert cosine_rows(st_embed(folder, short), c.embed(short)).min() >= 0.9999
+        assert_rows_equal(st_embed(folder, short), c.embed(short), what=f"{key}_{largest}")
 
 
 def test_dimensions_equal_truncate_dim_normalized(minilm_server, minilm_path, corpus, prompted):
@@ -261,7 +267,7 @@ def test_gateway_takes_the_options_with_the_openai_client(route, prompted, corpu
                                      ({"prompt_name": "document"}, "xp", {"prompt_name": "document"})):
             r = c.embeddings.create(model=model, input=texts, encoding_format="float", extra_body=extra)
             got = np.asarray([d.embedding for d in r.data], dtype=np.float32)
-            assert cosine_rows(st_embed(folder, texts, **theirs), got).min() >= 0.9999, (extra, model)
+            assert_rows_equal(st_embed(folder, texts, **theirs), got, what=f"{model} {extra}")
         # usage counts the prompt's tokens: they are embedded
         tok = Tokenizer.from_file(str(repo / "xp" / "1" / "tokenizer.json"))
         tok.enable_truncation(max_length=128)
@@ -345,7 +351,8 @@ def test_one_gateway_serves_several_models_each_equal_to_its_reference(prompted,
                                       ("xp-passage", xfolder, {"prompt_name": "passage"})):
             r = c.embeddings.create(model=model, input=texts, encoding_format="float")
             got = np.asarray([d.embedding for d in r.data], dtype=np.float32)
-            assert r.model == model and cosine_rows(st_embed(folder, texts, **theirs), got).min() >= 0.9999, model
+            assert r.model == model
+            assert_rows_equal(st_embed(folder, texts, **theirs), got, what=model)
         with pytest.raises(NotFoundError):
             c.embeddings.create(model="nope", input="x")
         err = httpx.post(url + "/v1/embeddings", json={"model": "nope", "input": "x"}).json()["error"]
@@ -354,3 +361,21 @@ def test_one_gateway_serves_several_models_each_equal_to_its_reference(prompted,
         assert _metric(url, 'embtrt_gateway_model_requests_total{model="bp",status="200"}') == 1
         ready = httpx.get(url + "/health/ready").json()
         assert ready["status"] == "ready" and {k.split("/")[0] for k in ready["pools"]} == {NAME, "xp", "bp"}
+
+
+def test_cli_embed_takes_the_prompt_and_input_type_flags(prompted, corpus):
+    """`embtrt embed --prompt-name / --input-type / --dimensions` equal encode with the same options."""
+    folder, _, srv = prompted["bp"]
+    texts = _texts(corpus)[:10]
+
+    def embed(*flags):
+        p = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", *texts, "--url", srv.grpc_url, "--model", "bp",
+                            "--json", *flags], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return np.array(json.loads(p.stdout)["embeddings"], dtype=np.float32)
+
+    assert_rows_equal(st_embed(folder, texts, prompt_name="passage"), embed("--prompt-name", "passage"), what="--prompt-name")
+    assert_rows_equal(st_embed(folder, texts, prompt_name="query"), embed("--input-type", "query"), what="--input-type")
+    assert_rows_equal(st_embed(folder, texts, prompt_name="passage", truncate_dim=8),
+                      embed("--input-type", "passage", "--dimensions", "8"), what="--dimensions")
+    assert_rows_equal(st_embed(folder, texts), embed(), what="default prompt")
