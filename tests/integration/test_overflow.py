@@ -36,4 +36,4 @@ def test_verify_on_a_reject_build_leaves_out_the_texts_it_refuses_and_gates_the_
     assert "texts longer than 64 tokens left out: bert was built with --overflow reject" in p.stderr, p.stderr[-2000:]
     assert "INTERNAL" not in p.stdout + p.stderr and "Traceback" not in p.stderr
     doc = json.loads(p.stdout)
-    assert p.returncode == (0 if doc["passed"] else 4) and doc["gate"], doc
+    assert p.returncode == 0 and doc["passed"] and doc["gate"], doc   # the texts it gates are served right
