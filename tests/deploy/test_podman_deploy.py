@@ -169,10 +169,9 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
     if py != "3.12":
         assert refused.returncode == 2 and b"--server-python 3.12" in refused.stderr, refused.stderr
     out = tmp_path / "k8s"
-    from embtrt.scale.k8s import K8sSpec, write
-
-    write(K8sSpec(repository, out, pools=(256,), image=POOL_IMAGE, gateway_image=GATEWAY_IMAGE, server_python="3.11",
-                  gateway_replicas=1, tls_secret=f"{NAME}-tls" if tls else None), log=print)
+    p = render(repository, out, "--pools", "256", "--image", POOL_IMAGE, "--gateway-image", GATEWAY_IMAGE,
+               "--server-python", "3.11", "--gateway-replicas", "1", *(["--tls-secret", f"{NAME}-tls"] if tls else []))
+    assert p.returncode == 0, p.stderr.decode()
     tag = "tls" if tls else "plain"
     cert = certificates(tmp_path / "certs", [f"{NAME}-pool-256", f"{NAME}-gateway"]) if tls else None
     docs = {f.name: list(yaml.safe_load_all(f.read_text())) for f in out.glob("*.yaml")}

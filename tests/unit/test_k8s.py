@@ -176,6 +176,26 @@ def test_the_default_pool_image_refuses_a_bundle_built_for_another_python(repos,
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
 
+def test_the_cli_renders_the_project_images_and_passes_its_options(repos, tmp_path):
+    """`embtrt k8s` without --image renders the images `make images` builds (and refuses a bundle for another
+    Python than theirs); --server-python, --tls-secret and --gateway-replicas reach the manifests."""
+    from embtrt.scale.k8s import GATEWAY_IMAGE
+
+    cli = [sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"])]
+    p = subprocess.run([*cli, "--out", str(tmp_path / "default")], capture_output=True, text=True)
+    if PY != "3.12":
+        assert p.returncode == 2 and f"built for Python {PY}" in p.stderr and "--server-python 3.12" in p.stderr, p.stderr
+    p = subprocess.run([*cli, "--out", str(tmp_path / "out"), "--image", STANDIN, "--server-python", PY, "--tls-secret", "t",
+                        "--gateway-replicas", "3"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    kinds = by_kind(load(tmp_path / "out"))
+    gw = kinds["Deployment"]["bert-gateway"]
+    assert gw["spec"]["replicas"] == 3 and gw["spec"]["template"]["spec"]["containers"][0]["image"] == GATEWAY_IMAGE
+    pool = kinds["Deployment"]["bert-pool-32"]["spec"]["template"]["spec"]
+    assert pool["containers"][0]["image"] == STANDIN and {"name": "tls", "secret": {"secretName": "t", "defaultMode": 0o440,
+                                                                                      "optional": False}} in pool["volumes"]
+
+
 @pytest.mark.parametrize("kind", ["cpu", "trt"])
 def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos, tmp_path, kind):
     repo = repos[kind]

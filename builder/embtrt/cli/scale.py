@@ -21,6 +21,9 @@ def gateway(
     host: str = typer.Option("127.0.0.1", help="Address to bind. Default 127.0.0.1 (loopback only)."),
     port: int = typer.Option(8080, help="HTTP port. Default 8080."),
     api_key_env: Optional[str] = typer.Option(None, help="Name of an environment variable holding the API key; requests must send Authorization: Bearer <key>. Default: no key."),
+    tls_cert: Optional[Path] = typer.Option(None, help="PEM certificate (chain) to serve HTTPS with; needs --tls-key. Default: plain HTTP."),
+    tls_key: Optional[Path] = typer.Option(None, help="PEM private key of --tls-cert. Default: none."),
+    pool_tls_ca: Optional[Path] = typer.Option(None, help="PEM CA certificate: gRPC to the pools (and --triton) over TLS, their certificates verified against it. Default: plaintext gRPC."),
     route: str = typer.Option("auto", help="auto | frontdoor | ids | text. frontdoor: text to the model's front door, which tokenizes, routes and batches (one pool only); ids: token ids to the bucket encoders of each length pool; text: text to the NAME_<L> ensembles. Default auto: frontdoor when a model's buckets are all in one pool (once its front door is ready), for requests that arrive while others are in flight, ids for a request that arrives alone and with length pools (measured: benchmarks/README.md)."),
     max_items: int = typer.Option(2048, help="Most items per request (OpenAI's limit). Default 2048."),
     max_body_bytes: int = typer.Option(16 << 20, help="Largest request body; larger ones get 413. Default 16777216."),
@@ -47,7 +50,7 @@ def gateway(
             raise SpecError(f"invalid --api-key-env {api_key_env}: that environment variable is empty or unset",
                             "export the key in that variable before starting the gateway")
     cfg = GatewayConfig(repo[0], more_repositories=tuple(repo[1:]), triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])),
-                        api_key=key, route=route, max_items=max_items, max_body_bytes=max_body_bytes,
+                        api_key=key, tls_cert=tls_cert, tls_key=tls_key, pool_tls_ca=pool_tls_ca, route=route, max_items=max_items, max_body_bytes=max_body_bytes,
                         coalesce_us=coalesce_us, coalesce_inflight=coalesce_inflight, token_ids=token_ids,
                         max_request_chars=max_request_chars, max_request_tokens=max_request_tokens,
                         max_concurrent=max_concurrent_requests, cpu_threads=cpu_threads, timeout_s=request_timeout,
@@ -61,9 +64,12 @@ def k8s(
     repo: list[Path] = typer.Argument(..., help="The repository to deploy (its embtrt.json decides models, buckets and target); several put several models on pools of their own behind one gateway (each model's claim is <model>-repository)."),
     out_dir: Path = typer.Option(..., "--out", help="Folder for the YAML files and kustomization.yaml (required)."),
     pools: Optional[str] = typer.Option(None, help="Upper bucket of each length pool, e.g. 128,256 (pool 1: buckets <= 128; pool 2: the rest). Default: one pool per bucket."),
-    image: str = typer.Option("nvcr.io/nvidia/tritonserver:25.06-py3", help="tritonserver image of the pools; it needs embtrt installed for the liveness probe (and embtrt[tensorrt] for TensorRT plans). Default nvcr.io/nvidia/tritonserver:25.06-py3."),
+    image: Optional[str] = typer.Option(None, help="tritonserver image of the pools (by digest preferably); the repository's bundle must match its Python (see --server-python). Default embtrt-pool:<version>-tritonserver-25.06 (make images, deploy/pool.Containerfile)."),
+    server_python: Optional[str] = typer.Option(None, help="Python of the pool image's tritonserver, e.g. 3.12; the repositories are refused unless built for it. Default: from an NGC release in --image (23.xx/24.xx: 3.10, 25.xx: 3.12), else required."),
     engines_image: Optional[str] = typer.Option(None, help="Image of the `embtrt engines` init container (TensorRT targets). Default: --image."),
-    gateway_image: str = typer.Option("embtrt:latest", help="Image with embtrt for the gateway. Default embtrt:latest."),
+    gateway_image: Optional[str] = typer.Option(None, help="Image with embtrt's base install for the gateway. Default embtrt-gateway:<version> (make images, deploy/gateway.Containerfile)."),
+    tls_secret: Optional[str] = typer.Option(None, help="kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt; its certificate names the gateway's and the pools' Services): HTTPS at the gateway and TLS gRPC to the pools. Default: none (plain)."),
+    gateway_replicas: int = typer.Option(2, help="Minimum gateway replicas. Default 2."),
     gpus: int = typer.Option(1, help="nvidia.com/gpu per pool pod (TensorRT targets). Default 1."),
     replicas: int = typer.Option(1, help="Minimum replicas per pool. Default 1."),
     max_replicas: int = typer.Option(8, help="HPA maximum per pool. Default 8."),
@@ -75,7 +81,9 @@ def k8s(
     from ..scale.k8s import K8sSpec, write
 
     spec = K8sSpec(repo[0], out_dir, more_repositories=tuple(repo[1:]), pools=parse_int_list("pools", pools) or (),
-                   image=image, gateway_image=gateway_image, engines_image=engines_image, gpus=gpus,
+                   **{k: v for k, v in (("image", image), ("gateway_image", gateway_image)) if v is not None},
+                   server_python=server_python, tls_secret=tls_secret, gateway_replicas=gateway_replicas,
+                   engines_image=engines_image, gpus=gpus,
                    replicas=replicas, max_replicas=max_replicas, target_queue_ms=target_queue_ms,
                    repo_pvc=repo_pvc, namespace=namespace)
     write(spec, log=say)

@@ -22,6 +22,10 @@ class GatewayConfig:
     pools: tuple[tuple, ...] = ()
     more_repositories: tuple[Path, ...] = ()               # further models behind the same gateway
     api_key: str | None = None
+    # TLS: HTTPS with this certificate and key; gRPC to the tritonservers verified against this CA
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    pool_tls_ca: Path | None = None
     # auto: frontdoor when all of a model's buckets are in one pool, else ids
     route: str = "auto"                                    # auto | frontdoor | ids | text
     max_items: int = MAX_ITEMS
@@ -49,6 +53,11 @@ class GatewayConfig:
     ready_cache_s: float = 2.0     # /health/ready answers from a probe at most this old
 
     def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise SpecError("invalid tls_cert / tls_key: give both or neither", "--tls-cert CERT.pem --tls-key KEY.pem")
+        for name in ("tls_cert", "tls_key", "pool_tls_ca"):
+            if getattr(self, name) is not None and not Path(getattr(self, name)).is_file():
+                raise SpecError(f"invalid {name}: {getattr(self, name)} is not a file", "a PEM file")
         if self.route not in ROUTES:
             raise SpecError(f"invalid route: {self.route!r}", " | ".join(ROUTES))
         if not 1 <= self.max_items <= MAX_ITEMS:

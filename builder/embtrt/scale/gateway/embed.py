@@ -36,7 +36,7 @@ class Gateway:
         self.pools = model_pools(cfg, name, self.served.buckets, several)
         self.pool_of = {b: p for p in self.pools for b in p.buckets}
         self.metrics = metrics or Metrics()
-        self.upstream = upstream or Upstream(cfg.attempts, cfg.timeout_s, self.metrics)
+        self.upstream = upstream or Upstream(cfg.attempts, cfg.timeout_s, self.metrics, tls_ca=cfg.pool_tls_ca)
         # auto with one pool: the front door once a replica says it is ready (a pool server may load the bucket
         # models only, as `embtrt k8s` pools do); token ids until then, and for good with length pools
         self.route = cfg.route if cfg.route != "auto" or len(self.pools) == 1 else "ids"

@@ -235,7 +235,8 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     for name, g in gw.models.items():
         for p in g.pools:
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
-    log(f"embtrt gateway for {', '.join(gw.models)} on http://{host}:{port}/v1/embeddings")
+    log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port}/v1/embeddings")
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False,
+    tls = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)} if cfg.tls_cert else {}
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False, **tls,
                 **uvicorn_options(cfg.limits()))

@@ -23,7 +23,7 @@ class MultiGateway:
     def __init__(self, cfg: GatewayConfig) -> None:
         self.cfg = cfg
         self.metrics = Metrics()
-        self.upstream = Upstream(cfg.attempts, cfg.timeout_s, self.metrics)
+        self.upstream = Upstream(cfg.attempts, cfg.timeout_s, self.metrics, tls_ca=cfg.pool_tls_ca)
         self.admission = Admission(cfg.admission())
         self._ready: tuple[float, int, dict[str, str]] | None = None
         self._ready_task: asyncio.Task | None = None

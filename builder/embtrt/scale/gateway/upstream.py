@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,8 @@ log = logging.getLogger("embtrt.gateway")
 class Upstream:
     """The tritonservers behind the gateway, shared by all its models."""
 
-    def __init__(self, attempts: int, timeout_s: float, metrics: Metrics) -> None:
+    def __init__(self, attempts: int, timeout_s: float, metrics: Metrics, tls_ca: Path | None = None) -> None:
+        self.tls_ca = tls_ca  # gRPC over TLS, the servers' certificates verified against this CA
         self.attempts, self.timeout_s, self.metrics = attempts, timeout_s, metrics
         self._clients: dict[str, Any] = {}
         self.failures = 0  # calls that ended unavailable: a readiness answer older than the last one is stale
@@ -33,7 +35,9 @@ class Upstream:
         if c is None:
             import tritonclient.grpc.aio as aioclient
 
-            c = self._clients[url] = aioclient.InferenceServerClient(url, channel_args=channel_args())
+            c = self._clients[url] = aioclient.InferenceServerClient(
+                url, ssl=self.tls_ca is not None, root_certificates=str(self.tls_ca) if self.tls_ca else None,
+                channel_args=channel_args())
         return c
 
     async def close(self) -> None:
