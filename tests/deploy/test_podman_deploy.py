@@ -13,8 +13,8 @@ rendered files themselves are not changed):
   fails removing it): the pool pod is played with restartPolicy Never.
 - An emptyDir on /dev/shm (medium Memory) is root-owned under podman: the pool pod keeps podman's own
   /dev/shm (a world-writable tmpfs), as Kubernetes' emptyDir would be.
-- emptyDirs are named volumes (`models`, `tmp`): the test refuses to run when volumes of those
-  names already exist, and removes them after.
+- emptyDirs (and the TLS Secret's volume) are named volumes (`models`, `tmp`, `minilm-tls`): the test
+  refuses to run when volumes of those names already exist, and removes them after.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 POOL_IMAGE, GATEWAY_IMAGE = "localhost/embtrt-pool:standin", "localhost/embtrt-gateway:standin"
 NET = "embtrt-deploy-test"
 NAME = "minilm"
-POD_VOLUMES = ("models", "tmp")  # what podman names the rendered emptyDirs
+# what podman names the rendered emptyDirs and the TLS Secret's volume (kube play makes a volume of its name)
+POD_VOLUMES = ("models", "tmp", f"{NAME}-tls")
 TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.",
          "Triton serves the encoder; the gateway tokenizes and routes by length.",
          " ".join(["A longer passage that goes past the short bucket of sixty-four tokens"] * 8),
@@ -181,6 +182,8 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
     pool, gw = f"{NAME}-pool-256-pod-0", f"{NAME}-gateway-pod-0"
     triton_c, gw_c = f"{pool}-tritonserver", f"{gw}-gateway"
     played: list[Path] = []
+    kube_net_before = sh("podman", "network", "exists", "podman-default-kube-network", check=False).returncode == 0
+    claim = pool_deploy["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
     try:
         podman("network", "create", NET)
         for name, data in secrets.items():
@@ -191,7 +194,6 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
                 {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{NAME}-tls"}, "type": "kubernetes.io/tls",
                  "data": cert}).encode())
         # the repository's PersistentVolumeClaim: a podman volume of that claim's name, filled from a tar
-        claim = pool_deploy["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
         podman("volume", "create", claim)
         tar = tmp_path / "repo.tar"
         with tarfile.open(tar, "w", dereference=True) as t:
@@ -304,10 +306,18 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
             sh("podman", "kube", "down", str(f), check=False, timeout=120)
         for pod_name in (gw, pool):
             sh("podman", "pod", "rm", "-f", pod_name, check=False, timeout=120)
-        for name in [*secrets, f"{NAME}-tls"]:
-            sh("podman", "secret", "rm", name, check=False)
-        for v in (f"{NAME}-repository", *POD_VOLUMES):
+        ours = {*secrets, f"{NAME}-tls"}
+        for _ in range(2):  # by ID: podman 4.3 has left a secret listed after a removal by name
+            for line in podman("secret", "ls", "--format", "{{.ID}} {{.Name}}").splitlines():
+                sid, _, sname = line.partition(" ")
+                if sname in ours:
+                    sh("podman", "secret", "rm", sid, check=False)
+        for v in (claim, *POD_VOLUMES):
             sh("podman", "volume", "rm", "-f", v, check=False)
         sh("podman", "network", "rm", "-f", NET, check=False)
+        if not kube_net_before:  # kube play makes podman's default kube network even when told --network
+            sh("podman", "network", "rm", "-f", "podman-default-kube-network", check=False)
     left = podman("ps", "-a", "--format", "{{.Names}}")
     assert pool not in left and gw not in left, left
+    assert not set(podman("secret", "ls", "--format", "{{.Name}}").split()) & ours
+    assert not set(podman("volume", "ls", "--format", "{{.Name}}").split()) & {claim, *POD_VOLUMES}
