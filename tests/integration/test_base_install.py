@@ -62,7 +62,12 @@ def test_base_install_has_no_pytorch_and_serves_checks_and_scales(base_venv, min
 
     p = _embtrt(base_venv, "check", str(minilm_repo))
     assert p.returncode == 0 and "[x]" not in p.stdout, p.stdout + p.stderr
+    # the default pool image (tritonserver 25.06, Python 3.12) refuses this machine's bundle; a pool image of its Python
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
     p = _embtrt(base_venv, "k8s", str(minilm_repo), "--out", str(tmp_path / "k8s"))
+    assert p.returncode == 2 and "--server-python 3.12" in p.stderr, p.stdout + p.stderr
+    p = _embtrt(base_venv, "k8s", str(minilm_repo), "--out", str(tmp_path / "k8s"), "--image", "localhost/pool:standin",
+                "--server-python", py)
     assert p.returncode == 0 and (tmp_path / "k8s" / "kustomization.yaml").is_file(), p.stdout + p.stderr
     p = _embtrt(base_venv, "probe", "--url", minilm_server.grpc_url, "--model", NAME, "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["ok"], p.stdout + p.stderr

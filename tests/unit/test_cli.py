@@ -153,8 +153,7 @@ def test_engines_names_every_missing_piece_and_sees_through_the_tensorrt_stubs(t
 
     real = importlib.util.find_spec
     monkeypatch.setattr(gpu, "tensorrt_available", lambda: (False, "only type stubs"))
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: object() if name == "tensorrt" else (None if name == "pynvml" else real(name, *a)))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pynvml" else real(name, *a))
     r = CliRunner().invoke(app, ["engines", str(tmp_path)])
     assert r.exit_code == 8
     assert "not installed here: tensorrt, nvidia-ml-py (pynvml)" in r.output and "embtrt[tensorrt]" in r.output

@@ -31,15 +31,16 @@ def engines(
         for st in states:
             say(f"[{st.state}] {st.message}")
         raise typer.Exit(1 if any(st.needs_build for st in states) else 0)
-    # what building plans needs, all of it named when missing: TensorRT's real API (tensorrt-stubs imports as an
-    # empty package), NVML for the GPU's name (nvidia-ml-py), Polygraphy and ONNX Runtime
+    # what building plans needs, all of it named when something is missing: TensorRT's real API (tensorrt-stubs
+    # imports as an empty package), NVML for the GPU's name (nvidia-ml-py), Polygraphy and ONNX Runtime. Where
+    # only TensorRT is missing, build_engines says so with what to run on the GPU host.
     import importlib.util
 
     from ..common.gpu import tensorrt_available
 
-    missing = [] if tensorrt_available()[0] or importlib.util.find_spec("tensorrt") is None else ["tensorrt"]
-    missing += [m for m in ("tensorrt", "pynvml", "onnxruntime", "polygraphy") if importlib.util.find_spec(m) is None]
-    if missing:
+    others = [m for m in ("pynvml", "onnxruntime", "polygraphy") if importlib.util.find_spec(m) is None]
+    if others:
+        missing = ([] if tensorrt_available()[0] else ["tensorrt"]) + others
         raise DependencyError(f"`embtrt engines` needs {EXTRA_PURPOSE['tensorrt']}; not installed here: "
                               f"{', '.join('nvidia-ml-py (pynvml)' if m == 'pynvml' else m for m in missing)}",
                               "pip install 'embtrt[tensorrt]'")
