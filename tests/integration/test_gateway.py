@@ -209,7 +209,12 @@ def test_queue_full_is_429_and_reject_mode_overflow_is_400(tiny_models, tmp_path
 
 
 def _metric(url: str, name: str) -> float:
+    """The sum of the series that start with `name`; a family the gateway does not declare (a missing
+    or renamed metric) is an error, never 0. A declared family's series not yet seen count 0."""
     text = httpx.get(url + "/metrics").text
+    family = re.sub(r"_(total|count|sum|bucket|created)$", "", name.split("{")[0])
+    declared = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    assert family in declared or f"{family}_total" in declared, f"the gateway exports no metric {family!r}"
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
@@ -323,7 +328,8 @@ def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_orde
                 return await asyncio.gather(*[good(k) for k in range(32)], *[gone(k) for k in range(4)], *bad, big)
 
         res = asyncio.run(run())
-        goods, bads, big = res[:32], res[36:39], res[39]
+        goods, gone, bads, big = res[:32], res[32:36], res[36:39], res[39]
+        assert gone == ["gone"] * 4, gone   # each of these clients left before its answer came
         assert big.status_code == 200, big.text
         assert cosine_rows(reference[short[:70]], np.asarray([d["embedding"] for d in big.json()["data"]])).min() >= 0.9999
         assert big.json()["usage"]["prompt_tokens"] == sum(lens[i] for i in short[:70])
@@ -338,9 +344,13 @@ def test_concurrent_requests_are_coalesced_and_each_gets_its_own_vectors_in_orde
         assert [r.json()["error"]["param"] for r in bads] == ["input", "input", "dimensions"]
         calls = _metric(u, counter) - calls0
         assert 0 < calls < 32, calls  # coalesced, by the route asked for: fewer upstream calls than requests
-        # and the gateway serves on, correctly
+        # and the gateway serves on, correctly, holding nothing for the clients that left
         r = _post(u, {"model": NAME, "input": [corpus[short[0]]], "encoding_format": "float"})
         assert cosine_rows(reference[short[:1]], np.asarray([r.json()["data"][0]["embedding"]]))[0] >= 0.9999
+        deadline = time.time() + 60
+        while _metric(u, "embtrt_gateway_requests_in_flight") != 0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert _metric(u, "embtrt_gateway_requests_in_flight") == 0
 
 
 def test_auto_route_sends_a_lone_request_as_token_ids_and_concurrent_ones_to_the_front_door(
@@ -397,8 +407,23 @@ def test_a_front_door_without_token_counts_still_gets_exact_usage(minilm_repo, m
         assert _metric(u, 'embtrt_gateway_upstream_rows_count{pool="all",route="frontdoor"}') >= 1
 
 
-def test_coalescing_off_sends_one_call_per_request_group(minilm_repo, minilm_server, corpus, tmp_path):
-    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url, "--coalesce-us", "0") as u:
-        r = _post(u, {"model": NAME, "input": corpus[:3], "encoding_format": "float"})
-        assert r.status_code == 200 and len(r.json()["data"]) == 3
+def test_coalescing_off_sends_one_call_per_request_group(minilm_repo, minilm_server, corpus, tokenizer, tmp_path):
+    """--coalesce-us 0: concurrent requests on the front-door route make exactly one upstream call each
+    (a request under the front door's max batch is one call), none of them a coalesced one. (On the
+    token-id route a request is as many calls as its plan has chunks.)"""
+    lens = [len(e.ids) for e in tokenizer.encode_batch(corpus)]
+    short = [i for i, n in enumerate(lens) if n <= 32][:24]
+    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url, "--coalesce-us", "0",
+                 "--route", "frontdoor") as u:
+        calls0 = _metric(u, "embtrt_gateway_upstream_seconds_count")
+
+        async def together():
+            async with httpx.AsyncClient(timeout=60) as hc:
+                return await asyncio.gather(*(hc.post(u + "/v1/embeddings", json={
+                    "model": NAME, "input": [corpus[i] for i in short[k:k + 3]], "encoding_format": "float"})
+                    for k in range(0, len(short), 3)))
+
+        res = asyncio.run(together())
+        assert [r.status_code for r in res] == [200] * 8 and all(len(r.json()["data"]) == 3 for r in res)
+        assert _metric(u, "embtrt_gateway_upstream_seconds_count") - calls0 == len(res)   # one call per request
         assert _metric(u, "embtrt_gateway_upstream_rows_count") == 0  # the coalescer is off: no batched calls
