@@ -89,6 +89,14 @@ class Serve:
         return group_pids(reaper[0])
 
     def close(self) -> None:
+        """SIGTERM first (serve stops its server and the reaper removes the stubs' shared memory), then
+        SIGKILL whatever is left: a group killed at once would leave the dead server's /dev/shm regions."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
         for p in [self.proc.pid, *_children(self.proc.pid)]:
             try:
                 os.killpg(p, signal.SIGKILL)
