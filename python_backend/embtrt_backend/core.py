@@ -123,8 +123,11 @@ class RequestCore:
         enc = self.tokenizer.encode_mixed(texts, modes) if texts else Encoded([], [], np.zeros(0, np.int64))
         owner = np.arange(len(texts)) if enc.owner is None else enc.owner   # text of each encoded row
         text_tokens = np.bincount(owner, weights=enc.lengths, minlength=len(texts)).astype(np.int64)
-        text_len = np.zeros(len(texts), np.int64)       # the longest row of each text (1 row unless chunk mode)
-        np.maximum.at(text_len, owner, enc.lengths)
+        if enc.owner is None:  # one row per text: its length is the text's (no ufunc.at on the hot path)
+            text_len = enc.lengths
+        else:  # --overflow chunk: the longest window of each text
+            text_len = np.zeros(len(texts), np.int64)
+            np.maximum.at(text_len, owner, enc.lengths)
         # keep: (request, its first encoded row, row count, text count); rows of refused requests are left out
         ids, types, skips, keep = [], [], [], []
         max_len = self.tokenizer.max_length
