@@ -55,3 +55,16 @@ def test_missing_old_or_malformed_manifests_are_clear_errors(tmp_path, doc, patt
 def test_no_manifest_names_the_folder(tmp_path):
     with pytest.raises(RepositoryError, match="has no embtrt.json"):
         read_manifest(tmp_path)
+
+
+def test_kind_is_read_and_written_and_an_unknown_kind_is_refused(tmp_path):
+    doc = {**V1, "schema_version": SCHEMA_VERSION, "kind": "reranker", "num_labels": 1, "activation": "sigmoid"}
+    (tmp_path / "embtrt.json").write_text(json.dumps(doc))
+    m = read_manifest(tmp_path)
+    assert (m.kind, m.num_labels, m.activation, m.is_reranker) == ("reranker", 1, "sigmoid", True)
+    assert m.to_dict()["kind"] == "reranker"
+    (tmp_path / "embtrt.json").write_text(json.dumps({**V1, "schema_version": 2}))
+    assert read_manifest(tmp_path).kind == "embedder"   # schemas 1 and 2 are embedders
+    (tmp_path / "embtrt.json").write_text(json.dumps({**doc, "kind": "colbert"}))
+    with pytest.raises(RepositoryError, match="unknown kind of model 'colbert'"):
+        read_manifest(tmp_path)

@@ -8,6 +8,8 @@ told apart by its `schema_version`:
 - schema 1 (embtrt 0.1 before the version field; marked `"embtrt_manifest": 1`): same fields,
   read as they are (the request-option fields get their defaults: no prompts, every width).
 - schema 2: adds `schema_version` and the request options (prompts, widths, vector ranges).
+- schema 3: adds `kind` (the kind of model: "embedder", "reranker"; schemas 1 and 2 are embedders)
+  and, for rerankers, `num_labels` and `activation` (docs/rerankers.md).
 - a newer schema than this embtrt knows is refused: upgrade embtrt to read it.
 """
 
@@ -22,7 +24,8 @@ from ..errors import RepositoryError
 from .gate import Gate
 
 MANIFEST = "embtrt.json"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+KINDS = ("embedder", "reranker")
 OLDEST_READABLE = 1
 
 
@@ -67,6 +70,10 @@ class Manifest:
     include_prompt: bool = True
     dimensions: tuple[int, ...] | None = None   # allowed Matryoshka widths; None: any 1 .. dim
     quant_ranges: list[list[float]] | None = None  # int8/uint8 per-dimension [min row, max row]
+    # the kind of model (schema 3): what the front door takes and returns, which routes serve it
+    kind: str = "embedder"
+    num_labels: int | None = None      # rerankers: the classifier's labels (SCORES width)
+    activation: str | None = None      # rerankers: what CrossEncoder applies by default (sigmoid, identity)
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -100,6 +107,7 @@ class Manifest:
             "include_prompt": self.include_prompt,
             "dimensions": list(self.dimensions) if self.dimensions is not None else None,
             "quant_ranges": self.quant_ranges,
+            "kind": self.kind, "num_labels": self.num_labels, "activation": self.activation,
         }
         for k, v in self.extra.items():
             doc.setdefault(k, v)
@@ -146,12 +154,19 @@ class Manifest:
                 include_prompt=bool(doc.get("include_prompt", True)),
                 dimensions=(tuple(int(d) for d in doc["dimensions"]) if doc.get("dimensions") else None),
                 quant_ranges=doc.get("quant_ranges"),
+                kind=_kind(doc.get("kind", "embedder"), where),
+                num_labels=(int(doc["num_labels"]) if doc.get("num_labels") is not None else None),
+                activation=doc.get("activation"),
                 schema_version=SCHEMA_VERSION,  # read as (and written back as) the current schema
                 extra={k: v for k, v in doc.items() if k not in known},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RepositoryError(f"{where}: schema {version} manifest is malformed ({type(exc).__name__}: {exc})",
                                   "rebuild the repository with `embtrt build`") from None
+
+    @property
+    def is_reranker(self) -> bool:
+        return self.kind == "reranker"
 
     def bucket_batch(self, bucket: int) -> int:
         """The bucket's max rows per run (the token budget), as the configs say."""
@@ -161,6 +176,13 @@ class Manifest:
         from dataclasses import replace
 
         return replace(self, extra={**self.extra, **items})
+
+
+def _kind(kind: object, where: str) -> str:
+    if kind not in KINDS:
+        raise RepositoryError(f"{where}: unknown kind of model {kind!r} (this embtrt serves {', '.join(KINDS)})",
+                              "upgrade embtrt to serve this repository")
+    return str(kind)
 
 
 def manifest_path(repo: Path) -> Path:
