@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -79,6 +80,26 @@ def build(tree: Path, out: Path, extra: list[str], log: Path) -> None:
         r = subprocess.run(cmd, env=tree_env(tree), stdout=f, stderr=subprocess.STDOUT, cwd=tree)
     if r.returncode != 0:
         sys.exit(f"ab: the build by {tree} failed (exit {r.returncode}); see {log}")
+
+
+def pinned_overhead(options: list[str]) -> int | None:
+    """--run-overhead-tokens given as a build option, if any."""
+    for o in options:
+        if o.startswith("--run-overhead-tokens="):
+            return int(o.split("=", 1)[1])
+    return None
+
+
+def built_overhead(repo: Path) -> int:
+    """The run overhead a build measured (front door parameter run_overhead_tokens). Each build
+    times its encoder and the fit moves with the machine's load (35 and 71 tokens for the same
+    model minutes apart), which moved the front door's throughput by more than the code did: the
+    A/B builds every side with HEAD's figure, so that only the code differs."""
+    text = (repo / NAME / "config.pbtxt").read_text()
+    m = re.search(r'key: "run_overhead_tokens"\s*value: \{ string_value: "(\d+)" \}', text)
+    if not m:
+        sys.exit(f"ab: no run_overhead_tokens in {repo}'s front door config")
+    return int(m.group(1))
 
 
 def free_port() -> int:
@@ -187,9 +208,17 @@ def main() -> None:
             bases[b] = unpack(b, trees[b])
         trees["head"] = ROOT
         repos = {side: work / f"repo-{i}" for i, side in enumerate(trees)}
-        for side, tree in trees.items():
-            print(f"== building the default model with {side}'s code", flush=True)
-            build(tree, repos[side], args.build_option, work / f"build-{len(bases)}-{side}.log")
+        overhead = pinned_overhead(args.build_option)
+        for side in ["head", *bases]:  # HEAD first: its measured run overhead is pinned for the bases
+            tree = trees[side]
+            extra = list(args.build_option)
+            if overhead is not None and not any(o.startswith("--run-overhead-tokens") for o in extra):
+                extra.append(f"--run-overhead-tokens={overhead}")
+            print(f"== building the default model with {side}'s code {' '.join(extra)}", flush=True)
+            build(tree, repos[side], extra, work / f"build-{side}.log")
+            if overhead is None:
+                overhead = built_overhead(repos[side])
+                print(f"   run overhead {overhead} tokens, measured by HEAD's build: pinned for every base", flush=True)
         order = list(trees)
         sides: dict[str, list] = {side: [] for side in order}
         for r in range(args.rounds):
