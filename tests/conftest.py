@@ -66,6 +66,51 @@ def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
     return out
 
 
+@pytest.fixture(scope="session")
+def cross_encoders(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random cross-encoders (tests/tiny_models.py CROSS_ENCODERS) and the bundled MiniLM encoder
+    with a seeded one-label head ("minilm-ce"), as CrossEncoder.save writes them."""
+    from tiny_models import CROSS_ENCODERS, make_minilm_cross_encoder
+
+    base = tmp_path_factory.mktemp("cross_encoders")
+    out = {k: make(base / k) for k, make in CROSS_ENCODERS.items()}
+    out["minilm-ce"] = make_minilm_cross_encoder(base / "minilm-ce")
+    return out
+
+
+@pytest.fixture(scope="session")
+def rerank_repos(tmp_path_factory, cross_encoders) -> dict[str, Path]:
+    """Each cross-encoder built as a reranker (python-ort), named after its key (bert_ce, xlmr_ce3, minilm_ce)."""
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
+
+    base = tmp_path_factory.mktemp("rerank_repos")
+    out = {}
+    for key, path in cross_encoders.items():
+        out[key] = base / key
+        build(spec_from_options(path, out[key], name=key.replace("-", "_")), log=_quiet)
+    return out
+
+
+@pytest.fixture(scope="session")
+def rerank_repo(cross_encoders, rerank_repos) -> tuple[Path, Path]:
+    """(model folder, built repository) of the one-label BERT cross-encoder."""
+    return cross_encoders["bert-ce"], rerank_repos["bert-ce"]
+
+
+@pytest.fixture(scope="session")
+def rerank_server(rerank_repos, tmp_path_factory):
+    """One tritonserver serving every reranker repository (models bert_ce, xlmr_ce3, minilm_ce)."""
+    from embtrt.serve.server import ServerSpec, TritonServer, free_port
+
+    repos = list(rerank_repos.values())
+    spec = ServerSpec(repos[0], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                      log_file=tmp_path_factory.mktemp("rerank_srv") / "tritonserver.log",
+                      more_repositories=tuple(repos[1:]))
+    with TritonServer(spec) as srv:
+        yield srv
+
+
 def start_server(repo: Path, tmp_path: Path):
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 

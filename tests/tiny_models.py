@@ -197,3 +197,75 @@ def with_prompts(src: Path, dest: Path, prompts: dict[str, str], default: str | 
     cfg["include_prompt"] = include_prompt
     pooling.write_text(json.dumps(cfg, indent=2))
     return dest
+
+
+# ---- cross-encoders (rerankers) -------------------------------------------------------------------
+
+def _save_cross_encoder(hf_dir: Path, dest: Path, max_length: int) -> Path:
+    """A sentence-transformers CrossEncoder folder (model_type CrossEncoder, its activation) from a
+    saved *ForSequenceClassification model and tokenizer, as CrossEncoder.save writes it."""
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(str(hf_dir), max_length=max_length)
+    ce.save(str(dest))
+    shutil.rmtree(hf_dir)
+    return dest
+
+
+def make_bert_cross_encoder(path: Path) -> Path:
+    """A one-label BERT cross-encoder (sigmoid), MiniLM's WordPiece vocab, max length 64."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    hf = path.with_name(path.name + "-hf")
+    tok = AutoTokenizer.from_pretrained(str(default_model_path()))
+    tok.save_pretrained(hf)
+    torch.manual_seed(11)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128, initializer_range=0.2, num_labels=1)
+    BertForSequenceClassification(cfg).eval().save_pretrained(hf)
+    return _save_cross_encoder(hf, path, 64)
+
+
+def make_xlmr_cross_encoder(path: Path) -> Path:
+    """A three-label XLM-R cross-encoder (identity activation), a Unigram tokenizer trained here."""
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
+    src = make_xlmr_mean(path.with_name(path.name + "-enc"))
+    hf = path.with_name(path.name + "-hf")
+    hf.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
+            shutil.copy2(f, hf / f.name)
+    base = json.loads((src / "config.json").read_text())
+    shutil.rmtree(src)
+    torch.manual_seed(12)
+    cfg = XLMRobertaConfig(vocab_size=base["vocab_size"], hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=96, max_position_embeddings=130, pad_token_id=base["pad_token_id"],
+                           bos_token_id=0, eos_token_id=2, type_vocab_size=1, initializer_range=0.2, num_labels=3)
+    XLMRobertaForSequenceClassification(cfg).eval().save_pretrained(hf)
+    return _save_cross_encoder(hf, path, 96)
+
+
+def make_minilm_cross_encoder(path: Path) -> Path:
+    """The bundled all-MiniLM-L6-v2 encoder with a seeded one-label classification head."""
+    import torch
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    src = default_model_path()
+    hf = path.with_name(path.name + "-hf")
+    torch.manual_seed(13)
+    model = BertForSequenceClassification.from_pretrained(str(src), num_labels=1)
+    with torch.no_grad():  # a head that tells pairs apart (the default init gives scores within 0.002 of 0.5)
+        model.classifier.weight.normal_(0.0, 0.5)
+    model.eval().save_pretrained(hf)
+    AutoTokenizer.from_pretrained(str(src)).save_pretrained(hf)
+    return _save_cross_encoder(hf, path, 256)
+
+
+CROSS_ENCODERS = {"bert-ce": make_bert_cross_encoder, "xlmr-ce3": make_xlmr_cross_encoder}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -27,19 +27,11 @@ from ..repository.manifest import Manifest, ModelNames, write_manifest
 from .chunking import calibrate_chunking
 from .encoders import identity, quantize_int8, rebuild_command, require_openvino, versions
 from .hf2onnx import export
+from .result import BuildResult
 from .render import CALIBRATION_FILE, attach_deps, bundle_dir, model_names, plan_repository, write_repository
 from .served import encoder_vectors
 from .spec import BuildSpec, check_out
 from .tokenizer import check_tokenizer, save_tokenizer
-
-
-@dataclass
-class BuildResult:
-    repository: Path
-    manifest: dict
-    check_lines: list[str]
-    parity_lines: list[str]
-    pending: list[str]
 
 
 def _tensorrt_engines(spec: BuildSpec, prec, repo: Path, texts: list[str], log: Log) -> tuple[list[str], dict]:
@@ -79,7 +71,12 @@ def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, l
     texts = load_corpus(corpus)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.embtrt-", dir=out.parent))
     try:
-        result = _build_in(spec, tmp, texts, log)
+        if spec.kind == "reranker":
+            from .rerank import build_reranker_in
+
+            result = build_reranker_in(spec, tmp, texts, log)
+        else:
+            result = _build_in(spec, tmp, texts, log)
         if out.exists():
             old = out.with_name(f".{out.name}.old-{int(time.time())}")
             out.rename(old)

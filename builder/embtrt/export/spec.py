@@ -24,6 +24,8 @@ OVERFLOW = ("truncate", "reject", "chunk")
 ORT_DEVICES = ("cpu", "gpu")
 ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
+KINDS = ("embedder", "reranker")
+RERANKER_TARGETS = ("python-ort", "python-openvino")   # the reranker front door runs the classifier itself
 
 # Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
 # quantization and must still pass the parity gate).
@@ -101,6 +103,10 @@ class BuildSpec:
     default_prompt_name: str | None = None
     include_prompt: bool = True
     dimensions: tuple[int, ...] | None = None
+    # the kind of model (docs/rerankers.md): a reranker's classifier labels and default activation
+    kind: str = "embedder"
+    num_labels: int = 0
+    activation: str = "identity"
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -184,6 +190,16 @@ class BuildSpec:
                         "which needs the hidden states outside the graph")
         if "input_ids" not in self.input_names or "attention_mask" not in self.input_names:
             raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
+        if self.kind not in KINDS:
+            raise _fail("kind", self.kind, "auto, " + ", ".join(KINDS))
+        if self.kind == "reranker":
+            if self.target not in RERANKER_TARGETS:
+                raise _fail("target", self.target, f"{', '.join(RERANKER_TARGETS)} for a reranker")
+            if self.precision != "fp32":
+                raise _fail("precision", self.precision, "fp32 for a reranker")
+            if self.overflow != "truncate":
+                raise _fail("overflow", self.overflow, "truncate for a reranker (a pair over the max length is cut "
+                            "as CrossEncoder.predict cuts it, or refused per request with truncate false)")
 
     @property
     def router_mode(self) -> str:
@@ -291,6 +307,7 @@ def spec_from_options(
     default_prompt: str | None = None,
     dimensions: str | None = None,
     force: bool | None = None,
+    kind: str = "auto",
     **rest: object,
 ) -> BuildSpec:
     """The spec of `embtrt build`'s options, named as the command's parameters (every BuildSpec
@@ -307,6 +324,8 @@ def spec_from_options(
         check_out(Path(out), force)
     if target not in ("auto", *TARGETS):
         raise _fail("target", target, "auto, " + ", ".join(TARGETS))
+    if kind not in ("auto", *KINDS):
+        raise _fail("kind", kind, "auto, " + ", ".join(KINDS))
     if pooling not in ("auto", *_P):
         raise _fail("pooling", pooling, "auto, " + ", ".join(_P))
     bucket_t = parse_int_list("buckets", buckets)
@@ -336,6 +355,15 @@ def spec_from_options(
         **{**rest, **stride},  # type: ignore[arg-type]
     )
 
+    from ..reference.cross_ref import detect_kind
+
+    found, why = detect_kind(model_dir)
+    if kind != "auto" and kind != found:
+        raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {'a' if found == 'reranker' else 'an'} "
+                        f"{found} ({why})", f"build it as {'a' if found == 'reranker' else 'an'} {found} "
+                        f"(leave --kind out), or point at {'a' if kind == 'reranker' else 'an'} {kind} folder")
+    if found == "reranker":
+        return _reranker_spec(given, model_dir, max_seq_length, bucket_t, target)
     info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
     if pooling == "auto":
         pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
@@ -369,3 +397,21 @@ def spec_from_options(
         include_prompt=include_prompt,
         overflow_stride=rest.get("overflow_stride", BuildSpec.overflow_stride),
     )
+
+
+def _reranker_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None,
+                   target: str) -> BuildSpec:
+    """A cross-encoder's spec: what CrossEncoder reads of the folder (max length, labels,
+    activation, the tokenizer's inputs) fills it; the embedder's pooling fields do not apply."""
+    from ..reference.cross_ref import cross_info, load_cross_encoder
+
+    info = cross_info(load_cross_encoder(model_dir, max_seq_length, given.trust_remote_code))
+    if info.is_decoder:
+        raise SpecError(f"{model_dir.name} is a decoder cross-encoder (left padding, last-token score), which this "
+                        "embtrt does not build yet", "build an encoder cross-encoder (BERT, XLM-R, ModernBERT)")
+    seq = int(max_seq_length or info.max_length)
+    return given.with_(kind="reranker", num_labels=info.num_labels, activation=info.activation,
+                       target="python-ort" if target == "auto" else given.target,
+                       max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.num_labels,
+                       input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
+                       prompts=(), default_prompt_name=None, overflow_stride=0)

@@ -103,7 +103,7 @@ class Trial:
 class Tuner:
     def __init__(self, spec: TuneSpec, log: Log = print) -> None:
         self.spec, self.log = spec, log
-        self.manifest = read_manifest(spec.repository)
+        self.manifest = read_manifest(spec.repository).require_embedder("embtrt tune")
         self.knobs = knobs_for(self.manifest, spec.repository)
         if spec.knobs is not None:
             unknown = sorted(set(spec.knobs) - {k.name for k in self.knobs})

@@ -168,6 +168,14 @@ class Manifest:
     def is_reranker(self) -> bool:
         return self.kind == "reranker"
 
+    def require_embedder(self, command: str) -> "Manifest":
+        """This manifest, or a clear error where `command` does not take this kind of model yet."""
+        if self.kind != "embedder":
+            raise RepositoryError(f"{self.name} is a {self.kind}: `{command}` takes embedder repositories only in this "
+                                  "embtrt", "docs/rerankers.md lists what serves rerankers (serve, check, rerank, the "
+                                  "gateway's rerank routes)")
+        return self
+
     def bucket_batch(self, bucket: int) -> int:
         """The bucket's max rows per run (the token budget), as the configs say."""
         return self.bucket_max_batch.get(bucket, self.max_batch_size)

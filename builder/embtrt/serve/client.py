@@ -68,6 +68,9 @@ class EmbeddingClient:
                 raise ClientError(f"cannot read the config of model {self.model!r} at {self.url}: {exc}",
                                   "is the server up and the model name right? (`embtrt serve` prints them)") from exc
             params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+            if params.get("embtrt.kind", "embedder") != "embedder":
+                raise ClientError(f"model {self.model!r} at {self.url} is a {params['embtrt.kind']}, not an embedder",
+                                  "rank with RerankClient / `embtrt rerank` (docs/rerankers.md)")
             dims = cfg["output"][0].get("dims", ["0"])
             dim = int(params["embtrt.dim"]) if params.get("embtrt.dim") else int(dims[-1])
             self._meta = ModelIdentity(self.model, dim, int(cfg.get("max_batch_size", 0)), params)

@@ -45,6 +45,8 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
             return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
         if not expand:
             buckets = []
+        if cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value") == "reranker":
+            return _probe_reranker(c, model, timeout_s, t0)
         vecs: dict[str, np.ndarray] = {}
         for name in [model] + [f"{model}_{b}" for b in buckets] + list(also):
             try:
@@ -65,6 +67,20 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
     finally:
         c.close()
     return ProbeResult(not errors, (time.perf_counter() - t0) * 1e3, errors, checked)
+
+
+def _probe_reranker(c, model: str, timeout_s: float, t0: float) -> ProbeResult:
+    """A reranker's front door scores one (query, document) pair: finite SCORES."""
+    try:
+        r = c.infer(model, [text_input([PROBE_TEXT], "QUERY"), text_input([PROBE_TEXT], "DOCUMENT")],
+                    client_timeout=timeout_s)
+        v = r.as_numpy("SCORES")
+        if v is None or not np.all(np.isfinite(v)):
+            raise ValueError("no finite SCORES in the response")
+        errors: dict[str, str] = {}
+    except Exception as exc:  # the model's failure is recorded by name
+        errors = {model: str(exc)}
+    return ProbeResult(not errors, (time.perf_counter() - t0) * 1e3, errors, [model])
 
 
 def model_family(name: str) -> str:

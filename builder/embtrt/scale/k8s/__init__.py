@@ -67,7 +67,7 @@ def check_python(repo: Path, m: Manifest, python: str) -> None:
 def render(spec: K8sSpec, keep: dict[str, dict[str, str]] | None = None) -> dict[str, list[dict]]:
     """{file name: [documents]}. `keep`: the previous render's Secret values, by name, to reuse."""
     repos = [Path(spec.repository), *map(Path, spec.more_repositories)]
-    manifests = [read_manifest(r) for r in repos]
+    manifests = [read_manifest(r).require_embedder("embtrt k8s") for r in repos]
     several = len(manifests) > 1
     names = [m.name for m in manifests]
     if len(set(names)) != len(names) or len({_name(n) for n in names}) != len(names):

@@ -1,0 +1,293 @@
+"""`embtrt build` of a reranker (a CrossEncoder folder): classifier -> ONNX (logits) -> the pair
+tokenizer -> the gate against CrossEncoder.predict / rank -> the front door -> manifest -> check.
+
+The served path is the front door's own pair core (embtrt_backend.pairs) over the encoder the
+front door runs (embtrt_backend.encoder, from the same parameters), so the gate judges exactly
+what is served. docs/rerankers.md has the contract.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..common.files import sha256_file
+from ..common.log import Log
+from ..errors import ParityError, RepositoryError
+from ..reference.cross_ref import ce_predict, corpus_pairs, load_cross_encoder
+from ..reference.modelinfo import model_hash
+from ..repository.check import check_repository
+from ..repository.manifest import Manifest, ModelNames, write_manifest
+from .chunking import measure_run_overhead, run_cost_line
+from .result import BuildResult
+from .encoders import identity, rebuild_command, require_openvino, versions
+from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, attach_deps, bundle_dir,
+                     runtime_params, write_repository)
+from .spec import BuildSpec
+
+SCORE_TOLERANCE = 1e-4   # fp32: max |served - CrossEncoder.predict| per bucket
+TOP_K = 10               # per query, the order of CrossEncoder.rank's top 10 must be the same
+
+
+def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[tuple[str, str]], log: Log) -> dict:
+    """The *ForSequenceClassification model -> ONNX with output `logits` [rows, labels], dynamic
+    rows and length; validated against PyTorch on real pairs at shapes not used for export."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    # eager attention exports a graph that masks by the input (SDPA's traced mask can be specialized to the
+    # export shape); the validation below compares it with the CrossEncoder's own model
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(ce.model.name_or_path), dtype=torch.float32, attn_implementation="eager").eval()
+    served = ce.model.eval()
+    tok = ce.tokenizer
+
+    class Head(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *args):
+            return self.m(**dict(zip(input_names, args))).logits
+
+    sample = tok([p[0] for p in pairs[:2]], [p[1] for p in pairs[:2]], padding=True, truncation="longest_first",
+                 max_length=ce.max_seq_length, return_tensors="pt")
+    args = tuple(sample[n] for n in input_names)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Head(model), args, str(path), input_names=list(input_names), output_names=["logits"],
+                          dynamic_axes={**{n: {0: "rows", 1: "length"} for n in input_names}, "logits": {0: "rows"}},
+                          opset_version=17, do_constant_folding=True, dynamo=False)
+    import onnx
+    import onnxruntime as ort
+
+    onnx.checker.check_model(str(path), full_check=False)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for rows in (1, 3, 8):
+        batch = pairs[:rows] if rows > 2 else pairs[-rows:]
+        enc = tok([p[0] for p in batch], [p[1] for p in batch], padding=True, truncation="longest_first",
+                  max_length=ce.max_seq_length, return_tensors="pt")
+        with torch.inference_mode():
+            want = Head(served)(*(enc[n] for n in input_names)).numpy()
+        got = sess.run(["logits"], {n: enc[n].numpy() for n in input_names})[0]
+        worst = max(worst, float(np.abs(got - want).max()))
+    if worst > SCORE_TOLERANCE:
+        raise ParityError(f"the exported ONNX classifier differs from PyTorch by {worst:.2e} in its logits",
+                          "report the model architecture")
+    log(f"[ok] ONNX classifier equals PyTorch on real pairs (max |logit difference| {worst:.1e})")
+    return {"max_abs_logit_diff": worst, "opset": 17}
+
+
+def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, str]:
+    """The front door's parameters: what the pair core and the encoder are built from."""
+    from ..repository.budget import bucket_batch
+
+    p = dict(runtime_params(spec, "logits"))
+    p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
+              "buckets": ",".join(map(str, spec.buckets)),
+              "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
+                                                  for b in spec.buckets),
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", "encoder_mode": "local",
+              "run_overhead_tokens": str(run_overhead), "num_labels": str(spec.num_labels),
+              "activation": spec.activation, "kind": "reranker"})
+    return p
+
+
+def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every (query, document) pair through the front door's pair core, one request per query
+    (batched together as Triton's dynamic batcher would): scores [pairs, labels], bucket per pair."""
+    from embtrt_backend.pairs import PairRequest
+
+    reqs = [PairRequest([q] * len(d), list(d)) for q, d in zip(queries, docs)]
+    outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))
+    for o in outs:
+        if o.error is not None:
+            raise o.error
+    tokens = np.concatenate([o.tokens for o in outs])
+    b = np.asarray(core.cfg.buckets)
+    return np.concatenate([o.scores for o in outs]), b[np.searchsorted(b, tokens)]
+
+
+def gate(ce, core, encoder, texts: list[str], log: Log) -> dict:
+    """The reranker gate: served scores against CrossEncoder.predict on real query-passage pairs,
+    per bucket (max |difference|), and per query the order of CrossEncoder.rank (top 10)."""
+    queries, docs = corpus_pairs(texts)
+    pairs = [(q, d) for q, ds in zip(queries, docs) for d in ds]
+    want = ce_predict(ce, pairs)
+    got, bucket = served_scores(core, encoder, queries, docs)
+    diff = np.abs(got - want).max(axis=1)
+    lines, failures, per_bucket = [], [], {}
+    for b in core.cfg.buckets:
+        sel = bucket == b
+        if not sel.any():
+            continue
+        worst = float(diff[sel].max())
+        per_bucket[str(b)] = {"pairs": int(sel.sum()), "max_abs_diff": worst}
+        ok = worst <= SCORE_TOLERANCE
+        lines.append(f"[{'ok' if ok else 'x'}] bucket {b}: {int(sel.sum())} pairs, max |score - CrossEncoder.predict| "
+                     f"{worst:.1e} (limit {SCORE_TOLERANCE:.0e})")
+        if not ok:
+            failures.append(f"bucket {b}: max |score difference| {worst:.2e} > {SCORE_TOLERANCE:.0e}")
+    if core.cfg.num_labels != 1:   # CrossEncoder.rank takes one-label models only: scores are the gate
+        lines.append(f"[ok] ranking: not judged ({core.cfg.num_labels} labels: a classifier, CrossEncoder.rank "
+                     "takes one-label models); every label's score is gated above")
+        for line in lines:
+            log(line)
+        return {"pairs": len(pairs), "queries": len(queries), "buckets": per_bucket, "rank_identical": None,
+                "max_abs_diff": float(diff.max()), "passed": not failures, "failures": failures}
+    same, start = 0, 0
+    for q, ds in zip(queries, docs):
+        n = len(ds)
+        ref = [r["corpus_id"] for r in ce.rank(q, ds, top_k=min(TOP_K, n), batch_size=32, show_progress_bar=False)]
+        s = got[start:start + n, 0]
+        ours = list(np.argsort(-s, kind="stable")[:min(TOP_K, n)])
+        same += int(ours == ref)
+        start += n
+    ok = same == len(queries)
+    lines.append(f"[{'ok' if ok else 'x'}] ranking: top {TOP_K} of CrossEncoder.rank identical for {same} of "
+                 f"{len(queries)} queries ({len(pairs)} pairs)")
+    if not ok:
+        failures.append(f"ranking: top {TOP_K} differs for {len(queries) - same} of {len(queries)} queries")
+    for line in lines:
+        log(line)
+    return {"pairs": len(pairs), "queries": len(queries), "buckets": per_bucket, "rank_identical": same,
+            "max_abs_diff": float(diff.max()), "passed": not failures, "failures": failures}
+
+
+def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
+    from embtrt_backend.encoder import make_encoder
+    from embtrt_backend.pairs import PairCore
+
+
+    work, repo = tmp / "work", tmp / "repo"
+    repo.mkdir(parents=True)
+    work.mkdir(parents=True)
+    steps = 6
+    log(f"[1/{steps}] reading {spec.model_dir} as a CrossEncoder (reranker: {spec.num_labels} label(s), activation "
+        f"{spec.activation}, max length {spec.max_seq_length}, buckets {','.join(map(str, spec.buckets))})")
+    if spec.target == "python-openvino":
+        require_openvino(spec.precision, log)
+    msha = model_hash(spec.model_dir)
+    ce = load_cross_encoder(spec.model_dir, spec.max_seq_length, spec.trust_remote_code)
+    queries, docs = corpus_pairs(texts)
+    pairs = [(q, d) for q, ds in zip(queries, docs) for d in ds]
+
+    log(f"[2/{steps}] exporting the classifier to ONNX and validating against PyTorch")
+    onnx_path = work / "onnx" / "model.onnx"
+    validation = export_classifier(ce, spec.input_names, onnx_path, pairs, log)
+
+    log(f"[3/{steps}] pair tokenizer")
+    tok_json = work / "tokenizer.json"
+    hf_tok = ce.tokenizer
+    hf_tok.backend_tokenizer.save(str(tok_json))
+    pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
+    check_pair_tokenizer(hf_tok, tok_json, pad_id, spec.max_seq_length, pairs, log)
+
+    log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs")
+    params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
+    encoder = make_encoder(params, str(onnx_path), None)
+    core = PairCore(_config(params), _tokenizer(tok_json, spec, pad_id))
+    report = gate(ce, core, encoder, texts, log)
+    if not report["passed"]:
+        if not spec.allow_mismatch:
+            raise ParityError(f"{spec.target}/{spec.precision} reranker fails the gate: " + "; ".join(report["failures"]),
+                              "report the model architecture (or pass --allow-mismatch to keep it)")
+        log("[x] gate failed; kept because --allow-mismatch was given")
+    if spec.run_overhead_tokens is None:
+        ids = _pair_ids(core, queries[0], docs[0][0])
+        fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
+        log(run_cost_line(fixed, per_token, tokens))
+        spec = spec.with_(run_overhead_tokens=tokens)
+        params = front_params(spec, pad_id, tokens)
+
+    log(f"[5/{steps}] rendering the front door {spec.name}")
+    ident = {**identity(spec, msha), "embtrt.kind": "reranker"}
+    plan = ModelPlan(
+        name=spec.name, template="router.pbtxt.j2", kind="front door",
+        context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
+                 "inputs": [_t("QUERY", "TYPE_STRING", [1]), _t("DOCUMENT", "TYPE_STRING", [1])],
+                 "outputs": [_t("SCORES", "TYPE_FP32", [spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])],
+                 "batching": _batching(spec), "group": _group(spec.front_instances, False),
+                 "params": sorted(params.items()) + sorted(ident.items())},
+        files={"1/tokenizer.json": tok_json, "1/model.onnx": onnx_path}, backend_code="reranker")
+    attach_deps(spec, [plan])
+    write_repository([plan], repo)
+    bundle = None
+    if spec.bundle_deps:
+        from .bundle import make_bundle
+
+        bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log)
+        bundle["path"] = bundle_dir(spec)
+    from ..repository.budget import bucket_batch
+
+    manifest = Manifest(
+        name=spec.name, identity=ident, models=ModelNames(spec.name, (), ()), pooling="none", normalize=False,
+        dim=spec.num_labels, buckets=spec.buckets, max_seq_length=spec.max_seq_length, overflow="truncate",
+        overflow_stride=0, precision=spec.precision, target=spec.target,
+        backend_profile=ident["embtrt.backend_profile"], pooler="none", input_names=tuple(spec.input_names),
+        encoder_output="logits", pad_id=pad_id, max_batch_size=spec.max_batch_size,
+        max_batch_tokens=spec.max_batch_tokens,
+        bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
+        router_encoder="local", server_python=spec.server_python, bundle=bundle,
+        kind="reranker", num_labels=spec.num_labels, activation=spec.activation,
+        extra={"source": {"path": str(spec.model_dir), "sha256": msha},
+               "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
+               "versions": versions(),
+               "onnx": {"sha256": sha256_file(onnx_path), "export_validation": validation},
+               "parity": {**report, "reference": "CrossEncoder.predict (fp32, batch 32) and CrossEncoder.rank",
+                          "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
+               "pending": [], "rebuild": rebuild_command(spec) + " --kind reranker",
+               "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    write_manifest(repo, manifest)
+
+    log(f"[6/{steps}] checking the repository")
+    rep = check_repository(repo)
+    for line in rep.lines():
+        log(line)
+    if not rep.passed:
+        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
+                              "this is a bug in embtrt; please report it with the lines above")
+    return BuildResult(repo, manifest.to_dict(), rep.lines(), [], [])
+
+
+def _config(params: dict[str, str]):
+    from embtrt_backend.pairs import PairConfig
+
+    return PairConfig.from_parameters(params)
+
+
+def _tokenizer(tok_json: Path, spec: BuildSpec, pad_id: int):
+    from embtrt_backend.pairs import PairTokenizer
+
+    return PairTokenizer(str(tok_json), spec.max_seq_length, pad_id)
+
+
+def _pair_ids(core, query: str, document: str) -> list[int]:
+    from embtrt_backend.pairs import DEFAULT
+
+    return core.tokenizer.encode([query], [document], DEFAULT).ids[0]
+
+
+def check_pair_tokenizer(hf_tok, tok_json: Path, pad_id: int, max_length: int, pairs: list[tuple[str, str]],
+                         log: Log) -> None:
+    """The serving pair tokenizer gives CrossEncoder's ids (and segment ids) on every real pair,
+    the over-long ones cut longest_first at the max length."""
+    from embtrt_backend.pairs import DEFAULT, PairTokenizer
+
+    ours = PairTokenizer(str(tok_json), max_length, pad_id).encode([p[0] for p in pairs], [p[1] for p in pairs], DEFAULT)
+    ref = hf_tok([p[0] for p in pairs], [p[1] for p in pairs], truncation="longest_first", max_length=max_length)
+    bad = [i for i, a in enumerate(ours.ids) if list(a) != list(ref["input_ids"][i])]
+    if "token_type_ids" in ref:
+        bad += [i for i, a in enumerate(ours.type_ids) if list(a) != list(ref["token_type_ids"][i])]
+    if bad:
+        raise ParityError(f"the serving pair tokenizer differs from CrossEncoder's on {len(set(bad))} of {len(pairs)} "
+                          f"pairs (first: {pairs[bad[0]][1][:60]!r})", "the tokenizer.json lacks settings of the HF tokenizer")
+    cut = int(sum(len(x) == max_length for x in ours.ids))
+    log(f"[ok] serving pair tokenizer equals CrossEncoder's on {len(pairs)} pairs ({cut} cut at {max_length} tokens)")

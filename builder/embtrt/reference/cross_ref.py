@@ -1,0 +1,108 @@
+"""The reranker's reference: sentence-transformers' CrossEncoder, and what kind a model folder is.
+
+A folder is a reranker when sentence-transformers loads it as a CrossEncoder
+(config_sentence_transformers.json `model_type: CrossEncoder`) or its config.json names a
+`*ForSequenceClassification` architecture; otherwise it is an embedder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelError
+
+
+def detect_kind(path: Path) -> tuple[str, str]:
+    """(kind, why) of a model folder: "reranker" or "embedder", and what said so."""
+    path = Path(path)
+
+    def read(name: str) -> dict:
+        try:
+            doc = json.loads((path / name).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    st = read("config_sentence_transformers.json")
+    if st.get("model_type") == "CrossEncoder":
+        return "reranker", "config_sentence_transformers.json says model_type CrossEncoder"
+    archs = [a for a in read("config.json").get("architectures") or [] if isinstance(a, str)]
+    seq = [a for a in archs if a.endswith("ForSequenceClassification")]
+    if seq:
+        return "reranker", f"config.json names the architecture {seq[0]} (a cross-encoder)"
+    if st.get("model_type") == "SentenceTransformer" or (path / "modules.json").is_file():
+        return "embedder", "a sentence-transformers SentenceTransformer folder"
+    return "embedder", f"config.json names {', '.join(archs) or 'no architecture'} (an encoder)"
+
+
+@dataclass(frozen=True)
+class CrossInfo:
+    max_length: int
+    num_labels: int
+    activation: str          # "sigmoid" or "identity": CrossEncoder's default activation_fn
+    input_names: tuple[str, ...]
+    is_decoder: bool
+    padding_side: str
+
+
+def load_cross_encoder(path: Path, max_length: int | None = None, trust_remote_code: bool = False):
+    from sentence_transformers import CrossEncoder
+
+    try:
+        return CrossEncoder(str(path), device="cpu", max_length=max_length, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # sentence-transformers / transformers raise many types
+        raise ModelError(f"sentence-transformers cannot load {path} as a CrossEncoder: {exc}",
+                         "a reranker folder loads with sentence_transformers.CrossEncoder") from exc
+
+
+def activation_name(fn: object) -> str:
+    import torch
+
+    if isinstance(fn, torch.nn.Sigmoid):
+        return "sigmoid"
+    if fn is None or isinstance(fn, torch.nn.Identity):
+        return "identity"
+    raise ModelError(f"CrossEncoder activation {type(fn).__name__} is not served by embtrt",
+                     "embtrt serves Sigmoid and Identity activations (raw logits and softmax on request)")
+
+
+def cross_info(ce) -> CrossInfo:
+    tok = ce.tokenizer
+    probe = tok("a", "b")
+    names = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in probe)
+    return CrossInfo(int(ce.max_seq_length), int(ce.num_labels), activation_name(ce.activation_fn), names,
+                     bool(getattr(ce.model.config, "is_decoder", False)) or ce.model.config.model_type in ("qwen3", "qwen2",
+                                                                                                      "llama", "mistral"),
+                     str(getattr(tok, "padding_side", "right")))
+
+
+def corpus_pairs(texts: list[str], queries: int = 8, docs: int = 24) -> tuple[list[str], list[list[str]]]:
+    """Real query-passage pairs from the calibration corpus: short texts as queries (the first
+    clause of a text), every query against `docs` passages of mixed lengths (others of the corpus,
+    one concatenation long enough to be truncated)."""
+    qs = [t.split(".")[0][:120] for t in texts[:queries]]
+    pool = texts[queries:]
+    out = []
+    for i in range(queries):
+        start = (i * docs) % max(1, len(pool) - docs)
+        d = pool[start:start + docs - 1]
+        d.append(" ".join(pool[start:start + 12]))   # longer than the max length: cut as predict cuts it
+        out.append(d)
+    return qs, out
+
+
+def ce_predict(ce, pairs: list[tuple[str, str]], activation: str = "default") -> np.ndarray:
+    """CrossEncoder.predict at fp32, batch 32: [pairs, labels] (a 1-label model: [pairs, 1])."""
+    import torch
+
+    kw: dict[str, object] = {}
+    if activation == "raw":
+        kw["activation_fn"] = torch.nn.Identity()
+    elif activation == "softmax":
+        kw["apply_softmax"] = True
+    s = np.asarray(ce.predict(pairs, batch_size=32, show_progress_bar=False, **kw), dtype=np.float32)
+    return s.reshape(len(pairs), -1)

@@ -1,0 +1,113 @@
+"""RerankClient: a query and its documents -> scores and ranks over tritonclient gRPC.
+
+One row per (query, document) pair goes to the reranker's front door (docs/rerankers.md); the
+documents of one call are sent in requests of at most the front door's max batch size. Scores
+equal CrossEncoder.predict, ranks CrossEncoder.rank (highest score first, ties in input order).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import ClientError
+from .client import _failure
+from .wire import backoff, retryable, text_input
+
+ACTIVATIONS = ("default", "raw", "softmax")
+
+
+def rank_order(scores: np.ndarray, top_n: int | None = None) -> list[int]:
+    """Indices by score, highest first; equal scores keep their input order (as CrossEncoder.rank's
+    stable sort); top_n None or over the count: every document."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    return [int(i) for i in (order if top_n is None else order[:top_n])]
+
+
+class RerankClient:
+    def __init__(self, url: str = "127.0.0.1:8001", model: str = "reranker", *, batch_size: int | None = None,
+                 timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.url, self.model = url, model
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self._c = grpcclient.InferenceServerClient(url)
+        self._batch = batch_size
+        self._params: dict[str, str] | None = None
+
+    def parameters(self) -> dict[str, str]:
+        if self._params is None:
+            try:
+                cfg = self._c.get_model_config(self.model, as_json=True)["config"]
+            except Exception as exc:  # tritonclient raises InferenceServerException
+                raise ClientError(f"cannot read the config of model {self.model!r} at {self.url}: {exc}",
+                                  "is the server up and the model name right? (`embtrt serve` prints them)") from exc
+            params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+            if params.get("embtrt.kind") != "reranker":
+                raise ClientError(f"model {self.model!r} is not a reranker (kind {params.get('embtrt.kind', 'embedder')})",
+                                  "embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door")
+            params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
+            self._params = params
+        return self._params
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch or max(1, int(self.parameters()["max_batch_size"]))
+
+    def _infer(self, query: str, docs: list[str], params: dict) -> tuple[np.ndarray, np.ndarray]:
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                r = self._c.infer(self.model, [text_input([query] * len(docs), "QUERY"), text_input(docs, "DOCUMENT")],
+                                  client_timeout=self.timeout_s, parameters=params or None)
+                return r.as_numpy("SCORES"), r.as_numpy("TOKENS").reshape(-1)
+            except Exception as exc:  # InferenceServerException; decide retry or fail
+                if attempt < self.retries and retryable(exc):
+                    time.sleep(backoff(delay))
+                    delay *= 2
+                    continue
+                raise _failure(self.model, exc) from exc
+        raise AssertionError("unreachable")
+
+    def score(self, query: str, documents: list[str], *, activation: str = "default", truncate: bool = True,
+              truncation_direction: str = "right") -> tuple[np.ndarray, np.ndarray]:
+        """(scores [documents, labels], tokens per pair) in document order: CrossEncoder.predict of
+        the pairs (activation raw: the logits; softmax: over the labels)."""
+        if isinstance(documents, str):
+            raise ClientError("score() takes a list of documents, got a single str", "wrap it: [document]")
+        if not documents:
+            raise ClientError("no documents to score", "pass at least one document")
+        if activation not in ACTIVATIONS:
+            raise ClientError(f"activation {activation!r}: must be one of {', '.join(ACTIVATIONS)}")
+        params: dict = {}
+        if activation != "default":
+            params["activation"] = activation
+        if not truncate:
+            params["truncate"] = False
+        if truncation_direction != "right":
+            params["truncation_direction"] = truncation_direction
+        bs = self.batch_size
+        parts = [self._infer(query, list(documents[i:i + bs]), params) for i in range(0, len(documents), bs)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def rerank(self, query: str, documents: list[str], top_n: int | None = None, **options) -> list[dict]:
+        """[{index, score}] highest first, as CrossEncoder.rank (top_k = top_n): the documents'
+        indices in the given list. A model of several labels is a classifier: use score()."""
+        scores, _ = self.score(query, documents, **options)
+        if scores.shape[1] != 1:
+            raise ClientError(f"model {self.model!r} has {scores.shape[1]} labels: a classifier, not a ranker",
+                              "use score() for its per-label scores")
+        if top_n is not None and top_n < 1:
+            raise ClientError(f"top_n {top_n}: must be at least 1")
+        s = scores[:, 0]
+        return [{"index": i, "score": float(s[i])} for i in rank_order(s, top_n)]
+
+    def close(self) -> None:
+        self._c.close()
+
+    def __enter__(self) -> "RerankClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

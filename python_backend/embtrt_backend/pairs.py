@@ -1,0 +1,228 @@
+"""The reranker's request core: (query, document) pairs -> scores, as CrossEncoder.predict does.
+
+    prepare(requests) -> PairBatch: each request's pairs tokenized as one sequence pair with the
+        model's truncation (longest_first at the max length, the request's direction), over-long
+        pairs refused where the request says truncate false (that request only), rows planned
+        into per-bucket chunks by pair length (routing.plan, as texts are for embedders);
+    each chunk: feeds(chunk) -> the encoder (logits [rows, labels]);
+    PairBatch.finish(logits per chunk) -> one PairOutcome per request: scores with the request's
+        activation (the model's default, raw logits, or softmax), tokens per pair.
+
+The reranker front door (reranker/model.py) and the build's gate both call it; plain numpy
+(+ tokenizers), tested without Triton against CrossEncoder.predict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import InputError
+from .routing import gather, plan
+from .text import Encoded, TextTokenizer
+
+ACTIVATIONS = ("default", "raw", "softmax")
+DIRECTIONS = ("right", "left")
+MODEL_ACTIVATIONS = ("sigmoid", "identity")
+
+
+@dataclass(frozen=True)
+class PairOptions:
+    activation: str = "default"       # default: the model's (CrossEncoder's activation_fn)
+    truncate: bool = True             # false: a pair over the max length is the request's error
+    direction: str = "right"          # which end of the longer sequence truncation cuts
+
+    @classmethod
+    def parse(cls, params: dict[str, object]) -> "PairOptions":
+        """A request's parameters (Triton request parameters, as JSON values) -> its options; an
+        unknown name or a bad value is an InputError naming it."""
+        known = {"activation", "truncate", "truncation_direction"}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise InputError(f"unknown request parameter {unknown[0]!r} (a reranker takes "
+                             f"{', '.join(sorted(known))})", unknown[0])
+        act = params.get("activation", "default")
+        if act not in ACTIVATIONS:
+            raise InputError(f"activation {act!r}: must be one of {', '.join(ACTIVATIONS)}", "activation")
+        trunc = params.get("truncate", True)
+        if isinstance(trunc, str) and trunc.lower() in ("true", "false"):
+            trunc = trunc.lower() == "true"
+        if not isinstance(trunc, bool):
+            raise InputError(f"truncate {trunc!r}: must be true or false", "truncate")
+        direction = params.get("truncation_direction", "right")
+        if isinstance(direction, str):
+            direction = direction.lower()
+        if direction not in DIRECTIONS:
+            raise InputError(f"truncation_direction {direction!r}: must be right or left", "truncation_direction")
+        return cls(str(act), trunc, str(direction))
+
+
+DEFAULT = PairOptions()
+
+
+def activate(logits: np.ndarray, activation: str, model_activation: str) -> np.ndarray:
+    """Scores as CrossEncoder.predict returns them: its activation_fn (sigmoid or identity), the raw
+    logits, or softmax over the labels (predict(apply_softmax=True), several labels only)."""
+    x = np.asarray(logits, dtype=np.float32)
+    if activation == "raw":
+        return x
+    if activation == "softmax":
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    if model_activation == "sigmoid":
+        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)
+    return x
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    buckets: tuple[int, ...]
+    max_batch: tuple[int, ...]
+    input_names: tuple[str, ...]
+    num_labels: int
+    activation: str = "sigmoid"       # the model's default (CrossEncoder's activation_fn)
+    pad_to_bucket: bool = False
+    run_overhead: int = 8
+    max_text_bytes: int = 1 << 20
+
+    @classmethod
+    def from_parameters(cls, p: dict[str, str]) -> "PairConfig":
+        return cls(buckets=tuple(int(x) for x in p["buckets"].split(",")),
+                   max_batch=tuple(int(x) for x in p["encoder_max_batch_sizes"].split(",")),
+                   input_names=tuple(p["input_names"].split(",")), num_labels=int(p["num_labels"]),
+                   activation=p.get("activation", "sigmoid"), pad_to_bucket=p.get("pad_to_bucket") == "true",
+                   run_overhead=int(p.get("run_overhead_tokens", "8")),
+                   max_text_bytes=int(p.get("max_text_bytes", str(1 << 20))))
+
+
+@dataclass
+class PairRequest:
+    queries: list[str]
+    documents: list[str]
+    options: PairOptions = DEFAULT
+
+
+@dataclass
+class PairOutcome:
+    scores: np.ndarray | None = None   # float32 [pairs, labels]
+    tokens: np.ndarray | None = None   # int64 [pairs]
+    error: Exception | None = None
+
+
+@dataclass
+class PairChunk:
+    bucket: int
+    rows: np.ndarray
+    ids: list[list[int]]
+    type_ids: list[list[int]]
+
+
+@dataclass
+class PairBatch:
+    outcomes: list[PairOutcome | None]
+    chunks: list[PairChunk] = field(default_factory=list)
+    finish: Callable[[list[np.ndarray]], list[PairOutcome]] = lambda logits: []
+
+
+class PairTokenizer:
+    """tokenizer.json with CrossEncoder's pair truncation (longest_first at the max length) in
+    either direction, and one token more than the max where over-long pairs are refused."""
+
+    def __init__(self, tokenizer_json: str, max_length: int, pad_id: int) -> None:
+        self.text = TextTokenizer(tokenizer_json, max_length, pad_id)
+        self.max_length = int(max_length)
+        self._by: dict[tuple[bool, str], object] = {}
+
+    def _variant(self, truncate: bool, direction: str):
+        key = (truncate, direction)
+        if key not in self._by:
+            from tokenizers import Tokenizer
+
+            t = Tokenizer.from_str(self.text.tok.to_str())
+            t.no_padding()
+            t.enable_truncation(max_length=self.max_length + (0 if truncate else 1), strategy="longest_first",
+                                direction=direction)
+            self._by[key] = t
+        return self._by[key]
+
+    def encode(self, queries: list[str], documents: list[str], opts: PairOptions) -> Encoded:
+        encs = self._variant(opts.truncate, opts.direction).encode_batch(list(zip(queries, documents)),
+                                                                         add_special_tokens=True)
+        lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
+        return Encoded([e.ids for e in encs], [e.type_ids for e in encs], lengths)
+
+
+class PairCore:
+    def __init__(self, cfg: PairConfig, tokenizer: PairTokenizer) -> None:
+        self.cfg, self.tokenizer = cfg, tokenizer
+
+    @classmethod
+    def from_folder(cls, folder: str, p: dict[str, str]) -> "PairCore":
+        import os
+
+        tok = PairTokenizer(os.path.join(folder, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]))
+        return cls(PairConfig.from_parameters(p), tok)
+
+    def prepare(self, requests: list[PairRequest]) -> PairBatch:
+        outcomes: list[PairOutcome | None] = [None] * len(requests)
+        ids: list[list[int]] = []
+        types: list[list[int]] = []
+        keep: list[tuple[int, int, int]] = []     # (request, first row, rows)
+        max_len = self.tokenizer.max_length
+        for i, r in enumerate(requests):
+            if len(r.queries) != len(r.documents):
+                outcomes[i] = PairOutcome(error=InputError(
+                    f"QUERY has {len(r.queries)} rows and DOCUMENT {len(r.documents)}: one query per document", "QUERY"))
+                continue
+            if not r.queries:
+                outcomes[i] = PairOutcome(error=InputError("the request holds no pairs", "DOCUMENT"))
+                continue
+            enc = self.tokenizer.encode(r.queries, r.documents, r.options)
+            if not r.options.truncate:
+                over = np.nonzero(enc.lengths > max_len)[0]
+                if over.size:
+                    outcomes[i] = PairOutcome(error=InputError(
+                        f"row {int(over[0])}: the pair is longer than the max length {max_len} tokens "
+                        "(truncate false)", "DOCUMENT", int(over[0])))
+                    continue
+            keep.append((i, len(ids), len(enc.ids)))
+            ids.extend(enc.ids)
+            types.extend(enc.type_ids)
+        if not keep:
+            return PairBatch(outcomes)
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        b = self.cfg.buckets
+        chunks = [PairChunk(b[k], rows, [ids[j] for j in rows], [types[j] for j in rows])
+                  for k, rows in plan(lengths, b, self.cfg.max_batch, self.cfg.run_overhead, self.cfg.pad_to_bucket)]
+
+        def finish(logits: list[np.ndarray]) -> list[PairOutcome]:
+            allv = gather(len(ids), self.cfg.num_labels,
+                          [(c.rows, np.asarray(v, np.float32).reshape(len(c.rows), -1)) for c, v in zip(chunks, logits)])
+            out = list(outcomes)
+            for i, first, n in keep:
+                act = activate(allv[first:first + n], requests[i].options.activation, self.cfg.activation)
+                out[i] = PairOutcome(act, lengths[first:first + n].copy())
+            return [o if o is not None else PairOutcome(error=RuntimeError("not served")) for o in out]
+
+        return PairBatch(outcomes, chunks, finish)
+
+    def feeds(self, chunk: PairChunk) -> dict[str, np.ndarray]:
+        width = chunk.bucket if self.cfg.pad_to_bucket else max(len(x) for x in chunk.ids)
+        lengths = np.fromiter((len(x) for x in chunk.ids), dtype=np.int64, count=len(chunk.ids))
+        return self.tokenizer.text.pad(Encoded(chunk.ids, chunk.type_ids, lengths), range(len(chunk.ids)), width,
+                                       self.cfg.input_names)
+
+    def run(self, requests: list[PairRequest],
+            encoder: Callable[[int, dict[str, np.ndarray]], np.ndarray]) -> list[PairOutcome]:
+        """prepare, every chunk through `encoder(bucket, feeds)`, finish; an encoder failure is the
+        error of every request it was serving, never the caller's."""
+        batch = self.prepare(requests)
+        if not batch.chunks:
+            return [o or PairOutcome(error=RuntimeError("not served")) for o in batch.outcomes]
+        try:
+            logits = [encoder(c.bucket, self.feeds(c)) for c in batch.chunks]
+        except Exception as exc:
+            return [o or PairOutcome(error=exc) for o in batch.outcomes]
+        return batch.finish(logits)

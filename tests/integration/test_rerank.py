@@ -1,0 +1,153 @@
+"""Rerankers end to end: cross-encoder folders built as rerankers, served by a real tritonserver,
+called over gRPC, equal to sentence-transformers' CrossEncoder.predict and .rank (#31)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from embtrt.errors import BadRequestError, SpecError
+from embtrt.repository.manifest import read_manifest
+
+ROUNDS = 1e-4   # fp32: max |served - CrossEncoder.predict|
+
+
+def _ce(folder, **kw):
+    from sentence_transformers import CrossEncoder
+
+    return CrossEncoder(str(folder), device="cpu", **kw)
+
+
+def _pairs(corpus, n_docs=40):
+    """A real query and documents of mixed lengths, one far over any max length."""
+    query = corpus[0].split(".")[0]
+    docs = corpus[1:n_docs] + [" ".join(corpus[40:60])]
+    return query, docs
+
+
+def _client(server, model):
+    from embtrt.serve.rerank_client import RerankClient
+
+    return RerankClient(server.grpc_url, model)
+
+
+def _assert_scores_apart(scores: np.ndarray, what: str) -> None:
+    """The model tells the pairs apart (else an equality check on its scores could not fail)."""
+    spread = float(np.ptp(scores[:, 0]))
+    assert spread > 100 * ROUNDS, f"{what}: scores within {spread:.2e} of each other: a parity check cannot fail"
+
+
+def test_the_build_records_the_kind_and_gates_against_cross_encoder(rerank_repos):
+    m = read_manifest(rerank_repos["bert-ce"])
+    assert (m.kind, m.num_labels, m.activation, m.models.front_door) == ("reranker", 1, "sigmoid", "bert_ce")
+    assert m.extra["parity"]["passed"] and m.extra["parity"]["rank_identical"] == m.extra["parity"]["queries"]
+    assert m.extra["parity"]["max_abs_diff"] <= ROUNDS
+    m3 = read_manifest(rerank_repos["xlmr-ce3"])
+    assert (m3.kind, m3.num_labels, m3.activation) == ("reranker", 3, "identity")
+    assert m3.input_names == ("input_ids", "attention_mask")   # XLM-R takes no segment ids
+
+
+def test_a_kind_that_is_not_the_folders_is_an_error_that_says_what_it_is(cross_encoders, tmp_path):
+    from embtrt.export.spec import spec_from_options
+
+    with pytest.raises(SpecError, match=r"--kind embedder, but bert-ce is a reranker \(config_sentence_transformers"):
+        spec_from_options(cross_encoders["bert-ce"], tmp_path / "a", kind="embedder")
+    with pytest.raises(SpecError, match=r"--kind reranker, but .* is an embedder"):
+        spec_from_options(None, tmp_path / "b", kind="reranker")
+    with pytest.raises(SpecError, match="target"):
+        spec_from_options(cross_encoders["bert-ce"], tmp_path / "c", target="tensorrt")
+
+
+@pytest.mark.parametrize("key", ["bert-ce", "minilm-ce"])
+def test_served_scores_and_ranks_equal_cross_encoder(rerank_server, cross_encoders, corpus, key):
+    ce = _ce(cross_encoders[key])
+    query, docs = _pairs(corpus)
+    want = np.asarray(ce.predict([(query, d) for d in docs], batch_size=32), np.float32).reshape(len(docs), -1)
+    _assert_scores_apart(want, key)
+    with _client(rerank_server, key.replace("-", "_")) as c:
+        got, tokens = c.score(query, docs)
+        ranked = c.rerank(query, docs, top_n=10)
+        raw, _ = c.score(query, docs, activation="raw")
+    assert got.shape == want.shape and float(np.abs(got - want).max()) <= ROUNDS
+    ref = ce.rank(query, docs, top_k=10, batch_size=32)
+    assert [r["index"] for r in ranked] == [r["corpus_id"] for r in ref]
+    assert np.allclose([r["score"] for r in ranked], [r["score"] for r in ref], atol=ROUNDS)
+    import torch
+
+    logits = ce.predict([(query, d) for d in docs], activation_fn=torch.nn.Identity())
+    assert float(np.abs(raw[:, 0] - logits).max()) <= ROUNDS
+    lens = [len(ce.tokenizer(query, d, truncation="longest_first", max_length=ce.max_seq_length)["input_ids"]) for d in docs]
+    assert tokens.tolist() == lens and max(lens) == ce.max_seq_length   # the long document was cut, as predict cuts it
+
+
+def test_three_labels_identity_softmax_and_raw(rerank_server, cross_encoders, corpus):
+    ce = _ce(cross_encoders["xlmr-ce3"])
+    query, docs = _pairs(corpus, 20)
+    pairs = [(query, d) for d in docs]
+    want = ce.predict(pairs)
+    soft = ce.predict(pairs, apply_softmax=True)
+    _assert_scores_apart(want, "xlmr-ce3")
+    with _client(rerank_server, "xlmr_ce3") as c:
+        got, _ = c.score(query, docs)
+        got_soft, _ = c.score(query, docs, activation="softmax")
+        with pytest.raises(Exception, match="3 labels: a classifier"):
+            c.rerank(query, docs)
+    assert got.shape == (len(docs), 3) and float(np.abs(got - want).max()) <= ROUNDS
+    assert float(np.abs(got_soft - soft).max()) <= ROUNDS
+
+
+def test_truncation_left_and_truncate_false(rerank_server, cross_encoders, corpus):
+    ce = _ce(cross_encoders["bert-ce"])
+    query, docs = _pairs(corpus, 10)
+    ce.tokenizer.truncation_side = "left"
+    want = ce.predict([(query, d) for d in docs])
+    with _client(rerank_server, "bert_ce") as c:
+        got, _ = c.score(query, docs, truncation_direction="left")
+        assert float(np.abs(got[:, 0] - want).max()) <= ROUNDS
+        short, _ = c.score("a query", ["one", "two words", "three short words"], truncate=False)  # within the max
+        assert short.shape == (3, 1)
+        lens = [len(ce.tokenizer(query, d)["input_ids"]) for d in docs]
+        first = next(i for i, n in enumerate(lens) if n > 64)
+        with pytest.raises(BadRequestError, match=rf"row {first}: the pair is longer than the max length 64 tokens"):
+            c.score(query, docs, truncate=False)
+
+
+def test_bad_requests_are_invalid_argument_and_the_server_keeps_serving(rerank_server):
+    import tritonclient.grpc as grpcclient
+
+    from embtrt.serve.wire import text_input
+
+    c = grpcclient.InferenceServerClient(rerank_server.grpc_url)
+    try:
+        cases = [
+            ([text_input(["q", "q"], "QUERY"), text_input(["d"], "DOCUMENT")], None, "QUERY.* batch size does not match"),
+            ([text_input(["q"], "QUERY"), text_input(["d"], "DOCUMENT")], {"activation": "tanh"}, "activation 'tanh'"),
+            ([text_input(["q"], "QUERY"), text_input(["d"], "DOCUMENT")], {"dimensions": 8}, "unknown request parameter"),
+            ([text_input(["q"], "QUERY"), text_input(["d"], "DOCUMENT")], {"truncation_direction": "up"},
+             "truncation_direction 'up'"),
+        ]
+        for inputs, params, msg in cases:
+            with pytest.raises(Exception, match=msg) as err:
+                c.infer("bert_ce", inputs, parameters=params)
+            assert "INVALID_ARG" in str(err.value) or "StatusCode.INVALID_ARGUMENT" in repr(err.value.status()), err.value
+        r = c.infer("bert_ce", [text_input(["", "q"], "QUERY"), text_input(["d", ""], "DOCUMENT")])
+        assert r.as_numpy("SCORES").shape == (2, 1)   # empty texts are pairs CrossEncoder scores too
+    finally:
+        c.close()
+
+
+def test_probe_and_the_cli_rank_a_reranker(rerank_server, cross_encoders, corpus):
+    from embtrt.serve.probe import probe_models
+
+    assert probe_models(rerank_server.grpc_url, ["bert_ce", "xlmr_ce3"]).ok
+    query, docs = _pairs(corpus, 6)
+    out = subprocess.run([sys.executable, "-m", "embtrt.cli", "rerank", "--url", rerank_server.grpc_url, "--model", "bert_ce",
+                          "--query", query, "--top-n", "3", "--json", *docs], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)["results"]
+    ref = _ce(cross_encoders["bert-ce"]).rank(query, docs, top_k=3, return_documents=True)
+    assert [(r["index"], r["document"]) for r in got] == [(r["corpus_id"], r["text"]) for r in ref]

@@ -1,0 +1,47 @@
+"""The reranker's pair core without Triton: options, activations, and one bad request among good ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embtrt_backend import InputError
+from embtrt_backend.pairs import PairConfig, PairCore, PairOptions, PairRequest, PairTokenizer, activate
+
+
+def test_options_parse_and_refuse_with_the_field_named():
+    assert PairOptions.parse({}) == PairOptions()
+    assert PairOptions.parse({"activation": "raw", "truncate": "false", "truncation_direction": "LEFT"}) == \
+        PairOptions("raw", False, "left")
+    for params, field in (({"activation": "tanh"}, "activation"), ({"truncate": 3}, "truncate"),
+                          ({"truncation_direction": "up"}, "truncation_direction"), ({"top_n": 3}, "top_n")):
+        with pytest.raises(InputError) as err:
+            PairOptions.parse(params)
+        assert err.value.param == field
+
+
+def test_activations_are_cross_encoders():
+    x = np.array([[0.0, 2.0, -1.0], [3.0, 3.0, 3.0]], np.float32)
+    assert np.allclose(activate(x[:, :1], "default", "sigmoid"), 1 / (1 + np.exp(-x[:, :1])))
+    assert np.array_equal(activate(x, "default", "identity"), x)
+    assert np.array_equal(activate(x, "raw", "sigmoid"), x)
+    soft = activate(x, "softmax", "identity")
+    assert np.allclose(soft.sum(axis=1), 1) and np.allclose(soft[1], 1 / 3) and soft[0].argmax() == 1
+
+
+def test_a_bad_request_fails_alone_and_rows_come_back_in_order(minilm_path):
+    tok = PairTokenizer(str(minilm_path / "tokenizer.json"), 16, 0)
+    core = PairCore(PairConfig(buckets=(8, 16), max_batch=(4, 4), input_names=("input_ids", "attention_mask"),
+                               num_labels=1, activation="identity", run_overhead=0), tok)
+    seen = []
+
+    def encoder(bucket, feeds):   # a "score" that is the row's token count: order is checkable
+        seen.append(bucket)
+        return feeds["attention_mask"].sum(axis=1, keepdims=True).astype(np.float32)
+
+    docs = ["a b c d e f g h i j k l m n o p q r s", "short", "two words"]
+    out = core.run([PairRequest(["q"] * 3, docs), PairRequest(["q", "q"], ["x"]), PairRequest(["q"], ["y"])], encoder)
+    assert isinstance(out[1].error, InputError) and "QUERY has 2 rows and DOCUMENT 1" in str(out[1].error)
+    assert out[0].error is None and out[0].scores[:, 0].tolist() == out[0].tokens.tolist()
+    assert out[0].tokens[0] == 16 and out[0].tokens[1] < out[0].tokens[0]   # longest_first cut at the max length
+    assert out[2].scores.shape == (1, 1) and set(seen) == {8, 16}
