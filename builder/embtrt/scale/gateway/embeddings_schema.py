@@ -10,11 +10,12 @@ a list of strings, a list of token ids, or a list of token-id lists; token ids a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ApiError
+from .rerank_schema import RERANK_PATHS
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -68,31 +69,36 @@ def _alias(model: str, name: str, options: ModelOptions) -> dict | None:
     return None
 
 
-def resolve_model(model: object, models: Mapping[str, EmbeddingsModel]) -> tuple[str, dict]:
+def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
+                  rerankers: Collection[str] = ()) -> tuple[str, dict]:
     """The body's `model` -> (the served model's name, the options its name carries); 400 where it is
-    missing or not a string, 404 where no model answers to it."""
+    missing, not a string or a reranker (`rerankers`: their names), 404 where no model answers to it."""
     if model is None:
         raise ApiError(400, "you must provide a model parameter", param="model")
     if not isinstance(model, str):
         raise ApiError(400, "model must be a string", param="model")
+    if model in rerankers:
+        raise ApiError(400, f"{model!r} is a reranker, not an embedder: {RERANK_PATHS} serves it", param="model",
+                       code="wrong_model_kind")
     if model in models:
         return model, {}
     for name, m in models.items():
         raw = _alias(model, name, m.options)
         if raw is not None:
             return name, raw
-    names = ", ".join(f"{n!r}" for n in models)
+    names = ", ".join(f"{n!r}" for n in models) or "no embedder"
     aliases = [f"{n}-{x}" for n, m in models.items() for x in model_suffixes(m.options)]
     raise ApiError(404, f"the model {model!r} does not exist; this gateway serves {names}"
                    + (f" (also as {', '.join(aliases)})" if aliases else ""), param="model", code="model_not_found")
 
 
-def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items: int) -> EmbeddingsRequest:
+def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items: int,
+                     rerankers: Collection[str] = ()) -> EmbeddingsRequest:
     """A decoded JSON body -> EmbeddingsRequest, or ApiError (400, or 404 for an unknown model) naming
-    the parameter at fault."""
+    the parameter at fault; a reranker's name (`rerankers`) is a 400 naming the rerank routes."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    name, raw = resolve_model(body.get("model"), models)
+    name, raw = resolve_model(body.get("model"), models, rerankers)
     model: str = body["model"]  # a string: resolve_model refused anything else
     m = models[name]
     fmt = body.get("encoding_format", "float")

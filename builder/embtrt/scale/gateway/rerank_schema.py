@@ -1,0 +1,200 @@
+"""The rerank APIs' bodies, pure (no server): three shapes parsed into one `RerankRequest`, and one
+request's scores rendered back in the shape it came in.
+
+- `cohere`: Cohere / Jina / vLLM, POST /v1/rerank and /v2/rerank: `{model, query, documents, top_n?,
+  return_documents?}` (documents: strings, or objects with a string `text`) -> `{id, model, usage,
+  results: [{index, relevance_score, document?}]}`; scores as `CrossEncoder.rank` gives them (the model's
+  own activation);
+- `tei`: Hugging Face TEI, POST /rerank: `{query, texts, raw_scores?, return_text?, truncate?,
+  truncation_direction?}` (and an optional `model`, which TEI has not) -> `[{index, score, text?}]`;
+- `nim`: NVIDIA NIM, POST /v1/ranking: `{model, query: {text}, passages: [{text}], truncate?: NONE | END}`
+  -> `{rankings: [{index, logit}], usage}`; logits are the raw scores.
+
+Every shape is sorted by score, highest first, ties in input order (as `CrossEncoder.rank`). Fields an
+API has and this gateway does not read are ignored, as the embeddings schema ignores unknown fields.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import ApiError
+
+# POST path -> the API shape it speaks
+ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1/ranking": "nim"}
+RERANK_PATHS = "POST /v1/rerank (Cohere, Jina, vLLM), /v2/rerank, /rerank (TEI) or /v1/ranking (NIM)"
+EMBED_PATH = "POST /v1/embeddings"
+DOC_FIELDS = {"cohere": "documents", "tei": "texts", "nim": "passages"}   # each shape's documents
+DIRECTIONS = ("right", "left")
+NIM_TRUNCATE = {"NONE": False, "END": True}
+
+
+@dataclass(frozen=True)
+class RerankModel:
+    """What parsing a rerank request needs to know of one served reranker."""
+
+    num_labels: int
+    max_text_bytes: int              # the most UTF-8 bytes of a query or a document (the front door's limit)
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    """A valid rerank request of any of the three shapes: pairs (query, each document), what to score
+    them with, and what the response shows."""
+
+    api: str                         # cohere | tei | nim: the shape of the response
+    model: str | None                # as the client sent it (echoed); None where it sent none (TEI)
+    served: str                      # the served reranker it names
+    query: str
+    documents: list[str]
+    top_n: int | None = None         # None: every document
+    return_documents: bool = False
+    activation: str = "default"      # the front door's activation: default (the model's own) | raw
+    truncate: bool = True            # pairs over the max length cut as CrossEncoder.predict cuts them
+    truncation_direction: str = "right"
+
+
+def resolve_reranker(model: object, models: Mapping[str, RerankModel], embedders: Collection[str],
+                     optional: bool = False) -> str:
+    """The body's `model` -> the served reranker's name. 400 where it is missing (unless `optional` and
+    the gateway serves one reranker), not a string, an embedder, or a classifier of several labels; 404
+    where no model answers to it."""
+    if model is None:
+        if optional and len(models) == 1:
+            return next(iter(models))
+        several = f" (this gateway serves several rerankers: {', '.join(map(repr, models))})" if optional else ""
+        raise ApiError(400, f"you must provide a model parameter{several}", param="model")
+    if not isinstance(model, str):
+        raise ApiError(400, "model must be a string", param="model")
+    if model in embedders:
+        raise ApiError(400, f"{model!r} is an embedder, not a reranker: {EMBED_PATH} serves it", param="model",
+                       code="wrong_model_kind")
+    m = models.get(model)
+    if m is None:
+        names = ", ".join(map(repr, models)) or "no reranker"
+        raise ApiError(404, f"the model {model!r} does not exist; this gateway reranks with {names}", param="model",
+                       code="model_not_found")
+    if m.num_labels != 1:
+        raise ApiError(400, f"{model!r} has {m.num_labels} labels (a classifier, not a ranker): the rerank APIs "
+                       "take a model of one label, whose one score orders the documents", param="model",
+                       code="wrong_model_kind")
+    return model
+
+
+def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], embedders: Collection[str],
+                 max_items: int) -> RerankRequest:
+    """A decoded JSON body of the `api` shape -> RerankRequest, or ApiError (400, or 404 for an unknown
+    model) naming the field at fault."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    name = resolve_reranker(body.get("model"), models, embedders, optional=api == "tei")
+    m = models[name]
+    model = body.get("model")
+    if api == "cohere":
+        query = _query(body.get("query"), "query")
+        docs = _documents(body.get("documents"), "documents", max_items, texts_only=False)
+        top_n = body.get("top_n")
+        if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool)):
+            raise ApiError(400, f"top_n must be an integer, got {top_n!r}", param="top_n")
+        if top_n is not None and top_n < 1:
+            raise ApiError(400, f"top_n must be at least 1, got {top_n}", param="top_n")
+        req = RerankRequest(api, model, name, query, docs, top_n, _bool(body, "return_documents", False))
+    elif api == "tei":
+        query = _query(body.get("query"), "query")
+        docs = _documents(body.get("texts"), "texts", max_items, texts_only=True)
+        direction = body.get("truncation_direction", "right")
+        if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
+            raise ApiError(400, f"truncation_direction must be 'right' or 'left', not {direction!r}",
+                           param="truncation_direction")
+        req = RerankRequest(api, model, name, query, docs, None, _bool(body, "return_text", False),
+                            "raw" if _bool(body, "raw_scores", False) else "default", _bool(body, "truncate", True),
+                            direction.lower())
+    elif api == "nim":
+        q = body.get("query")
+        if not isinstance(q, dict):
+            raise ApiError(400, 'query must be an object {"text": "..."}', param="query")
+        query = _query(q.get("text"), "query.text")
+        docs = _documents(body.get("passages"), "passages", max_items, texts_only=False, objects_only=True)
+        trunc = body.get("truncate", "NONE")
+        if trunc not in NIM_TRUNCATE:
+            raise ApiError(400, f"truncate must be 'NONE' or 'END', not {trunc!r}", param="truncate")
+        req = RerankRequest(api, model, name, query, docs, None, False, "raw", NIM_TRUNCATE[trunc])
+    else:
+        raise ValueError(f"unknown rerank API {api!r}")
+    _check_bytes(req.query, req.documents, m.max_text_bytes, "query.text" if api == "nim" else "query", DOC_FIELDS[api])
+    return req
+
+
+def render(req: RerankRequest, scores: np.ndarray, tokens: int) -> tuple[Any, list[tuple[bytes, bytes]]]:
+    """One request's scores (in document order) -> (the response document in the request's shape, extra
+    headers). Sorted by score, highest first, ties in input order; top_n applied."""
+    order = np.argsort(-scores, kind="stable").tolist()
+    if req.top_n is not None:
+        order = order[:req.top_n]
+    values = scores.astype(np.float64).tolist()
+    docs = req.documents
+    if req.api == "cohere":
+        results = [{"index": i, "relevance_score": values[i], **({"document": {"text": docs[i]}}
+                                                                 if req.return_documents else {})} for i in order]
+        return ({"id": str(uuid.uuid4()), "model": req.model, "results": results,
+                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, [])
+    if req.api == "tei":  # TEI reports the tokens in a header (its body is the bare list)
+        return ([{"index": i, "score": values[i], **({"text": docs[i]} if req.return_documents else {})}
+                 for i in order], [(b"x-compute-tokens", str(tokens).encode())])
+    return {"rankings": [{"index": i, "logit": values[i]} for i in order], "usage": {"total_tokens": tokens}}, []
+
+
+def _bool(body: dict, key: str, default: bool) -> bool:
+    v = body.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ApiError(400, f"{key} must be true or false, got {v!r}", param=key)
+    return v
+
+
+def _query(q: object, field: str) -> str:
+    if q is None:
+        raise ApiError(400, f"you must provide a {field} parameter", param=field)
+    if not isinstance(q, str) or not q:
+        raise ApiError(400, f"{field} must be a non-empty string", param=field)
+    return q
+
+
+def _documents(docs: object, field: str, max_items: int, texts_only: bool, objects_only: bool = False) -> list[str]:
+    """A non-empty list of documents -> their texts. Items are strings (`texts_only`), objects with a
+    string `text` (`objects_only`), or either; an empty string is a document (CrossEncoder scores it)."""
+    if docs is None:
+        raise ApiError(400, f"you must provide a {field} parameter", param=field)
+    if not isinstance(docs, list) or not docs:
+        raise ApiError(400, f"{field} must be a non-empty list", param=field)
+    if len(docs) > max_items:
+        raise ApiError(400, f"{field} has {len(docs)} items; at most {max_items} per request", param=field)
+    out = []
+    what = ("a string" if texts_only else 'an object {"text": "..."}' if objects_only
+            else 'a string or an object {"text": "..."}')
+    for i, d in enumerate(docs):
+        if isinstance(d, str) and not objects_only:
+            out.append(d)
+        elif isinstance(d, dict) and not texts_only and isinstance(d.get("text"), str):
+            out.append(d["text"])
+        else:
+            raise ApiError(400, f"{field}[{i}] must be {what}, got {_short(d)}", param=field)
+    return out
+
+
+def _short(x: object) -> str:
+    r = repr(x)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _check_bytes(query: str, docs: list[str], limit: int, qfield: str, dfield: str) -> None:
+    for field, t in ((qfield, query), *((f"{dfield}[{i}]", d) for i, d in enumerate(docs))):
+        if len(t) * 4 > limit and len(t.encode("utf-8")) > limit:  # len(t) * 4 bounds its UTF-8 size
+            raise ApiError(400, f"{field} is {len(t.encode('utf-8'))} bytes of UTF-8, over the limit of {limit} bytes "
+                           "per text", param=qfield if field == qfield else dfield)
