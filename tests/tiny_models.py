@@ -268,4 +268,27 @@ def make_minilm_cross_encoder(path: Path) -> Path:
     return _save_cross_encoder(hf, path, 256)
 
 
-CROSS_ENCODERS = {"bert-ce": make_bert_cross_encoder, "xlmr-ce3": make_xlmr_cross_encoder}
+def make_qwen3_cross_encoder(path: Path) -> Path:
+    """A tiny Qwen3ForSequenceClassification (one label, sigmoid; the seq-cls conversions of
+    Qwen3-Reranker): left padding in sentence-transformers, the score read at the last token."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForSequenceClassification
+
+    src = make_qwen3_last(path.with_name(path.name + "-enc"))
+    hf = path.with_name(path.name + "-hf")
+    hf.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
+            shutil.copy2(f, hf / f.name)
+    shutil.rmtree(src)
+    tok = AutoTokenizer.from_pretrained(str(hf))
+    torch.manual_seed(14)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=8, intermediate_size=64, max_position_embeddings=256, pad_token_id=tok.pad_token_id,
+                      eos_token_id=tok.eos_token_id, tie_word_embeddings=False, num_labels=1, initializer_range=0.2)
+    Qwen3ForSequenceClassification(cfg).eval().save_pretrained(hf)
+    return _save_cross_encoder(hf, path, 96)
+
+
+CROSS_ENCODERS = {"bert-ce": make_bert_cross_encoder, "xlmr-ce3": make_xlmr_cross_encoder,
+                  "qwen3-ce": make_qwen3_cross_encoder}

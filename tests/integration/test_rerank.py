@@ -46,6 +46,8 @@ def test_the_build_records_the_kind_and_gates_against_cross_encoder(rerank_repos
     assert (m.kind, m.num_labels, m.activation, m.models.front_door) == ("reranker", 1, "sigmoid", "bert_ce")
     assert m.extra["parity"]["passed"] and m.extra["parity"]["rank_identical"] == m.extra["parity"]["queries"]
     assert m.extra["parity"]["max_abs_diff"] <= ROUNDS
+    mq = read_manifest(rerank_repos["qwen3-ce"])   # a decoder: left padding in sentence-transformers, right here
+    assert (mq.kind, mq.activation, mq.extra["parity"]["passed"]) == ("reranker", "sigmoid", True)
     m3 = read_manifest(rerank_repos["xlmr-ce3"])
     assert (m3.kind, m3.num_labels, m3.activation) == ("reranker", 3, "identity")
     assert m3.input_names == ("input_ids", "attention_mask")   # XLM-R takes no segment ids
@@ -62,7 +64,7 @@ def test_a_kind_that_is_not_the_folders_is_an_error_that_says_what_it_is(cross_e
         spec_from_options(cross_encoders["bert-ce"], tmp_path / "c", target="tensorrt")
 
 
-@pytest.mark.parametrize("key", ["bert-ce", "minilm-ce"])
+@pytest.mark.parametrize("key", ["bert-ce", "minilm-ce", "qwen3-ce"])
 def test_served_scores_and_ranks_equal_cross_encoder(rerank_server, cross_encoders, corpus, key):
     ce = _ce(cross_encoders[key])
     query, docs = _pairs(corpus)

@@ -406,9 +406,6 @@ def _reranker_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None
     from ..reference.cross_ref import cross_info, load_cross_encoder
 
     info = cross_info(load_cross_encoder(model_dir, max_seq_length, given.trust_remote_code))
-    if info.is_decoder:
-        raise SpecError(f"{model_dir.name} is a decoder cross-encoder (left padding, last-token score), which this "
-                        "embtrt does not build yet", "build an encoder cross-encoder (BERT, XLM-R, ModernBERT)")
     seq = int(max_seq_length or info.max_length)
     return given.with_(kind="reranker", num_labels=info.num_labels, activation=info.activation,
                        target="python-ort" if target == "auto" else given.target,
