@@ -153,3 +153,46 @@ def test_probe_and_the_cli_rank_a_reranker(rerank_server, cross_encoders, corpus
     got = json.loads(out.stdout)["results"]
     ref = _ce(cross_encoders["bert-ce"]).rank(query, docs, top_k=3, return_documents=True)
     assert [(r["index"], r["document"]) for r in got] == [(r["corpus_id"], r["text"]) for r in ref]
+
+
+def test_verify_gates_a_served_reranker_also_under_load_and_against_another(rerank_server, cross_encoders):
+    from embtrt.common.corpus import load_corpus
+    from embtrt.measure.rerank import verify_reranker
+
+    texts = load_corpus()
+    rep = verify_reranker(rerank_server.grpc_url, "bert_ce", cross_encoders["bert-ce"], texts, under_load=True,
+                          concurrency=8, log=lambda _m: None)
+    assert rep.passed, rep.lines
+    assert rep.figures["gate"]["rank_identical"] == rep.figures["gate"]["queries"] == 8
+    assert rep.figures["under_load"]["failed"] == 0 and rep.figures["under_load"]["max_abs_diff"] <= ROUNDS
+    wrong = verify_reranker(rerank_server.grpc_url, "bert_ce", cross_encoders["minilm-ce"], texts, log=lambda _m: None)
+    assert not wrong.passed and any("bucket" in f for f in wrong.failures)   # another model's scores fail the gate
+    other = verify_reranker(rerank_server.grpc_url, "bert_ce", None, texts,
+                            against=(rerank_server.grpc_url, "qwen3_ce"), log=lambda _m: None)
+    assert not other.passed                                                   # two different models differ
+    same = verify_reranker(rerank_server.grpc_url, "bert_ce", None, texts, against=(rerank_server.grpc_url, "bert_ce"),
+                           log=lambda _m: None)
+    assert same.passed and same.figures["against"]["max_abs_diff"] == 0.0
+    cli = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", rerank_server.grpc_url, "--model",
+                          "bert_ce", "--reference", str(cross_encoders["bert-ce"]), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["kind"] == "reranker"
+    cli = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", rerank_server.grpc_url, "--model",
+                          "bert_ce", "--reference", str(cross_encoders["xlmr-ce3"])], capture_output=True, text=True,
+                         timeout=300)
+    assert cli.returncode != 0   # a gate that fails exits non-zero (4), or refuses the mismatched reference
+
+
+def test_bench_rerank_scenarios_beside_cross_encoder_in_process(rerank_server, cross_encoders, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--url", rerank_server.grpc_url, "--model", "bert_ce",
+                          "--rerank-documents", "1,10", "--concurrency", "1,2", "--requests", "6", "--warmup", "1",
+                          "--reference", str(cross_encoders["bert-ce"]), "--json", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["results"]
+    served = [r for r in rows if r["target"] == "triton:bert_ce"]
+    assert [(r["documents"], r["concurrency"]) for r in served] == [(1, 1), (1, 2), (10, 1), (10, 2)]
+    assert all(r["errors"] == 0 and r["requests"] == 6 and r["pairs_per_s"] > 0 for r in served)
+    assert {r["documents"] for r in rows if r["target"].startswith("inprocess:")} == {1, 10}
+    assert (tmp_path / "results.md").is_file()

@@ -19,7 +19,8 @@ from .. import __version__
 from ..common.files import sha256_file
 from ..common.log import Log
 from ..errors import ParityError, RepositoryError
-from ..reference.cross_ref import ce_predict, corpus_pairs, load_cross_encoder
+from ..reference.cross_ref import corpus_pairs, load_cross_encoder
+from ..reference.rerank_gate import SCORE_TOLERANCE, judge
 from ..reference.modelinfo import model_hash
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, ModelNames, write_manifest
@@ -30,8 +31,6 @@ from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching,
                      runtime_params, write_repository)
 from .spec import BuildSpec
 
-SCORE_TOLERANCE = 1e-4   # fp32: max |served - CrossEncoder.predict| per bucket
-TOP_K = 10               # per query, the order of CrossEncoder.rank's top 10 must be the same
 
 
 def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[tuple[str, str]], log: Log) -> dict:
@@ -102,7 +101,7 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
 
 def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
     """Every (query, document) pair through the front door's pair core, one request per query
-    (batched together as Triton's dynamic batcher would): scores [pairs, labels], bucket per pair."""
+    (batched together as Triton's dynamic batcher would): scores [pairs, labels], tokens per pair."""
     from embtrt_backend.pairs import PairRequest
 
     reqs = [PairRequest([q] * len(d), list(d)) for q, d in zip(queries, docs)]
@@ -110,61 +109,21 @@ def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> t
     for o in outs:
         if o.error is not None:
             raise o.error
-    tokens = np.concatenate([o.tokens for o in outs])
-    b = np.asarray(core.cfg.buckets)
-    return np.concatenate([o.scores for o in outs]), b[np.searchsorted(b, tokens)]
+    return np.concatenate([o.scores for o in outs]), np.concatenate([o.tokens for o in outs])
 
 
 def gate(ce, core, encoder, texts: list[str], log: Log) -> dict:
-    """The reranker gate: served scores against CrossEncoder.predict on real query-passage pairs,
-    per bucket (max |difference|), and per query the order of CrossEncoder.rank (top 10)."""
+    """The reranker gate (reference.rerank_gate) on the served path, before anything is written."""
     queries, docs = corpus_pairs(texts)
-    pairs = [(q, d) for q, ds in zip(queries, docs) for d in ds]
-    want = ce_predict(ce, pairs)
-    got, bucket = served_scores(core, encoder, queries, docs)
-    diff = np.abs(got - want).max(axis=1)
-    lines, failures, per_bucket = [], [], {}
-    for b in core.cfg.buckets:
-        sel = bucket == b
-        if not sel.any():
-            continue
-        worst = float(diff[sel].max())
-        per_bucket[str(b)] = {"pairs": int(sel.sum()), "max_abs_diff": worst}
-        ok = worst <= SCORE_TOLERANCE
-        lines.append(f"[{'ok' if ok else 'x'}] bucket {b}: {int(sel.sum())} pairs, max |score - CrossEncoder.predict| "
-                     f"{worst:.1e} (limit {SCORE_TOLERANCE:.0e})")
-        if not ok:
-            failures.append(f"bucket {b}: max |score difference| {worst:.2e} > {SCORE_TOLERANCE:.0e}")
-    if core.cfg.num_labels != 1:   # CrossEncoder.rank takes one-label models only: scores are the gate
-        lines.append(f"[ok] ranking: not judged ({core.cfg.num_labels} labels: a classifier, CrossEncoder.rank "
-                     "takes one-label models); every label's score is gated above")
-        for line in lines:
-            log(line)
-        return {"pairs": len(pairs), "queries": len(queries), "buckets": per_bucket, "rank_identical": None,
-                "max_abs_diff": float(diff.max()), "passed": not failures, "failures": failures}
-    same, start = 0, 0
-    for q, ds in zip(queries, docs):
-        n = len(ds)
-        ref = [r["corpus_id"] for r in ce.rank(q, ds, top_k=min(TOP_K, n), batch_size=32, show_progress_bar=False)]
-        s = got[start:start + n, 0]
-        ours = list(np.argsort(-s, kind="stable")[:min(TOP_K, n)])
-        same += int(ours == ref)
-        start += n
-    ok = same == len(queries)
-    lines.append(f"[{'ok' if ok else 'x'}] ranking: top {TOP_K} of CrossEncoder.rank identical for {same} of "
-                 f"{len(queries)} queries ({len(pairs)} pairs)")
-    if not ok:
-        failures.append(f"ranking: top {TOP_K} differs for {len(queries) - same} of {len(queries)} queries")
-    for line in lines:
-        log(line)
-    return {"pairs": len(pairs), "queries": len(queries), "buckets": per_bucket, "rank_identical": same,
-            "max_abs_diff": float(diff.max()), "passed": not failures, "failures": failures}
+    got, tokens = served_scores(core, encoder, queries, docs)
+    rep = judge(ce, queries, docs, got, tokens, core.cfg.buckets, log)
+    rep.pop("lines")
+    return rep
 
 
 def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     from embtrt_backend.encoder import make_encoder
     from embtrt_backend.pairs import PairCore
-
 
     work, repo = tmp / "work", tmp / "repo"
     repo.mkdir(parents=True)

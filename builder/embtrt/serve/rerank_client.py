@@ -111,3 +111,18 @@ class RerankClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:
+    """The served model's kind (its config's embtrt.kind; embedders built before kinds have none)."""
+    import tritonclient.grpc as grpcclient
+
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        cfg = c.get_model_config(model, as_json=True, client_timeout=timeout_s)["config"]
+    except Exception as exc:  # tritonclient raises InferenceServerException
+        raise ClientError(f"cannot read the config of model {model!r} at {url}: {exc}",
+                          "is the server up and the model name right? (`embtrt serve` prints them)") from exc
+    finally:
+        c.close()
+    return cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value") or "embedder"

@@ -1,0 +1,67 @@
+"""The reranker paths of `embtrt verify` and `embtrt bench` (measure/rerank.py): glue only."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from ..common.options import parse_int_list
+from ..errors import SpecError, require_extra
+from .app import err, out, say
+
+
+def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Path | None, under_load: bool,
+                        concurrency: int, against: str | None, as_json: bool, log) -> None:
+    from ..common.corpus import load_corpus
+    from ..measure.rerank import verify_reranker
+
+    other = None
+    if against is not None:
+        other_url, _, other_model = against.partition("/")
+        other = (other_url, other_model or model)
+    elif reference is None:
+        raise SpecError(f"{model} is a reranker: its gate needs the CrossEncoder folder it was built from",
+                        "pass --reference MODEL_DIR (or --against HOST:PORT[/MODEL] to gate two deployments)")
+    else:
+        require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
+    rep = verify_reranker(url, model, reference, load_corpus(corpus), under_load=under_load,
+                          concurrency=concurrency, against=other, log=log)
+    if as_json:
+        sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
+    else:
+        for line in rep.lines:
+            say(line)
+    raise typer.Exit(0 if rep.passed else 4)
+
+
+def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, documents: str,
+                       concurrency: str, requests: int, warmup: int, inprocess: bool, out_dir: Path | None,
+                       as_json: bool) -> None:
+    from ..common.corpus import load_corpus
+    from ..measure.rerank import bench_reranker, markdown
+
+    if not models:
+        raise SpecError("--rerank-documents needs the reranker to measure: --model NAME[@HOST:PORT]")
+    texts = load_corpus(corpus)
+    docs = parse_int_list("rerank_documents", documents) or (1, 10, 32, 100)
+    conc = parse_int_list("concurrency", concurrency) or (1,)
+    rows, first = [], True
+    for m in models:
+        name, _, murl = m.partition("@")
+        ref = reference if (inprocess and first) else None   # the in-process line once
+        first = False
+        doc = bench_reranker(murl or url, name, texts, docs, conc, requests, warmup, ref,
+                             progress=lambda msg: err.print(msg, markup=False))
+        rows += doc["results"]
+    doc = {"kind": "reranker", "results": rows}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (out_dir / "results.md").write_text(markdown(doc))
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        out.print(markdown(doc), markup=False)

@@ -1,0 +1,223 @@
+"""`embtrt verify` and `embtrt bench` on a reranker (docs/rerankers.md).
+
+verify: the reranker gate (reference.rerank_gate) on a served deployment: real query-passage
+    pairs scored over gRPC against CrossEncoder.predict / .rank; --under-load resends every pair
+    in mixed-size requests beside background traffic, each score equal to its unloaded value;
+    --against gates one deployment against another (scores and ranks).
+bench: requests of one query and K documents of mixed lengths at each concurrency (the one load
+    driver, measure.driver), pairs/s and latency, beside in-process CrossEncoder.predict (fp32,
+    batch 32) on the same pairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..reference.cross_ref import corpus_pairs
+from ..reference.rerank_gate import SCORE_TOLERANCE, TOP_K, judge
+from .driver import Load, drive
+
+
+async def _score(client, model: str, query: str, docs: list[str], params: dict | None = None):
+    from ..serve.wire import text_input
+
+    r = await client.infer(model, [text_input([query] * len(docs), "QUERY"), text_input(docs, "DOCUMENT")],
+                           parameters=params or None, client_timeout=120)
+    return r.as_numpy("SCORES"), r.as_numpy("TOKENS").reshape(-1)
+
+
+def served(url: str, model: str, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair's scores and tokens, one query's documents at a time (the client splits by max batch)."""
+    from ..serve.rerank_client import RerankClient
+
+    with RerankClient(url, model) as c:
+        parts = [c.score(q, ds) for q, ds in zip(queries, docs)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def buckets_of(url: str, model: str) -> tuple[int, ...]:
+    from ..serve.rerank_client import RerankClient
+
+    with RerankClient(url, model) as c:
+        return tuple(int(b) for b in c.parameters()["buckets"].split(","))
+
+
+@dataclass
+class RerankReport:
+    lines: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def as_dict(self) -> dict:
+        return {"kind": "reranker", "passed": self.passed, "failures": self.failures, "lines": self.lines,
+                **self.figures}
+
+
+async def _under_load(url: str, model: str, queries: list[str], docs: list[list[str]], base: np.ndarray,
+                      concurrency: int, seed: int = 0) -> tuple[float, int]:
+    """Every pair resent in requests of 1..max documents (mixed sizes) at `concurrency`, beside a
+    background load of random pairs -> (max |score - unloaded score|, failed calls)."""
+    import tritonclient.grpc.aio as aioclient
+
+    rng = random.Random(seed)
+    jobs = []   # (first pair index, query, documents)
+    start = 0
+    for q, ds in zip(queries, docs):
+        i = 0
+        while i < len(ds):
+            k = rng.choice((1, 3, 7, 16))
+            jobs.append((start + i, q, ds[i:i + k]))
+            i += k
+        start += len(ds)
+    rng.shuffle(jobs)
+    got = np.full_like(base, np.nan)
+    flat = [d for ds in docs for d in ds]
+    c = aioclient.InferenceServerClient(url)
+    try:
+        async def call(i):
+            return await _score(c, model, jobs[i][1], jobs[i][2])
+
+        def keep(i, value):
+            first = jobs[i][0]
+            got[first:first + len(jobs[i][2])] = value[0]
+
+        async def noise(i):
+            return await _score(c, model, queries[i % len(queries)], rng.sample(flat, 8))
+
+        load = Load(call, len(jobs), concurrency, on_result=keep)
+        await drive(load, [Load(noise, None, max(1, concurrency // 4))], lead_s=0.2)
+    finally:
+        await c.close()
+    worst = float(np.nanmax(np.abs(got - base))) if np.isfinite(got).any() else float("inf")
+    missing = int(np.isnan(got).any(axis=1).sum())
+    return (worst if not missing else float("inf")), len(load.failures) + missing
+
+
+def verify_reranker(url: str, model: str, reference: Path | None, texts: list[str], *, under_load: bool = False,
+                    concurrency: int = 16, against: tuple[str, str] | None = None,
+                    log: Callable[[str], None] = print) -> RerankReport:
+    rep = RerankReport()
+    queries, docs = corpus_pairs(texts)
+    buckets = buckets_of(url, model)
+    got, tokens = served(url, model, queries, docs)
+    log(f"{model} at {url}: {len(tokens)} real pairs ({len(queries)} queries) scored")
+    if against is not None:
+        other, tok2 = served(against[0], against[1], queries, docs)
+        worst = float(np.abs(got - other).max())
+        ok = worst <= SCORE_TOLERANCE and np.array_equal(tokens, tok2)
+        rep.lines.append(f"[{'ok' if ok else 'x'}] against {against[1]} at {against[0]}: max |score difference| "
+                         f"{worst:.1e} (limit {SCORE_TOLERANCE:.0e}), token counts {'equal' if np.array_equal(tokens, tok2) else 'differ'}")
+        if not ok:
+            rep.failures.append(f"against {against[0]}: scores differ by {worst:.2e} or token counts differ")
+        if got.shape[1] == 1:
+            same, start = 0, 0
+            for ds in docs:
+                n = len(ds)
+                a = np.argsort(-got[start:start + n, 0], kind="stable")[:TOP_K]
+                b = np.argsort(-other[start:start + n, 0], kind="stable")[:TOP_K]
+                same += int(np.array_equal(a, b))
+                start += n
+            ok = same == len(docs)
+            rep.lines.append(f"[{'ok' if ok else 'x'}] ranking: top {TOP_K} identical for {same} of {len(docs)} queries")
+            if not ok:
+                rep.failures.append(f"ranking against {against[0]}: {len(docs) - same} queries differ")
+        rep.figures["against"] = {"url": against[0], "model": against[1], "max_abs_diff": worst}
+    else:
+        from ..reference.cross_ref import load_cross_encoder
+
+        if reference is None:
+            raise ValueError("a reranker's gate needs its CrossEncoder folder (--reference)")
+        ce = load_cross_encoder(reference)
+        res = judge(ce, queries, docs, got, tokens, buckets, log=lambda _m: None)
+        rep.lines += res.pop("lines")
+        rep.failures += res["failures"]
+        rep.figures["gate"] = res
+    if under_load:
+        worst, failed = asyncio.run(_under_load(url, model, queries, docs, got, concurrency))
+        ok = worst <= SCORE_TOLERANCE and failed == 0
+        rep.lines.append(f"[{'ok' if ok else 'x'}] under load (concurrency {concurrency}, mixed-size requests beside "
+                         f"background traffic): max |score - unloaded| {worst:.1e}, {failed} failed calls")
+        if not ok:
+            rep.failures.append(f"under load: max |score difference| {worst:.2e}, {failed} failed calls")
+        rep.figures["under_load"] = {"concurrency": concurrency, "max_abs_diff": worst, "failed": failed}
+    return rep
+
+
+def _requests(texts: list[str], k: int, n: int, seed: int) -> list[tuple[str, list[str]]]:
+    """n requests of one query (a short real text) and k documents of mixed lengths (corpus texts)."""
+    rng = random.Random(seed)
+    queries = [t.split(".")[0][:120] for t in texts[:32]]
+    return [(rng.choice(queries), rng.sample(texts, k) if k <= len(texts) else rng.choices(texts, k=k)) for _ in range(n)]
+
+
+def _row(target: str, k: int, conc: int, load: Load) -> dict:
+    lat = sorted(load.latencies.values())
+    q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3) if lat else (lambda p: float("nan"))
+    return {"target": target, "documents": k, "concurrency": conc, "requests": load.ok,
+            "req_per_s": load.ok / load.seconds if load.seconds else 0.0,
+            "pairs_per_s": load.ok * k / load.seconds if load.seconds else 0.0,
+            "p50_ms": q(0.5), "p99_ms": q(0.99), "errors": len(load.failures),
+            "error_samples": [f.message[:200] for f in load.failures[:3]]}
+
+
+async def _measure(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
+    """Warm-up requests one at a time, then the rest at `conc` through the load driver."""
+    import tritonclient.grpc.aio as aioclient
+
+    c = aioclient.InferenceServerClient(url)
+    try:
+        for q, ds in reqs[:warmup]:
+            await _score(c, model, q, ds)
+        body = reqs[warmup:]
+        return await Load(lambda i: _score(c, model, *body[i]), len(body), conc).run()
+    finally:
+        await c.close()
+
+
+def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int, ...] = (1, 10, 32, 100),
+                   concurrency: tuple[int, ...] = (1, 8), requests: int = 50, warmup: int = 5,
+                   reference: Path | None = None, progress: Callable[[str], None] = lambda m: None) -> dict:
+    rows = []
+    for k in documents:
+        for conc in concurrency:
+            reqs = _requests(texts, k, requests + warmup, seed=k * 1000 + conc)
+            progress(f"{model}: {k} documents per request at concurrency {conc}")
+
+            rows.append(_row(f"triton:{model}", k, conc, asyncio.run(_measure(url, model, reqs, warmup, conc))))
+    if reference is not None:
+        from ..reference.cross_ref import load_cross_encoder
+
+        ce = load_cross_encoder(reference)
+        for k in documents:
+            pairs = [(q, d) for q, ds in _requests(texts, k, max(1, min(requests, 2000 // k)), seed=k) for d in ds]
+            ce.predict(pairs[:32], batch_size=32, show_progress_bar=False)   # warm
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                ce.predict(pairs, batch_size=32, show_progress_bar=False)
+                times.append(time.perf_counter() - t0)
+            sec = statistics.median(times)
+            rows.append({"target": "inprocess:CrossEncoder.predict(batch 32, fp32)", "documents": k, "concurrency": 1,
+                         "requests": len(pairs) // k, "req_per_s": len(pairs) / k / sec, "pairs_per_s": len(pairs) / sec,
+                         "p50_ms": float("nan"), "p99_ms": float("nan"), "errors": 0, "error_samples": []})
+    return {"model": model, "url": url, "results": rows}
+
+
+def markdown(doc: dict) -> str:
+    lines = ["| target | documents | conc | req/s | pairs/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        lines.append(f"| {r['target']} | {r['documents']} | {r['concurrency']} | {r['req_per_s']:.1f} | "
+                     f"{r['pairs_per_s']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,61 @@
+"""The reranker gate, one judgement for the build and for `embtrt verify`: served scores of real
+query-passage pairs against CrossEncoder.predict per length bucket (max |difference|), and per
+query the order of CrossEncoder.rank's top 10."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .cross_ref import ce_predict
+
+SCORE_TOLERANCE = 1e-4   # fp32: max |served - CrossEncoder.predict| per bucket
+TOP_K = 10               # per query, the order of CrossEncoder.rank's top 10 must be the same
+
+
+def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens: np.ndarray,
+          buckets: tuple[int, ...] | list[int], log: Callable[[str], None] = print,
+          tolerance: float = SCORE_TOLERANCE) -> dict:
+    """got: served scores [pairs, labels] of every (query, document) pair in order; tokens: each
+    pair's token count as served (its bucket). -> the report (lines logged as they are judged)."""
+    pairs = [(q, d) for q, ds in zip(queries, docs) for d in ds]
+    want = ce_predict(ce, pairs)
+    if got.shape != want.shape:
+        raise ValueError(f"served scores have shape {got.shape}, CrossEncoder.predict {want.shape}")
+    b = np.asarray(buckets)
+    bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
+    diff = np.abs(got - want).max(axis=1)
+    lines, failures, per_bucket = [], [], {}
+    for edge in b:
+        sel = bucket == edge
+        if not sel.any():
+            continue
+        worst = float(diff[sel].max())
+        per_bucket[str(int(edge))] = {"pairs": int(sel.sum()), "max_abs_diff": worst}
+        ok = worst <= tolerance
+        lines.append(f"[{'ok' if ok else 'x'}] bucket {int(edge)}: {int(sel.sum())} pairs, max |score - "
+                     f"CrossEncoder.predict| {worst:.1e} (limit {tolerance:.0e})")
+        if not ok:
+            failures.append(f"bucket {int(edge)}: max |score difference| {worst:.2e} > {tolerance:.0e}")
+    same: int | None = None
+    if got.shape[1] != 1:   # CrossEncoder.rank takes one-label models only: the scores are the gate
+        lines.append(f"[ok] ranking: not judged ({got.shape[1]} labels: a classifier, CrossEncoder.rank takes "
+                     "one-label models); every label's score is gated above")
+    else:
+        same, start = 0, 0
+        for q, ds in zip(queries, docs):
+            n = len(ds)
+            ref = [r["corpus_id"] for r in ce.rank(q, ds, top_k=min(TOP_K, n), batch_size=32, show_progress_bar=False)]
+            ours = [int(i) for i in np.argsort(-got[start:start + n, 0], kind="stable")[:min(TOP_K, n)]]
+            same += int(ours == ref)
+            start += n
+        ok = same == len(queries)
+        lines.append(f"[{'ok' if ok else 'x'}] ranking: top {TOP_K} of CrossEncoder.rank identical for {same} of "
+                     f"{len(queries)} queries ({len(pairs)} pairs)")
+        if not ok:
+            failures.append(f"ranking: top {TOP_K} differs for {len(queries) - same} of {len(queries)} queries")
+    for line in lines:
+        log(line)
+    return {"pairs": len(pairs), "queries": len(queries), "buckets": per_bucket, "rank_identical": same,
+            "max_abs_diff": float(diff.max()), "passed": not failures, "failures": failures, "lines": lines}
