@@ -14,11 +14,17 @@ unavailable or its queue is full. Results come back in input order.
 Token-id input (`input` as a list of ints, or of lists of ints) takes the model's own ids
 as its tokenizer.json produces them, special tokens included, and must fit the max length.
 
+Rerankers (a repository whose manifest says `kind: reranker`) are served on POST /v1/rerank and
+/v2/rerank (Cohere, Jina, vLLM), /rerank (TEI) and /v1/ranking (NIM), one semantics behind the three
+shapes: the pairs go to the reranker's front door, which scores them as `CrossEncoder.predict` does
+(docs/rerankers.md). Embedders and rerankers can share one gateway.
+
 Modules, one job each: config (GatewayConfig, --pool, pools), errors (ApiError, OpenAI's error
-envelope), embeddings_schema (the /v1/embeddings body parsed and validated, pure), served (what the
-gateway knows of a repository), embed (the embedding algorithm of one model), coalescer (PoolBatcher),
-upstream (gRPC clients, retries over a pool's replicas), registry (several models, /v1/models),
-metrics (Prometheus), http (the ASGI app, `run`).
+envelope), embeddings_schema (the /v1/embeddings body parsed and validated, pure), rerank_schema (the
+rerank APIs' bodies parsed and their responses rendered, pure), served (what the gateway knows of a
+repository), embed (the embedding algorithm of one model), rerank (the reranking of one model),
+coalescer (PoolBatcher), upstream (gRPC clients, retries over a pool's replicas), registry (several
+models, /v1/models), metrics (Prometheus), http (the ASGI app, `run`).
 """
 
 from .coalescer import PoolBatcher
@@ -29,9 +35,12 @@ from .errors import ApiError
 from .http import GatewayApp, create_app, run
 from .metrics import Metrics
 from .registry import MultiGateway
-from .served import Served
+from .rerank import Reranker
+from .rerank_schema import RerankModel, RerankRequest, parse_rerank
+from .served import Served, ServedReranker
 from .upstream import Upstream
 
 __all__ = ["MAX_ITEMS", "ROUTES", "ApiError", "EmbeddingsModel", "EmbeddingsRequest", "Gateway", "GatewayApp",
-           "GatewayConfig", "Metrics", "MultiGateway", "Pool", "PoolBatcher", "Served", "Upstream", "create_app",
-           "model_pools", "parse_embeddings", "parse_pool", "resolve_model", "run"]
+           "GatewayConfig", "Metrics", "MultiGateway", "Pool", "PoolBatcher", "RerankModel", "RerankRequest", "Reranker",
+           "Served", "ServedReranker", "Upstream", "create_app", "model_pools", "parse_embeddings", "parse_pool",
+           "parse_rerank", "resolve_model", "run"]

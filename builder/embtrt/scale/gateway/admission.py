@@ -1,6 +1,7 @@
 """Admission control: the gateway takes only work it can finish.
 
-- per request: at most `max_request_chars` characters of text and `max_request_tokens` tokens
+- per request: at most `max_request_chars` characters of text (a rerank request's pairs: the query
+  once per document, and the documents) and `max_request_tokens` tokens
   (413 naming the cap). Tokens are bounded without tokenizing where the text is short enough for
   the bound to prove it (a token covers at least one UTF-8 byte, plus each text's special and
   prompt tokens); otherwise the request is tokenized (off the event loop) and counted exactly;
@@ -58,10 +59,14 @@ class Admission:
 
     def check_chars(self, texts: list[str]) -> int:
         """The request's characters; 413 over the cap."""
-        n = sum(map(len, texts))
+        return self.check_count(sum(map(len, texts)))
+
+    def check_count(self, n: int, param: str = "input") -> int:
+        """`n` characters of input (a rerank request: the query once per document, and the documents); 413
+        over the cap."""
         if n > self.cfg.max_request_chars:
             raise ApiError(413, f"the input has {n} characters; this gateway takes at most {self.cfg.max_request_chars} "
-                           "per request (--max-request-chars): split it", param="input", code="request_too_large")
+                           "per request (--max-request-chars): split it", param=param, code="request_too_large")
         return n
 
     @staticmethod
@@ -75,10 +80,10 @@ class Admission:
             total += n if max_len is None else min(n, max_len)
         return total
 
-    def check_tokens(self, tokens: int) -> None:
+    def check_tokens(self, tokens: int, param: str = "input") -> None:
         if tokens > self.cfg.max_request_tokens:
             raise ApiError(413, f"the input has {tokens} tokens; this gateway takes at most {self.cfg.max_request_tokens} "
-                           "per request (--max-request-tokens): split it", param="input", code="request_too_large")
+                           "per request (--max-request-tokens): split it", param=param, code="request_too_large")
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

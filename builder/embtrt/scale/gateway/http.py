@@ -1,6 +1,7 @@
 """The gateway's ASGI layer: POST /v1/embeddings as a plain ASGI handler (key, body limit, JSON,
-the schema, the model's embedding, OpenAI's response), and the rest of the HTTP surface
-(/v1/models, health, metrics) by FastAPI; `run` serves it with uvicorn.
+the schema, the model's embedding, OpenAI's response), the rerank routes the same way (POST
+/v1/rerank, /v2/rerank, /rerank, /v1/ranking: rerank_schema's shapes, the reranker's scores), and
+the rest of the HTTP surface (/v1/models, health, metrics) by FastAPI; `run` serves it with uvicorn.
 
 No `from __future__ import annotations` here: FastAPI reads the routes' annotations (`request: Request`,
 imported where the app is made) at run time.
@@ -13,6 +14,7 @@ import hmac
 import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +22,8 @@ from .config import GatewayConfig
 from .embeddings_schema import parse_embeddings
 from .errors import ApiError
 from .registry import MultiGateway
+from .rerank_schema import ROUTES as RERANK_ROUTES
+from .rerank_schema import parse_rerank, render
 
 
 def _loads(raw: bytes):
@@ -50,14 +54,21 @@ async def _within(seconds: float, coro):
 
 class _Embeddings:
     """POST /v1/embeddings as a plain ASGI handler: the hot path skips FastAPI's routing, middleware
-    and response classes (measured: a quarter of the gateway's CPU per request went there)."""
+    and response classes (measured: a quarter of the gateway's CPU per request went there). The rerank
+    routes are handlers of the same kind (`_Rerank`): key, admission, body, deadline, envelope, metrics."""
+
+    route = "embeddings"   # the label of embtrt_gateway_requests
 
     def __init__(self, cfg: GatewayConfig, gw: MultiGateway) -> None:
         self.cfg, self.gw = cfg, gw
 
+    def latency(self):
+        return self.gw.metrics.latency
+
     async def __call__(self, scope, receive, send) -> None:
         t0 = time.perf_counter()
         status, doc, served, extra = 200, None, None, []
+        out_size = 0  # the response's size, about: large ones are serialized off the event loop
         admitted = False
         adm = self.gw.admission
         try:
@@ -70,7 +81,8 @@ class _Embeddings:
             if size.isdigit() and int(size) > self.cfg.max_body_bytes:
                 raise ApiError(413, f"request body of {size} bytes is over the limit of {self.cfg.max_body_bytes} bytes")
             try:  # the deadline runs from the request's first byte: reading its body counts
-                doc, served = await _within(self.cfg.timeout_s, self.handle(receive))
+                doc, served, out_size, more = await _within(self.cfg.timeout_s, self.handle(scope, receive))
+                extra.extend(more)
             except asyncio.TimeoutError:
                 raise ApiError(504, f"the request did not finish within {self.cfg.timeout_s:g} s", type_="timeout",
                                code="timeout") from None
@@ -92,26 +104,29 @@ class _Embeddings:
                 self.gw.metrics.in_flight.dec()
         if served is not None:
             self.gw.metrics.of(self.gw.metrics.model_requests, served, str(status)).inc()
-        self.gw.metrics.of(self.gw.metrics.requests, "embeddings", str(status)).inc()
+        self.gw.metrics.of(self.gw.metrics.requests, self.route, str(status)).inc()
         if status == 200:
-            self.gw.metrics.latency.observe(time.perf_counter() - t0)
-        payload = await adm.offload(len(doc.get("data", ())) * 1536, _dumps, doc)
+            self.latency().observe(time.perf_counter() - t0)
+        payload = await adm.offload(out_size, _dumps, doc)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
                                 *extra]})
         await send({"type": "http.response.body", "body": payload})
 
-    async def handle(self, receive) -> tuple[dict, str]:
-        """Body -> (the response document, the served model's name); JSON and tokenization of large
-        requests off the event loop."""
-        adm = self.gw.admission
+    async def json_body(self, receive):
+        """The request body, decoded (large ones off the event loop); 400 where it is not JSON."""
         raw = await self.body(receive)
         try:
-            body = await adm.offload(len(raw), _loads, raw)
+            return await self.gw.admission.offload(len(raw), _loads, raw)
         except ValueError as exc:  # json / orjson decode errors, invalid UTF-8
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
-        req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items)
-        model = self.gw.models[req.served]
+
+    async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
+        """Body -> (the response document, the served model's name, its size about, extra headers); JSON
+        and tokenization of large requests off the event loop."""
+        body = await self.json_body(receive)
+        req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items, self.gw.rerankers)
+        model = self.gw.embedders[req.served]
         try:
             vecs, tokens = await model.embed(req.texts, req.ids, req.options)
         except ApiError as exc:
@@ -124,7 +139,7 @@ class _Embeddings:
         else:  # float: the arrays themselves (orjson writes numpy without a Python float per value)
             data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]
         return ({"object": "list", "data": data, "model": req.model,
-                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, req.served)
+                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, req.served, len(data) * 1536, [])
 
     def check_key(self, auth: str) -> None:
         if self.cfg.api_key is None:
@@ -157,6 +172,29 @@ class _Embeddings:
                 return b"".join(parts)
 
 
+class _Rerank(_Embeddings):
+    """The rerank routes (rerank_schema.ROUTES: Cohere / Jina / vLLM, TEI, NIM) as plain ASGI handlers:
+    the body of the route's shape parsed, the reranker's scores, the response in that shape."""
+
+    route = "rerank"
+
+    def latency(self):
+        return self.gw.metrics.rerank_latency
+
+    async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
+        body = await self.json_body(receive)
+        req = parse_rerank(RERANK_ROUTES[scope["path"]], body, self.gw.rerank_schemas, self.gw.embedders,
+                           self.cfg.max_items)
+        try:
+            scores, tokens = await self.gw.rerankers[req.served].rerank(req)
+        except ApiError as exc:
+            exc.served = req.served  # counted per model and status
+            raise
+        doc, headers = render(req, scores, tokens)
+        size = 64 * len(req.documents) + (sum(map(len, req.documents)) if req.return_documents else 0)
+        return doc, req.served, size, headers
+
+
 class GatewayApp:
     """The gateway's ASGI app: POST /v1/embeddings by `_Embeddings`, everything else (models,
     health, metrics, lifespan, 404 / 405) by FastAPI."""
@@ -169,6 +207,7 @@ class GatewayApp:
 
         gw = self.gateway = MultiGateway(cfg)
         self.embeddings = _Embeddings(cfg, gw)
+        self.rerank = _Rerank(cfg, gw)
 
         @asynccontextmanager
         async def lifespan(_app):
@@ -211,6 +250,8 @@ class GatewayApp:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["path"] == "/v1/embeddings" and scope["method"] == "POST":
             await self.embeddings(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] in RERANK_ROUTES and scope["method"] == "POST":
+            await self.rerank(scope, receive, send)
         else:
             await self.api(scope, receive, send)
 
@@ -235,8 +276,10 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     for name, g in gw.models.items():
         for p in g.pools:
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
-    log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port}/v1/embeddings")
+    paths = (["/v1/embeddings"] if gw.embedders else []) + (["/v1/rerank"] if gw.rerankers else [])
+    log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port}"
+        f"{', '.join(paths)}")
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request
-    tls = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)} if cfg.tls_cert else {}
+    tls: dict = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)} if cfg.tls_cert else {}
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False, **tls,
                 **uvicorn_options(cfg.limits()))

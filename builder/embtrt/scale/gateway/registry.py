@@ -1,6 +1,7 @@
-"""The models behind one gateway (`MultiGateway`): one `Gateway` per repository, sharing the
-upstream clients and the metrics; what each model allows a request (for the schema's `model`
-resolution, NAME-query aliases included); readiness of every pool; the /v1/models entries."""
+"""The models behind one gateway (`MultiGateway`): one `Gateway` per embedder repository and one
+`Reranker` per reranker repository (the manifest's kind), sharing the upstream clients and the
+metrics; what each model allows a request (for the schemas' `model` resolution, NAME-query aliases
+included); readiness of every pool; the /v1/models entries."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from .config import GatewayConfig
 from .embed import Gateway
 from .embeddings_schema import EmbeddingsModel, model_suffixes
 from .metrics import Metrics
+from .rerank import Reranker
+from .rerank_schema import RerankModel
+from .served import served_kind
 from .upstream import Upstream
 
 
@@ -28,27 +32,31 @@ class MultiGateway:
         self._ready: tuple[float, int, dict[str, str]] | None = None
         self._ready_task: asyncio.Task | None = None
         repos = (cfg.repository, *cfg.more_repositories)
-        self.models: dict[str, Gateway] = {}
+        self.models: dict[str, Gateway | Reranker] = {}   # every model, embedders and rerankers
+        self.embedders: dict[str, Gateway] = {}
+        self.rerankers: dict[str, Reranker] = {}
         for repo in repos:
-            g = Gateway(cfg, repo, self.metrics, self.upstream, several=len(repos) > 1, admission=self.admission)
+            kind = Reranker if served_kind(repo) == "reranker" else Gateway
+            g = kind(cfg, repo, self.metrics, self.upstream, several=len(repos) > 1, admission=self.admission)
             if g.served.name in self.models:
                 raise SpecError(f"two repositories serve a model named {g.served.name!r} ({repo})",
                                 "build one of them with another --name")
             self.models[g.served.name] = g
+            if isinstance(g, Reranker):
+                self.rerankers[g.served.name] = g
+            else:
+                self.embedders[g.served.name] = g
         named = {e[0] for e in cfg.pools if len(e) == 3}
         if named - set(self.models):
             raise SpecError(f"invalid --pool: no model named {', '.join(sorted(named - set(self.models)))}",
                             f"models: {', '.join(self.models)}")
         self.several = len(self.models) > 1
-        # what parsing a request needs of each model (embeddings_schema.parse_embeddings)
+        # what parsing a request needs of each model (embeddings_schema.parse_embeddings, rerank_schema.parse_rerank)
         self.schemas: dict[str, EmbeddingsModel] = {
             name: EmbeddingsModel(g.served.options, g.served.vocab_size, g.served.max_len, g.served.max_text_bytes, g.route,
                                   cfg.token_ids)
-            for name, g in self.models.items()}
-
-    @property
-    def first(self) -> Gateway:
-        return next(iter(self.models.values()))
+            for name, g in self.embedders.items()}
+        self.rerank_schemas: dict[str, RerankModel] = {name: r.schema for name, r in self.rerankers.items()}
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -79,11 +87,14 @@ class MultiGateway:
         return out
 
     def describe(self) -> list[dict]:
-        """/v1/models entries: each model with its identity and request options."""
+        """/v1/models entries: each model with its kind, identity and request options."""
         out = []
         for g in self.models.values():
+            if isinstance(g, Reranker):
+                out.append(g.describe())
+                continue
             o = g.served.options
-            out.append({"id": g.served.name, "object": "model", "created": 0, "owned_by": "embtrt",
+            out.append({"id": g.served.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": "embedder",
                         "embtrt": g.served.identity, "prompts": o.prompts, "default_prompt_name": o.default_prompt_name,
                         "include_prompt": o.include_prompt, "dimensions": o.widths_text(),
                         "embedding_types": ["float", "int8", "uint8", "binary", "ubinary"],

@@ -1,5 +1,6 @@
 """What the gateway knows of one repository it fronts: the manifest's shape of the model, the
-front door's limits, the served tokenizer and the model's request options."""
+front door's limits, the served tokenizer and the model's request options (`Served`, an embedder;
+`ServedReranker`, a reranker). The manifest's `kind` says which (`served_kind`)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,45 @@ class Served:
         self.tok = self.core.tokenizer
         self.options = self.core.options
         self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
+
+
+def served_kind(repo: Path) -> str:
+    """The kind of model the repository serves, as its manifest records it: embedder | reranker."""
+    return read_manifest(Path(repo)).kind
+
+
+class ServedReranker:
+    """What the gateway needs to know of a reranker repository: the front door's name and limits, the
+    model's labels and default activation, and the served tokenizer (pair truncation at the max length),
+    to count a large request's tokens exactly before it goes up (admission)."""
+
+    def __init__(self, repo: Path) -> None:
+        from ...repository.config import parse_config
+
+        repo = Path(repo)
+        m = read_manifest(repo)
+        self.manifest = m
+        self.name: str = m.name
+        self.buckets = list(m.buckets)
+        self.max_len = m.max_seq_length
+        self.max_batch_size = m.max_batch_size         # the front door's: larger requests go up in parts
+        self.num_labels = int(m.num_labels or 1)
+        self.activation = m.activation
+        self.identity = dict(m.identity)
+        door = {k: v.string_value for k, v in parse_config(repo / self.name / "config.pbtxt").parameters.items()}
+        self.max_text_bytes = int(door.get("max_text_bytes", str(1 << 20)))
+        self._tokenizer_file = repo / self.name / "1" / "tokenizer.json"
+        self._tok = None
+
+    @property
+    def tokenizer(self):
+        """The front door's tokenizer.json with CrossEncoder's pair truncation (longest_first at the max
+        length), loaded on first use; None where the repository has none."""
+        if self._tok is None and self._tokenizer_file.is_file():
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(self._tokenizer_file))
+            tok.no_padding()
+            tok.enable_truncation(max_length=self.max_len, strategy="longest_first")
+            self._tok = tok
+        return self._tok
