@@ -111,6 +111,26 @@ def rerank_server(rerank_repos, tmp_path_factory):
         yield srv
 
 
+@pytest.fixture(scope="session")
+def splade(tmp_path_factory) -> tuple[Path, Path]:
+    """(model folder, built repository) of a tiny SPLADE SparseEncoder with query/document prompts."""
+    from tiny_models import make_bert_splade
+
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
+
+    base = tmp_path_factory.mktemp("splade")
+    folder = make_bert_splade(base / "bert-splade")
+    build(spec_from_options(folder, base / "repo", name="splade"), log=_quiet)
+    return folder, base / "repo"
+
+
+@pytest.fixture(scope="session")
+def splade_server(splade, tmp_path_factory):
+    with start_server(splade[1], tmp_path_factory.mktemp("splade_srv")) as srv:
+        yield srv
+
+
 def start_server(repo: Path, tmp_path: Path):
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 

@@ -292,3 +292,31 @@ def make_qwen3_cross_encoder(path: Path) -> Path:
 
 CROSS_ENCODERS = {"bert-ce": make_bert_cross_encoder, "xlmr-ce3": make_xlmr_cross_encoder,
                   "qwen3-ce": make_qwen3_cross_encoder}
+
+
+# ---- sparse encoders (SPLADE) ---------------------------------------------------------------------
+
+def make_bert_splade(path: Path) -> Path:
+    """A tiny SPLADE SparseEncoder (BERT MLM head, max pooling, relu), MiniLM's WordPiece vocab,
+    max length 64, with query and document prompts (encode_query prepends its prompt)."""
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    hf = path.with_name(path.name + "-hf")
+    AutoTokenizer.from_pretrained(str(default_model_path())).save_pretrained(hf)
+    torch.manual_seed(21)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128, initializer_range=0.2)
+    mlm = BertForMaskedLM(cfg).eval()
+    with torch.no_grad():  # a negative vocabulary bias: about a hundred active dimensions per text, as trained SPLADE
+        mlm.cls.predictions.bias.fill_(-4.0)
+    mlm.save_pretrained(hf)
+    se = SparseEncoder(modules=[MLMTransformer(str(hf), max_seq_length=64), SpladePooling(pooling_strategy="max")],
+                       prompts={"query": "query: ", "document": ""})
+    se.save(str(path))
+    shutil.rmtree(hf)
+    return path

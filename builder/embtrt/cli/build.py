@@ -20,7 +20,7 @@ def build(
     ctx: typer.Context,
     model_dir: Optional[Path] = typer.Argument(None, help="Hugging Face / sentence-transformers model folder. Default: the bundled all-MiniLM-L6-v2."),
     out_dir: Path = typer.Option(..., "--out", help="Repository folder to write (required); it must not be a file, and must be empty unless --force."),
-    kind: str = typer.Option("auto", help="auto | embedder | reranker. Default auto: reranker for a folder sentence-transformers loads as a CrossEncoder (model_type CrossEncoder, or a *ForSequenceClassification architecture), else embedder. Asking for the other kind than the folder is is an error that says what it is (docs/rerankers.md)."),
+    kind: str = typer.Option("auto", help="auto | embedder | reranker | sparse. Default auto: reranker for a folder sentence-transformers loads as a CrossEncoder (model_type CrossEncoder, or a *ForSequenceClassification architecture), sparse for a SparseEncoder (SPLADE), else embedder. Asking for the other kind than the folder is is an error that says what it is (docs/rerankers.md)."),
     name: Optional[str] = typer.Option(None, help="Front-door model name: a letter, then up to 63 letters, digits, '_' or '-'. Default: derived from the folder, sanitized ([A-Za-z0-9_-])."),
     target: str = typer.Option("auto", help="auto | python-ort | python-openvino | python-torch | onnxruntime | tensorrt. Default auto: tensorrt when CUDA and TensorRT import, else python-ort. python-openvino (bf16 on AMX) is the fastest CPU target that passes the gate."),
     buckets: Optional[str] = typer.Option(None, help="Input-length buckets in tokens, e.g. 32,128,256 (strictly increasing, the largest the max sequence length). Default: 32,128,512,... below the max sequence length, then the max."),
@@ -60,7 +60,7 @@ def build(
     force: bool = typer.Option(False, help="Replace --out when it exists. Default off."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON on stdout; progress goes to stderr. Default off."),
 ) -> None:
-    """Build a Triton model repository from an embedding model or cross-encoder (reranker) folder."""
+    """Build a Triton model repository from an embedding model, cross-encoder (reranker) or sparse encoder (SPLADE) folder."""
     options = dict(ctx.params)  # named as spec_from_options' options; every one goes into the spec but these
     options["out"] = options.pop("out_dir")
     corpus, as_json = options.pop("corpus"), options.pop("as_json")

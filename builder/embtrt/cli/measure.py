@@ -99,7 +99,7 @@ def bench(
     rounds: int = typer.Option(1, help="Split each scenario's requests into this many rounds, every target taking its turn in each (the order rotating), and pool them: on a shared machine, slow drifts then fall on every target alike. Warm-up is per round. Default 1."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, results.md and PNG plots here. Default: none."),
     cpu_pid: Optional[list[str]] = typer.Option(None, help="LABEL=PID: a process tree (the process and its descendants, e.g. tritonserver with its stubs, or a gateway) whose CPU time per request and peak resident memory (sampled every 50 ms) are recorded in every scenario; repeatable. Default: none."),
-    rerank_documents: Optional[str] = typer.Option(None, help="Rerank scenarios: documents per request (one query each), e.g. 1,10,32,100; the --model targets are rerankers, and --reference (their CrossEncoder folder) adds in-process CrossEncoder.predict (batch 32) on the same pairs. Default: none (embedding scenarios)."),
+    rerank_documents: Optional[str] = typer.Option(None, help="Rerank scenarios: documents per request (one query each), e.g. 1,10,32,100; the --model targets are rerankers, --openai-url / --openai-model name HTTP rerank APIs of the Cohere shape (POST <url>/rerank: infinity, vLLM, the embtrt gateway's /v1), and --reference (their CrossEncoder folder) adds in-process CrossEncoder.predict (batch 32) on the same pairs. Default: none (embedding scenarios)."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr. Default off."),
 ) -> None:
@@ -109,7 +109,7 @@ def bench(
         from .rerank import bench_reranker_cli
 
         bench_reranker_cli(url, model or [], reference, corpus, rerank_documents, concurrency, requests, warmup,
-                           inprocess, out_dir, as_json)
+                           inprocess, out_dir, as_json, openai_url or [], openai_model or [])
         return
     from urllib.parse import parse_qsl
 

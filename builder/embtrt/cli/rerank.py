@@ -39,12 +39,15 @@ def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Pa
 
 def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, documents: str,
                        concurrency: str, requests: int, warmup: int, inprocess: bool, out_dir: Path | None,
-                       as_json: bool) -> None:
+                       as_json: bool, http_urls: tuple[str, ...] | list[str] = (),
+                       http_models: tuple[str, ...] | list[str] = ()) -> None:
     from ..common.corpus import load_corpus
-    from ..measure.rerank import bench_reranker, markdown
+    from ..measure.rerank import bench_http_reranker, bench_reranker, markdown
 
-    if not models:
-        raise SpecError("--rerank-documents needs the reranker to measure: --model NAME[@HOST:PORT]")
+    if not models and not http_urls:
+        raise SpecError("--rerank-documents needs the reranker to measure: --model NAME[@HOST:PORT] or --openai-url")
+    if len(http_urls) != len(http_models):
+        raise SpecError("invalid rerank peers: give one --openai-model per --openai-url")
     texts = load_corpus(corpus)
     docs = parse_int_list("rerank_documents", documents) or (1, 10, 32, 100)
     conc = parse_int_list("concurrency", concurrency) or (1,)
@@ -56,6 +59,9 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
         doc = bench_reranker(murl or url, name, texts, docs, conc, requests, warmup, ref,
                              progress=lambda msg: err.print(msg, markup=False))
         rows += doc["results"]
+    for u, m in zip(http_urls, http_models):
+        rows += bench_http_reranker(u, m, texts, docs, conc, requests, warmup,
+                                    progress=lambda msg: err.print(msg, markup=False))
     doc = {"kind": "reranker", "results": rows}
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

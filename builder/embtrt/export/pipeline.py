@@ -75,6 +75,10 @@ def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, l
             from .rerank import build_reranker_in
 
             result = build_reranker_in(spec, tmp, texts, log)
+        elif spec.kind == "sparse":
+            from .sparse import build_sparse_in
+
+            result = build_sparse_in(spec, tmp, texts, log)
         else:
             result = _build_in(spec, tmp, texts, log)
         if out.exists():

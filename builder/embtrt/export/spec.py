@@ -24,8 +24,8 @@ OVERFLOW = ("truncate", "reject", "chunk")
 ORT_DEVICES = ("cpu", "gpu")
 ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
-KINDS = ("embedder", "reranker")
-RERANKER_TARGETS = ("python-ort", "python-openvino")   # the reranker front door runs the classifier itself
+KINDS = ("embedder", "reranker", "sparse")
+RERANKER_TARGETS = ("python-ort", "python-openvino")   # the reranker / sparse front door runs the model itself
 
 # Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
 # quantization and must still pass the parity gate).
@@ -106,7 +106,8 @@ class BuildSpec:
     # the kind of model (docs/rerankers.md): a reranker's classifier labels and default activation
     kind: str = "embedder"
     num_labels: int = 0
-    activation: str = "identity"
+    activation: str = "identity"      # reranker: sigmoid | identity; sparse: relu | log1p_relu
+    splade_pooling: str = "max"       # sparse: max | sum over the sequence
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -192,14 +193,14 @@ class BuildSpec:
             raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
         if self.kind not in KINDS:
             raise _fail("kind", self.kind, "auto, " + ", ".join(KINDS))
-        if self.kind == "reranker":
+        if self.kind in ("reranker", "sparse"):
             if self.target not in RERANKER_TARGETS:
-                raise _fail("target", self.target, f"{', '.join(RERANKER_TARGETS)} for a reranker")
+                raise _fail("target", self.target, f"{', '.join(RERANKER_TARGETS)} for a {self.kind}")
             if self.precision != "fp32":
-                raise _fail("precision", self.precision, "fp32 for a reranker")
+                raise _fail("precision", self.precision, f"fp32 for a {self.kind}")
             if self.overflow != "truncate":
-                raise _fail("overflow", self.overflow, "truncate for a reranker (a pair over the max length is cut "
-                            "as CrossEncoder.predict cuts it, or refused per request with truncate false)")
+                raise _fail("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
+                            "sentence-transformers cuts it, or refused per request)")
 
     @property
     def router_mode(self) -> str:
@@ -359,11 +360,12 @@ def spec_from_options(
 
     found, why = detect_kind(model_dir)
     if kind != "auto" and kind != found:
-        raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {'a' if found == 'reranker' else 'an'} "
-                        f"{found} ({why})", f"build it as {'a' if found == 'reranker' else 'an'} {found} "
-                        f"(leave --kind out), or point at {'a' if kind == 'reranker' else 'an'} {kind} folder")
+        raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {_a(found)} {found} ({why})",
+                        f"build it as {_a(found)} {found} (leave --kind out), or point at {_a(kind)} {kind} folder")
     if found == "reranker":
         return _reranker_spec(given, model_dir, max_seq_length, bucket_t, target)
+    if found == "sparse":
+        return _sparse_spec(given, model_dir, max_seq_length, bucket_t, target, overrides, default_prompt, default_name)
     info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
     if pooling == "auto":
         pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
@@ -412,3 +414,27 @@ def _reranker_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None
                        max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.num_labels,
                        input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
                        prompts=(), default_prompt_name=None, overflow_stride=0)
+
+
+def _a(kind: str) -> str:
+    return "an" if kind == "embedder" else "a"
+
+
+def _sparse_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None,
+                 target: str, overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> BuildSpec:
+    """A SPLADE SparseEncoder's spec: max length, vocabulary, pooling and activation from the folder."""
+    from ..reference.sparse_ref import load_sparse_encoder, splade_info
+
+    se = load_sparse_encoder(model_dir, given.trust_remote_code)   # its own prompts (read_st_prompts converts it)
+    info = splade_info(se, model_dir)
+    seq = int(max_seq_length or info.max_length)
+    prompts = {str(k): str(v) for k, v in (se.prompts or {}).items()}
+    model_default = se.default_prompt_name
+    prompts.update(overrides)
+    if default_prompt is not None:
+        model_default = default_name
+    return given.with_(kind="sparse", activation=info.activation, splade_pooling=info.pooling,
+                       target="python-ort" if target == "auto" else given.target,
+                       max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.vocab,
+                       input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
+                       prompts=tuple(prompts.items()), default_prompt_name=model_default, overflow_stride=0)

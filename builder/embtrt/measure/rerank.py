@@ -186,6 +186,36 @@ async def _measure(url: str, model: str, reqs: list[tuple[str, list[str]]], warm
         await c.close()
 
 
+async def _measure_http(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
+    """The same requests to an HTTP rerank API of the Cohere / Jina shape (infinity, vLLM, the embtrt
+    gateway): POST <url>/rerank {model, query, documents} -> {results: [{index, relevance_score}]}."""
+    import aiohttp
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
+        async def one(q: str, ds: list[str]):
+            async with s.post(f"{url.rstrip('/')}/rerank", json={"model": model, "query": q, "documents": ds}) as r:
+                body = await r.json()
+                if r.status != 200 or len(body.get("results", ())) != len(ds):
+                    raise RuntimeError(f"HTTP {r.status}: {str(body)[:200]}")
+                return body
+
+        for q, ds in reqs[:warmup]:
+            await one(q, ds)
+        body = reqs[warmup:]
+        return await Load(lambda i: one(*body[i]), len(body), conc).run()
+
+
+def bench_http_reranker(url: str, model: str, texts: list[str], documents: tuple[int, ...], concurrency: tuple[int, ...],
+                        requests: int, warmup: int, progress: Callable[[str], None] = lambda m: None) -> list[dict]:
+    rows = []
+    for k in documents:
+        for conc in concurrency:
+            reqs = _requests(texts, k, requests + warmup, seed=k * 1000 + conc)   # the same requests as Triton's
+            progress(f"{model}@{url}: {k} documents per request at concurrency {conc}")
+            rows.append(_row(f"http:{model}@{url}", k, conc, asyncio.run(_measure_http(url, model, reqs, warmup, conc))))
+    return rows
+
+
 def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int, ...] = (1, 10, 32, 100),
                    concurrency: tuple[int, ...] = (1, 8), requests: int = 50, warmup: int = 5,
                    reference: Path | None = None, progress: Callable[[str], None] = lambda m: None) -> dict:

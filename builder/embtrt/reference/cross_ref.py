@@ -28,6 +28,10 @@ def detect_kind(path: Path) -> tuple[str, str]:
         return doc if isinstance(doc, dict) else {}
 
     st = read("config_sentence_transformers.json")
+    from .sparse_ref import sparse_modules
+
+    if st.get("model_type") == "SparseEncoder" or sparse_modules(path):
+        return "sparse", "a sentence-transformers SparseEncoder folder (SPLADE)"
     if st.get("model_type") == "CrossEncoder":
         return "reranker", "config_sentence_transformers.json says model_type CrossEncoder"
     archs = [a for a in read("config.json").get("architectures") or [] if isinstance(a, str)]

@@ -8,8 +8,9 @@ told apart by its `schema_version`:
 - schema 1 (embtrt 0.1 before the version field; marked `"embtrt_manifest": 1`): same fields,
   read as they are (the request-option fields get their defaults: no prompts, every width).
 - schema 2: adds `schema_version` and the request options (prompts, widths, vector ranges).
-- schema 3: adds `kind` (the kind of model: "embedder", "reranker"; schemas 1 and 2 are embedders)
-  and, for rerankers, `num_labels` and `activation` (docs/rerankers.md).
+- schema 3: adds `kind` (the kind of model: "embedder", "reranker", "sparse"; schemas 1 and 2 are
+  embedders) and, for rerankers, `num_labels` and `activation` (docs/rerankers.md; a sparse
+  encoder's activation is relu or log1p_relu, docs/sparse.md).
 - a newer schema than this embtrt knows is refused: upgrade embtrt to read it.
 """
 
@@ -25,7 +26,7 @@ from .gate import Gate
 
 MANIFEST = "embtrt.json"
 SCHEMA_VERSION = 3
-KINDS = ("embedder", "reranker")
+KINDS = ("embedder", "reranker", "sparse")
 OLDEST_READABLE = 1
 
 

@@ -45,8 +45,9 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
             return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
         if not expand:
             buckets = []
-        if cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value") == "reranker":
-            return _probe_reranker(c, model, timeout_s, t0)
+        kind = cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value")
+        if kind in ("reranker", "sparse"):
+            return _probe_kind(c, model, kind, timeout_s, t0)
         vecs: dict[str, np.ndarray] = {}
         for name in [model] + [f"{model}_{b}" for b in buckets] + list(also):
             try:
@@ -69,14 +70,17 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
     return ProbeResult(not errors, (time.perf_counter() - t0) * 1e3, errors, checked)
 
 
-def _probe_reranker(c, model: str, timeout_s: float, t0: float) -> ProbeResult:
-    """A reranker's front door scores one (query, document) pair: finite SCORES."""
+def _probe_kind(c, model: str, kind: str, timeout_s: float, t0: float) -> ProbeResult:
+    """A reranker's front door scores one (query, document) pair (finite SCORES); a sparse encoder's
+    encodes one text (finite SPARSE_VALUES)."""
     try:
-        r = c.infer(model, [text_input([PROBE_TEXT], "QUERY"), text_input([PROBE_TEXT], "DOCUMENT")],
-                    client_timeout=timeout_s)
-        v = r.as_numpy("SCORES")
+        if kind == "reranker":
+            inputs, out = [text_input([PROBE_TEXT], "QUERY"), text_input([PROBE_TEXT], "DOCUMENT")], "SCORES"
+        else:
+            inputs, out = [text_input([PROBE_TEXT])], "SPARSE_VALUES"
+        v = c.infer(model, inputs, client_timeout=timeout_s).as_numpy(out)
         if v is None or not np.all(np.isfinite(v)):
-            raise ValueError("no finite SCORES in the response")
+            raise ValueError(f"no finite {out} in the response")
         errors: dict[str, str] = {}
     except Exception as exc:  # the model's failure is recorded by name
         errors = {model: str(exc)}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Rerankers side by side (issue #31 item 6), one command from the repository root:
+#
+#   bash benchmarks/run_rerank.sh                     # embtrt (Triton) vs in-process CrossEncoder.predict
+#   RERANK_INFINITY=1 bash benchmarks/run_rerank.sh   # ... and infinity-emb's /rerank (benchmarks/.venv-infinity)
+#
+# The model: the bundled all-MiniLM-L6-v2 encoder with a seeded one-label head (tests/tiny_models.py
+# make_minilm_cross_encoder; 22M parameters, the size of ms-marco-MiniLM-L-6-v2), built as a reranker
+# (python-ort fp32). Requests: one query and K documents of mixed lengths (real corpus texts).
+# Environment: OUT (results folder), DOCS (default 1,10,32,100), CONCURRENCY (default 1,8),
+# REQUESTS (default 60 per scenario).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. benchmarks/common.sh  # BIN, WORK, PIDS, cleanup on exit, port
+OUT=${OUT:-benchmarks/results/rerank-$(date -u +%Y%m%d)}
+DOCS=${DOCS:-1,10,32,100}
+CONCURRENCY=${CONCURRENCY:-1,8}
+REQUESTS=${REQUESTS:-60}
+
+CE="$WORK/minilm-ce"
+"$BIN/python" -c "import sys; sys.path.insert(0, 'tests'); from pathlib import Path; from tiny_models import make_minilm_cross_encoder as m; m(Path('$CE'))" > /dev/null 2>&1
+echo "== building the reranker from $CE"
+"$BIN/embtrt" build "$CE" --out "$WORK/repo" --name minilm_ce > "$WORK/build.log" 2>&1
+g=$(port); h=$(port); m=$(port)
+"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --probe-interval 0 > "$WORK/serve.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model minilm_ce > /dev/null 2>&1 && break; sleep 1; done
+"$BIN/embtrt" probe --url "127.0.0.1:$g" --model minilm_ce
+TRITON_PG=$(pgrep -f "tritonserver --model-repository=$WORK/repo" | head -1)
+
+mkdir -p "$OUT"
+CMD=("$BIN/embtrt" bench --model "minilm_ce@127.0.0.1:$g" --rerank-documents "$DOCS" --concurrency "$CONCURRENCY"
+     --requests "$REQUESTS" --warmup 3 --reference "$CE" --out "$OUT")
+echo "== ${CMD[*]}"
+"${CMD[@]}"
+
+if [ "${RERANK_INFINITY:-0}" = "1" ]; then
+  IV=${IV:-benchmarks/.venv-infinity}
+  if [ ! -x "$IV/bin/infinity_emb" ]; then
+    echo "== installing infinity-emb 0.0.78 into $IV (its own environment)"
+    python3 -m venv "$IV"
+    "$IV/bin/pip" install -q torch==2.13.0
+    "$IV/bin/pip" install -q "infinity-emb[server,torch]==0.0.78"
+  fi
+  kill -STOP -- "-$TRITON_PG" 2>/dev/null || kill -STOP "$TRITON_PG" || true   # idle, but out of the way
+  I=$(port)
+  HF_HUB_OFFLINE=1 "$IV/bin/infinity_emb" v2 --model-id "$CE" --engine torch --device cpu \
+      --host 127.0.0.1 --port "$I" > "$WORK/infinity.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 180); do curl -sf "http://127.0.0.1:$I/models" > /dev/null && break; sleep 1; done
+  curl -sf "http://127.0.0.1:$I/models" > /dev/null || { tail -20 "$WORK/infinity.log"; exit 1; }
+  CMD=("$BIN/embtrt" bench --rerank-documents "$DOCS" --concurrency "$CONCURRENCY" --requests "$REQUESTS"
+       --warmup 3 --no-inprocess --openai-url "http://127.0.0.1:$I" --openai-model "$CE" --out "$OUT/infinity")
+  echo "== ${CMD[*]}"
+  "${CMD[@]}"
+  kill -CONT -- "-$TRITON_PG" 2>/dev/null || kill -CONT "$TRITON_PG" || true
+fi
+{
+  echo "command: DOCS=$DOCS CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS RERANK_INFINITY=${RERANK_INFINITY:-0} bash benchmarks/run_rerank.sh"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
+  echo "load generator: the same machine (one Python asyncio process), sharing its cores with the servers"
+  grep -E '^\[ok\]|^\[x\]|run overhead' "$WORK/build.log" | sed "s/^/build: /"
+} > "$OUT/machine.txt"
+echo "== results in $OUT"

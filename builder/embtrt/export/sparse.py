@@ -1,0 +1,246 @@
+"""`embtrt build` of a sparse encoder (a SPLADE SparseEncoder folder): MLM head + SPLADE pooling ->
+ONNX (one [rows, vocab] weight vector per text) -> the front door over the request core -> the
+gate against SparseEncoder.encode_query / encode_document -> manifest -> check.
+
+The served path is the front door's request core (embtrt_backend.core, fused: the graph pools)
+and its sparsifying step (embtrt_backend.sparse), so the gate judges exactly what is served.
+docs/sparse.md has the contract.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..common.files import sha256_file
+from ..common.log import Log
+from ..errors import ParityError, RepositoryError
+from ..reference.modelinfo import model_hash
+from ..reference.sparse_ref import load_sparse_encoder, se_encode
+from ..repository.budget import bucket_batch
+from ..repository.check import check_repository
+from ..repository.manifest import Manifest, ModelNames, write_manifest
+from .chunking import measure_run_overhead, run_cost_line
+from .encoders import identity, rebuild_command, versions
+from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, attach_deps, bundle_dir,
+                     runtime_params, write_repository)
+from .result import BuildResult
+from .spec import BuildSpec
+
+TOLERANCE = 1e-4   # fp32: max |served weight - SparseEncoder weight| per bucket
+TOP_K = 10         # per query, the top 10 documents by dot product must be the same
+
+
+def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -> dict:
+    """MLM logits -> log(1 + relu(logits * mask)) (twice for log1p_relu) -> max or sum over the
+    sequence: output `sparse` [rows, vocab]; validated against SparseEncoder on real texts."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    mlm = AutoModelForMaskedLM.from_pretrained(str(spec.model_dir), dtype=torch.float32,
+                                               attn_implementation="eager").eval()
+    names, pooling, double = spec.input_names, spec.splade_pooling, spec.activation == "log1p_relu"
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = mlm
+
+        def forward(self, *args):
+            kw = dict(zip(names, args))
+            x = self.m(**kw).logits * kw["attention_mask"].unsqueeze(-1).to(torch.float32)
+            x = torch.log1p(torch.relu(x))
+            if double:
+                x = torch.log1p(x)
+            return x.max(dim=1).values if pooling == "max" else x.sum(dim=1)
+
+    tok = se[0].tokenizer
+    sample = tok(texts[:2], padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="pt")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Head(), tuple(sample[n] for n in names), str(path), input_names=list(names),
+                          output_names=["sparse"], dynamic_axes={**{n: {0: "rows", 1: "length"} for n in names},
+                                                                  "sparse": {0: "rows"}},
+                          opset_version=17, do_constant_folding=True, dynamo=False)
+    import onnx
+    import onnxruntime as ort
+
+    onnx.checker.check_model(str(path), full_check=False)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    batch = texts[5:13]
+    enc = tok(batch, padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="np")
+    got = sess.run(["sparse"], {n: enc[n].astype(np.int64) for n in names})[0]
+    worst = float(np.abs(got - se_encode(se, batch)).max())
+    if worst > TOLERANCE:
+        raise ParityError(f"the exported ONNX SPLADE head differs from SparseEncoder by {worst:.2e}",
+                          "report the model architecture")
+    log(f"[ok] ONNX SPLADE head equals SparseEncoder on real texts (max |weight difference| {worst:.1e})")
+    return {"max_abs_diff": worst, "opset": 17}
+
+
+def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, str]:
+    import json
+
+    p = dict(runtime_params(spec, "sparse"))
+    p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
+              "overflow": "truncate", "overflow_stride": "0", "buckets": ",".join(map(str, spec.buckets)),
+              "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
+                                                  for b in spec.buckets),
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", "encoder_mode": "local",
+              "run_overhead_tokens": str(run_overhead), "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
+              "normalize": "false", "kind": "sparse", "dimensions": "",
+              "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or "",
+              "include_prompt": "true"})
+    return p
+
+
+def served_weights(core, encoder, texts: list[str], input_type: str) -> tuple[np.ndarray, np.ndarray]:
+    """Texts through the front door's request core (one request per 8 texts, batched together)."""
+    from embtrt_backend.core import Request
+    from embtrt_backend.sparse import resolve
+
+    opts = resolve(core.options, {"input_type": input_type})[0]
+    reqs = [Request(texts[i:i + 8], None, opts) for i in range(0, len(texts), 8)]
+    outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))
+    for o in outs:
+        if o.error is not None:
+            raise o.error
+    return np.concatenate([o.vectors for o in outs]), np.concatenate([o.tokens for o in outs])
+
+
+def gate(se, core, encoder, texts: list[str], log: Log) -> dict:
+    """Per bucket: max |served - SparseEncoder.encode_document| (and encode_query); active
+    dimensions counted; per query the top 10 documents by dot product identical."""
+    lines, failures, per = [], [], {}
+    b = np.asarray(core.cfg.buckets)
+    served = {}
+    for which in ("document", "query"):
+        want = se_encode(se, texts, which)
+        got, tokens = served_weights(core, encoder, texts, which)
+        served[which] = got
+        diff = np.abs(got - want).max(axis=1)
+        bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
+        for edge in b:
+            sel = bucket == edge
+            if not sel.any():
+                continue
+            worst = float(diff[sel].max())
+            nnz_w, nnz_g = int((want[sel] > 0).sum()), int((got[sel] > 0).sum())
+            per[f"{which}/{int(edge)}"] = {"texts": int(sel.sum()), "max_abs_diff": worst, "active": [nnz_w, nnz_g]}
+            ok = worst <= TOLERANCE
+            lines.append(f"[{'ok' if ok else 'x'}] {which} bucket {int(edge)}: {int(sel.sum())} texts, max |weight - "
+                         f"SparseEncoder.encode_{which}| {worst:.1e} (limit {TOLERANCE:.0e}); active dimensions "
+                         f"{nnz_g} served, {nnz_w} reference")
+            if not ok:
+                failures.append(f"{which} bucket {int(edge)}: max |weight difference| {worst:.2e} > {TOLERANCE:.0e}")
+    q, d = served["query"][:16], served["document"][16:]
+    rq, rd = se_encode(se, texts[:16], "query"), se_encode(se, texts[16:], "document")
+    ours = np.argsort(-(q @ d.T), axis=1, kind="stable")[:, :TOP_K]
+    ref = np.argsort(-(rq @ rd.T), axis=1, kind="stable")[:, :TOP_K]
+    same = int((ours == ref).all(axis=1).sum())
+    ok = same == len(q)
+    lines.append(f"[{'ok' if ok else 'x'}] retrieval: top {TOP_K} documents by dot product identical for {same} of "
+                 f"{len(q)} queries")
+    if not ok:
+        failures.append(f"retrieval: top {TOP_K} differs for {len(q) - same} of {len(q)} queries")
+    for line in lines:
+        log(line)
+    return {"texts": len(texts), "buckets": per, "retrieval_identical": same, "passed": not failures, "failures": failures}
+
+
+def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
+    from embtrt_backend.core import RequestCore
+    from embtrt_backend.encoder import make_encoder
+
+    work, repo = tmp / "work", tmp / "repo"
+    repo.mkdir(parents=True)
+    work.mkdir(parents=True)
+    steps = 6
+    log(f"[1/{steps}] reading {spec.model_dir} as a SparseEncoder (SPLADE, {spec.splade_pooling} pooling, {spec.activation}, "
+        f"vocabulary {spec.hidden_size}, max length {spec.max_seq_length}, buckets {','.join(map(str, spec.buckets))})")
+    msha = model_hash(spec.model_dir)
+    se = load_sparse_encoder(spec.model_dir, spec.trust_remote_code)
+    se.max_seq_length = spec.max_seq_length
+
+    log(f"[2/{steps}] exporting the MLM head with SPLADE pooling to ONNX and validating against SparseEncoder")
+    onnx_path = work / "onnx" / "model.onnx"
+    validation = export_splade(se, spec, onnx_path, texts, log)
+
+    log(f"[3/{steps}] tokenizer")
+    tok_json = work / "tokenizer.json"
+    hf_tok = se[0].tokenizer
+    hf_tok.backend_tokenizer.save(str(tok_json))
+    pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
+    from .tokenizer import check_tokenizer
+
+    check_tokenizer(spec, tok_json, pad_id, texts, log)
+
+    log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts")
+    params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
+    encoder = make_encoder(params, str(onnx_path), None)
+    core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
+    report = gate(se, core, encoder, texts, log)
+    if not report["passed"]:
+        if not spec.allow_mismatch:
+            raise ParityError(f"{spec.target}/{spec.precision} sparse encoder fails the gate: " + "; ".join(report["failures"]),
+                              "report the model architecture (or pass --allow-mismatch to keep it)")
+        log("[x] gate failed; kept because --allow-mismatch was given")
+    if spec.run_overhead_tokens is None:
+        ids = core.tokenizer.encode(texts[:1]).ids[0]
+        fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
+        log(run_cost_line(fixed, per_token, tokens))
+        spec = spec.with_(run_overhead_tokens=tokens)
+        params = front_params(spec, pad_id, tokens)
+
+    log(f"[5/{steps}] rendering the front door {spec.name}")
+    ident = {**identity(spec, msha), "embtrt.kind": "sparse"}
+    params.pop("embtrt.dim")   # in the identity
+    plan = ModelPlan(
+        name=spec.name, template="router.pbtxt.j2", kind="front door",
+        context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
+                 "inputs": [_t("TEXT", "TYPE_STRING", [1])],
+                 "outputs": [_t("SPARSE_INDICES", "TYPE_INT64", [-1]), _t("SPARSE_VALUES", "TYPE_FP32", [-1]),
+                             _t("TOKENS", "TYPE_INT64", [1])],
+                 "batching": _batching(spec), "group": _group(spec.front_instances, False),
+                 "params": sorted(params.items()) + sorted(ident.items())},
+        files={"1/tokenizer.json": tok_json, "1/model.onnx": onnx_path}, backend_code="sparse")
+    attach_deps(spec, [plan])
+    write_repository([plan], repo)
+    bundle = None
+    if spec.bundle_deps:
+        from .bundle import make_bundle
+
+        bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log)
+        bundle["path"] = bundle_dir(spec)
+    manifest = Manifest(
+        name=spec.name, identity=ident, models=ModelNames(spec.name, (), ()), pooling=f"splade-{spec.splade_pooling}",
+        normalize=False, dim=spec.hidden_size, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
+        overflow="truncate", overflow_stride=0, precision=spec.precision, target=spec.target,
+        backend_profile=ident["embtrt.backend_profile"], pooler="fused", input_names=tuple(spec.input_names),
+        encoder_output="sparse", pad_id=pad_id, max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
+        bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
+        router_encoder="local", server_python=spec.server_python, bundle=bundle, prompts=spec.prompt_map,
+        default_prompt_name=spec.default_prompt_name, kind="sparse", activation=spec.activation,
+        extra={"source": {"path": str(spec.model_dir), "sha256": msha},
+               "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
+               "versions": versions(), "onnx": {"sha256": sha256_file(onnx_path), "export_validation": validation},
+               "parity": {**report, "reference": "SparseEncoder.encode_query / encode_document (fp32)",
+                          "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
+               "pending": [], "rebuild": rebuild_command(spec) + " --kind sparse",
+               "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    write_manifest(repo, manifest)
+
+    log(f"[6/{steps}] checking the repository")
+    rep = check_repository(repo)
+    for line in rep.lines():
+        log(line)
+    if not rep.passed:
+        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
+                              "this is a bug in embtrt; please report it with the lines above")
+    return BuildResult(repo, manifest.to_dict(), rep.lines(), [], [])

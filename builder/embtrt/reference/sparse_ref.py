@@ -1,0 +1,63 @@
+"""The sparse encoder's reference: sentence-transformers' SparseEncoder (SPLADE: an MLM head,
+log(1 + relu(logits)) pooled over the sequence), and whether a folder is one."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelError
+
+
+def sparse_modules(path: Path) -> list[str] | None:
+    """The module types of a SparseEncoder folder (modules.json naming sparse_encoder modules), else None."""
+    try:
+        mods = json.loads((Path(path) / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    types = [str(m.get("type", "")) for m in mods if isinstance(m, dict)] if isinstance(mods, list) else []
+    return types if any(".sparse_encoder." in t or t.endswith(("SpladePooling", "MLMTransformer")) for t in types) else None
+
+
+@dataclass(frozen=True)
+class SpladeInfo:
+    max_length: int
+    vocab: int
+    pooling: str        # max | sum
+    activation: str     # relu | log1p_relu (a second log1p)
+    input_names: tuple[str, ...]
+
+
+def load_sparse_encoder(path: Path, trust_remote_code: bool = False):
+    from sentence_transformers import SparseEncoder
+
+    try:
+        return SparseEncoder(str(path), device="cpu", trust_remote_code=trust_remote_code)
+    except Exception as exc:  # sentence-transformers / transformers raise many types
+        raise ModelError(f"sentence-transformers cannot load {path} as a SparseEncoder: {exc}",
+                         "a sparse folder loads with sentence_transformers.SparseEncoder") from exc
+
+
+def splade_info(se, path: Path) -> SpladeInfo:
+    types = sparse_modules(path) or []
+    if len(types) != 2 or not types[0].endswith("Transformer") or not types[1].endswith("SpladePooling"):
+        raise ModelError(f"{Path(path).name}: SparseEncoder modules {', '.join(t.rsplit('.', 1)[-1] for t in types)}",
+                         "embtrt builds SPLADE (MLMTransformer + SpladePooling); inference-free SPLADE (a Router with "
+                         "SparseStaticEmbedding) is not built yet")
+    pool = se[1]
+    tok = se[0].tokenizer
+    names = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tok("a"))
+    return SpladeInfo(int(se.max_seq_length), int(se[0].auto_model.config.vocab_size), str(pool.pooling_strategy),
+                      str(pool.activation_function), names)
+
+
+def se_encode(se, texts: list[str], which: str = "document", prompt_name: str | None = None) -> np.ndarray:
+    """SparseEncoder.encode_query / encode_document as dense float32 [texts, vocab]."""
+    fn = se.encode_query if which == "query" else se.encode_document
+    kw = {"prompt_name": prompt_name} if prompt_name else {}
+    out = fn(texts, batch_size=32, convert_to_tensor=True, show_progress_bar=False, **kw)
+    dense = out.to_dense() if getattr(out, "is_sparse", False) or out.layout != __import__("torch").strided else out
+    return dense.float().numpy()

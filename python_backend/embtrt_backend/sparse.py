@@ -1,0 +1,67 @@
+"""A sparse encoder's request options and its output: the request core's [rows, vocab] weights
+(SPLADE, pooled in the graph) -> each row's active dimensions (indices, weights), as
+SparseEncoder.encode_query / encode_document return them.
+
+Options: prompt_name / input_type as for embedders, except that input_type needs no prompt
+(query and document run the same model unless the model has prompts for them: encode_query
+then prepends its query prompt); truncate END / START / NONE; max_active_dims K keeps each row's
+K largest weights (encode's max_active_dims). Widths and vector types do not apply.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import InputError
+from .options import INPUT_TYPES, ModelOptions, RequestOptions
+
+NOT_SPARSE = ("dimensions", "embedding_type")
+
+
+def resolve(options: ModelOptions, raw: dict) -> tuple[RequestOptions, int | None]:
+    """A request's parameters -> (its options, max_active_dims or None)."""
+    raw = dict(raw)
+    for name in NOT_SPARSE:
+        if name in raw:
+            raise InputError(f"{name} does not apply to a sparse encoder (its output is one weight per vocabulary "
+                             "token; max_active_dims keeps the largest K)", name)
+    k = raw.pop("max_active_dims", None)
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise InputError(f"invalid max_active_dims {k!r}: must be an integer >= 1", "max_active_dims")
+    it = raw.pop("input_type", None)
+    if it is not None:
+        if not isinstance(it, str) or it.lower() not in INPUT_TYPES:
+            raise InputError(f"invalid input_type {it!r}: allowed query, passage, document", "input_type")
+        named = [p for p in INPUT_TYPES[it.lower()] if p in options.prompts]
+        if named and "prompt_name" not in raw:
+            raw["prompt_name"] = named[0]
+    return options.resolve(raw), k
+
+
+def sparsify(weights: np.ndarray, max_active: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """[rows, vocab] -> (indices int64 [rows, width], values float32 [rows, width]): each row's
+    nonzero weights by index ascending (the K largest with max_active), padded with index -1 and
+    value 0 to the longest row of the request."""
+    w = np.asarray(weights, dtype=np.float32)
+    if max_active is not None and max_active < w.shape[1]:
+        keep = np.argpartition(-w, max_active - 1, axis=1)[:, :max_active]
+        mask = np.zeros_like(w, dtype=bool)
+        np.put_along_axis(mask, keep, True, axis=1)
+        w = np.where(mask, w, 0.0)
+    rows = [np.flatnonzero(r > 0) for r in w]
+    width = max((len(r) for r in rows), default=0)
+    idx = np.full((len(rows), width), -1, dtype=np.int64)
+    val = np.zeros((len(rows), width), dtype=np.float32)
+    for i, r in enumerate(rows):
+        idx[i, :len(r)] = r
+        val[i, :len(r)] = w[i, r]
+    return idx, val
+
+
+def densify(indices: np.ndarray, values: np.ndarray, vocab: int) -> np.ndarray:
+    """The inverse of sparsify: [rows, vocab] float32 (padding, index -1, dropped)."""
+    out = np.zeros((len(indices), vocab), dtype=np.float32)
+    for i, (ix, v) in enumerate(zip(indices, values)):
+        keep = ix >= 0
+        out[i, ix[keep]] = v[keep]
+    return out

@@ -1,0 +1,68 @@
+"""Sparse front door: TEXT -> the request core (embtrt_backend.core; SPLADE pooled in the graph)
+-> each row's active dimensions: SPARSE_INDICES (INT64) and SPARSE_VALUES (FP32), [rows, width]
+padded with index -1 / value 0 to the request's longest row; TOKENS per text.
+
+Options (embtrt_backend.sparse.resolve): prompt_name, input_type, truncate, max_active_dims.
+The encoder runs in this model; only pb_utils glue is here.
+"""
+
+import os
+import sys
+
+import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from embtrt_backend.deps import use_bundle  # noqa: E402
+
+use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own packages, before importing them
+
+from embtrt_backend import InputError  # noqa: E402
+from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.core import Request, RequestCore  # noqa: E402
+from embtrt_backend.options import parse_request_parameters  # noqa: E402
+from embtrt_backend.sparse import resolve, sparsify  # noqa: E402
+from embtrt_backend.text import decode_texts  # noqa: E402
+
+
+def _error(exc):
+    code = pb_utils.TritonError.INVALID_ARG if isinstance(exc, InputError) else pb_utils.TritonError.INTERNAL
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), code))
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        p = parameters(args["model_config"])
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.core = RequestCore.from_folder(here, p)
+        from embtrt_backend.encoder import encoder_from_parameters
+
+        self.encoder = encoder_from_parameters(here, p)
+
+    def execute(self, requests):
+        responses = [None] * len(requests)
+        work, where, active = [], [], []
+        for i, request in enumerate(requests):
+            try:
+                texts = decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(),
+                                     self.core.cfg.max_text_bytes)
+                if not texts:
+                    raise InputError("TEXT holds no rows")
+                opts, k = resolve(self.core.options, parse_request_parameters(request.parameters()))
+            except InputError as exc:
+                responses[i] = _error(exc)
+                continue
+            work.append(Request(texts, None, opts))
+            where.append(i)
+            active.append(k)
+        outs = self.core.run(work, lambda bucket, feeds: self.encoder.run(feeds)) if work else ()
+        for i, k, out in zip(where, active, outs):
+            if out.error is not None:
+                responses[i] = _error(out.error)
+                continue
+            idx, val = sparsify(out.vectors, k)
+            tensors = [pb_utils.Tensor("SPARSE_INDICES", idx), pb_utils.Tensor("SPARSE_VALUES", val)]
+            asked = requests[i].requested_output_names()
+            if not asked or "TOKENS" in asked:
+                tensors.append(pb_utils.Tensor("TOKENS", out.tokens.reshape(-1, 1)))
+            responses[i] = pb_utils.InferenceResponse(tensors)
+        return responses

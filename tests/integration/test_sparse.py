@@ -1,0 +1,93 @@
+"""Sparse vectors end to end: a SPLADE SparseEncoder folder built as a sparse encoder, served by a
+real tritonserver, called over gRPC, equal to SparseEncoder.encode_query / encode_document (#32)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from embtrt.errors import BadRequestError
+from embtrt.repository.manifest import read_manifest
+
+TOL = 1e-4   # fp32: max |served weight - SparseEncoder weight|
+
+
+def _se(folder):
+    from sentence_transformers import SparseEncoder
+
+    return SparseEncoder(str(folder), device="cpu")
+
+
+def _dense(t):
+    return t.to_dense().float().numpy()
+
+
+def _client(server):
+    from embtrt.serve.sparse_client import SparseClient
+
+    return SparseClient(server.grpc_url, "splade")
+
+
+def test_the_build_records_the_kind_and_passes_the_gate(splade):
+    m = read_manifest(splade[1])
+    assert (m.kind, m.dim, m.activation, m.pooling) == ("sparse", 30522, "relu", "splade-max")
+    assert m.prompts == {"query": "query: ", "document": ""}
+    assert m.extra["parity"]["passed"] and m.extra["parity"]["retrieval_identical"] == 16
+
+
+@pytest.mark.parametrize("input_type", ["query", "document"])
+def test_served_vectors_equal_sparse_encoder(splade_server, splade, corpus, input_type):
+    se = _se(splade[0])
+    texts = corpus[:24] + [" ".join(corpus[30:50])]    # the last one is cut at the max length
+    fn = se.encode_query if input_type == "query" else se.encode_document
+    want = _dense(fn(texts, convert_to_tensor=True))
+    active = (want > 0).sum(axis=1)
+    assert 10 < np.median(active) < 1000 and np.ptp(want.sum(axis=1)) > 1.0   # sparse, and texts differ
+    with _client(splade_server) as c:
+        got = c.encode_dense(texts, input_type=input_type)
+        vecs = c.encode(texts[:3], input_type=input_type)
+    assert float(np.abs(got - want).max()) <= TOL
+    for (ix, v), row in zip(vecs, want[:3]):
+        assert np.array_equal(ix, np.flatnonzero(row > 0)) or float(np.abs(row[ix] - v).max()) <= TOL
+        assert np.all(np.diff(ix) > 0) and np.all(v > 0)
+
+
+def test_query_prompt_is_applied_and_max_active_dims_keeps_the_largest(splade_server, splade, corpus):
+    se = _se(splade[0])
+    texts = corpus[:8]
+    with _client(splade_server) as c:
+        q = c.encode_dense(texts, input_type="query")
+        d = c.encode_dense(texts, input_type="document")
+        top = c.encode_dense(texts, input_type="query", max_active_dims=16)
+    assert float(np.abs(q - d).max()) > 0.1        # the query prompt changes the vector
+    want = _dense(se.encode_query(texts, convert_to_tensor=True, max_active_dims=16))
+    assert ((top > 0).sum(axis=1) == 16).all() and float(np.abs(top - want).max()) <= TOL
+
+
+def test_bad_requests_are_refused_and_the_server_keeps_serving(splade_server, corpus):
+    with _client(splade_server) as c:
+        with pytest.raises(BadRequestError, match="dimensions does not apply to a sparse encoder"):
+            c._infer(["x"], {"dimensions": 8})
+        with pytest.raises(BadRequestError, match="max_active_dims"):
+            c.encode(["x"], max_active_dims=0)
+        with pytest.raises(BadRequestError, match="longer than the max sequence length 64"):
+            c.encode([" ".join(corpus[:20])], truncate="NONE")
+        assert len(c.encode(["still served"])) == 1
+
+
+def test_probe_and_the_cli_encode_a_sparse_model(splade_server, splade):
+    from embtrt.serve.probe import probe_models
+
+    assert probe_models(splade_server.grpc_url, ["splade"]).ok
+    out = subprocess.run([sys.executable, "-m", "embtrt.cli", "sparse", "--url", splade_server.grpc_url, "--model", "splade",
+                          "--input-type", "query", "--json", "what is sparse retrieval"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    v = json.loads(out.stdout)["vectors"][0]
+    want = _dense(_se(splade[0]).encode_query(["what is sparse retrieval"], convert_to_tensor=True))[0]
+    assert v["indices"] == np.flatnonzero(want > 0).tolist()
+    assert np.allclose(v["values"], want[v["indices"]], atol=TOL)
