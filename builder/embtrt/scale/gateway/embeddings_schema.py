@@ -14,8 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ApiError
-from .rerank_schema import RERANK_PATHS
+from .errors import ApiError, wrong_kind
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -70,16 +69,18 @@ def _alias(model: str, name: str, options: ModelOptions) -> dict | None:
 
 
 def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
-                  rerankers: Collection[str] = ()) -> tuple[str, dict]:
+                  rerankers: Collection[str] = (), sparse: Collection[str] = ()) -> tuple[str, dict]:
     """The body's `model` -> (the served model's name, the options its name carries); 400 where it is
-    missing, not a string or a reranker (`rerankers`: their names), 404 where no model answers to it."""
+    missing, not a string, a reranker or a sparse encoder (`rerankers`, `sparse`: their names), 404 where
+    no model answers to it."""
     if model is None:
         raise ApiError(400, "you must provide a model parameter", param="model")
     if not isinstance(model, str):
         raise ApiError(400, "model must be a string", param="model")
     if model in rerankers:
-        raise ApiError(400, f"{model!r} is a reranker, not an embedder: {RERANK_PATHS} serves it", param="model",
-                       code="wrong_model_kind")
+        raise wrong_kind(model, "reranker", "embedder")
+    if model in sparse:
+        raise wrong_kind(model, "sparse", "embedder")
     if model in models:
         return model, {}
     for name, m in models.items():
@@ -93,12 +94,13 @@ def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
 
 
 def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items: int,
-                     rerankers: Collection[str] = ()) -> EmbeddingsRequest:
+                     rerankers: Collection[str] = (), sparse: Collection[str] = ()) -> EmbeddingsRequest:
     """A decoded JSON body -> EmbeddingsRequest, or ApiError (400, or 404 for an unknown model) naming
-    the parameter at fault; a reranker's name (`rerankers`) is a 400 naming the rerank routes."""
+    the parameter at fault; a reranker's or sparse encoder's name (`rerankers`, `sparse`) is a 400 naming
+    the routes that serve it."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    name, raw = resolve_model(body.get("model"), models, rerankers)
+    name, raw = resolve_model(body.get("model"), models, rerankers, sparse)
     model: str = body["model"]  # a string: resolve_model refused anything else
     m = models[name]
     fmt = body.get("encoding_format", "float")

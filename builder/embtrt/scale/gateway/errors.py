@@ -15,3 +15,17 @@ class ApiError(Exception):
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+# the routes that serve each kind of model (the manifest's kind): a model named on another kind's route
+# is refused with a 400 that names its own
+KIND_ROUTES = {"embedder": "POST /v1/embeddings",
+               "reranker": "POST /v1/rerank (Cohere, Jina, vLLM), /v2/rerank, /rerank (TEI) or /v1/ranking (NIM)",
+               "sparse": "POST /v1/sparse or /embed_sparse (TEI)"}
+_A = {"embedder": "an embedder", "reranker": "a reranker", "sparse": "a sparse encoder"}
+
+
+def wrong_kind(model: str, kind: str, wanted: str) -> ApiError:
+    """The 400 for `model` (of `kind`) named on a route of the `wanted` kind: it names the routes that serve it."""
+    return ApiError(400, f"{model!r} is {_A[kind]}, not {_A[wanted]}: {KIND_ROUTES[kind]} serves it", param="model",
+                    code="wrong_model_kind")

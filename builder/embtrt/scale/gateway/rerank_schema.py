@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ApiError
+from .errors import KIND_ROUTES, ApiError, wrong_kind
 
 # POST path -> the API shape it speaks
 ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1/ranking": "nim"}
-RERANK_PATHS = "POST /v1/rerank (Cohere, Jina, vLLM), /v2/rerank, /rerank (TEI) or /v1/ranking (NIM)"
-EMBED_PATH = "POST /v1/embeddings"
+RERANK_PATHS = KIND_ROUTES["reranker"]
+EMBED_PATH = KIND_ROUTES["embedder"]
 DOC_FIELDS = {"cohere": "documents", "tei": "texts", "nim": "passages"}   # each shape's documents
 DIRECTIONS = ("right", "left")
 NIM_TRUNCATE = {"NONE": False, "END": True}
@@ -60,10 +60,10 @@ class RerankRequest:
 
 
 def resolve_reranker(model: object, models: Mapping[str, RerankModel], embedders: Collection[str],
-                     optional: bool = False) -> str:
+                     optional: bool = False, sparse: Collection[str] = ()) -> str:
     """The body's `model` -> the served reranker's name. 400 where it is missing (unless `optional` and
-    the gateway serves one reranker), not a string, an embedder, or a classifier of several labels; 404
-    where no model answers to it."""
+    the gateway serves one reranker), not a string, an embedder or a sparse encoder (`sparse`: their names),
+    or a classifier of several labels; 404 where no model answers to it."""
     if model is None:
         if optional and len(models) == 1:
             return next(iter(models))
@@ -72,8 +72,9 @@ def resolve_reranker(model: object, models: Mapping[str, RerankModel], embedders
     if not isinstance(model, str):
         raise ApiError(400, "model must be a string", param="model")
     if model in embedders:
-        raise ApiError(400, f"{model!r} is an embedder, not a reranker: {EMBED_PATH} serves it", param="model",
-                       code="wrong_model_kind")
+        raise wrong_kind(model, "embedder", "reranker")
+    if model in sparse:
+        raise wrong_kind(model, "sparse", "reranker")
     m = models.get(model)
     if m is None:
         names = ", ".join(map(repr, models)) or "no reranker"
@@ -87,12 +88,12 @@ def resolve_reranker(model: object, models: Mapping[str, RerankModel], embedders
 
 
 def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], embedders: Collection[str],
-                 max_items: int) -> RerankRequest:
+                 max_items: int, sparse: Collection[str] = ()) -> RerankRequest:
     """A decoded JSON body of the `api` shape -> RerankRequest, or ApiError (400, or 404 for an unknown
     model) naming the field at fault."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    name = resolve_reranker(body.get("model"), models, embedders, optional=api == "tei")
+    name = resolve_reranker(body.get("model"), models, embedders, optional=api == "tei", sparse=sparse)
     m = models[name]
     model = body.get("model")
     if api == "cohere":

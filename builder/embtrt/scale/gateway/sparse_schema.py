@@ -1,0 +1,162 @@
+"""The sparse routes' bodies, pure (no server): two shapes parsed into one `SparseRequest`, and one
+request's sparse vectors rendered back in the shape it came in.
+
+- `tei`: Hugging Face TEI, POST /embed_sparse: `{inputs: str | [str], truncate?: bool,
+  truncation_direction?: "right" | "left", prompt_name?}` (and an optional `model`, which TEI has not)
+  -> `[[{index, value}, ...], ...]`, one list per input, indices ascending; the tokens in the header
+  `x-compute-tokens`. `truncate` false is the front door's truncate NONE (an over-long text is a 400),
+  true or absent END, with `truncation_direction` left START;
+- `embtrt`: POST /v1/sparse: `{model, input: str | [str], input_type?: query | document | passage,
+  prompt_name?, truncate?: END | START | NONE, max_active_dims?}` -> `{object: "list", model, data:
+  [{object: "sparse_embedding", index, indices, values}], usage: {prompt_tokens, total_tokens}}`.
+
+The options are resolved here as the front door resolves them (embtrt_backend.sparse.resolve, one rule
+on every surface), so a bad one is a 400 naming its field before anything goes upstream; `dimensions`
+and `embedding_type` do not apply to a sparse encoder and are refused. Fields the gateway does not read
+are ignored, as /v1/embeddings ignores them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import ApiError, wrong_kind
+
+if TYPE_CHECKING:  # the serving-side package, imported where it is used
+    from embtrt_backend.options import ModelOptions, RequestOptions
+
+# POST path -> the API shape it speaks
+ROUTES = {"/embed_sparse": "tei", "/v1/sparse": "embtrt"}
+INPUT_FIELDS = {"tei": "inputs", "embtrt": "input"}     # each shape's texts
+DIRECTIONS = {"right": "END", "left": "START"}           # TEI's truncation_direction -> the front door's truncate
+# /v1/sparse's fields that are the front door's request parameters (embtrt_backend.sparse.resolve)
+PARAMETERS = ("input_type", "prompt_name", "truncate", "max_active_dims", "dimensions", "embedding_type")
+
+
+@dataclass(frozen=True)
+class SparseModel:
+    """What parsing a sparse request needs to know of one served sparse encoder."""
+
+    options: ModelOptions            # the front door's own (prompts, default prompt)
+    max_text_bytes: int              # the most UTF-8 bytes of a text (the front door's limit)
+
+
+@dataclass(frozen=True)
+class SparseRequest:
+    """A valid sparse request of either shape: the texts, the front door's request parameters, and
+    the options they resolve to (the prompt and truncation, for admission's token count)."""
+
+    api: str                         # tei | embtrt: the shape of the response
+    model: str | None                # as the client sent it (echoed); None where it sent none (TEI)
+    served: str                      # the served sparse encoder it names
+    texts: list[str]
+    options: RequestOptions
+    max_active_dims: int | None = None
+    parameters: dict[str, str | int] = field(default_factory=dict)   # sent to the front door as they are
+
+
+def resolve_sparse(model: object, models: Mapping[str, SparseModel], embedders: Collection[str] = (),
+                   rerankers: Collection[str] = (), optional: bool = False) -> str:
+    """The body's `model` -> the served sparse encoder's name. 400 where it is missing (unless `optional`
+    and the gateway serves one sparse encoder), not a string, an embedder or a reranker; 404 where no
+    model answers to it."""
+    if model is None:
+        if optional and len(models) == 1:
+            return next(iter(models))
+        if optional and not models:
+            raise ApiError(404, "this gateway serves no sparse encoder", param="model", code="model_not_found")
+        several = f" (this gateway serves several sparse encoders: {', '.join(map(repr, models))})" if optional else ""
+        raise ApiError(400, f"you must provide a model parameter{several}", param="model")
+    if not isinstance(model, str):
+        raise ApiError(400, "model must be a string", param="model")
+    if model in embedders:
+        raise wrong_kind(model, "embedder", "sparse")
+    if model in rerankers:
+        raise wrong_kind(model, "reranker", "sparse")
+    if model not in models:
+        names = ", ".join(map(repr, models)) or "no sparse encoder"
+        raise ApiError(404, f"the model {model!r} does not exist; this gateway encodes sparse vectors with {names}",
+                       param="model", code="model_not_found")
+    return model
+
+
+def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_items: int,
+                 embedders: Collection[str] = (), rerankers: Collection[str] = ()) -> SparseRequest:
+    """A decoded JSON body of the `api` shape -> SparseRequest, or ApiError (400, or 404 for an unknown
+    model) naming the field at fault."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    if api not in INPUT_FIELDS:
+        raise ValueError(f"unknown sparse API {api!r}")
+    name = resolve_sparse(body.get("model"), models, embedders, rerankers, optional=api == "tei")
+    m = models[name]
+    key = INPUT_FIELDS[api]
+    texts = _texts(body.get(key), key, max_items)
+    raw: dict[str, Any]
+    if api == "tei":
+        direction = body.get("truncation_direction", "right")
+        if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
+            raise ApiError(400, f"truncation_direction must be 'right' or 'left', not {direction!r}",
+                           param="truncation_direction")
+        truncate = body.get("truncate", True)
+        if truncate is None:
+            truncate = True
+        if not isinstance(truncate, bool):
+            raise ApiError(400, f"truncate must be true or false, got {truncate!r}", param="truncate")
+        raw = {"truncate": DIRECTIONS[direction.lower()] if truncate else "NONE"}
+        if body.get("prompt_name") is not None:
+            raw["prompt_name"] = body["prompt_name"]
+    else:
+        raw = {k: body[k] for k in PARAMETERS if body.get(k) is not None}
+    from embtrt_backend import InputError
+    from embtrt_backend.sparse import resolve
+
+    try:
+        opts, k = resolve(m.options, raw)
+    except InputError as exc:
+        raise ApiError(400, str(exc), param=exc.param) from None
+    if isinstance(raw.get("truncate"), str):
+        raw["truncate"] = raw["truncate"].upper()
+    _check_bytes(texts, m.max_text_bytes, key)
+    return SparseRequest(api, body.get("model"), name, texts, opts, k, raw)
+
+
+def render(req: SparseRequest, rows: list[tuple[np.ndarray, np.ndarray]],
+           tokens: int) -> tuple[Any, list[tuple[bytes, bytes]]]:
+    """One request's vectors (each text's (indices ascending, values), in input order) -> (the response
+    document in the request's shape, extra headers)."""
+    if req.api == "tei":  # TEI's body is the bare lists; the tokens in a header, as its other routes
+        return ([[{"index": i, "value": v} for i, v in zip(ix.tolist(), val.tolist())] for ix, val in rows],
+                [(b"x-compute-tokens", str(tokens).encode())])
+    data = [{"object": "sparse_embedding", "index": n, "indices": ix.tolist(), "values": val.tolist()}
+            for n, (ix, val) in enumerate(rows)]
+    return ({"object": "list", "model": req.model, "data": data,
+             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, [])
+
+
+def _texts(inp: object, key: str, max_items: int) -> list[str]:
+    """A string or a non-empty list of strings (an empty string is a text: SparseEncoder encodes it)."""
+    if inp is None:
+        raise ApiError(400, f"you must provide an {key} parameter", param=key)
+    if isinstance(inp, str):
+        return [inp]
+    if not isinstance(inp, list) or not inp:
+        raise ApiError(400, f"{key} must be a string or a non-empty list of strings", param=key)
+    if len(inp) > max_items:
+        raise ApiError(400, f"{key} has {len(inp)} items; at most {max_items} per request", param=key)
+    for i, t in enumerate(inp):
+        if not isinstance(t, str):
+            r = repr(t)
+            raise ApiError(400, f"{key}[{i}] must be a string, got {r if len(r) <= 60 else r[:57] + '...'}", param=key)
+    return list(inp)
+
+
+def _check_bytes(texts: list[str], limit: int, key: str) -> None:
+    for i, t in enumerate(texts):
+        if len(t) * 4 > limit and len(t.encode("utf-8")) > limit:  # len(t) * 4 bounds its UTF-8 size
+            raise ApiError(400, f"{key}[{i}] is {len(t.encode('utf-8'))} bytes of UTF-8, over the limit of {limit} "
+                           "bytes per text", param=key)
