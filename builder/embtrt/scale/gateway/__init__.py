@@ -19,10 +19,15 @@ Rerankers (a repository whose manifest says `kind: reranker`) are served on POST
 shapes: the pairs go to the reranker's front door, which scores them as `CrossEncoder.predict` does
 (docs/rerankers.md). Embedders and rerankers can share one gateway.
 
+Sparse encoders (SPLADE; `kind: sparse`) are served on POST /embed_sparse (TEI) and /v1/sparse: the
+texts go to the sparse encoder's front door, which encodes them as `SparseEncoder.encode_query` /
+`encode_document` do (docs/sparse.md). Every kind can share one gateway.
+
 Modules, one job each: config (GatewayConfig, --pool, pools), errors (ApiError, OpenAI's error
 envelope), embeddings_schema (the /v1/embeddings body parsed and validated, pure), rerank_schema (the
-rerank APIs' bodies parsed and their responses rendered, pure), served (what the gateway knows of a
-repository), embed (the embedding algorithm of one model), rerank (the reranking of one model),
+rerank APIs' bodies parsed and their responses rendered, pure), sparse_schema (the same for the sparse
+routes), served (what the gateway knows of a repository), embed (the embedding algorithm of one
+model), rerank (the reranking of one model), sparse (the sparse encoding of one model),
 coalescer (PoolBatcher), upstream (gRPC clients, retries over a pool's replicas), registry (several
 models, /v1/models), metrics (Prometheus), http (the ASGI app, `run`).
 """
@@ -37,10 +42,13 @@ from .metrics import Metrics
 from .registry import MultiGateway
 from .rerank import Reranker
 from .rerank_schema import RerankModel, RerankRequest, parse_rerank
-from .served import Served, ServedReranker
+from .served import Served, ServedReranker, ServedSparse
+from .sparse import Sparse
+from .sparse_schema import SparseModel, SparseRequest, parse_sparse
 from .upstream import Upstream
 
 __all__ = ["MAX_ITEMS", "ROUTES", "ApiError", "EmbeddingsModel", "EmbeddingsRequest", "Gateway", "GatewayApp",
            "GatewayConfig", "Metrics", "MultiGateway", "Pool", "PoolBatcher", "RerankModel", "RerankRequest", "Reranker",
-           "Served", "ServedReranker", "Upstream", "create_app", "model_pools", "parse_embeddings", "parse_pool",
-           "parse_rerank", "resolve_model", "run"]
+           "Served", "ServedReranker", "ServedSparse", "Sparse", "SparseModel", "SparseRequest", "Upstream",
+           "create_app", "model_pools", "parse_embeddings", "parse_pool", "parse_rerank", "parse_sparse",
+           "resolve_model", "run"]

@@ -1,7 +1,8 @@
 """The gateway's ASGI layer: POST /v1/embeddings as a plain ASGI handler (key, body limit, JSON,
 the schema, the model's embedding, OpenAI's response), the rerank routes the same way (POST
-/v1/rerank, /v2/rerank, /rerank, /v1/ranking: rerank_schema's shapes, the reranker's scores), and
-the rest of the HTTP surface (/v1/models, health, metrics) by FastAPI; `run` serves it with uvicorn.
+/v1/rerank, /v2/rerank, /rerank, /v1/ranking: rerank_schema's shapes, the reranker's scores) and the
+sparse routes (POST /v1/sparse, /embed_sparse: sparse_schema's shapes, the sparse encoder's vectors),
+and the rest of the HTTP surface (/v1/models, health, metrics) by FastAPI; `run` serves it with uvicorn.
 
 No `from __future__ import annotations` here: FastAPI reads the routes' annotations (`request: Request`,
 imported where the app is made) at run time.
@@ -24,6 +25,9 @@ from .errors import ApiError
 from .registry import MultiGateway
 from .rerank_schema import ROUTES as RERANK_ROUTES
 from .rerank_schema import parse_rerank, render
+from .sparse_schema import ROUTES as SPARSE_ROUTES
+from .sparse_schema import parse_sparse
+from .sparse_schema import render as render_sparse
 
 
 def _loads(raw: bytes):
@@ -125,7 +129,7 @@ class _Embeddings:
         """Body -> (the response document, the served model's name, its size about, extra headers); JSON
         and tokenization of large requests off the event loop."""
         body = await self.json_body(receive)
-        req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items, self.gw.rerankers)
+        req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items, self.gw.rerankers, self.gw.sparse)
         model = self.gw.embedders[req.served]
         try:
             vecs, tokens = await model.embed(req.texts, req.ids, req.options)
@@ -184,7 +188,7 @@ class _Rerank(_Embeddings):
     async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
         body = await self.json_body(receive)
         req = parse_rerank(RERANK_ROUTES[scope["path"]], body, self.gw.rerank_schemas, self.gw.embedders,
-                           self.cfg.max_items)
+                           self.cfg.max_items, self.gw.sparse)
         try:
             scores, tokens = await self.gw.rerankers[req.served].rerank(req)
         except ApiError as exc:
@@ -195,9 +199,31 @@ class _Rerank(_Embeddings):
         return doc, req.served, size, headers
 
 
+class _Sparse(_Embeddings):
+    """The sparse routes (sparse_schema.ROUTES: TEI's /embed_sparse, /v1/sparse) as plain ASGI handlers:
+    the body of the route's shape parsed, the sparse encoder's vectors, the response in that shape."""
+
+    route = "sparse"
+
+    def latency(self):
+        return self.gw.metrics.sparse_latency
+
+    async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
+        body = await self.json_body(receive)
+        req = parse_sparse(SPARSE_ROUTES[scope["path"]], body, self.gw.sparse_schemas, self.cfg.max_items,
+                           self.gw.embedders, self.gw.rerankers)
+        try:
+            rows, tokens = await self.gw.sparse[req.served].encode(req)
+        except ApiError as exc:
+            exc.served = req.served  # counted per model and status
+            raise
+        doc, headers = render_sparse(req, rows, tokens)
+        return doc, req.served, 32 * sum(len(ix) for ix, _ in rows), headers
+
+
 class GatewayApp:
-    """The gateway's ASGI app: POST /v1/embeddings by `_Embeddings`, everything else (models,
-    health, metrics, lifespan, 404 / 405) by FastAPI."""
+    """The gateway's ASGI app: POST /v1/embeddings by `_Embeddings`, the rerank routes by `_Rerank`, the
+    sparse routes by `_Sparse`, everything else (models, health, metrics, lifespan, 404 / 405) by FastAPI."""
 
     def __init__(self, cfg: GatewayConfig) -> None:
         from contextlib import asynccontextmanager
@@ -208,6 +234,7 @@ class GatewayApp:
         gw = self.gateway = MultiGateway(cfg)
         self.embeddings = _Embeddings(cfg, gw)
         self.rerank = _Rerank(cfg, gw)
+        self.sparse = _Sparse(cfg, gw)
 
         @asynccontextmanager
         async def lifespan(_app):
@@ -252,6 +279,8 @@ class GatewayApp:
             await self.embeddings(scope, receive, send)
         elif scope["type"] == "http" and scope["path"] in RERANK_ROUTES and scope["method"] == "POST":
             await self.rerank(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] in SPARSE_ROUTES and scope["method"] == "POST":
+            await self.sparse(scope, receive, send)
         else:
             await self.api(scope, receive, send)
 
@@ -276,7 +305,8 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     for name, g in gw.models.items():
         for p in g.pools:
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
-    paths = (["/v1/embeddings"] if gw.embedders else []) + (["/v1/rerank"] if gw.rerankers else [])
+    paths = ((["/v1/embeddings"] if gw.embedders else []) + (["/v1/rerank"] if gw.rerankers else [])
+             + (["/v1/sparse", "/embed_sparse"] if gw.sparse else []))
     log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port}"
         f"{', '.join(paths)}")
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request

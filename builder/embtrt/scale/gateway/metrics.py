@@ -12,22 +12,24 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter("embtrt_gateway_requests", "HTTP requests by route and status", ["route", "status"],
                                 registry=self.registry)
-        self.items = Counter("embtrt_gateway_items", "Items embedded (rerankers: documents scored), per pool", ["pool"],
-                             registry=self.registry)
+        self.items = Counter("embtrt_gateway_items", "Items embedded (rerankers: documents scored; sparse: texts), "
+                             "per pool", ["pool"], registry=self.registry)
         self.tokens = Counter("embtrt_gateway_tokens", "Tokens embedded (rerankers: of the pairs scored), per pool",
                               ["pool"], registry=self.registry)
         self.errors = Counter("embtrt_gateway_errors", "Error responses by status", ["status"], registry=self.registry)
         self.model_requests = Counter("embtrt_gateway_model_requests",
-                                      "Embedding and rerank requests per model and status", ["model", "status"],
+                                      "Embedding, rerank and sparse requests per model and status", ["model", "status"],
                                       registry=self.registry)
         self.in_flight = Gauge("embtrt_gateway_requests_in_flight",
-                               "Embedding and rerank requests admitted and not yet answered", registry=self.registry)
+                               "Embedding, rerank and sparse requests admitted and not yet answered", registry=self.registry)
         self.retries = Counter("embtrt_gateway_upstream_retries", "Upstream calls retried on another replica",
                                ["pool", "reason"], registry=self.registry)
         buckets = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
         self.latency = Histogram("embtrt_gateway_request_seconds", "Latency of /v1/embeddings", buckets=buckets,
                                  registry=self.registry)
         self.rerank_latency = Histogram("embtrt_gateway_rerank_seconds", "Latency of the rerank routes",
+                                        buckets=buckets, registry=self.registry)
+        self.sparse_latency = Histogram("embtrt_gateway_sparse_seconds", "Latency of the sparse routes",
                                         buckets=buckets, registry=self.registry)
         self.upstream = Histogram("embtrt_gateway_upstream_seconds", "Latency of one upstream call, per pool", ["pool"],
                                   buckets=buckets, registry=self.registry)

@@ -1,7 +1,8 @@
-"""The models behind one gateway (`MultiGateway`): one `Gateway` per embedder repository and one
-`Reranker` per reranker repository (the manifest's kind), sharing the upstream clients and the
-metrics; what each model allows a request (for the schemas' `model` resolution, NAME-query aliases
-included); readiness of every pool; the /v1/models entries."""
+"""The models behind one gateway (`MultiGateway`): one `Gateway` per embedder repository, one
+`Reranker` per reranker repository and one `Sparse` per sparse encoder repository (the manifest's
+kind), sharing the upstream clients and the metrics; what each model allows a request (for the
+schemas' `model` resolution, NAME-query aliases included); readiness of every pool; the /v1/models
+entries."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from .metrics import Metrics
 from .rerank import Reranker
 from .rerank_schema import RerankModel
 from .served import served_kind
+from .sparse import Sparse
+from .sparse_schema import SparseModel
 from .upstream import Upstream
+
+# the manifest's kind -> the gateway's model of that kind
+KINDS: dict[str, type[Gateway] | type[Reranker] | type[Sparse]] = {"embedder": Gateway, "reranker": Reranker,
+                                                                   "sparse": Sparse}
 
 
 class MultiGateway:
@@ -32,11 +39,12 @@ class MultiGateway:
         self._ready: tuple[float, int, dict[str, str]] | None = None
         self._ready_task: asyncio.Task | None = None
         repos = (cfg.repository, *cfg.more_repositories)
-        self.models: dict[str, Gateway | Reranker] = {}   # every model, embedders and rerankers
+        self.models: dict[str, Gateway | Reranker | Sparse] = {}   # every model, of every kind
         self.embedders: dict[str, Gateway] = {}
         self.rerankers: dict[str, Reranker] = {}
+        self.sparse: dict[str, Sparse] = {}
         for repo in repos:
-            kind = Reranker if served_kind(repo) == "reranker" else Gateway
+            kind = KINDS[served_kind(repo)]
             g = kind(cfg, repo, self.metrics, self.upstream, several=len(repos) > 1, admission=self.admission)
             if g.served.name in self.models:
                 raise SpecError(f"two repositories serve a model named {g.served.name!r} ({repo})",
@@ -44,6 +52,8 @@ class MultiGateway:
             self.models[g.served.name] = g
             if isinstance(g, Reranker):
                 self.rerankers[g.served.name] = g
+            elif isinstance(g, Sparse):
+                self.sparse[g.served.name] = g
             else:
                 self.embedders[g.served.name] = g
         named = {e[0] for e in cfg.pools if len(e) == 3}
@@ -51,12 +61,14 @@ class MultiGateway:
             raise SpecError(f"invalid --pool: no model named {', '.join(sorted(named - set(self.models)))}",
                             f"models: {', '.join(self.models)}")
         self.several = len(self.models) > 1
-        # what parsing a request needs of each model (embeddings_schema.parse_embeddings, rerank_schema.parse_rerank)
+        # what parsing a request needs of each model (embeddings_schema.parse_embeddings, rerank_schema.parse_rerank,
+        # sparse_schema.parse_sparse)
         self.schemas: dict[str, EmbeddingsModel] = {
             name: EmbeddingsModel(g.served.options, g.served.vocab_size, g.served.max_len, g.served.max_text_bytes, g.route,
                                   cfg.token_ids)
             for name, g in self.embedders.items()}
         self.rerank_schemas: dict[str, RerankModel] = {name: r.schema for name, r in self.rerankers.items()}
+        self.sparse_schemas: dict[str, SparseModel] = {name: m.schema for name, m in self.sparse.items()}
 
     async def close(self) -> None:
         await self.upstream.close()
@@ -90,7 +102,7 @@ class MultiGateway:
         """/v1/models entries: each model with its kind, identity and request options."""
         out = []
         for g in self.models.values():
-            if isinstance(g, Reranker):
+            if isinstance(g, (Reranker, Sparse)):
                 out.append(g.describe())
                 continue
             o = g.served.options

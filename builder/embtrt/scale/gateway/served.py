@@ -1,6 +1,7 @@
 """What the gateway knows of one repository it fronts: the manifest's shape of the model, the
 front door's limits, the served tokenizer and the model's request options (`Served`, an embedder;
-`ServedReranker`, a reranker). The manifest's `kind` says which (`served_kind`)."""
+`ServedReranker`, a reranker; `ServedSparse`, a sparse encoder). The manifest's `kind` says which
+(`served_kind`)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class Served:
 
 
 def served_kind(repo: Path) -> str:
-    """The kind of model the repository serves, as its manifest records it: embedder | reranker."""
+    """The kind of model the repository serves, as its manifest records it: embedder | reranker | sparse."""
     return read_manifest(Path(repo)).kind
 
 
@@ -91,3 +92,28 @@ class ServedReranker:
             tok.enable_truncation(max_length=self.max_len, strategy="longest_first")
             self._tok = tok
         return self._tok
+
+
+class ServedSparse:
+    """What the gateway needs to know of a sparse encoder repository: the front door's name and limits,
+    the vocabulary (the manifest's dim), and the front door's own request core (its options resolve a
+    request's prompt and truncation; its prepare counts a large request's tokens before it goes up)."""
+
+    def __init__(self, repo: Path) -> None:
+        from embtrt_backend.core import RequestCore
+
+        from ...repository.config import parse_config
+
+        repo = Path(repo)
+        m = read_manifest(repo)
+        self.manifest = m
+        self.name: str = m.name
+        self.dim = m.dim                               # the vocabulary: one weight per token
+        self.buckets = list(m.buckets)
+        self.max_len = m.max_seq_length
+        self.max_batch_size = m.max_batch_size         # the front door's: larger requests go up in parts
+        self.identity = dict(m.identity)
+        door = {k: v.string_value for k, v in parse_config(repo / self.name / "config.pbtxt").parameters.items()}
+        self.max_text_bytes = int(door.get("max_text_bytes", str(1 << 20)))
+        self.core = RequestCore.from_folder(str(repo / self.name / "1"), door)   # as the front door makes it
+        self.options = self.core.options
