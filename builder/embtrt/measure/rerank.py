@@ -26,12 +26,18 @@ from ..reference.rerank_gate import SCORE_TOLERANCE, TOP_K, judge
 from .driver import Load, drive
 
 
-async def _score(client, model: str, query: str, docs: list[str], params: dict | None = None):
+async def _score(client, model: str, query: str, docs: list[str], params: dict | None = None, max_batch: int = 32):
+    """One query's documents scored: in parts of at most the front door's max batch, sent
+    concurrently (as RerankClient and the gateway send them), put back in order."""
     from ..serve.wire import text_input
 
-    r = await client.infer(model, [text_input([query] * len(docs), "QUERY"), text_input(docs, "DOCUMENT")],
-                           parameters=params or None, client_timeout=120)
-    return r.as_numpy("SCORES"), r.as_numpy("TOKENS").reshape(-1)
+    async def part(ds: list[str]):
+        r = await client.infer(model, [text_input([query] * len(ds), "QUERY"), text_input(ds, "DOCUMENT")],
+                               parameters=params or None, client_timeout=120)
+        return r.as_numpy("SCORES"), r.as_numpy("TOKENS").reshape(-1)
+
+    parts = await asyncio.gather(*(part(docs[i:i + max_batch]) for i in range(0, len(docs), max_batch)))
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def served(url: str, model: str, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -178,10 +184,11 @@ async def _measure(url: str, model: str, reqs: list[tuple[str, list[str]]], warm
 
     c = aioclient.InferenceServerClient(url)
     try:
+        mb = int((await c.get_model_config(model, as_json=True))["config"].get("max_batch_size", 32)) or 32
         for q, ds in reqs[:warmup]:
-            await _score(c, model, q, ds)
+            await _score(c, model, q, ds, max_batch=mb)
         body = reqs[warmup:]
-        return await Load(lambda i: _score(c, model, *body[i]), len(body), conc).run()
+        return await Load(lambda i: _score(c, model, *body[i], max_batch=mb), len(body), conc).run()
     finally:
         await c.close()
 
@@ -230,8 +237,9 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
         from ..reference.cross_ref import load_cross_encoder
 
         ce = load_cross_encoder(reference)
-        for k in documents:
-            pairs = [(q, d) for q, ds in _requests(texts, k, max(1, min(requests, 2000 // k)), seed=k) for d in ds]
+        for k in documents:   # the pairs of the first concurrency's measured requests: the same texts as served
+            body = _requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])[warmup:]
+            pairs = [(q, d) for q, ds in body for d in ds]
             ce.predict(pairs[:32], batch_size=32, show_progress_bar=False)   # warm
             times = []
             for _ in range(3):
