@@ -201,19 +201,20 @@ def with_prompts(src: Path, dest: Path, prompts: dict[str, str], default: str | 
 
 # ---- cross-encoders (rerankers) -------------------------------------------------------------------
 
-def _save_cross_encoder(hf_dir: Path, dest: Path, max_length: int) -> Path:
-    """A sentence-transformers CrossEncoder folder (model_type CrossEncoder, its activation) from a
-    saved *ForSequenceClassification model and tokenizer, as CrossEncoder.save writes it."""
+def _save_cross_encoder(hf_dir: Path, dest: Path, max_length: int, prompts: dict[str, str] | None = None) -> Path:
+    """A sentence-transformers CrossEncoder folder (model_type CrossEncoder, its activation, its
+    prompts) from a saved *ForSequenceClassification model and tokenizer, as CrossEncoder.save writes it."""
     from sentence_transformers import CrossEncoder
 
-    ce = CrossEncoder(str(hf_dir), max_length=max_length)
+    ce = CrossEncoder(str(hf_dir), max_length=max_length, prompts=prompts)
     ce.save(str(dest))
     shutil.rmtree(hf_dir)
     return dest
 
 
 def make_bert_cross_encoder(path: Path) -> Path:
-    """A one-label BERT cross-encoder (sigmoid), MiniLM's WordPiece vocab, max length 64."""
+    """A one-label BERT cross-encoder (sigmoid), MiniLM's WordPiece vocab, max length 64, with a
+    "query" prompt (no default: requests pick it by prompt_name)."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
@@ -226,7 +227,7 @@ def make_bert_cross_encoder(path: Path) -> Path:
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=128, initializer_range=0.2, num_labels=1)
     BertForSequenceClassification(cfg).eval().save_pretrained(hf)
-    return _save_cross_encoder(hf, path, 64)
+    return _save_cross_encoder(hf, path, 64, prompts={"query": "Given a web search query, rank the passage. Query: "})
 
 
 def make_xlmr_cross_encoder(path: Path) -> Path:

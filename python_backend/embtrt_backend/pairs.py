@@ -33,12 +33,16 @@ class PairOptions:
     activation: str = "default"       # default: the model's (CrossEncoder's activation_fn)
     truncate: bool = True             # false: a pair over the max length is the request's error
     direction: str = "right"          # which end of the longer sequence truncation cuts
+    prompt: str = ""                  # prepended to the query, as CrossEncoder.predict(prompt_name=...)
 
     @classmethod
-    def parse(cls, params: dict[str, object]) -> "PairOptions":
+    def parse(cls, params: dict[str, object], prompts: dict[str, str] | None = None,
+              default_prompt_name: str | None = None) -> "PairOptions":
         """A request's parameters (Triton request parameters, as JSON values) -> its options; an
-        unknown name or a bad value is an InputError naming it."""
-        known = {"activation", "truncate", "truncation_direction"}
+        unknown name or a bad value is an InputError naming it. prompt_name picks one of the
+        model's prompts; none given: the model's default prompt, as CrossEncoder does."""
+        prompts = prompts or {}
+        known = {"activation", "truncate", "truncation_direction", "prompt_name"}
         unknown = sorted(set(params) - known)
         if unknown:
             raise InputError(f"unknown request parameter {unknown[0]!r} (a reranker takes "
@@ -56,7 +60,11 @@ class PairOptions:
             direction = direction.lower()
         if direction not in DIRECTIONS:
             raise InputError(f"truncation_direction {direction!r}: must be right or left", "truncation_direction")
-        return cls(str(act), trunc, str(direction))
+        name = params.get("prompt_name", default_prompt_name)
+        if name is not None and (not isinstance(name, str) or name not in prompts):
+            raise InputError(f"prompt_name {name!r}: this model's prompts are {', '.join(sorted(prompts)) or 'none'}",
+                             "prompt_name")
+        return cls(str(act), trunc, str(direction), prompts[name] if name is not None else "")
 
 
 DEFAULT = PairOptions()
@@ -86,15 +94,21 @@ class PairConfig:
     pad_to_bucket: bool = False
     run_overhead: int = 8
     max_text_bytes: int = 1 << 20
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: str | None = None
 
     @classmethod
     def from_parameters(cls, p: dict[str, str]) -> "PairConfig":
+        import json
+
         return cls(buckets=tuple(int(x) for x in p["buckets"].split(",")),
                    max_batch=tuple(int(x) for x in p["encoder_max_batch_sizes"].split(",")),
                    input_names=tuple(p["input_names"].split(",")), num_labels=int(p["num_labels"]),
                    activation=p.get("activation", "sigmoid"), pad_to_bucket=p.get("pad_to_bucket") == "true",
                    run_overhead=int(p.get("run_overhead_tokens", "8")),
-                   max_text_bytes=int(p.get("max_text_bytes", str(1 << 20))))
+                   max_text_bytes=int(p.get("max_text_bytes", str(1 << 20))),
+                   prompts=tuple(sorted(json.loads(p.get("prompts") or "{}").items())),
+                   default_prompt_name=p.get("default_prompt_name") or None)
 
 
 @dataclass
@@ -165,6 +179,10 @@ class PairCore:
         tok = PairTokenizer(os.path.join(folder, "tokenizer.json"), int(p["max_seq_length"]), int(p["pad_id"]))
         return cls(PairConfig.from_parameters(p), tok)
 
+    def options(self, params: dict[str, object]) -> PairOptions:
+        """A request's parameters -> its options, with this model's prompts."""
+        return PairOptions.parse(params, dict(self.cfg.prompts), self.cfg.default_prompt_name)
+
     def prepare(self, requests: list[PairRequest]) -> PairBatch:
         outcomes: list[PairOutcome | None] = [None] * len(requests)
         ids: list[list[int]] = []
@@ -179,7 +197,8 @@ class PairCore:
             if not r.queries:
                 outcomes[i] = PairOutcome(error=InputError("the request holds no pairs", "DOCUMENT"))
                 continue
-            enc = self.tokenizer.encode(r.queries, r.documents, r.options)
+            queries = [r.options.prompt + q for q in r.queries] if r.options.prompt else r.queries
+            enc = self.tokenizer.encode(queries, r.documents, r.options)
             if not r.options.truncate:
                 over = np.nonzero(enc.lengths > max_len)[0]
                 if over.size:

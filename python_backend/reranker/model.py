@@ -19,7 +19,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
-from embtrt_backend.pairs import PairCore, PairOptions, PairRequest  # noqa: E402
+from embtrt_backend.pairs import PairCore, PairRequest  # noqa: E402
 from embtrt_backend.text import decode_texts  # noqa: E402
 
 
@@ -52,7 +52,7 @@ class TritonPythonModel:
                     raise InputError("a reranker request needs QUERY and DOCUMENT (one row per pair)", "QUERY")
                 queries = decode_texts(q.as_numpy(), limit)
                 documents = decode_texts(d.as_numpy(), limit)
-                opts = PairOptions.parse(parse_request_parameters(request.parameters()))
+                opts = self.core.options(parse_request_parameters(request.parameters()))
             except InputError as exc:
                 responses[i] = _error(exc)
                 continue

@@ -102,6 +102,19 @@ def test_three_labels_identity_softmax_and_raw(rerank_server, cross_encoders, co
     assert float(np.abs(got_soft - soft).max()) <= ROUNDS
 
 
+def test_a_prompt_is_prepended_to_the_query_as_cross_encoder_does(rerank_server, cross_encoders, corpus):
+    ce = _ce(cross_encoders["bert-ce"])
+    query, docs = _pairs(corpus, 12)
+    want = ce.predict([(query, d) for d in docs], prompt_name="query")
+    plain = ce.predict([(query, d) for d in docs])
+    assert float(np.abs(want - plain).max()) > 100 * ROUNDS   # the prompt changes the scores
+    with _client(rerank_server, "bert_ce") as c:
+        got, _ = c.score(query, docs, prompt_name="query")
+        with pytest.raises(BadRequestError, match="prompt_name 'passage': this model's prompts are query"):
+            c.score(query, docs, prompt_name="passage")
+    assert float(np.abs(got[:, 0] - want).max()) <= ROUNDS
+
+
 def test_truncation_left_and_truncate_false(rerank_server, cross_encoders, corpus):
     ce = _ce(cross_encoders["bert-ce"])
     query, docs = _pairs(corpus, 10)

@@ -14,10 +14,20 @@ def test_options_parse_and_refuse_with_the_field_named():
     assert PairOptions.parse({"activation": "raw", "truncate": "false", "truncation_direction": "LEFT"}) == \
         PairOptions("raw", False, "left")
     for params, field in (({"activation": "tanh"}, "activation"), ({"truncate": 3}, "truncate"),
-                          ({"truncation_direction": "up"}, "truncation_direction"), ({"top_n": 3}, "top_n")):
+                          ({"truncation_direction": "up"}, "truncation_direction"), ({"top_n": 3}, "top_n"),
+                          ({"prompt_name": "x"}, "prompt_name")):
         with pytest.raises(InputError) as err:
             PairOptions.parse(params)
         assert err.value.param == field
+
+
+def test_a_prompt_name_picks_the_models_prompt_and_the_default_applies():
+    prompts = {"query": "Query: "}
+    assert PairOptions.parse({"prompt_name": "query"}, prompts).prompt == "Query: "
+    assert PairOptions.parse({}, prompts).prompt == ""                     # no default prompt: none
+    assert PairOptions.parse({}, prompts, "query").prompt == "Query: "     # the model's default
+    with pytest.raises(InputError, match="prompt_name 'doc': this model's prompts are query"):
+        PairOptions.parse({"prompt_name": "doc"}, prompts)
 
 
 def test_activations_are_cross_encoders():

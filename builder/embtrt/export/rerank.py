@@ -8,6 +8,7 @@ what is served. docs/rerankers.md has the contract.
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from dataclasses import asdict
@@ -95,7 +96,8 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
                                                   for b in spec.buckets),
               "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", "encoder_mode": "local",
               "run_overhead_tokens": str(run_overhead), "num_labels": str(spec.num_labels),
-              "activation": spec.activation, "kind": "reranker"})
+              "activation": spec.activation, "kind": "reranker",
+              "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
     return p
 
 
@@ -104,7 +106,8 @@ def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> t
     (batched together as Triton's dynamic batcher would): scores [pairs, labels], tokens per pair."""
     from embtrt_backend.pairs import PairRequest
 
-    reqs = [PairRequest([q] * len(d), list(d)) for q, d in zip(queries, docs)]
+    opts = core.options({})   # the model's default prompt, as CrossEncoder.predict applies it
+    reqs = [PairRequest([q] * len(d), list(d), opts) for q, d in zip(queries, docs)]
     outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))
     for o in outs:
         if o.error is not None:
@@ -195,7 +198,8 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
         max_batch_tokens=spec.max_batch_tokens,
         bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
         router_encoder="local", server_python=spec.server_python, bundle=bundle,
-        kind="reranker", num_labels=spec.num_labels, activation=spec.activation,
+        kind="reranker", num_labels=spec.num_labels, activation=spec.activation, prompts=spec.prompt_map,
+        default_prompt_name=spec.default_prompt_name,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
                "versions": versions(),

@@ -407,13 +407,15 @@ def _reranker_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None
     activation, the tokenizer's inputs) fills it; the embedder's pooling fields do not apply."""
     from ..reference.cross_ref import cross_info, load_cross_encoder
 
-    info = cross_info(load_cross_encoder(model_dir, max_seq_length, given.trust_remote_code))
+    ce = load_cross_encoder(model_dir, max_seq_length, given.trust_remote_code)
+    info = cross_info(ce)
     seq = int(max_seq_length or info.max_length)
     return given.with_(kind="reranker", num_labels=info.num_labels, activation=info.activation,
                        target="python-ort" if target == "auto" else given.target,
                        max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.num_labels,
                        input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
-                       prompts=(), default_prompt_name=None, overflow_stride=0)
+                       prompts=tuple((str(k), str(v)) for k, v in (ce.prompts or {}).items()),
+                       default_prompt_name=ce.default_prompt_name, overflow_stride=0)
 
 
 def _a(kind: str) -> str:

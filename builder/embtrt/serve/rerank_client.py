@@ -71,9 +71,10 @@ class RerankClient:
         raise AssertionError("unreachable")
 
     def score(self, query: str, documents: list[str], *, activation: str = "default", truncate: bool = True,
-              truncation_direction: str = "right") -> tuple[np.ndarray, np.ndarray]:
+              truncation_direction: str = "right", prompt_name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(scores [documents, labels], tokens per pair) in document order: CrossEncoder.predict of
-        the pairs (activation raw: the logits; softmax: over the labels)."""
+        the pairs (activation raw: the logits; softmax: over the labels; prompt_name: one of the
+        model's prompts, prepended to the query; none: the model's default prompt)."""
         if isinstance(documents, str):
             raise ClientError("score() takes a list of documents, got a single str", "wrap it: [document]")
         if not documents:
@@ -87,6 +88,8 @@ class RerankClient:
             params["truncate"] = False
         if truncation_direction != "right":
             params["truncation_direction"] = truncation_direction
+        if prompt_name is not None:
+            params["prompt_name"] = prompt_name
         bs = self.batch_size
         parts = [self._infer(query, list(documents[i:i + bs]), params) for i in range(0, len(documents), bs)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
