@@ -91,3 +91,21 @@ def test_probe_and_the_cli_encode_a_sparse_model(splade_server, splade):
     want = _dense(_se(splade[0]).encode_query(["what is sparse retrieval"], convert_to_tensor=True))[0]
     assert v["indices"] == np.flatnonzero(want > 0).tolist()
     assert np.allclose(v["values"], want[v["indices"]], atol=TOL)
+
+
+def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, splade, corpus):
+    from embtrt.measure.sparse import verify_sparse
+
+    texts = corpus[:80]
+    rep = verify_sparse(splade_server.grpc_url, "splade", splade[0], texts, under_load=True, concurrency=4,
+                        log=lambda _m: None)
+    assert rep.passed, rep.lines
+    assert rep.figures["gate"]["retrieval_identical"] == 16 and rep.figures["under_load"]["failed"] == 0
+    same = verify_sparse(splade_server.grpc_url, "splade", None, texts, against=(splade_server.grpc_url, "splade"),
+                         log=lambda _m: None)
+    assert same.passed and same.figures["against"]["max_abs_diff"] == 0.0
+    cli = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", splade_server.grpc_url, "--model",
+                          "splade", "--reference", str(splade[0]), "--json"], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    doc = json.loads(cli.stdout)
+    assert doc["kind"] == "sparse" and doc["passed"] and doc["gate"]["texts"] == len(corpus)

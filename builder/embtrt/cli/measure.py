@@ -45,10 +45,11 @@ def verify(
     log = progress_log(as_json)
     from ..serve.rerank_client import model_kind
 
-    if model_kind(url, model) == "reranker":
+    kind = model_kind(url, model)
+    if kind in ("reranker", "sparse"):
         from .rerank import verify_reranker_cli
 
-        verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, as_json, log)
+        verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, as_json, log, kind)
         return
     gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
     if against is not None:

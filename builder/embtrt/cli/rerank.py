@@ -14,21 +14,25 @@ from .app import err, out, say
 
 
 def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Path | None, under_load: bool,
-                        concurrency: int, against: str | None, as_json: bool, log) -> None:
+                        concurrency: int, against: str | None, as_json: bool, log, kind: str = "reranker") -> None:
+    """verify on a reranker (or, kind sparse, a sparse encoder): the kind's gate on the deployment."""
     from ..common.corpus import load_corpus
     from ..measure.rerank import verify_reranker
+    from ..measure.sparse import verify_sparse
 
     other = None
     if against is not None:
         other_url, _, other_model = against.partition("/")
         other = (other_url, other_model or model)
     elif reference is None:
-        raise SpecError(f"{model} is a reranker: its gate needs the CrossEncoder folder it was built from",
+        what = "CrossEncoder" if kind == "reranker" else "SparseEncoder"
+        raise SpecError(f"{model} is a {kind}: its gate needs the {what} folder it was built from",
                         "pass --reference MODEL_DIR (or --against HOST:PORT[/MODEL] to gate two deployments)")
     else:
         require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
-    rep = verify_reranker(url, model, reference, load_corpus(corpus), under_load=under_load,
-                          concurrency=concurrency, against=other, log=log)
+    run = verify_reranker if kind == "reranker" else verify_sparse
+    rep = run(url, model, reference, load_corpus(corpus), under_load=under_load, concurrency=concurrency,
+              against=other, log=log)
     if as_json:
         sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
     else:

@@ -21,6 +21,7 @@ from ..common.files import sha256_file
 from ..common.log import Log
 from ..errors import ParityError, RepositoryError
 from ..reference.modelinfo import model_hash
+from ..reference.sparse_gate import TOLERANCE, judge
 from ..reference.sparse_ref import load_sparse_encoder, se_encode
 from ..repository.budget import bucket_batch
 from ..repository.check import check_repository
@@ -32,8 +33,6 @@ from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching,
 from .result import BuildResult
 from .spec import BuildSpec
 
-TOLERANCE = 1e-4   # fp32: max |served weight - SparseEncoder weight| per bucket
-TOP_K = 10         # per query, the top 10 documents by dot product must be the same
 
 
 def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -> dict:
@@ -115,43 +114,11 @@ def served_weights(core, encoder, texts: list[str], input_type: str) -> tuple[np
 
 
 def gate(se, core, encoder, texts: list[str], log: Log) -> dict:
-    """Per bucket: max |served - SparseEncoder.encode_document| (and encode_query); active
-    dimensions counted; per query the top 10 documents by dot product identical."""
-    lines, failures, per = [], [], {}
-    b = np.asarray(core.cfg.buckets)
-    served = {}
-    for which in ("document", "query"):
-        want = se_encode(se, texts, which)
-        got, tokens = served_weights(core, encoder, texts, which)
-        served[which] = got
-        diff = np.abs(got - want).max(axis=1)
-        bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
-        for edge in b:
-            sel = bucket == edge
-            if not sel.any():
-                continue
-            worst = float(diff[sel].max())
-            nnz_w, nnz_g = int((want[sel] > 0).sum()), int((got[sel] > 0).sum())
-            per[f"{which}/{int(edge)}"] = {"texts": int(sel.sum()), "max_abs_diff": worst, "active": [nnz_w, nnz_g]}
-            ok = worst <= TOLERANCE
-            lines.append(f"[{'ok' if ok else 'x'}] {which} bucket {int(edge)}: {int(sel.sum())} texts, max |weight - "
-                         f"SparseEncoder.encode_{which}| {worst:.1e} (limit {TOLERANCE:.0e}); active dimensions "
-                         f"{nnz_g} served, {nnz_w} reference")
-            if not ok:
-                failures.append(f"{which} bucket {int(edge)}: max |weight difference| {worst:.2e} > {TOLERANCE:.0e}")
-    q, d = served["query"][:16], served["document"][16:]
-    rq, rd = se_encode(se, texts[:16], "query"), se_encode(se, texts[16:], "document")
-    ours = np.argsort(-(q @ d.T), axis=1, kind="stable")[:, :TOP_K]
-    ref = np.argsort(-(rq @ rd.T), axis=1, kind="stable")[:, :TOP_K]
-    same = int((ours == ref).all(axis=1).sum())
-    ok = same == len(q)
-    lines.append(f"[{'ok' if ok else 'x'}] retrieval: top {TOP_K} documents by dot product identical for {same} of "
-                 f"{len(q)} queries")
-    if not ok:
-        failures.append(f"retrieval: top {TOP_K} differs for {len(q) - same} of {len(q)} queries")
-    for line in lines:
-        log(line)
-    return {"texts": len(texts), "buckets": per, "retrieval_identical": same, "passed": not failures, "failures": failures}
+    """The sparse gate (reference.sparse_gate) on the served path, before anything is written."""
+    served = {which: served_weights(core, encoder, texts, which) for which in ("document", "query")}
+    rep = judge(se, texts, served, core.cfg.buckets, log)
+    rep.pop("lines")
+    return rep
 
 
 def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:

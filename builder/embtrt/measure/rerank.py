@@ -68,7 +68,7 @@ class RerankReport:
 
     def as_dict(self) -> dict:
         return {"kind": "reranker", "passed": self.passed, "failures": self.failures, "lines": self.lines,
-                **self.figures}
+                **self.figures}   # a sparse encoder's report has kind sparse in its figures
 
 
 async def _under_load(url: str, model: str, queries: list[str], docs: list[list[str]], base: np.ndarray,
