@@ -116,13 +116,13 @@ def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_ite
     from embtrt_backend.sparse import resolve
 
     try:
-        opts, k = resolve(m.options, raw)
+        resolved = resolve(m.options, raw)   # (options, max_active_dims, ...): what the front door reads first
     except InputError as exc:
         raise ApiError(400, str(exc), param=exc.param) from None
     if isinstance(raw.get("truncate"), str):
         raw["truncate"] = raw["truncate"].upper()
     _check_bytes(texts, m.max_text_bytes, key)
-    return SparseRequest(api, body.get("model"), name, texts, opts, k, raw)
+    return SparseRequest(api, body.get("model"), name, texts, resolved[0], resolved[1], raw)
 
 
 def render(req: SparseRequest, rows: list[tuple[np.ndarray, np.ndarray]],
