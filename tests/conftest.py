@@ -126,8 +126,28 @@ def splade(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def splade_server(splade, tmp_path_factory):
-    with start_server(splade[1], tmp_path_factory.mktemp("splade_srv")) as srv:
+def splade_if(tmp_path_factory) -> tuple[Path, Path]:
+    """(model folder, built repository) of a tiny inference-free SPLADE (static query side), name splade_if."""
+    from tiny_models import make_inference_free_splade
+
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
+
+    base = tmp_path_factory.mktemp("splade_if")
+    folder = make_inference_free_splade(base / "if-splade")
+    build(spec_from_options(folder, base / "repo", name="splade_if"), log=_quiet)
+    return folder, base / "repo"
+
+
+@pytest.fixture(scope="session")
+def splade_server(splade, splade_if, tmp_path_factory):
+    """One tritonserver serving the SPLADE (model splade) and the inference-free SPLADE (splade_if)."""
+    from embtrt.serve.server import ServerSpec, TritonServer, free_port
+
+    spec = ServerSpec(splade[1], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                      log_file=tmp_path_factory.mktemp("splade_srv") / "tritonserver.log",
+                      more_repositories=(splade_if[1],))
+    with TritonServer(spec) as srv:
         yield srv
 
 

@@ -321,3 +321,31 @@ def make_bert_splade(path: Path) -> Path:
     se.save(str(path))
     shutil.rmtree(hf)
     return path
+
+
+def make_inference_free_splade(path: Path) -> Path:
+    """A tiny inference-free SPLADE: a Router whose query side is a SparseStaticEmbedding (seeded
+    per-token weights, no encoder) and whose document side is an MLM + SpladePooling."""
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.models import Router
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SparseStaticEmbedding, SpladePooling
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    hf = path.with_name(path.name + "-hf")
+    AutoTokenizer.from_pretrained(str(default_model_path())).save_pretrained(hf)
+    torch.manual_seed(22)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128, initializer_range=0.2)
+    mlm = BertForMaskedLM(cfg).eval()
+    with torch.no_grad():
+        mlm.cls.predictions.bias.fill_(-4.0)
+    mlm.save_pretrained(hf)
+    doc = MLMTransformer(str(hf), max_seq_length=64)
+    query = SparseStaticEmbedding(tokenizer=doc.tokenizer, weight=torch.rand(30522) * 2, frozen=True)
+    router = Router.for_query_document(query_modules=[query], document_modules=[doc, SpladePooling("max")])
+    SparseEncoder(modules=[router], similarity_fn_name="dot").save(str(path))
+    shutil.rmtree(hf)
+    return path

@@ -18,8 +18,9 @@ from .options import INPUT_TYPES, ModelOptions, RequestOptions
 NOT_SPARSE = ("dimensions", "embedding_type")
 
 
-def resolve(options: ModelOptions, raw: dict) -> tuple[RequestOptions, int | None]:
-    """A request's parameters -> (its options, max_active_dims or None)."""
+def resolve(options: ModelOptions, raw: dict) -> tuple[RequestOptions, int | None, bool]:
+    """A request's parameters -> (its options, max_active_dims or None, whether it is a query:
+    the static query side of an inference-free SPLADE serves those)."""
     raw = dict(raw)
     for name in NOT_SPARSE:
         if name in raw:
@@ -29,13 +30,14 @@ def resolve(options: ModelOptions, raw: dict) -> tuple[RequestOptions, int | Non
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise InputError(f"invalid max_active_dims {k!r}: must be an integer >= 1", "max_active_dims")
     it = raw.pop("input_type", None)
+    query = isinstance(it, str) and it.lower() == "query"
     if it is not None:
         if not isinstance(it, str) or it.lower() not in INPUT_TYPES:
             raise InputError(f"invalid input_type {it!r}: allowed query, passage, document", "input_type")
         named = [p for p in INPUT_TYPES[it.lower()] if p in options.prompts]
         if named and "prompt_name" not in raw:
             raw["prompt_name"] = named[0]
-    return options.resolve(raw), k
+    return options.resolve(raw), k, query
 
 
 def sparsify(weights: np.ndarray, max_active: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -65,3 +67,26 @@ def densify(indices: np.ndarray, values: np.ndarray, vocab: int) -> np.ndarray:
         keep = ix >= 0
         out[i, ix[keep]] = v[keep]
     return out
+
+
+class StaticQuery:
+    """The query side of an inference-free SPLADE (SparseStaticEmbedding): no encoder, each
+    query token present (tokenized without special tokens, cut at the max length) gets its
+    learned weight, as sentence-transformers' forward does (presence x weight)."""
+
+    def __init__(self, tokenizer_json: str, weights: np.ndarray, max_length: int) -> None:
+        from tokenizers import Tokenizer
+
+        self.tok = Tokenizer.from_file(tokenizer_json)
+        self.tok.no_padding()
+        self.tok.enable_truncation(max_length=int(max_length))
+        self.weights = np.asarray(weights, dtype=np.float32)
+
+    def encode(self, texts: list[str], prompt: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """-> (weights [texts, vocab], tokens per text)."""
+        encs = self.tok.encode_batch([prompt + t for t in texts] if prompt else texts, add_special_tokens=False)
+        out = np.zeros((len(texts), self.weights.shape[0]), dtype=np.float32)
+        for i, e in enumerate(encs):
+            ids = np.unique(np.asarray(e.ids, dtype=np.int64))
+            out[i, ids] = self.weights[ids]
+        return out, np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))

@@ -3,7 +3,8 @@
 padded with index -1 / value 0 to the request's longest row; TOKENS per text.
 
 Options (embtrt_backend.sparse.resolve): prompt_name, input_type, truncate, max_active_dims.
-The encoder runs in this model; only pb_utils glue is here.
+The encoder runs in this model; an inference-free SPLADE's queries (input_type query) take its
+static query side (embtrt_backend.sparse.StaticQuery) and no encoder run. Only pb_utils glue here.
 """
 
 import os
@@ -37,6 +38,14 @@ class TritonPythonModel:
         from embtrt_backend.encoder import encoder_from_parameters
 
         self.encoder = encoder_from_parameters(here, p)
+        self.static = None   # inference-free SPLADE: queries are weighted tokens, no encoder run
+        if p.get("query_route") == "static":
+            import numpy as np
+
+            from embtrt_backend.sparse import StaticQuery
+
+            self.static = StaticQuery(os.path.join(here, "query_tokenizer.json"),
+                                      np.load(os.path.join(here, "embtrt_query_weights.npy")), int(p["query_max_length"]))
 
     def execute(self, requests):
         responses = [None] * len(requests)
@@ -47,7 +56,11 @@ class TritonPythonModel:
                                      self.core.cfg.max_text_bytes)
                 if not texts:
                     raise InputError("TEXT holds no rows")
-                opts, k = resolve(self.core.options, parse_request_parameters(request.parameters()))
+                opts, k, query = resolve(self.core.options, parse_request_parameters(request.parameters()))
+                if query and self.static is not None:
+                    weights, tokens = self.static.encode(texts, opts.prompt)
+                    responses[i] = self._response(request, weights, tokens, k)
+                    continue
             except InputError as exc:
                 responses[i] = _error(exc)
                 continue
@@ -59,10 +72,13 @@ class TritonPythonModel:
             if out.error is not None:
                 responses[i] = _error(out.error)
                 continue
-            idx, val = sparsify(out.vectors, k)
-            tensors = [pb_utils.Tensor("SPARSE_INDICES", idx), pb_utils.Tensor("SPARSE_VALUES", val)]
-            asked = requests[i].requested_output_names()
-            if not asked or "TOKENS" in asked:
-                tensors.append(pb_utils.Tensor("TOKENS", out.tokens.reshape(-1, 1)))
-            responses[i] = pb_utils.InferenceResponse(tensors)
+            responses[i] = self._response(requests[i], out.vectors, out.tokens, k)
         return responses
+
+    def _response(self, request, weights, tokens, k):
+        idx, val = sparsify(weights, k)
+        tensors = [pb_utils.Tensor("SPARSE_INDICES", idx), pb_utils.Tensor("SPARSE_VALUES", val)]
+        asked = request.requested_output_names()
+        if not asked or "TOKENS" in asked:
+            tensors.append(pb_utils.Tensor("TOKENS", tokens.reshape(-1, 1)))
+        return pb_utils.InferenceResponse(tensors)

@@ -109,3 +109,21 @@ def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, spl
     assert cli.returncode == 0, cli.stderr
     doc = json.loads(cli.stdout)
     assert doc["kind"] == "sparse" and doc["passed"] and doc["gate"]["texts"] == len(corpus)
+
+
+def test_inference_free_splade_queries_take_the_static_side_and_documents_the_encoder(splade_server, splade_if, corpus):
+    from embtrt.serve.sparse_client import SparseClient
+
+    se = _se(splade_if[0])
+    texts = corpus[:20] + [" ".join(corpus[30:50])]
+    want_q = _dense(se.encode_query(texts, convert_to_tensor=True))
+    want_d = _dense(se.encode_document(texts, convert_to_tensor=True))
+    assert float(np.abs(want_q - want_d).max()) > 0.1     # the two sides differ: a swapped route would fail
+    with SparseClient(splade_server.grpc_url, "splade_if") as c:
+        got_q = c.encode_dense(texts, input_type="query")
+        got_d = c.encode_dense(texts, input_type="document")
+        top = c.encode_dense(texts[:4], input_type="query", max_active_dims=2)
+    assert float(np.abs(got_q - want_q).max()) <= TOL and float(np.abs(got_d - want_d).max()) <= TOL
+    want_top = _dense(se.encode_query(texts[:4], convert_to_tensor=True, max_active_dims=2))
+    assert float(np.abs(top - want_top).max()) <= TOL
+    assert read_manifest(splade_if[1]).extra["parity"]["passed"]

@@ -41,7 +41,7 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
     import torch
     from transformers import AutoModelForMaskedLM
 
-    mlm = AutoModelForMaskedLM.from_pretrained(str(spec.model_dir), dtype=torch.float32,
+    mlm = AutoModelForMaskedLM.from_pretrained(str(doc_dir(spec)), dtype=torch.float32,
                                                attn_implementation="eager").eval()
     names, pooling, double = spec.input_names, spec.splade_pooling, spec.activation == "log1p_relu"
 
@@ -58,7 +58,7 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
                 x = torch.log1p(x)
             return x.max(dim=1).values if pooling == "max" else x.sum(dim=1)
 
-    tok = se[0].tokenizer
+    tok = doc_module(se).tokenizer
     sample = tok(texts[:2], padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="pt")
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.inference_mode(), warnings.catch_warnings():
@@ -96,15 +96,30 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "normalize": "false", "kind": "sparse", "dimensions": "",
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or "",
               "include_prompt": "true"})
+    if spec.sparse_query_max_length:
+        p.update({"query_route": "static", "query_max_length": str(spec.sparse_query_max_length)})
     return p
 
 
-def served_weights(core, encoder, texts: list[str], input_type: str) -> tuple[np.ndarray, np.ndarray]:
-    """Texts through the front door's request core (one request per 8 texts, batched together)."""
+def doc_module(se):
+    """The module that tokenizes and runs the documents: the first, or an inference-free SPLADE's
+    document route's first."""
+    return se[0].sub_modules["document"][0] if type(se[0]).__name__ == "Router" else se[0]
+
+
+def doc_dir(spec: BuildSpec) -> Path:
+    return spec.model_dir / spec.sparse_encoder_dir if spec.sparse_encoder_dir else spec.model_dir
+
+
+def served_weights(core, encoder, texts: list[str], input_type: str, static=None) -> tuple[np.ndarray, np.ndarray]:
+    """Texts through the front door's request core (one request per 8 texts, batched together), or
+    (queries of an inference-free SPLADE) its static query side."""
     from embtrt_backend.core import Request
     from embtrt_backend.sparse import resolve
 
-    opts = resolve(core.options, {"input_type": input_type})[0]
+    opts, _, query = resolve(core.options, {"input_type": input_type})
+    if query and static is not None:
+        return static.encode(texts, opts.prompt)
     reqs = [Request(texts[i:i + 8], None, opts) for i in range(0, len(texts), 8)]
     outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))
     for o in outs:
@@ -113,9 +128,9 @@ def served_weights(core, encoder, texts: list[str], input_type: str) -> tuple[np
     return np.concatenate([o.vectors for o in outs]), np.concatenate([o.tokens for o in outs])
 
 
-def gate(se, core, encoder, texts: list[str], log: Log) -> dict:
+def gate(se, core, encoder, texts: list[str], log: Log, static=None) -> dict:
     """The sparse gate (reference.sparse_gate) on the served path, before anything is written."""
-    served = {which: served_weights(core, encoder, texts, which) for which in ("document", "query")}
+    served = {which: served_weights(core, encoder, texts, which, static) for which in ("document", "query")}
     rep = judge(se, texts, served, core.cfg.buckets, log)
     rep.pop("lines")
     return rep
@@ -133,7 +148,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         f"vocabulary {spec.hidden_size}, max length {spec.max_seq_length}, buckets {','.join(map(str, spec.buckets))})")
     msha = model_hash(spec.model_dir)
     se = load_sparse_encoder(spec.model_dir, spec.trust_remote_code)
-    se.max_seq_length = spec.max_seq_length
+    doc_module(se).max_seq_length = spec.max_seq_length
 
     log(f"[2/{steps}] exporting the MLM head with SPLADE pooling to ONNX and validating against SparseEncoder")
     onnx_path = work / "onnx" / "model.onnx"
@@ -141,18 +156,31 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
 
     log(f"[3/{steps}] tokenizer")
     tok_json = work / "tokenizer.json"
-    hf_tok = se[0].tokenizer
+    hf_tok = doc_module(se).tokenizer
     hf_tok.backend_tokenizer.save(str(tok_json))
     pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
     from .tokenizer import check_tokenizer
 
-    check_tokenizer(spec, tok_json, pad_id, texts, log)
+    check_tokenizer(spec.with_(model_dir=doc_dir(spec)), tok_json, pad_id, texts, log)
+    static = None
+    if spec.sparse_query_max_length:   # inference-free: the query side's tokenizer and weights, served as they are
+        from embtrt_backend.sparse import StaticQuery
+
+        from ..reference.sparse_ref import static_query_weights
+
+        qmod = se[0].sub_modules["query"][0]
+        qmod.tokenizer.backend_tokenizer.save(str(work / "query_tokenizer.json"))
+        np.save(work / "embtrt_query_weights.npy", static_query_weights(se))
+        static = StaticQuery(str(work / "query_tokenizer.json"), np.load(work / "embtrt_query_weights.npy"),
+                             spec.sparse_query_max_length)
+        log(f"inference-free SPLADE: queries are the static query side's weights ({spec.sparse_query_max_length} "
+            "tokens at most, no special tokens), no encoder run")
 
     log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts")
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
     encoder = make_encoder(params, str(onnx_path), None)
     core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
-    report = gate(se, core, encoder, texts, log)
+    report = gate(se, core, encoder, texts, log, static)
     if not report["passed"]:
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} sparse encoder fails the gate: " + "; ".join(report["failures"]),
@@ -176,7 +204,10 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                              _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items())},
-        files={"1/tokenizer.json": tok_json, "1/model.onnx": onnx_path}, backend_code="sparse")
+        files={"1/tokenizer.json": tok_json, "1/model.onnx": onnx_path,
+               **({"1/query_tokenizer.json": work / "query_tokenizer.json",
+                   "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
+        backend_code="sparse")
     attach_deps(spec, [plan])
     write_repository([plan], repo)
     bundle = None

@@ -108,6 +108,8 @@ class BuildSpec:
     num_labels: int = 0
     activation: str = "identity"      # reranker: sigmoid | identity; sparse: relu | log1p_relu
     splade_pooling: str = "max"       # sparse: max | sum over the sequence
+    sparse_encoder_dir: str = ""      # inference-free SPLADE: the document route's MLM folder in the model folder
+    sparse_query_max_length: int = 0  # inference-free SPLADE: the static query side's max length (0: none)
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -436,6 +438,7 @@ def _sparse_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None, 
     if default_prompt is not None:
         model_default = default_name
     return given.with_(kind="sparse", activation=info.activation, splade_pooling=info.pooling,
+                       sparse_encoder_dir=info.encoder_dir, sparse_query_max_length=info.query_max_length,
                        target="python-ort" if target == "auto" else given.target,
                        max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.vocab,
                        input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",

@@ -19,6 +19,12 @@ def sparse_modules(path: Path) -> list[str] | None:
     except (OSError, json.JSONDecodeError):
         return None
     types = [str(m.get("type", "")) for m in mods if isinstance(m, dict)] if isinstance(mods, list) else []
+    if len(types) == 1 and types[0].endswith("Router"):   # inference-free SPLADE: its routes name the modules
+        try:
+            routed = json.loads((Path(path) / "router_config.json").read_text(encoding="utf-8")).get("types", {})
+        except (OSError, json.JSONDecodeError):
+            return None
+        return types if any(".sparse_encoder." in str(t) for t in routed.values()) else None
     return types if any(".sparse_encoder." in t or t.endswith(("SpladePooling", "MLMTransformer")) for t in types) else None
 
 
@@ -29,6 +35,8 @@ class SpladeInfo:
     pooling: str        # max | sum
     activation: str     # relu | log1p_relu (a second log1p)
     input_names: tuple[str, ...]
+    encoder_dir: str = ""           # inference-free: the document route's MLM folder, relative to the model
+    query_max_length: int = 0       # inference-free: the static query side's max length (0: not inference-free)
 
 
 def load_sparse_encoder(path: Path, trust_remote_code: bool = False):
@@ -41,8 +49,29 @@ def load_sparse_encoder(path: Path, trust_remote_code: bool = False):
                          "a sparse folder loads with sentence_transformers.SparseEncoder") from exc
 
 
+def _router_info(se, path: Path) -> SpladeInfo:
+    """An inference-free SPLADE: a Router whose query route is one SparseStaticEmbedding and whose
+    document route is an MLM Transformer + SpladePooling."""
+    router = se[0]
+    q, d = router.sub_modules["query"], router.sub_modules["document"]
+    names = [type(m).__name__ for m in (*q, *d)]
+    if len(q) != 1 or type(q[0]).__name__ != "SparseStaticEmbedding" or len(d) != 2 \
+            or type(d[1]).__name__ != "SpladePooling" or not hasattr(d[0], "auto_model"):
+        raise ModelError(f"{Path(path).name}: a Router of {', '.join(names)}",
+                         "embtrt builds inference-free SPLADE as SparseStaticEmbedding (query) + MLM Transformer and "
+                         "SpladePooling (document)")
+    structure = json.loads((Path(path) / "router_config.json").read_text())["structure"]
+    folder = structure["document"][0]
+    tok = d[0].tokenizer
+    names_in = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tok("a"))
+    return SpladeInfo(int(d[0].max_seq_length), int(d[0].auto_model.config.vocab_size), str(d[1].pooling_strategy),
+                      str(d[1].activation_function), names_in, folder, int(q[0].max_seq_length))
+
+
 def splade_info(se, path: Path) -> SpladeInfo:
     types = sparse_modules(path) or []
+    if len(types) == 1 and types[0].endswith("Router"):
+        return _router_info(se, path)
     if len(types) != 2 or not types[0].endswith("Transformer") or not types[1].endswith("SpladePooling"):
         raise ModelError(f"{Path(path).name}: SparseEncoder modules {', '.join(t.rsplit('.', 1)[-1] for t in types)}",
                          "embtrt builds SPLADE (MLMTransformer + SpladePooling); inference-free SPLADE (a Router with "
@@ -52,6 +81,11 @@ def splade_info(se, path: Path) -> SpladeInfo:
     names = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tok("a"))
     return SpladeInfo(int(se.max_seq_length), int(se[0].auto_model.config.vocab_size), str(pool.pooling_strategy),
                       str(pool.activation_function), names)
+
+
+def static_query_weights(se) -> np.ndarray:
+    """The learned per-token weights of an inference-free SPLADE's query side."""
+    return se[0].sub_modules["query"][0].weight.detach().float().numpy()
 
 
 def se_encode(se, texts: list[str], which: str = "document", prompt_name: str | None = None) -> np.ndarray:
