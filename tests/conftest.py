@@ -68,19 +68,30 @@ def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def cross_encoders(tmp_path_factory) -> dict[str, Path]:
-    """Tiny random cross-encoders (tests/tiny_models.py CROSS_ENCODERS) and the bundled MiniLM encoder
-    with a seeded one-label head ("minilm-ce"), as CrossEncoder.save writes them."""
-    from tiny_models import CROSS_ENCODERS, make_minilm_cross_encoder
+    """Tiny random cross-encoders (tests/tiny_models.py CROSS_ENCODERS), as CrossEncoder.save writes them."""
+    from tiny_models import CROSS_ENCODERS
 
     base = tmp_path_factory.mktemp("cross_encoders")
-    out = {k: make(base / k) for k, make in CROSS_ENCODERS.items()}
-    out["minilm-ce"] = make_minilm_cross_encoder(base / "minilm-ce")
-    return out
+    return {k: make(base / k) for k, make in CROSS_ENCODERS.items()}
+
+
+@pytest.fixture(scope="session")
+def minilm_cross_encoder(tmp_path_factory) -> tuple[Path, Path]:
+    """(folder, built repository, name minilm_ce) of the bundled MiniLM encoder with a seeded one-label head."""
+    from tiny_models import make_minilm_cross_encoder
+
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
+
+    base = tmp_path_factory.mktemp("minilm_ce")
+    folder = make_minilm_cross_encoder(base / "minilm-ce")
+    build(spec_from_options(folder, base / "repo", name="minilm_ce"), log=_quiet)
+    return folder, base / "repo"
 
 
 @pytest.fixture(scope="session")
 def rerank_repos(tmp_path_factory, cross_encoders) -> dict[str, Path]:
-    """Each cross-encoder built as a reranker (python-ort), named after its key (bert_ce, xlmr_ce3, minilm_ce)."""
+    """Each cross-encoder built as a reranker (python-ort), named after its key (bert_ce, xlmr_ce3, qwen3_ce)."""
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
@@ -100,7 +111,7 @@ def rerank_repo(cross_encoders, rerank_repos) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def rerank_server(rerank_repos, tmp_path_factory):
-    """One tritonserver serving every reranker repository (models bert_ce, xlmr_ce3, minilm_ce)."""
+    """One tritonserver serving every tiny reranker repository (models bert_ce, xlmr_ce3, qwen3_ce)."""
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     repos = list(rerank_repos.values())

@@ -71,7 +71,7 @@ def _texts(corpus):
 def test_build_reads_prompts_and_leaves_prompt_tokens_out_of_pooling_outside_the_graph(prompted):
     folder, repo, _ = prompted["xp"]
     man = json.loads((repo / "embtrt.json").read_text())
-    assert man["schema_version"] == 2
+    assert man["schema_version"] == 3 and man["kind"] == "embedder"   # schema 3: the kind of model
     assert man["prompts"] == PROMPTS and man["default_prompt_name"] == "query" and man["include_prompt"] is False
     assert man["pooler"] == "python"        # include_prompt false needs the hidden states outside the graph
     assert man["parity"]["passed"]

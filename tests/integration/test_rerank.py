@@ -64,13 +64,26 @@ def test_a_kind_that_is_not_the_folders_is_an_error_that_says_what_it_is(cross_e
         spec_from_options(cross_encoders["bert-ce"], tmp_path / "c", target="tensorrt")
 
 
-@pytest.mark.parametrize("key", ["bert-ce", "minilm-ce", "qwen3-ce"])
+@pytest.mark.slow
+def test_minilm_with_a_seeded_head_equals_cross_encoder(minilm_cross_encoder, corpus, tmp_path):
+    from conftest import start_server
+
+    folder, repo = minilm_cross_encoder
+    with start_server(repo, tmp_path) as srv:
+        _served_equals_cross_encoder(srv, folder, "minilm_ce", corpus)
+
+
+@pytest.mark.parametrize("key", ["bert-ce", "qwen3-ce"])
 def test_served_scores_and_ranks_equal_cross_encoder(rerank_server, cross_encoders, corpus, key):
-    ce = _ce(cross_encoders[key])
+    _served_equals_cross_encoder(rerank_server, cross_encoders[key], key.replace("-", "_"), corpus)
+
+
+def _served_equals_cross_encoder(server, folder, model, corpus):
+    ce = _ce(folder)
     query, docs = _pairs(corpus)
     want = np.asarray(ce.predict([(query, d) for d in docs], batch_size=32), np.float32).reshape(len(docs), -1)
-    _assert_scores_apart(want, key)
-    with _client(rerank_server, key.replace("-", "_")) as c:
+    _assert_scores_apart(want, model)
+    with _client(server, model) as c:
         got, tokens = c.score(query, docs)
         ranked = c.rerank(query, docs, top_n=10)
         raw, _ = c.score(query, docs, activation="raw")
@@ -168,6 +181,7 @@ def test_probe_and_the_cli_rank_a_reranker(rerank_server, cross_encoders, corpus
     assert [(r["index"], r["document"]) for r in got] == [(r["corpus_id"], r["text"]) for r in ref]
 
 
+@pytest.mark.slow
 def test_verify_gates_a_served_reranker_also_under_load_and_against_another(rerank_server, cross_encoders):
     from embtrt.common.corpus import load_corpus
     from embtrt.measure.rerank import verify_reranker
@@ -178,7 +192,7 @@ def test_verify_gates_a_served_reranker_also_under_load_and_against_another(rera
     assert rep.passed, rep.lines
     assert rep.figures["gate"]["rank_identical"] == rep.figures["gate"]["queries"] == 8
     assert rep.figures["under_load"]["failed"] == 0 and rep.figures["under_load"]["max_abs_diff"] <= ROUNDS
-    wrong = verify_reranker(rerank_server.grpc_url, "bert_ce", cross_encoders["minilm-ce"], texts, log=lambda _m: None)
+    wrong = verify_reranker(rerank_server.grpc_url, "qwen3_ce", cross_encoders["bert-ce"], texts, log=lambda _m: None)
     assert not wrong.passed and any("bucket" in f for f in wrong.failures)   # another model's scores fail the gate
     other = verify_reranker(rerank_server.grpc_url, "bert_ce", None, texts,
                             against=(rerank_server.grpc_url, "qwen3_ce"), log=lambda _m: None)
@@ -197,6 +211,7 @@ def test_verify_gates_a_served_reranker_also_under_load_and_against_another(rera
     assert cli.returncode != 0   # a gate that fails exits non-zero (4), or refuses the mismatched reference
 
 
+@pytest.mark.slow
 def test_bench_rerank_scenarios_beside_cross_encoder_in_process(rerank_server, cross_encoders, tmp_path):
     out = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--url", rerank_server.grpc_url, "--model", "bert_ce",
                           "--rerank-documents", "1,10", "--concurrency", "1,2", "--requests", "6", "--warmup", "1",

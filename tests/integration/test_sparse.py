@@ -93,6 +93,7 @@ def test_probe_and_the_cli_encode_a_sparse_model(splade_server, splade):
     assert np.allclose(v["values"], want[v["indices"]], atol=TOL)
 
 
+@pytest.mark.slow
 def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, splade, corpus):
     from embtrt.measure.sparse import verify_sparse
 
