@@ -7,13 +7,11 @@ equal CrossEncoder.predict, ranks CrossEncoder.rank (highest score first, ties i
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..errors import ClientError
-from .client import _failure
-from .wire import backoff, retryable, text_input
+from .kind_client import KindClient
+from .wire import text_input
 
 ACTIVATIONS = ("default", "raw", "softmax")
 
@@ -25,50 +23,19 @@ def rank_order(scores: np.ndarray, top_n: int | None = None) -> list[int]:
     return [int(i) for i in (order if top_n is None else order[:top_n])]
 
 
-class RerankClient:
-    def __init__(self, url: str = "127.0.0.1:8001", model: str = "reranker", *, batch_size: int | None = None,
-                 timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
-        import tritonclient.grpc as grpcclient
+class RerankClient(KindClient):
+    KIND, WHAT = "reranker", "a reranker"
 
-        self.url, self.model = url, model
-        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._c = grpcclient.InferenceServerClient(url)
-        self._batch = batch_size
-        self._params: dict[str, str] | None = None
-
-    def parameters(self) -> dict[str, str]:
-        if self._params is None:
-            try:
-                cfg = self._c.get_model_config(self.model, as_json=True)["config"]
-            except Exception as exc:  # tritonclient raises InferenceServerException
-                raise ClientError(f"cannot read the config of model {self.model!r} at {self.url}: {exc}",
-                                  "is the server up and the model name right? (`embtrt serve` prints them)") from exc
-            params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
-            if params.get("embtrt.kind") != "reranker":
-                raise ClientError(f"model {self.model!r} is not a reranker (kind {params.get('embtrt.kind', 'embedder')})",
-                                  "embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door")
-            params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
-            self._params = params
-        return self._params
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch or max(1, int(self.parameters()["max_batch_size"]))
+    def __init__(self, url: str = "127.0.0.1:8001", model: str = "reranker", **options) -> None:
+        super().__init__(url, model, **options)
 
     def _infer(self, query: str, docs: list[str], params: dict) -> tuple[np.ndarray, np.ndarray]:
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                r = self._c.infer(self.model, [text_input([query] * len(docs), "QUERY"), text_input(docs, "DOCUMENT")],
-                                  client_timeout=self.timeout_s, parameters=params or None)
-                return r.as_numpy("SCORES"), r.as_numpy("TOKENS").reshape(-1)
-            except Exception as exc:  # InferenceServerException; decide retry or fail
-                if attempt < self.retries and retryable(exc):
-                    time.sleep(backoff(delay))
-                    delay *= 2
-                    continue
-                raise _failure(self.model, exc) from exc
-        raise AssertionError("unreachable")
+        def call():
+            r = self._c.infer(self.model, [text_input([query] * len(docs), "QUERY"), text_input(docs, "DOCUMENT")],
+                              client_timeout=self.timeout_s, parameters=params or None)
+            return r.as_numpy("SCORES"), r.as_numpy("TOKENS").reshape(-1)
+
+        return self._retrying(call)
 
     def score(self, query: str, documents: list[str], *, activation: str = "default", truncate: bool = True,
               truncation_direction: str = "right", prompt_name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -105,15 +72,6 @@ class RerankClient:
             raise ClientError(f"top_n {top_n}: must be at least 1")
         s = scores[:, 0]
         return [{"index": i, "score": float(s[i])} for i in rank_order(s, top_n)]
-
-    def close(self) -> None:
-        self._c.close()
-
-    def __enter__(self) -> "RerankClient":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:

@@ -7,58 +7,29 @@ document, prompt_name, truncate, max_active_dims).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..errors import ClientError
-from .client import _failure
-from .wire import backoff, retryable, text_input
+from .kind_client import KindClient
+from .wire import text_input
 
 
-class SparseClient:
-    def __init__(self, url: str = "127.0.0.1:8001", model: str = "splade", *, batch_size: int | None = None,
-                 timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
-        import tritonclient.grpc as grpcclient
+class SparseClient(KindClient):
+    KIND, WHAT = "sparse", "a sparse encoder"
 
-        self.url, self.model = url, model
-        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._c = grpcclient.InferenceServerClient(url)
-        self._batch = batch_size
-        self._params: dict[str, str] | None = None
-
-    def parameters(self) -> dict[str, str]:
-        if self._params is None:
-            try:
-                cfg = self._c.get_model_config(self.model, as_json=True)["config"]
-            except Exception as exc:  # tritonclient raises InferenceServerException
-                raise ClientError(f"cannot read the config of model {self.model!r} at {self.url}: {exc}",
-                                  "is the server up and the model name right? (`embtrt serve` prints them)") from exc
-            params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
-            if params.get("embtrt.kind") != "sparse":
-                raise ClientError(f"model {self.model!r} is not a sparse encoder (kind {params.get('embtrt.kind', 'embedder')})",
-                                  "embed with EmbeddingClient, rank with RerankClient")
-            params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
-            self._params = params
-        return self._params
+    def __init__(self, url: str = "127.0.0.1:8001", model: str = "splade", **options) -> None:
+        super().__init__(url, model, **options)
 
     @property
     def vocab(self) -> int:
         return int(self.parameters()["embtrt.dim"])
 
     def _infer(self, texts: list[str], params: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                r = self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s, parameters=params or None)
-                return r.as_numpy("SPARSE_INDICES"), r.as_numpy("SPARSE_VALUES"), r.as_numpy("TOKENS").reshape(-1)
-            except Exception as exc:  # InferenceServerException; decide retry or fail
-                if attempt < self.retries and retryable(exc):
-                    time.sleep(backoff(delay))
-                    delay *= 2
-                    continue
-                raise _failure(self.model, exc) from exc
-        raise AssertionError("unreachable")
+        def call():
+            r = self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s, parameters=params or None)
+            return r.as_numpy("SPARSE_INDICES"), r.as_numpy("SPARSE_VALUES"), r.as_numpy("TOKENS").reshape(-1)
+
+        return self._retrying(call)
 
     def encode(self, texts: list[str], *, input_type: str | None = None, prompt_name: str | None = None,
                truncate: str | None = None, max_active_dims: int | None = None
@@ -69,7 +40,7 @@ class SparseClient:
             raise ClientError("encode() takes a list of texts, got a single str", "wrap it: encode([text])")
         params = {k: v for k, v in {"input_type": input_type, "prompt_name": prompt_name, "truncate": truncate,
                                     "max_active_dims": max_active_dims}.items() if v is not None}
-        bs = self._batch or max(1, int(self.parameters()["max_batch_size"]))
+        bs = self.batch_size
         out: list[tuple[np.ndarray, np.ndarray]] = []
         for i in range(0, len(texts), bs):
             idx, val, _ = self._infer(list(texts[i:i + bs]), params)
@@ -85,12 +56,3 @@ class SparseClient:
         for i, (ix, v) in enumerate(vecs):
             out[i, ix] = v
         return out
-
-    def close(self) -> None:
-        self._c.close()
-
-    def __enter__(self) -> "SparseClient":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,0 +1,76 @@
+"""What the reranker and sparse clients share: the front door's config (its kind checked), calls
+retried only where retrying is safe (serve.wire.retryable), and the connection's lifetime."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, TypeVar
+
+from ..errors import ClientError
+from .client import _failure
+from .wire import backoff, retryable
+
+T = TypeVar("T")
+HINTS = {"reranker": "embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
+         "sparse": "embed with EmbeddingClient, rank with RerankClient"}
+
+
+class KindClient:
+    """A gRPC client of one front door whose config says `embtrt.kind == KIND`."""
+
+    KIND = ""
+    WHAT = ""
+
+    def __init__(self, url: str, model: str, *, batch_size: int | None = None, timeout_s: float = 60.0,
+                 retries: int = 4, backoff_s: float = 0.05) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.url, self.model = url, model
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self._c = grpcclient.InferenceServerClient(url)
+        self._batch = batch_size
+        self._params: dict[str, str] | None = None
+
+    def parameters(self) -> dict[str, str]:
+        """The front door's config parameters (and its max_batch_size); a model of another kind is refused."""
+        if self._params is None:
+            try:
+                cfg = self._c.get_model_config(self.model, as_json=True)["config"]
+            except Exception as exc:  # tritonclient raises InferenceServerException
+                raise ClientError(f"cannot read the config of model {self.model!r} at {self.url}: {exc}",
+                                  "is the server up and the model name right? (`embtrt serve` prints them)") from exc
+            params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+            if params.get("embtrt.kind") != self.KIND:
+                raise ClientError(f"model {self.model!r} is not {self.WHAT} (kind {params.get('embtrt.kind', 'embedder')})",
+                                  HINTS[self.KIND])
+            params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
+            self._params = params
+        return self._params
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch or max(1, int(self.parameters()["max_batch_size"]))
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """call(), retried with exponential backoff where the failure is safe to retry; else the
+        failure as the error the caller can act on."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                return call()
+            except Exception as exc:  # InferenceServerException; decide retry or fail
+                if attempt < self.retries and retryable(exc):
+                    time.sleep(backoff(delay))
+                    delay *= 2
+                    continue
+                raise _failure(self.model, exc) from exc
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
