@@ -19,17 +19,15 @@ import numpy as np
 from .. import __version__
 from ..common.files import sha256_file
 from ..common.log import Log
-from ..errors import ParityError, RepositoryError
+from ..errors import ParityError
 from ..reference.cross_ref import corpus_pairs, load_cross_encoder
 from ..reference.rerank_gate import SCORE_TOLERANCE, judge
 from ..reference.modelinfo import model_hash
-from ..repository.check import check_repository
-from ..repository.manifest import Manifest, ModelNames, write_manifest
+from ..repository.manifest import Manifest, ModelNames
 from .chunking import measure_run_overhead, run_cost_line
-from .result import BuildResult
+from .single import finish, write_front_door
 from .encoders import identity, rebuild_command, require_openvino, versions
-from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, attach_deps, bundle_dir,
-                     runtime_params, write_repository)
+from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .spec import BuildSpec
 
 
@@ -179,14 +177,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items())},
         files={"1/tokenizer.json": tok_json, "1/model.onnx": onnx_path}, backend_code="reranker")
-    attach_deps(spec, [plan])
-    write_repository([plan], repo)
-    bundle = None
-    if spec.bundle_deps:
-        from .bundle import make_bundle
-
-        bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log)
-        bundle["path"] = bundle_dir(spec)
+    bundle = write_front_door(spec, plan, repo, log)
     from ..repository.budget import bucket_batch
 
     manifest = Manifest(
@@ -208,16 +199,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind reranker",
                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    write_manifest(repo, manifest)
-
-    log(f"[6/{steps}] checking the repository")
-    rep = check_repository(repo)
-    for line in rep.lines():
-        log(line)
-    if not rep.passed:
-        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
-                              "this is a bug in embtrt; please report it with the lines above")
-    return BuildResult(repo, manifest.to_dict(), rep.lines(), [], [])
+    return finish(repo, manifest, f"[6/{steps}]", log)
 
 
 def _config(params: dict[str, str]):

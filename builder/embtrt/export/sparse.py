@@ -19,18 +19,17 @@ import numpy as np
 from .. import __version__
 from ..common.files import sha256_file
 from ..common.log import Log
-from ..errors import ParityError, RepositoryError
+from ..errors import ParityError
 from ..reference.modelinfo import model_hash
 from ..reference.sparse_gate import TOLERANCE, judge
 from ..reference.sparse_ref import load_sparse_encoder, se_encode
 from ..repository.budget import bucket_batch
-from ..repository.check import check_repository
-from ..repository.manifest import Manifest, ModelNames, write_manifest
+from ..repository.manifest import Manifest, ModelNames
 from .chunking import measure_run_overhead, run_cost_line
 from .encoders import identity, rebuild_command, versions
-from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, attach_deps, bundle_dir,
-                     runtime_params, write_repository)
+from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .result import BuildResult
+from .single import finish, write_front_door
 from .spec import BuildSpec
 
 
@@ -208,14 +207,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                **({"1/query_tokenizer.json": work / "query_tokenizer.json",
                    "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
         backend_code="sparse")
-    attach_deps(spec, [plan])
-    write_repository([plan], repo)
-    bundle = None
-    if spec.bundle_deps:
-        from .bundle import make_bundle
-
-        bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log)
-        bundle["path"] = bundle_dir(spec)
+    bundle = write_front_door(spec, plan, repo, log)
     manifest = Manifest(
         name=spec.name, identity=ident, models=ModelNames(spec.name, (), ()), pooling=f"splade-{spec.splade_pooling}",
         normalize=False, dim=spec.hidden_size, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
@@ -232,13 +224,4 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind sparse",
                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    write_manifest(repo, manifest)
-
-    log(f"[6/{steps}] checking the repository")
-    rep = check_repository(repo)
-    for line in rep.lines():
-        log(line)
-    if not rep.passed:
-        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
-                              "this is a bug in embtrt; please report it with the lines above")
-    return BuildResult(repo, manifest.to_dict(), rep.lines(), [], [])
+    return finish(repo, manifest, f"[6/{steps}]", log)
