@@ -115,7 +115,7 @@ class Served:
 
     def __init__(self, repo: Path, log: Path) -> None:
         self.grpc = free_port()
-        ports = ["--grpc-port", str(self.grpc), "--http-port", str(free_port()), "--metrics-port", str(free_port())]
+        ports = ["--grpc-port", str(self.grpc), "--http-port", str(free_port()), "--metrics-port", str(free_port()), "--health-port", "0"]
         self.log = log.open("w")
         self.proc = subprocess.Popen([str(BIN / "embtrt"), "serve", str(repo), *ports, "--probe-interval", "0"],
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -55,8 +55,8 @@ def main() -> None:
     subprocess.run([str(BIN / "embtrt"), "build", "--out", str(work / "repo")], check=True, stdout=subprocess.DEVNULL)
     g, h, m, p = free_port(), free_port(), free_port(), free_port()
     serve = subprocess.Popen([str(BIN / "embtrt"), "serve", str(work / "repo"), "--grpc-port", str(g), "--http-port", str(h),
-                              "--metrics-port", str(m)], stdout=(work / "serve.log").open("w"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
+                              "--metrics-port", str(m), "--health-port", "0"],
+                             stdout=(work / "serve.log").open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     gw = subprocess.Popen([str(BIN / "embtrt"), "gateway", str(work / "repo"), "--triton", f"127.0.0.1:{g}", "--port", str(p),
                            "--request-timeout", "600"], stdout=(work / "gw.log").open("w"), stderr=subprocess.STDOUT,
                           start_new_session=True)

@@ -25,7 +25,7 @@ serve_repo() {
   "$BIN/embtrt" build --out "$WORK/$name" --name "$name" --max-queue-delay-us "$DELAY" "$@" > "$WORK/build-$name.log"
   local g h m
   g=$(port); h=$(port); m=$(port)
-  "$BIN/embtrt" serve "$WORK/$name" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --probe-interval 0 > "$WORK/serve-$name.log" 2>&1 &
+  "$BIN/embtrt" serve "$WORK/$name" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --health-port 0 --probe-interval 0 > "$WORK/serve-$name.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model "$name" > /dev/null 2>&1 && break; sleep 1; done
   "$BIN/embtrt" probe --url "127.0.0.1:$g" --model "$name"

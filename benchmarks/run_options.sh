@@ -18,7 +18,7 @@ ONLY=${ONLY:-<=32,mixed}
 NAME=all_minilm_l6_v2
 "$BIN/embtrt" build --out "$WORK/repo" --max-queue-delay-us 0 > "$WORK/build.log"
 G=$(port); H=$(port); M=$(port)
-"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$G" --http-port "$H" --metrics-port "$M" --probe-interval 0 > "$WORK/serve.log" 2>&1 &
+"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$G" --http-port "$H" --metrics-port "$M" --health-port 0 --probe-interval 0 > "$WORK/serve.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
 U="$NAME@127.0.0.1:$G"

@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 serve() {  # serve DIR -> sets G (gRPC port) and P (tritonserver process group)
   local g h m
   g=$(port); h=$(port); m=$(port)
-  "$BIN/embtrt" serve "$1" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --probe-interval 0 > "$WORK/serve-$(basename "$1").log" 2>&1 &
+  "$BIN/embtrt" serve "$1" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --health-port 0 --probe-interval 0 > "$WORK/serve-$(basename "$1").log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
   G=$g

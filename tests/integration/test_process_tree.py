@@ -72,7 +72,7 @@ class Serve:
         self.grpc, self.http, self.metrics = free_port(), free_port(), free_port()
         self.log = tmp / f"serve-{self.grpc}.log"
         self.proc = subprocess.Popen([EMBTRT, "serve", str(repo), "--grpc-port", str(self.grpc), "--http-port",
-                                      str(self.http), "--metrics-port", str(self.metrics), *args],
+                                      str(self.http), "--metrics-port", str(self.metrics), "--health-port", "0", *args],
                                      stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def text(self) -> str:
@@ -125,7 +125,7 @@ def test_serve_refuses_a_port_already_taken_naming_it(minilm_repo):
         held.listen(1)
         port = held.getsockname()[1]
         r = subprocess.run([EMBTRT, "serve", str(minilm_repo), "--grpc-port", str(port), "--http-port", str(free_port()),
-                            "--metrics-port", str(free_port()), "--probe-interval", "0"],
+                            "--metrics-port", str(free_port()), "--health-port", "0", "--probe-interval", "0"],
                            capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert f"port {port} on 127.0.0.1 (--grpc-port) is already in use (process {os.getpid()})" in r.stdout + r.stderr

@@ -220,15 +220,32 @@ def _wait_line(proc, needle, timeout):
     raise AssertionError(f"{needle!r} not seen in {timeout} s: {''.join(lines)}")
 
 
+def _ready(port: int) -> tuple[int, dict]:
+    """GET /ready on embtrt serve's health port: (status, body)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
 def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, minilm_path, corpus):
-    ports = [free_port() for _ in range(3)]
+    """A killed stub is recovered (readiness 503 meanwhile is allowed, 200 after); SIGTERM with
+    requests in flight: /ready answers 503 while the drain still runs, every request completes,
+    exit 0."""
+    ports = [free_port() for _ in range(4)]
     url = f"127.0.0.1:{ports[0]}"
     proc = subprocess.Popen([sys.executable, "-u", "-m", "embtrt.cli", "serve", str(minilm_repo), "--grpc-port",
                              str(ports[0]), "--http-port", str(ports[1]), "--metrics-port", str(ports[2]),
-                             "--probe-interval", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--health-port", str(ports[3]), "--probe-interval", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out = "".join(_wait_line(proc, "Ctrl-C", 180))
-        assert f"gRPC    {url}" in out
+        assert f"gRPC    {url}" in out and f"health  http://127.0.0.1:{ports[3]}/ready" in out
+        assert _ready(ports[3]) == (200, {"ready": True})
         with EmbeddingClient(url, MODEL) as c:
             before = c.embed(corpus[:40])
         reaper = int(subprocess.check_output(["pgrep", "-P", str(proc.pid), "-f", "reaper.py"]).split()[0])
@@ -240,11 +257,13 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
         _wait_line(proc, "recovered in", 60)
         with EmbeddingClient(url, MODEL, retries=20, backoff_s=0.2) as c:
             after = c.embed(corpus[:40])
+        assert _ready(ports[3])[0] == 200
         np.testing.assert_allclose(after, before, atol=1e-6)  # a restarted server serves identical vectors
         # SIGTERM while requests are in flight: every one completes, then the process exits 0
         results = []
 
         in_flight_at_signal = []
+        while_draining = []
 
         async def inflight():
             async with AsyncEmbeddingClient(url, MODEL, batch_size=8, retries=0) as c:
@@ -253,11 +272,15 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
                 await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 in_flight_at_signal.append(sum(not t.done() for t in tasks))
                 proc.send_signal(signal.SIGTERM)
+                await asyncio.sleep(0.2)
+                while_draining.append((await asyncio.to_thread(_ready, ports[3]), proc.poll()))
                 results.extend(await asyncio.gather(*tasks, return_exceptions=True))
 
         asyncio.run(inflight())
         assert proc.wait(timeout=60) == 0
         assert in_flight_at_signal[0] > 0, "every request had finished before SIGTERM: nothing was drained"
+        (code, body), running = while_draining[0]
+        assert running is None and code == 503 and body["reason"].startswith("draining"), while_draining
         assert len(results) == 40
         assert all(isinstance(r, np.ndarray) and r.shape == (8, 384) for r in results), \
             [str(r)[:200] for r in results if not isinstance(r, np.ndarray)]

@@ -22,6 +22,7 @@ def serve(
     grpc_port: int = typer.Option(8001, help="gRPC port. Default 8001; 0 picks a free one."),
     http_port: int = typer.Option(8000, help="HTTP port. Default 8000; 0 picks a free one."),
     metrics_port: int = typer.Option(8002, help="Prometheus metrics port. Default 8002; 0 picks a free one."),
+    health_port: int = typer.Option(8003, help="embtrt serve's own health endpoint on --host: GET /ready (200 while its tritonserver is up and the last probe passed; 503 while starting, recovering, and from SIGTERM on, before the drain) and GET /live; no inference per call. Default 8003; 0 picks a free one; -1 turns it off."),
     tritonserver: Optional[Path] = typer.Option(None, help="tritonserver binary. Default: the nvidia-pytriton wheel's, else PATH."),
     backend_directory: Optional[Path] = typer.Option(None, help="--backend-directory for tritonserver. Default: prepared for the wheel's server."),
     probe_interval: float = typer.Option(5.0, help="Seconds between inference probes (readiness: a probe that fails while the server is busy never restarts it); 0 disables them. Liveness (the server process and every Python stub, no inference) is checked every second regardless. Default 5."),
@@ -41,7 +42,7 @@ def serve(
                       backend_directory=backend_directory, startup_timeout_s=startup_timeout, python_env=python_env,
                       drain_s=drain_timeout)
     Supervisor(spec, probe_interval_s=probe_interval, failures_to_recover=failures_to_recover, log=say,
-               probe_timeout_s=probe_timeout).run()
+               probe_timeout_s=probe_timeout, health_port=None if health_port < 0 else health_port).run()
 
 
 @app.command()

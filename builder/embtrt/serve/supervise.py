@@ -10,6 +10,7 @@ from typing import Callable
 
 from ..errors import ServerError
 from ..repository.manifest import has_manifest, read_manifest
+from .health import Health
 from .probe import probe
 from .server import ServerSpec, TritonServer
 
@@ -31,11 +32,18 @@ class Supervisor:
     The inference probe (every `probe_interval_s`) decides readiness only: a probe that fails while
     Triton has requests pending or finishing them is a busy server, never a reason to restart;
     `failures_to_recover` failed probes of an idle server restart it.
+
+    Readiness is answered on `health_port` (serve.health; None: not served): ready once its own
+    server is up, then as the last probe says; not ready while recovering and from SIGTERM on,
+    before the drain starts.
     """
 
     def __init__(self, spec: ServerSpec, probe_interval_s: float = 5.0, failures_to_recover: int = 2,
-                 log: Callable[[str], None] = print, liveness_s: float = 1.0, probe_timeout_s: float = 10.0) -> None:
+                 log: Callable[[str], None] = print, liveness_s: float = 1.0, probe_timeout_s: float = 10.0,
+                 health_port: int | None = None) -> None:
         self.spec = spec
+        self.health = Health()
+        self.health_port = health_port
         self.probe_timeout_s = probe_timeout_s
         self.interval = probe_interval_s
         self.failures_to_recover = failures_to_recover
@@ -51,12 +59,14 @@ class Supervisor:
         self._liveness = liveness
 
     def _start(self) -> None:
+        self.health.set(False, "starting tritonserver", "starting")
         self.server = TritonServer(self.spec)
         self.server.start()
         self.server.wait_ready(should_stop=self._stop.is_set)
 
     def restart(self, reason: str) -> None:
         self.log(f"recovering: {reason}; restarting tritonserver")
+        self.health.set(False, "recovering: restarting tritonserver", "recovering")
         t0 = time.time()
         if self.server is not None:
             self.server.stop(timeout_s=5)
@@ -64,6 +74,7 @@ class Supervisor:
         self.recoveries += 1
         assert self.server is not None
         r = self._probe()
+        self.health.set(r.ok, "probe failed after the restart", "serving")
         self.log(f"recovered in {time.time() - t0:.1f} s; probe {r.summary()}; log {self.server.log_path}")
 
     def _probe(self):
@@ -86,11 +97,15 @@ class Supervisor:
                                     pids=srv.pids())
 
     def request_stop(self, *_: object) -> None:
+        self.health.draining()   # not ready before anything else: the balancer stops sending while we drain
         self._stop.set()
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
+        if self.health_port is not None:
+            port = self.health.serve(self.spec.host, self.health_port)
+            self.health_url = f"http://{self.spec.host}:{port}"
         try:
             self._start()
             self._serve()
@@ -102,6 +117,7 @@ class Supervisor:
                 self.log("stopping: draining in-flight requests")
                 code = self.server.stop(drain=True)
                 self.log(f"tritonserver exited with code {code}")
+            self.health.close()
 
     def _serve(self) -> None:
         srv = self.server
@@ -111,6 +127,9 @@ class Supervisor:
         self.log(f"  HTTP    {srv.http_url}")
         self.log(f"  metrics {srv.metrics_url}")
         self.log(f"  log     {srv.log_path}")
+        if self.health_port is not None:
+            self.log(f"  health  {self.health_url}/ready (503 from SIGTERM on), {self.health_url}/live")
+        self.health.set(True, "", "serving")
         self.log("Ctrl-C or SIGTERM stops it after in-flight requests finish")
         failures = 0
         tick = min(self.liveness_s, self.interval) if self.interval > 0 else self.liveness_s
@@ -129,6 +148,7 @@ class Supervisor:
             assert srv is not None
             before = srv.activity()
             r = self._probe()
+            self.health.update(r.ok, f"probe {r.summary()}")
             if r.ok:
                 failures = 0
                 continue
