@@ -11,6 +11,7 @@ from conftest import start_server
 from embtrt.export import build
 from embtrt.repository.check import check_repository
 from embtrt.export.spec import spec_from_options
+from embtrt.errors import SpecError
 from embtrt.measure.tune import TuneError, TuneSpec, tune
 
 pytestmark = pytest.mark.integration
@@ -113,3 +114,32 @@ def _trial(settings):
     from embtrt.measure.tune import Trial
 
     return Trial(settings, {1: {"req_per_s": 1.0, "p50_ms": 1.0, "p99_ms": 1.0}})
+
+
+@pytest.mark.parametrize("kind", ["reranker", pytest.param("sparse", marks=pytest.mark.slow)])
+def test_tune_takes_a_reranker_and_a_sparse_encoder_front_door_knobs_only(kind, rerank_repo, splade, tmp_path):
+    """A reranker's (and a sparse encoder's) repository is tuned on its front door, the only model
+    that does the work, with its kind's own requests (one query and 10 documents; one text); the
+    applied winner passes `embtrt check` and still serves its kind; a per-bucket SLO is refused."""
+    folder, repo = rerank_repo if kind == "reranker" else splade
+    name = json.loads((repo / "embtrt.json").read_text())["name"]
+    doc = tune(TuneSpec(repo, slo_p99_ms=10000, concurrency=(2,), budget_min=0.5, requests=12, warmup=2,
+                        knobs=("front.max_queue_delay_us",), apply_to=tmp_path / "tuned"), log=lambda m: None)
+    assert len(doc["trials"]) >= 2 and {k for t in doc["trials"] for k in t["settings"]} == {"front.max_queue_delay_us"}
+    assert all(t["results"]["2"]["req_per_s"] > 0 for t in doc["trials"])
+    tuned = tmp_path / "tuned"
+    assert check_repository(tuned).passed
+    assert "Tuned by embtrt tune" in (tuned / name / "config.pbtxt").read_text()
+    with start_server(tuned, tmp_path) as srv:
+        if kind == "reranker":
+            from embtrt.serve.rerank_client import RerankClient
+
+            with RerankClient(srv.grpc_url, name) as c:
+                assert len(c.rerank("a query", ["one document", "another"], top_n=2)) == 2
+        else:
+            from embtrt.serve.sparse_client import SparseClient
+
+            with SparseClient(srv.grpc_url, name) as c:
+                assert len(c.encode(["a text"])[0][0]) > 0
+    with pytest.raises(SpecError, match="per-bucket SLOs are for embedders"):
+        tune(TuneSpec(repo, slo_p99_ms={32: 100.0}), log=lambda m: None)

@@ -483,3 +483,39 @@ def test_two_models_get_pools_of_their_own_behind_one_gateway(repos, tiny_models
     # the same name twice is refused
     with pytest.raises(SpecError, match="model names repeat"):
         rendered(repos["cpu"], tmp_path / "o2", more_repositories=(repos["cpu"],))
+
+
+def test_a_reranker_and_a_sparse_encoder_get_one_pool_each_beside_an_embedder(repos, rerank_repos, splade, tmp_path):
+    """A reranker's and a sparse encoder's front door runs every bucket itself: each kind is one pool
+    that loads its front door only (a model on disk, with its liveness checker), every bucket of
+    it routed there by the gateway; an embedder beside them keeps its length pools. A --pools split
+    of such a kind is refused naming it."""
+    rr, sp = rerank_repos["bert-ce"], splade[1]
+    files = rendered(repos["cpu"], tmp_path / "out", more_repositories=(rr, sp))
+    for name, ds in files.items():
+        if name != "kustomization.yaml":
+            for d in ds:
+                kv.validate(json.loads(json.dumps(d)), versions()[-1], strict=True)
+    kinds = by_kind(files)
+    pools = {n: d for n, d in kinds["Deployment"].items() if "-pool-" in n}
+    cmd = kinds["Deployment"]["bert-gateway"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    routes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--pool"]
+    for repo in (rr, sp):
+        m = json.loads((repo / "embtrt.json").read_text())
+        app = m["name"].replace("_", "-")
+        mine = {n: d for n, d in pools.items() if n.startswith(f"{app}-pool-")}
+        assert list(mine) == [f"{app}-pool-{max(m['buckets'])}"], (m["kind"], sorted(pools))
+        c = next(iter(mine.values()))["spec"]["template"]["spec"]["containers"][0]
+        assert [a for a in c["args"] if a.startswith("--load-model=")] == [f"--load-model={m['name']}"]
+        assert (repo / m["name"] / "config.pbtxt").is_file()
+        script = next(a for a in c["livenessProbe"]["exec"]["command"] if a.endswith("liveness.py"))
+        assert (repo / script.removeprefix("/models/")).is_file()
+        assert sorted(r for r in routes if r.startswith(m["name"] + ":")) == sorted(
+            f"{m['name']}:{b}={app}-pool-{max(m['buckets'])}:{GRPC}" for b in m["buckets"])
+    assert len([n for n in pools if n.startswith("bert-pool-")]) == len(json.loads((repos["cpu"] / "embtrt.json").read_text())["buckets"])
+    for _, pod, ann in pods_of(files):
+        assert restricted_violations(pod, ann) == []
+    buckets = json.loads((rr / "embtrt.json").read_text())["buckets"]
+    if len(buckets) > 1:
+        with pytest.raises(SpecError, match="one pool"):
+            rendered(rr, tmp_path / "o2", pools=(buckets[0],))

@@ -10,7 +10,8 @@ through Triton's repository API (load with a config override; the server runs wi
 `--model-control-mode=explicit`), then drives the bench engine with the corpus's real texts
 (mixed lengths) at every requested concurrency; with a per-bucket SLO (`32=50,512=400`) each
 named bucket's band of texts is measured on its own and must meet its own p99, and the
-throughput is their sum.
+throughput is their sum. A reranker or sparse encoder (its front door runs every bucket itself)
+has the front door's knobs only, measured with its kind's own requests (measure.kind_trial).
 
 Search: coordinate descent from the repository's own configuration (the baseline trial):
 each knob in turn tries its other values with the others held at the best so far; a knob's
@@ -103,7 +104,10 @@ class Trial:
 class Tuner:
     def __init__(self, spec: TuneSpec, log: Log = print) -> None:
         self.spec, self.log = spec, log
-        self.manifest = read_manifest(spec.repository).require_embedder("embtrt tune")
+        self.manifest = read_manifest(spec.repository)
+        if self.manifest.kind != "embedder" and isinstance(spec.slo_p99_ms, dict):
+            raise SpecError(f"invalid slo_p99_ms for {self.manifest.name}, a {self.manifest.kind}: per-bucket SLOs are "
+                            "for embedders (whose bands are measured on their own)", "give one p99 in ms, e.g. 200")
         self.knobs = knobs_for(self.manifest, spec.repository)
         if spec.knobs is not None:
             unknown = sorted(set(spec.knobs) - {k.name for k in self.knobs})
@@ -129,6 +133,12 @@ class Tuner:
 
     def _measure(self, url: str, texts: list[str], counts) -> tuple[dict[int, dict], dict[str, dict[int, dict]]]:
         from .bench import Target, run_bench
+
+        if self.manifest.kind != "embedder":   # a reranker's or sparse encoder's own requests (measure.kind_trial)
+            from .kind_trial import kind_trial
+
+            return kind_trial(self.manifest.kind, url, self.manifest.name, texts, self.spec.concurrency,
+                              self.spec.requests, self.spec.warmup, TuneError), {}
 
         t = Target("trial", "triton", url, self.manifest.name)
         slo = self.spec.slo_p99_ms

@@ -10,6 +10,9 @@ metrics port), pools reach nothing, the gateway only the pools and DNS. With a T
 at the gateway and TLS on its gRPC to the pools. No CRDs, no Helm; a kustomization.yaml ties the
 files together.
 
+A reranker's or sparse encoder's repository (its front door runs the model for every bucket)
+is one pool that loads the front door only, behind the same gateway routes as its kind's.
+
 Before rendering, every repository is checked (`embtrt check`) for the Python the pool image runs:
 a bundle built for another Python is refused with the command that rebuilds it.
 
@@ -67,7 +70,7 @@ def check_python(repo: Path, m: Manifest, python: str) -> None:
 def render(spec: K8sSpec, keep: dict[str, dict[str, str]] | None = None) -> dict[str, list[dict]]:
     """{file name: [documents]}. `keep`: the previous render's Secret values, by name, to reuse."""
     repos = [Path(spec.repository), *map(Path, spec.more_repositories)]
-    manifests = [read_manifest(r).require_embedder("embtrt k8s") for r in repos]
+    manifests = [read_manifest(r) for r in repos]
     several = len(manifests) > 1
     names = [m.name for m in manifests]
     if len(set(names)) != len(names) or len({_name(n) for n in names}) != len(names):

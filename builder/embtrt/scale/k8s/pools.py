@@ -34,6 +34,17 @@ def plan_pools(buckets: list[int], pools: tuple[int, ...]) -> list[tuple[int, ..
     return out
 
 
+def pool_models(m: Manifest, buckets: tuple[int, ...]) -> list[str]:
+    """The models one pool loads: an embedder's bucket models (encoder, tokenizer, ensemble, pooler);
+    for a reranker or sparse encoder the front door, which tokenizes and runs every bucket itself."""
+    if m.kind != "embedder":
+        return [m.name]
+    models = [x for b in buckets for x in (f"{m.name}_{b}_encoder", f"{m.name}_{b}_tokenizer", f"{m.name}_{b}")]
+    if m.pooler == "python":
+        models += [f"{m.name}_{b}_pooler" for b in buckets]
+    return models
+
+
 def liveness_script(repo: Path, models: list[str]) -> str:
     """The path, inside the pod's /models, of the stdlib liveness checker a loaded Python-backend
     model of this pool carries (every built repository has one per Python model)."""
@@ -64,14 +75,20 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
         pools = plan_pools(buckets, spec.pools)
     except SpecError as exc:
         raise SpecError(f"{name}: {exc.message}", exc.hint) from None
+    if m.kind != "embedder":
+        # a reranker's or sparse encoder's front door runs the model itself: it is its only model,
+        # so all of its buckets are in one pool (the gateway takes no other split for these kinds)
+        if len(pools) > 1 and spec.pools:
+            raise SpecError(f"{name}: invalid --pools {','.join(map(str, spec.pools))} for a {m.kind}: its front door "
+                            "runs every bucket itself, so it is served by one pool",
+                            "leave out --pools for this repository (or give its largest bucket only)")
+        pools = [tuple(buckets)]
     models_size = repository_size(repo)
     for bs in pools:
         pool = f"{app}-pool-{max(bs)}"
         labels = {**common, "app.kubernetes.io/name": pool, "app.kubernetes.io/component": "triton-pool",
                   "embtrt.io/pool": str(max(bs))}
-        models = [m_ for b in bs for m_ in (f"{name}_{b}_encoder", f"{name}_{b}_tokenizer", f"{name}_{b}")]
-        if m.pooler == "python":
-            models += [f"{name}_{b}_pooler" for b in bs]
+        models = pool_models(m, bs)
         init = [{
             "name": "copy-repository", **image_fields(spec.image),
             "command": ["sh", "-c", "cp -a /repository/. /models/"],
