@@ -6,7 +6,8 @@
 #
 # The model: the bundled all-MiniLM-L6-v2 encoder with a seeded one-label head (tests/tiny_models.py
 # make_minilm_cross_encoder; 22M parameters, the size of ms-marco-MiniLM-L-6-v2), built as a reranker
-# (python-ort fp32). Requests: one query and K documents of mixed lengths (real corpus texts).
+# (python-ort fp32), and as python-openvino bf16 where OpenVINO reports bf16 on the CPU (the reduced-
+# precision gate). Requests: one query and K documents of mixed lengths (real corpus texts).
 # Environment: OUT (results folder), DOCS (default 1,10,32,100), CONCURRENCY (default 1,8),
 # REQUESTS (default 60 per scenario).
 set -euo pipefail
@@ -22,14 +23,29 @@ CE="$WORK/minilm-ce"
 echo "== building the reranker from $CE"
 "$BIN/embtrt" build "$CE" --out "$WORK/repo" --name minilm_ce > "$WORK/build.log" 2>&1
 g=$(port); h=$(port); m=$(port)
-"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --probe-interval 0 > "$WORK/serve.log" 2>&1 &
+"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --health-port 0 --probe-interval 0 > "$WORK/serve.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model minilm_ce > /dev/null 2>&1 && break; sleep 1; done
 "$BIN/embtrt" probe --url "127.0.0.1:$g" --model minilm_ce
 TRITON_PG=$(pgrep -f "tritonserver --model-repository=$WORK/repo" | head -1)
+MODELS=(--model "minilm_ce@127.0.0.1:$g")
+# the bf16 variant (python-openvino, reduced-precision gate) where OpenVINO reports bf16 on this CPU
+if "$BIN/python" -c "import openvino as ov, sys; sys.exit('BF16' not in ov.Core().get_property('CPU', 'OPTIMIZATION_CAPABILITIES'))" 2>/dev/null; then
+  echo "== building the bf16 reranker (python-openvino)"
+  "$BIN/embtrt" build "$CE" --out "$WORK/repo-bf16" --name minilm_ce_bf16 --target python-openvino --precision bf16 > "$WORK/build-bf16.log" 2>&1
+  g2=$(port); h2=$(port); m2=$(port)
+  "$BIN/embtrt" serve "$WORK/repo-bf16" --grpc-port "$g2" --http-port "$h2" --metrics-port "$m2" --health-port 0 --probe-interval 0 > "$WORK/serve-bf16.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g2" --model minilm_ce_bf16 > /dev/null 2>&1 && break; sleep 1; done
+  "$BIN/embtrt" probe --url "127.0.0.1:$g2" --model minilm_ce_bf16
+  MODELS+=(--model "minilm_ce_bf16@127.0.0.1:$g2")
+  TRITON_PG="$TRITON_PG $(pgrep -f "tritonserver --model-repository=$WORK/repo-bf16" | head -1)"
+else
+  echo "== no bf16 variant: OpenVINO is missing or reports no bf16 on this CPU"
+fi
 
 mkdir -p "$OUT"
-CMD=("$BIN/embtrt" bench --model "minilm_ce@127.0.0.1:$g" --rerank-documents "$DOCS" --concurrency "$CONCURRENCY"
+CMD=("$BIN/embtrt" bench "${MODELS[@]}" --rerank-documents "$DOCS" --concurrency "$CONCURRENCY"
      --requests "$REQUESTS" --warmup 3 --reference "$CE" --out "$OUT")
 echo "== ${CMD[*]}"
 "${CMD[@]}"
@@ -42,7 +58,7 @@ if [ "${RERANK_INFINITY:-0}" = "1" ]; then
     "$IV/bin/pip" install -q torch==2.13.0
     "$IV/bin/pip" install -q "infinity-emb[server,torch]==0.0.78"
   fi
-  kill -STOP -- "-$TRITON_PG" 2>/dev/null || kill -STOP "$TRITON_PG" || true   # idle, but out of the way
+  for pg in $TRITON_PG; do kill -STOP -- "-$pg" 2>/dev/null || kill -STOP "$pg" || true; done   # idle, but out of the way
   I=$(port)
   HF_HUB_OFFLINE=1 "$IV/bin/infinity_emb" v2 --model-id "$CE" --engine torch --device cpu \
       --host 127.0.0.1 --port "$I" > "$WORK/infinity.log" 2>&1 &
@@ -53,7 +69,7 @@ if [ "${RERANK_INFINITY:-0}" = "1" ]; then
        --warmup 3 --no-inprocess --openai-url "http://127.0.0.1:$I" --openai-model "$CE" --out "$OUT/infinity")
   echo "== ${CMD[*]}"
   "${CMD[@]}"
-  kill -CONT -- "-$TRITON_PG" 2>/dev/null || kill -CONT "$TRITON_PG" || true
+  for pg in $TRITON_PG; do kill -CONT -- "-$pg" 2>/dev/null || kill -CONT "$pg" || true; done
 fi
 {
   echo "command: DOCS=$DOCS CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS RERANK_INFINITY=${RERANK_INFINITY:-0} bash benchmarks/run_rerank.sh"
@@ -61,5 +77,6 @@ fi
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
   echo "load generator: the same machine (one Python asyncio process), sharing its cores with the servers"
   grep -E '^\[ok\]|^\[x\]|run overhead' "$WORK/build.log" | sed "s/^/build: /"
+  [ -f "$WORK/build-bf16.log" ] && grep -E '^\[ok\]|^\[x\]|run overhead|OpenVINO' "$WORK/build-bf16.log" | sed "s/^/build bf16: /"
 } > "$OUT/machine.txt"
 echo "== results in $OUT"

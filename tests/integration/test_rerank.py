@@ -62,6 +62,40 @@ def test_a_kind_that_is_not_the_folders_is_an_error_that_says_what_it_is(cross_e
         spec_from_options(None, tmp_path / "b", kind="reranker")
     with pytest.raises(SpecError, match="target"):
         spec_from_options(cross_encoders["bert-ce"], tmp_path / "c", target="tensorrt")
+    with pytest.raises(SpecError, match=r"bf16 with --target python-openvino"):
+        spec_from_options(cross_encoders["bert-ce"], tmp_path / "d", precision="int8")
+
+
+@pytest.mark.slow   # a build and a server of its own: make test-all
+def test_openvino_bf16_reranker_passes_the_reduced_precision_gate_and_serves_it(minilm_cross_encoder, corpus, tmp_path):
+    """python-openvino bf16 (AVX-512 bf16 or AMX): the build's gate is max |score difference| <= 0.01
+    and a mean top-10 overlap with CrossEncoder.rank >= 0.98; served scores meet the same bounds and
+    `embtrt verify` judges the deployment with them."""
+    ov = pytest.importorskip("openvino")
+    caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    if "BF16" not in caps:
+        pytest.skip(f"OpenVINO reports no bf16 on this CPU (capabilities: {', '.join(caps)}); the build refuses bf16 here")
+    from conftest import start_server
+
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
+
+    folder, _ = minilm_cross_encoder
+    repo = tmp_path / "bf16"
+    build(spec_from_options(folder, repo, name="ce_bf16", target="python-openvino", precision="bf16"), log=lambda m: None)
+    par = read_manifest(repo).extra["parity"]
+    assert par["passed"] and par["precision"] == "bf16" and par["tolerance"] == 1e-2 and 0 < par["max_abs_diff"] <= 1e-2
+    ce = _ce(folder)
+    query, docs = _pairs(corpus)
+    want = np.asarray(ce.predict([(query, d) for d in docs], batch_size=32), np.float32).reshape(len(docs), -1)
+    with start_server(repo, tmp_path) as srv:
+        with _client(srv, "ce_bf16") as c:
+            got, _ = c.score(query, docs)
+        assert float(np.abs(got - want).max()) <= 1e-2
+        p = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", srv.grpc_url, "--model", "ce_bf16",
+                            "--reference", str(folder)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "ranking (bf16): top-10 overlap" in p.stdout
 
 
 @pytest.mark.slow

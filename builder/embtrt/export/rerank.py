@@ -113,11 +113,11 @@ def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> t
     return np.concatenate([o.scores for o in outs]), np.concatenate([o.tokens for o in outs])
 
 
-def gate(ce, core, encoder, texts: list[str], log: Log) -> dict:
+def gate(ce, core, encoder, texts: list[str], log: Log, precision: str = "fp32") -> dict:
     """The reranker gate (reference.rerank_gate) on the served path, before anything is written."""
     queries, docs = corpus_pairs(texts)
     got, tokens = served_scores(core, encoder, queries, docs)
-    rep = judge(ce, queries, docs, got, tokens, core.cfg.buckets, log)
+    rep = judge(ce, queries, docs, got, tokens, core.cfg.buckets, log, precision=precision)
     rep.pop("lines")
     return rep
 
@@ -154,7 +154,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
     encoder = make_encoder(params, str(onnx_path), None)
     core = PairCore(_config(params), _tokenizer(tok_json, spec, pad_id))
-    report = gate(ce, core, encoder, texts, log)
+    report = gate(ce, core, encoder, texts, log, spec.precision)
     if not report["passed"]:
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} reranker fails the gate: " + "; ".join(report["failures"]),

@@ -110,6 +110,7 @@ class BuildSpec:
     splade_pooling: str = "max"       # sparse: max | sum over the sequence
     sparse_encoder_dir: str = ""      # inference-free SPLADE: the document route's MLM folder in the model folder
     sparse_query_max_length: int = 0  # inference-free SPLADE: the static query side's max length (0: none)
+    sparse_max_active_dims: int = 0   # sparse: the folder's max_active_dims, each vector's K largest by default (0: all)
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -198,8 +199,10 @@ class BuildSpec:
         if self.kind in ("reranker", "sparse"):
             if self.target not in RERANKER_TARGETS:
                 raise _fail("target", self.target, f"{', '.join(RERANKER_TARGETS)} for a {self.kind}")
-            if self.precision != "fp32":
-                raise _fail("precision", self.precision, f"fp32 for a {self.kind}")
+            reduced_ok = self.kind == "reranker" and self.target == "python-openvino" and self.precision == "bf16"
+            if self.precision != "fp32" and not reduced_ok:
+                raise _fail("precision", self.precision, f"fp32 for a {self.kind}"
+                            + (" (bf16 with --target python-openvino)" if self.kind == "reranker" else ""))
             if self.overflow != "truncate":
                 raise _fail("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
                             "sentence-transformers cuts it, or refused per request)")
@@ -439,6 +442,7 @@ def _sparse_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None, 
         model_default = default_name
     return given.with_(kind="sparse", activation=info.activation, splade_pooling=info.pooling,
                        sparse_encoder_dir=info.encoder_dir, sparse_query_max_length=info.query_max_length,
+                       sparse_max_active_dims=int(getattr(se, "max_active_dims", None) or 0),
                        target="python-ort" if target == "auto" else given.target,
                        max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.vocab,
                        input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
