@@ -151,13 +151,43 @@ def splade_if(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def splade_server(splade, splade_if, tmp_path_factory):
-    """One tritonserver serving the SPLADE (model splade) and the inference-free SPLADE (splade_if)."""
+def minilm_splade(tmp_path_factory) -> tuple[Path, Path]:
+    """(model folder, built repository, name minilm_splade) of the bundled MiniLM encoder as a SPLADE
+    with a seeded MLM head (slow tests and benchmarks/run_sparse.sh only: a 30522-wide output)."""
+    from tiny_models import make_minilm_splade
+
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
+
+    base = tmp_path_factory.mktemp("minilm_splade")
+    folder = make_minilm_splade(base / "minilm-splade")
+    build(spec_from_options(folder, base / "repo", name="minilm_splade"), log=_quiet)
+    return folder, base / "repo"
+
+
+@pytest.fixture(scope="session")
+def splade_k(tmp_path_factory) -> tuple[Path, Path]:
+    """(model folder, built repository) of the tiny SPLADE with the folder's max_active_dims 8, name splade_k."""
+    from tiny_models import make_bert_splade
+
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
+
+    base = tmp_path_factory.mktemp("splade_k")
+    folder = make_bert_splade(base / "bert-splade-k8", max_active_dims=8)
+    build(spec_from_options(folder, base / "repo", name="splade_k"), log=_quiet)
+    return folder, base / "repo"
+
+
+@pytest.fixture(scope="session")
+def splade_server(splade, splade_if, splade_k, tmp_path_factory):
+    """One tritonserver serving the SPLADE (model splade), the inference-free SPLADE (splade_if) and
+    the SPLADE with a folder max_active_dims (splade_k)."""
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     spec = ServerSpec(splade[1], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                       log_file=tmp_path_factory.mktemp("splade_srv") / "tritonserver.log",
-                      more_repositories=(splade_if[1],))
+                      more_repositories=(splade_if[1], splade_k[1]))
     with TritonServer(spec) as srv:
         yield srv
 

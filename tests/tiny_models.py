@@ -297,12 +297,13 @@ CROSS_ENCODERS = {"bert-ce": make_bert_cross_encoder, "xlmr-ce3": make_xlmr_cros
 
 # ---- sparse encoders (SPLADE) ---------------------------------------------------------------------
 
-def make_bert_splade(path: Path) -> Path:
+def make_bert_splade(path: Path, max_active_dims: int | None = None) -> Path:
     """A tiny SPLADE SparseEncoder (BERT MLM head, max pooling, relu), MiniLM's WordPiece vocab,
-    max length 64, with query and document prompts (encode_query prepends its prompt)."""
+    max length 64, with query and document prompts (encode_query prepends its prompt); with
+    `max_active_dims`, the folder's default K (encode keeps each vector's K largest weights)."""
     import torch
     from sentence_transformers import SparseEncoder
-    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     from embtrt.reference.modelinfo import default_model_path
@@ -317,6 +318,33 @@ def make_bert_splade(path: Path) -> Path:
         mlm.cls.predictions.bias.fill_(-4.0)
     mlm.save_pretrained(hf)
     se = SparseEncoder(modules=[MLMTransformer(str(hf), max_seq_length=64), SpladePooling(pooling_strategy="max")],
+                       prompts={"query": "query: ", "document": ""}, max_active_dims=max_active_dims)
+    se.save(str(path))
+    shutil.rmtree(hf)
+    return path
+
+
+def make_minilm_splade(path: Path) -> Path:
+    """The bundled all-MiniLM-L6-v2 encoder as a SPLADE SparseEncoder: its six layers under a seeded
+    MLM head (the decoder tied to its word embeddings, a negative vocabulary bias for about a hundred
+    active dimensions per text), max pooling, relu, max length 256, a query prompt. The size of
+    real MiniLM SPLADE models (22M parameters and a 30522-token output)."""
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    src = default_model_path()
+    hf = path.with_name(path.name + "-hf")
+    torch.manual_seed(23)
+    mlm = BertForMaskedLM.from_pretrained(str(src), config=BertConfig.from_pretrained(str(src)))
+    with torch.no_grad():
+        mlm.cls.predictions.bias.fill_(-4.5)
+    mlm.eval().save_pretrained(hf)
+    AutoTokenizer.from_pretrained(str(src)).save_pretrained(hf)
+    se = SparseEncoder(modules=[MLMTransformer(str(hf), max_seq_length=256), SpladePooling(pooling_strategy="max")],
                        prompts={"query": "query: ", "document": ""})
     se.save(str(path))
     shutil.rmtree(hf)
@@ -328,8 +356,7 @@ def make_inference_free_splade(path: Path) -> Path:
     per-token weights, no encoder) and whose document side is an MLM + SpladePooling."""
     import torch
     from sentence_transformers import SparseEncoder
-    from sentence_transformers.models import Router
-    from sentence_transformers.sparse_encoder.models import MLMTransformer, SparseStaticEmbedding, SpladePooling
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, Router, SparseStaticEmbedding, SpladePooling
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     from embtrt.reference.modelinfo import default_model_path

@@ -18,9 +18,10 @@ from .options import INPUT_TYPES, ModelOptions, RequestOptions
 NOT_SPARSE = ("dimensions", "embedding_type")
 
 
-def resolve(options: ModelOptions, raw: dict) -> tuple[RequestOptions, int | None, bool]:
-    """A request's parameters -> (its options, max_active_dims or None, whether it is a query:
-    the static query side of an inference-free SPLADE serves those)."""
+def resolve(options: ModelOptions, raw: dict, default_k: int | None = None) -> tuple[RequestOptions, int | None, bool]:
+    """A request's parameters -> (its options, max_active_dims (the request's, else the model's
+    `default_k`, else None: every active dimension), whether it is a query: the static query side
+    of an inference-free SPLADE serves those)."""
     raw = dict(raw)
     for name in NOT_SPARSE:
         if name in raw:
@@ -29,6 +30,8 @@ def resolve(options: ModelOptions, raw: dict) -> tuple[RequestOptions, int | Non
     k = raw.pop("max_active_dims", None)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise InputError(f"invalid max_active_dims {k!r}: must be an integer >= 1", "max_active_dims")
+    if k is None:
+        k = default_k
     it = raw.pop("input_type", None)
     query = isinstance(it, str) and it.lower() == "query"
     if it is not None:
@@ -40,16 +43,22 @@ def resolve(options: ModelOptions, raw: dict) -> tuple[RequestOptions, int | Non
     return options.resolve(raw), k, query
 
 
+def keep_largest(weights: np.ndarray, max_active: int | None) -> np.ndarray:
+    """[rows, vocab] float32 with each row's K largest weights kept and the rest 0 (None: all)."""
+    w = np.asarray(weights, dtype=np.float32)
+    if max_active is None or max_active >= w.shape[1]:
+        return w
+    keep = np.argpartition(-w, max_active - 1, axis=1)[:, :max_active]
+    mask = np.zeros_like(w, dtype=bool)
+    np.put_along_axis(mask, keep, True, axis=1)
+    return np.where(mask, w, np.float32(0.0))
+
+
 def sparsify(weights: np.ndarray, max_active: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """[rows, vocab] -> (indices int64 [rows, width], values float32 [rows, width]): each row's
     nonzero weights by index ascending (the K largest with max_active), padded with index -1 and
     value 0 to the longest row of the request."""
-    w = np.asarray(weights, dtype=np.float32)
-    if max_active is not None and max_active < w.shape[1]:
-        keep = np.argpartition(-w, max_active - 1, axis=1)[:, :max_active]
-        mask = np.zeros_like(w, dtype=bool)
-        np.put_along_axis(mask, keep, True, axis=1)
-        w = np.where(mask, w, 0.0)
+    w = keep_largest(weights, max_active)
     rows = [np.flatnonzero(r > 0) for r in w]
     width = max((len(r) for r in rows), default=0)
     idx = np.full((len(rows), width), -1, dtype=np.int64)

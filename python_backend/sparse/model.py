@@ -38,6 +38,7 @@ class TritonPythonModel:
         from embtrt_backend.encoder import encoder_from_parameters
 
         self.encoder = encoder_from_parameters(here, p)
+        self.default_k = int(p.get("max_active_dims") or 0) or None   # the folder's max_active_dims
         self.static = None   # inference-free SPLADE: queries are weighted tokens, no encoder run
         if p.get("query_route") == "static":
             import numpy as np
@@ -56,7 +57,8 @@ class TritonPythonModel:
                                      self.core.cfg.max_text_bytes)
                 if not texts:
                     raise InputError("TEXT holds no rows")
-                opts, k, query = resolve(self.core.options, parse_request_parameters(request.parameters()))
+                opts, k, query = resolve(self.core.options, parse_request_parameters(request.parameters()),
+                                          self.default_k)
                 if query and self.static is not None:
                     weights, tokens = self.static.encode(texts, opts.prompt)
                     responses[i] = self._response(request, weights, tokens, k)

@@ -148,6 +148,24 @@ def test_the_query_prompt_changes_the_vector_and_max_active_dims_keeps_the_large
     _assert_equal(rows, _ref(se, texts, "query", max_active_dims=16))
 
 
+def test_return_tokens_names_each_active_dimension_as_sparse_encoder_decode(both, manifest, se, texts):
+    """/v1/sparse with return_tokens: each active dimension's token string, in the order of its indices,
+    as SparseEncoder.decode names them; without it no tokens field; a non-boolean is a 400."""
+    r = _post(both, "/v1/sparse", {"model": manifest.name, "input": texts[:4], "input_type": "query",
+                                    "max_active_dims": 8, "return_tokens": True})
+    assert r.status_code == 200, r.text
+    emb = se.encode_query(texts[:4], convert_to_tensor=True, max_active_dims=8)
+    for d, want in zip(r.json()["data"], se.decode(emb, top_k=None)):
+        assert len(d["tokens"]) == len(d["indices"]) == 8
+        assert dict(zip(d["tokens"], d["values"])).keys() == {t for t, _ in want}
+        for tok, w in want:
+            assert abs(dict(zip(d["tokens"], d["values"]))[tok] - w) <= TOL
+    plain = _post(both, "/v1/sparse", {"model": manifest.name, "input": texts[:1]}).json()["data"][0]
+    assert "tokens" not in plain
+    bad = _post(both, "/v1/sparse", {"model": manifest.name, "input": "a", "return_tokens": "yes"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "return_tokens"
+
+
 def test_truncation_none_refuses_a_long_text_by_index_and_left_cuts_the_start(both, manifest, folder, se, texts):
     long_at = len(texts) - 2
     assert len(se.tokenizer(texts[long_at])["input_ids"]) > se.max_seq_length

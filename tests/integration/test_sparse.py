@@ -94,6 +94,71 @@ def test_probe_and_the_cli_encode_a_sparse_model(splade_server, splade):
 
 
 @pytest.mark.slow
+def test_minilm_with_a_seeded_mlm_head_equals_sparse_encoder(minilm_splade, corpus, tmp_path):
+    """The bundled MiniLM's six layers under a seeded MLM head (22M parameters, 30522-wide output):
+    built, served, each text as a document and as a query equal to SparseEncoder."""
+    from conftest import start_server
+
+    from embtrt.serve.sparse_client import SparseClient
+
+    folder, repo = minilm_splade
+    se = _se(folder)
+    texts = corpus[:48]
+    with start_server(repo, tmp_path) as srv, SparseClient(srv.grpc_url, "minilm_splade") as c:
+        for which in ("document", "query"):
+            got = c.encode_dense(texts, input_type=which)
+            want = _dense((se.encode_query if which == "query" else se.encode_document)(texts, convert_to_tensor=True))
+            assert (want > 0).sum(axis=1).min() >= 5          # a real number of active dimensions per text
+            assert ((got > 0) == (want > 0)).all()
+            np.testing.assert_allclose(got, want, atol=TOL)
+
+
+def test_the_folders_max_active_dims_is_the_default_and_a_request_overrides_it(splade_server, splade_k, corpus):
+    """A SparseEncoder saved with max_active_dims 8 keeps each vector's 8 largest weights in encode;
+    served the same by default (both sides, the build's gate passed on it), and a request's own
+    max_active_dims (16) wins as encode's argument does."""
+    from embtrt.serve.sparse_client import SparseClient
+
+    folder, repo = splade_k
+    assert read_manifest(repo).extra["spec"]["sparse_max_active_dims"] == 8
+    se = _se(folder)
+    assert se.max_active_dims == 8
+    texts = corpus[:24]
+    with SparseClient(splade_server.grpc_url, "splade_k") as c:
+        for which in ("document", "query"):
+            got = c.encode_dense(texts, input_type=which)
+            want = _dense((se.encode_query if which == "query" else se.encode_document)(texts, convert_to_tensor=True))
+            assert ((want > 0).sum(axis=1) <= 8).all() and ((got > 0).sum(axis=1) == (want > 0).sum(axis=1)).all()
+            np.testing.assert_allclose(got, want, atol=TOL)
+        wide = c.encode_dense(texts, input_type="document", max_active_dims=16)
+    want16 = _dense(se.encode_document(texts, convert_to_tensor=True, max_active_dims=16))
+    assert ((want16 > 0).sum(axis=1) > 8).any()
+    np.testing.assert_allclose(wide, want16, atol=TOL)
+
+
+def test_bench_measures_served_sparse_scenarios_beside_in_process_sparse_encoder(splade_server, splade, tmp_path):
+    """`embtrt bench --sparse` (a few requests, loopback): every scenario of the served model and the
+    in-process SparseEncoder lines, no errors, the texts of each scenario inside its token band."""
+    out = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--sparse", "--url", splade_server.grpc_url,
+                          "--model", "splade", "--reference", str(splade[0]), "--buckets", "32", "--concurrency", "1,4",
+                          "--requests", "12", "--warmup", "2", "--texts-per-request", "2", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["kind"] == "sparse" and set(doc["scenarios"]) == {"<=32", ">32", "mixed"}
+    served = [r for r in doc["results"] if r["target"] == "triton:splade"]
+    assert sorted((r["scenario"], r["concurrency"]) for r in served) == sorted(
+        (s, c) for s in doc["scenarios"] for c in (1, 4))
+    assert all(r["errors"] == 0 and r["requests"] == 12 and r["texts_per_s"] > 0 for r in served)
+    inproc = [r for r in doc["results"] if r["target"].startswith("inprocess:SparseEncoder.encode_document")]
+    assert {(r["scenario"], r["texts_per_request"]) for r in inproc} == {(s, b) for s in doc["scenarios"] for b in (32, 1)}
+    assert "| triton:splade | <=32 | 4 | 2 |" in (tmp_path / "results.md").read_text()
+    bad = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--sparse", "--url", splade_server.grpc_url,
+                          "--model", "splade"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--reference" in bad.stderr
+
+
+@pytest.mark.slow
 def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, splade, corpus):
     from embtrt.measure.sparse import verify_sparse
 

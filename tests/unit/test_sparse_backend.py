@@ -25,6 +25,9 @@ def test_options_map_input_type_onto_prompts_and_refuse_what_does_not_apply():
     assert resolve(opts, {"input_type": "passage"})[0].prompt == ""
     assert resolve(ModelOptions(dim=10, normalize=False, prompts={}), {"input_type": "query"})[0].prompt == ""   # no prompt: same model
     assert resolve(opts, {"max_active_dims": 4})[1] == 4
+    assert resolve(opts, {})[1] is None                         # every active dimension
+    assert resolve(opts, {}, default_k=8)[1] == 8               # the folder's max_active_dims
+    assert resolve(opts, {"max_active_dims": 16}, default_k=8)[1] == 16   # the request's own wins
     for raw, name in (({"dimensions": 4}, "dimensions"), ({"embedding_type": "int8"}, "embedding_type"),
                       ({"max_active_dims": 0}, "max_active_dims"), ({"input_type": "title"}, "input_type")):
         with pytest.raises(InputError) as err:

@@ -146,3 +146,13 @@ def test_v1_sparse_renders_indices_values_and_usage():
         {"object": "sparse_embedding", "index": 2, "indices": [1], "values": [2.0]}]}
     assert headers == []
     assert all(type(i) is int for i in doc["data"][0]["indices"]) and all(type(v) is float for v in doc["data"][0]["values"])
+
+
+def test_v1_sparse_return_tokens_names_each_index_and_tei_has_no_such_field():
+    req = _parse("embtrt", {"model": "sp", "input": ["a", "b", "c"], "return_tokens": True})
+    assert req.return_tokens and "return_tokens" not in req.parameters   # the gateway's own field, not upstream
+    doc, _ = render(req, ROWS, 11, token_of=lambda i: f"tok{i}")
+    assert [d["tokens"] for d in doc["data"]] == [["tok3", "tok7"], [], ["tok1"]]
+    assert not _parse("tei", {"inputs": "a", "return_tokens": True}).return_tokens   # TEI's shape has none
+    _refused("embtrt", {"model": "sp", "input": "a", "return_tokens": 1}, 400, "return_tokens must be true or false, got 1",
+             "return_tokens")

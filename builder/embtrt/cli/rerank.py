@@ -75,3 +75,35 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         out.print(markdown(doc), markup=False)
+
+
+def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, buckets: str,
+                     only: str | None, concurrency: str, texts_per_request: int, requests: int, warmup: int,
+                     inprocess: bool, input_type: str, out_dir: Path | None, as_json: bool) -> None:
+    """bench on sparse encoders: the --model targets per length scenario and concurrency, and
+    in-process SparseEncoder (batch 32) on the same texts when --reference is given."""
+    from ..common.corpus import load_corpus
+    from ..measure.sparse_bench import bench_sparse, markdown
+
+    if not models:
+        raise SpecError("--sparse needs the sparse encoder to measure: --model NAME[@HOST:PORT]")
+    if input_type not in ("query", "document"):
+        raise SpecError(f"invalid input_type {input_type!r} for --sparse", "query or document")
+    if inprocess and reference is None:
+        raise SpecError("--sparse measures in-process SparseEncoder beside the served model: pass --reference "
+                        "SPLADE_DIR (the folder it was built from), or --no-inprocess")
+    if inprocess:
+        require_extra("build", "bench --sparse", "torch", "transformers", "sentence_transformers")
+    doc = bench_sparse(url, models, load_corpus(corpus), edges=parse_int_list("buckets", buckets) or (32, 128, 256),
+                       only=tuple(x for x in (only or "").split(",") if x),
+                       concurrency=parse_int_list("concurrency", concurrency) or (1,), per_request=texts_per_request,
+                       requests=requests, warmup=warmup, input_type=input_type,
+                       reference=reference if inprocess else None, progress=lambda m: err.print(m, markup=False))
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (out_dir / "results.md").write_text(markdown(doc))
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        out.print(markdown(doc), markup=False)

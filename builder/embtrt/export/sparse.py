@@ -74,6 +74,9 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
     batch = texts[5:13]
     enc = tok(batch, padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="np")
     got = sess.run(["sparse"], {n: enc[n].astype(np.int64) for n in names})[0]
+    from embtrt_backend.sparse import keep_largest
+
+    got = keep_largest(got, spec.sparse_max_active_dims or None)   # as the front door keeps them
     worst = float(np.abs(got - se_encode(se, batch)).max())
     if worst > TOLERANCE:
         raise ParityError(f"the exported ONNX SPLADE head differs from SparseEncoder by {worst:.2e}",
@@ -97,6 +100,8 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "include_prompt": "true"})
     if spec.sparse_query_max_length:
         p.update({"query_route": "static", "query_max_length": str(spec.sparse_query_max_length)})
+    if spec.sparse_max_active_dims:   # the folder's default, as SparseEncoder.encode applies it
+        p["max_active_dims"] = str(spec.sparse_max_active_dims)
     return p
 
 
@@ -110,26 +115,29 @@ def doc_dir(spec: BuildSpec) -> Path:
     return spec.model_dir / spec.sparse_encoder_dir if spec.sparse_encoder_dir else spec.model_dir
 
 
-def served_weights(core, encoder, texts: list[str], input_type: str, static=None) -> tuple[np.ndarray, np.ndarray]:
+def served_weights(core, encoder, texts: list[str], input_type: str, static=None,
+                   default_k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Texts through the front door's request core (one request per 8 texts, batched together), or
-    (queries of an inference-free SPLADE) its static query side."""
+    (queries of an inference-free SPLADE) its static query side; each vector's `default_k` largest
+    weights kept (the folder's max_active_dims, as the front door keeps them)."""
     from embtrt_backend.core import Request
-    from embtrt_backend.sparse import resolve
+    from embtrt_backend.sparse import keep_largest, resolve
 
-    opts, _, query = resolve(core.options, {"input_type": input_type})
+    opts, k, query = resolve(core.options, {"input_type": input_type}, default_k)
     if query and static is not None:
-        return static.encode(texts, opts.prompt)
+        weights, tokens = static.encode(texts, opts.prompt)
+        return keep_largest(weights, k), tokens
     reqs = [Request(texts[i:i + 8], None, opts) for i in range(0, len(texts), 8)]
     outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))
     for o in outs:
         if o.error is not None:
             raise o.error
-    return np.concatenate([o.vectors for o in outs]), np.concatenate([o.tokens for o in outs])
+    return keep_largest(np.concatenate([o.vectors for o in outs]), k), np.concatenate([o.tokens for o in outs])
 
 
-def gate(se, core, encoder, texts: list[str], log: Log, static=None) -> dict:
+def gate(se, core, encoder, texts: list[str], log: Log, static=None, default_k: int | None = None) -> dict:
     """The sparse gate (reference.sparse_gate) on the served path, before anything is written."""
-    served = {which: served_weights(core, encoder, texts, which, static) for which in ("document", "query")}
+    served = {which: served_weights(core, encoder, texts, which, static, default_k) for which in ("document", "query")}
     rep = judge(se, texts, served, core.cfg.buckets, log)
     rep.pop("lines")
     return rep
@@ -144,7 +152,8 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     work.mkdir(parents=True)
     steps = 6
     log(f"[1/{steps}] reading {spec.model_dir} as a SparseEncoder (SPLADE, {spec.splade_pooling} pooling, {spec.activation}, "
-        f"vocabulary {spec.hidden_size}, max length {spec.max_seq_length}, buckets {','.join(map(str, spec.buckets))})")
+        f"vocabulary {spec.hidden_size}, max length {spec.max_seq_length}, buckets {','.join(map(str, spec.buckets))}"
+        + (f", max_active_dims {spec.sparse_max_active_dims} by default" if spec.sparse_max_active_dims else "") + ")")
     msha = model_hash(spec.model_dir)
     se = load_sparse_encoder(spec.model_dir, spec.trust_remote_code)
     doc_module(se).max_seq_length = spec.max_seq_length
@@ -179,7 +188,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
     encoder = make_encoder(params, str(onnx_path), None)
     core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
-    report = gate(se, core, encoder, texts, log, static)
+    report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None)
     if not report["passed"]:
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} sparse encoder fails the gate: " + "; ".join(report["failures"]),

@@ -217,7 +217,7 @@ class _Sparse(_Embeddings):
         except ApiError as exc:
             exc.served = req.served  # counted per model and status
             raise
-        doc, headers = render_sparse(req, rows, tokens)
+        doc, headers = render_sparse(req, rows, tokens, self.gw.sparse[req.served].served.token_of)
         return doc, req.served, 32 * sum(len(ix) for ix, _ in rows), headers
 
 

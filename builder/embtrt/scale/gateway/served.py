@@ -117,3 +117,7 @@ class ServedSparse:
         self.max_text_bytes = int(door.get("max_text_bytes", str(1 << 20)))
         self.core = RequestCore.from_folder(str(repo / self.name / "1"), door)   # as the front door makes it
         self.options = self.core.options
+
+    def token_of(self, index: int) -> str | None:
+        """A vocabulary index's token string (the model's tokenizer), as SparseEncoder.decode names it."""
+        return self.core.tokenizer.tok.id_to_token(index)

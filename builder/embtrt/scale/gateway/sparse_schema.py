@@ -7,8 +7,10 @@ request's sparse vectors rendered back in the shape it came in.
   `x-compute-tokens`. `truncate` false is the front door's truncate NONE (an over-long text is a 400),
   true or absent END, with `truncation_direction` left START;
 - `embtrt`: POST /v1/sparse: `{model, input: str | [str], input_type?: query | document | passage,
-  prompt_name?, truncate?: END | START | NONE, max_active_dims?}` -> `{object: "list", model, data:
-  [{object: "sparse_embedding", index, indices, values}], usage: {prompt_tokens, total_tokens}}`.
+  prompt_name?, truncate?: END | START | NONE, max_active_dims?, return_tokens?: bool}` -> `{object:
+  "list", model, data: [{object: "sparse_embedding", index, indices, values, tokens?}], usage:
+  {prompt_tokens, total_tokens}}`; with return_tokens, `tokens` holds each active dimension's
+  vocabulary token (as SparseEncoder.decode names them), in the order of `indices`.
 
 The options are resolved here as the front door resolves them (embtrt_backend.sparse.resolve, one rule
 on every surface), so a bad one is a 400 naming its field before anything goes upstream; `dimensions`
@@ -18,7 +20,7 @@ are ignored, as /v1/embeddings ignores them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +59,7 @@ class SparseRequest:
     options: RequestOptions
     max_active_dims: int | None = None
     parameters: dict[str, str | int] = field(default_factory=dict)   # sent to the front door as they are
+    return_tokens: bool = False      # /v1/sparse: each active dimension's vocabulary token too
 
 
 def resolve_sparse(model: object, models: Mapping[str, SparseModel], embedders: Collection[str] = (),
@@ -112,6 +115,11 @@ def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_ite
             raw["prompt_name"] = body["prompt_name"]
     else:
         raw = {k: body[k] for k in PARAMETERS if body.get(k) is not None}
+    return_tokens = body.get("return_tokens", False) if api == "embtrt" else False
+    if return_tokens is None:
+        return_tokens = False
+    if not isinstance(return_tokens, bool):
+        raise ApiError(400, f"return_tokens must be true or false, got {return_tokens!r}", param="return_tokens")
     from embtrt_backend import InputError
     from embtrt_backend.sparse import resolve
 
@@ -122,18 +130,24 @@ def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_ite
     if isinstance(raw.get("truncate"), str):
         raw["truncate"] = raw["truncate"].upper()
     _check_bytes(texts, m.max_text_bytes, key)
-    return SparseRequest(api, body.get("model"), name, texts, resolved[0], resolved[1], raw)
+    return SparseRequest(api, body.get("model"), name, texts, resolved[0], resolved[1], raw, return_tokens)
 
 
-def render(req: SparseRequest, rows: list[tuple[np.ndarray, np.ndarray]],
-           tokens: int) -> tuple[Any, list[tuple[bytes, bytes]]]:
+def render(req: SparseRequest, rows: list[tuple[np.ndarray, np.ndarray]], tokens: int,
+           token_of: Callable[[int], str | None] | None = None) -> tuple[Any, list[tuple[bytes, bytes]]]:
     """One request's vectors (each text's (indices ascending, values), in input order) -> (the response
-    document in the request's shape, extra headers)."""
+    document in the request's shape, extra headers). `token_of`: a vocabulary index's token string
+    (the model's tokenizer), for a request with return_tokens."""
     if req.api == "tei":  # TEI's body is the bare lists; the tokens in a header, as its other routes
         return ([[{"index": i, "value": v} for i, v in zip(ix.tolist(), val.tolist())] for ix, val in rows],
                 [(b"x-compute-tokens", str(tokens).encode())])
-    data = [{"object": "sparse_embedding", "index": n, "indices": ix.tolist(), "values": val.tolist()}
-            for n, (ix, val) in enumerate(rows)]
+    data: list[dict[str, Any]] = [{"object": "sparse_embedding", "index": n, "indices": ix.tolist(), "values": val.tolist()}
+                                  for n, (ix, val) in enumerate(rows)]
+    if req.return_tokens:
+        if token_of is None:
+            raise ValueError("return_tokens needs the model's vocabulary (token_of)")
+        for d in data:
+            d["tokens"] = [token_of(int(i)) for i in d["indices"]]
     return ({"object": "list", "model": req.model, "data": data,
              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, [])
 

@@ -1,0 +1,141 @@
+"""`embtrt bench --sparse`: sparse encoders (docs/sparse.md) served over gRPC, texts/s and latency
+per length scenario and concurrency (the one load driver, measure.driver), beside in-process
+`SparseEncoder.encode_document` / `encode_query` (fp32, batch 32) on the same texts.
+
+The scenarios group the corpus by each text's token count as the front door counts it (its TOKENS
+output, asked once): '<=32', '<=128', ... and 'mixed', as the embedding bench does."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .driver import Load
+from .texts import length_buckets
+
+OUTPUTS = ("SPARSE_INDICES", "SPARSE_VALUES", "TOKENS")
+
+
+def token_counts(url: str, model: str, texts: list[str], input_type: str) -> np.ndarray:
+    """Each text's token count as the served front door counts it (its TOKENS output)."""
+    from ..serve.sparse_client import SparseClient
+
+    with SparseClient(url, model) as c:
+        step = max(1, min(32, c.batch_size))
+        return np.concatenate([c._infer(texts[i:i + step], {"input_type": input_type})[2].reshape(-1)
+                               for i in range(0, len(texts), step)])
+
+
+def scenario_texts(texts: list[str], counts: np.ndarray, edges: tuple[int, ...], only: tuple[str, ...] = ()
+                   ) -> dict[str, list[str]]:
+    groups = length_buckets(counts, edges)
+    return {label: [texts[i] for i in rows] for label, rows in groups.items() if not only or label in only}
+
+
+def _requests(pool: list[str], per_request: int, n: int, seed: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [rng.sample(pool, per_request) if per_request <= len(pool) else rng.choices(pool, k=per_request)
+            for _ in range(n)]
+
+
+async def _measure(url: str, model: str, reqs: list[list[str]], warmup: int, conc: int, input_type: str) -> Load:
+    """Warm-up requests one at a time, then the rest at `conc`; every answer must hold one vector per text."""
+    import tritonclient.grpc.aio as aioclient
+
+    from ..serve.wire import text_input
+
+    c = aioclient.InferenceServerClient(url)
+    try:
+        async def call(i: int, batch: list[list[str]]):
+            r = await c.infer(model, [text_input(batch[i])], parameters={"input_type": input_type},
+                              client_timeout=120)
+            if r.as_numpy("SPARSE_INDICES").shape[0] != len(batch[i]):
+                raise RuntimeError(f"{model}: {r.as_numpy('SPARSE_INDICES').shape[0]} vectors for {len(batch[i])} texts")
+
+        for i in range(min(warmup, len(reqs))):
+            await call(i, reqs)
+        body = reqs[warmup:]
+        return await Load(lambda i: call(i, body), len(body), conc).run()
+    finally:
+        await c.close()
+
+
+def _row(target: str, scenario: str, input_type: str, conc: int, per_request: int, load: Load) -> dict:
+    lat = sorted(load.latencies.values())
+    q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3) if lat else (lambda p: float("nan"))
+    return {"target": target, "scenario": scenario, "input_type": input_type, "concurrency": conc,
+            "texts_per_request": per_request, "requests": load.ok,
+            "req_per_s": load.ok / load.seconds if load.seconds else 0.0,
+            "texts_per_s": load.ok * per_request / load.seconds if load.seconds else 0.0,
+            "p50_ms": q(0.5), "p99_ms": q(0.99), "errors": len(load.failures),
+            "error_samples": [f.message[:200] for f in load.failures[:3]]}
+
+
+def inprocess_rows(reference: Path, scenarios: dict[str, list[str]], input_type: str, per_scenario: int,
+                   progress: Callable[[str], None]) -> list[dict]:
+    """SparseEncoder in process, fp32, batch 32 (median of three passes) and one text at a time."""
+    from ..reference.sparse_ref import load_sparse_encoder
+
+    se = load_sparse_encoder(reference)
+    enc = se.encode_query if input_type == "query" else se.encode_document
+    rows = []
+    for label, pool in scenarios.items():
+        texts = [r[0] for r in _requests(pool, 1, per_scenario, seed=7)]
+        progress(f"in-process SparseEncoder.encode_{input_type}: {label}, {len(texts)} texts")
+        enc(texts[:32], batch_size=32, show_progress_bar=False, convert_to_tensor=True)   # warm
+        for batch, name in ((32, "batch 32"), (1, "one text at a time")):
+            sample = texts if batch == 32 else texts[:64]
+            times = []
+            for _ in range(3 if batch == 32 else 1):
+                t0 = time.perf_counter()
+                for i in range(0, len(sample), batch):
+                    enc(sample[i:i + batch], batch_size=batch, show_progress_bar=False, convert_to_tensor=True)
+                times.append(time.perf_counter() - t0)
+            sec = statistics.median(times)
+            rows.append({"target": f"inprocess:SparseEncoder.encode_{input_type}({name}, fp32)", "scenario": label,
+                         "input_type": input_type, "concurrency": 1, "texts_per_request": batch,
+                         "requests": len(sample) // batch, "req_per_s": len(sample) / batch / sec,
+                         "texts_per_s": len(sample) / sec,
+                         "p50_ms": (sec / len(sample) * 1e3) if batch == 1 else float("nan"),
+                         "p99_ms": float("nan"), "errors": 0, "error_samples": []})
+    return rows
+
+
+def bench_sparse(url: str, models: list[str], texts: list[str], *, edges: tuple[int, ...] = (32, 128, 256),
+                 only: tuple[str, ...] = (), concurrency: tuple[int, ...] = (1, 32), per_request: int = 1,
+                 requests: int = 200, warmup: int = 20, input_type: str = "document",
+                 reference: Path | None = None, progress: Callable[[str], None] = lambda m: None) -> dict:
+    """Every --model target ([NAME or NAME@HOST:PORT]) per scenario and concurrency, the same
+    requests for each; then the in-process line when `reference` (the SparseEncoder folder) is given."""
+    first_name, _, first_url = models[0].partition("@")
+    counts = token_counts(first_url or url, first_name, texts, input_type)
+    scenarios = scenario_texts(texts, counts, edges, only)
+    rows = []
+    for label, pool in scenarios.items():
+        for conc in concurrency:
+            reqs = _requests(pool, per_request, requests + warmup, seed=conc * 7919 + len(label))
+            for m in models:
+                name, _, murl = m.partition("@")
+                progress(f"{m}: {label} at concurrency {conc} ({per_request} text(s) per request, {input_type})")
+                load = asyncio.run(_measure(murl or url, name, reqs, warmup, conc, input_type))
+                rows.append(_row(f"triton:{m}", label, input_type, conc, per_request, load))
+    if reference is not None:
+        rows += inprocess_rows(reference, scenarios, input_type, max(requests * per_request, 64), progress)
+    return {"kind": "sparse", "input_type": input_type, "models": models, "url": url,
+            "scenarios": {k: len(v) for k, v in scenarios.items()}, "results": rows}
+
+
+def markdown(doc: dict) -> str:
+    lines = ["| target | scenario | conc | texts/request | req/s | texts/s | p50 ms | p99 ms | errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        lines.append(f"| {r['target']} | {r['scenario']} | {r['concurrency']} | {r['texts_per_request']} | "
+                     f"{r['req_per_s']:.1f} | {r['texts_per_s']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
+                     f"{r['errors']} |")
+    return "\n".join(lines) + "\n"
