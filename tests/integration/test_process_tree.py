@@ -169,6 +169,39 @@ def test_a_dead_stub_is_found_by_liveness_without_an_inference_probe(serve):
         assert np.isfinite(c.embed(["served again after the stub died"])).all()
 
 
+def test_a_paused_tritonserver_is_left_alone_and_not_ready_until_it_continues(serve):
+    """SIGSTOP of the server's process group (as `embtrt bench --triton-pid` pauses a server while it
+    measures another): liveness calls it paused, not dead; nothing restarts; /ready is 503 while
+    it is stopped and 200 after SIGCONT, and it serves."""
+    import urllib.error
+    import urllib.request
+
+    s = serve("--probe-interval", "0").ready()
+    port = int(next(line.split(":")[-1].split("/")[0] for line in s.text().splitlines() if "health  http" in line))
+
+    def ready() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    triton = next(p for p in s.server_group() if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0].endswith(b"tritonserver"))
+    pg = os.getpgid(triton)
+    assert ready() == 200
+    os.killpg(pg, signal.SIGSTOP)
+    try:
+        _until(lambda: "paused, not restarted" in s.text(), 10, "the pause noticed")
+        time.sleep(4)   # several liveness ticks while stopped
+        assert ready() == 503
+    finally:
+        os.killpg(pg, signal.SIGCONT)
+    _until(lambda: "continues (SIGCONT)" in s.text(), 10, "the continue noticed")
+    assert "recovering" not in s.text() and ready() == 200
+    with EmbeddingClient(f"127.0.0.1:{s.grpc}", MODEL) as c:
+        assert np.isfinite(c.embed(["served after the pause"])).all()
+
+
 def test_a_busy_server_whose_probe_times_out_is_not_restarted(serve, corpus):
     """A large legal request keeps the front door busy past the probe's deadline: the probe fails,
     the server is busy, nothing is restarted, and the large request is answered."""

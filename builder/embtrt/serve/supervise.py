@@ -22,6 +22,15 @@ def front_door(repo: Path) -> str:
     return read_manifest(repo).name
 
 
+def _stopped(pid: int) -> bool:
+    """Whether a process is stopped by a signal (state T in /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].startswith("T")
+
+
 class Supervisor:
     """Runs tritonserver and keeps it alive, telling a dead server from a busy one.
 
@@ -53,6 +62,7 @@ class Supervisor:
         self.model = self.models[0]
         self.server: TritonServer | None = None
         self._stop = threading.Event()
+        self._paused = False
         self.recoveries = 0
         from embtrt_backend import liveness
 
@@ -88,11 +98,24 @@ class Supervisor:
         return r
 
     def not_live(self) -> list[str]:
-        """Why the server is not live ([] when it is): its process, Triton's live endpoint, its stubs."""
+        """Why the server is not live ([] when it is): its process, Triton's live endpoint, its stubs.
+        A tritonserver stopped by a signal (SIGSTOP: a debugger, a benchmark pausing it while it
+        measures another server) is paused, not dead: it is left alone, and not ready meanwhile."""
         srv = self.server
         assert srv is not None
         if srv.proc is None or srv.proc.poll() is not None:
             return [f"tritonserver exited with code {None if srv.proc is None else srv.proc.returncode}"]
+        pid = srv.server_pid()
+        if pid is not None and _stopped(pid):
+            if not self._paused:
+                self._paused = True
+                self.log(f"tritonserver (process {pid}) is stopped (SIGSTOP): paused, not restarted")
+                self.health.update(False, "tritonserver is stopped (SIGSTOP)")
+            return []
+        if self._paused:
+            self._paused = False
+            self.log("tritonserver continues (SIGCONT)")
+            self.health.update(True)
         return self._liveness.check(srv.http_url, [str(r.resolve()) for r in self.spec.repositories],
                                     pids=srv.pids())
 
