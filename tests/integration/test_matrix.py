@@ -13,7 +13,9 @@ from embtrt.export import build
 from embtrt.export.spec import spec_from_options
 from embtrt.measure.matrix import COSINE_MIN, MatrixSpec, band_texts, error_kind, run_matrix
 
-pytestmark = pytest.mark.integration
+# the whole module is slow (a 16K-token model built and served, two matrices: ~4 min on 2 cores):
+# make test-all
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

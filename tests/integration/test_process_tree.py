@@ -169,6 +169,7 @@ def test_a_dead_stub_is_found_by_liveness_without_an_inference_probe(serve):
         assert np.isfinite(c.embed(["served again after the stub died"])).all()
 
 
+@pytest.mark.slow  # a server of its own; the benchmarks' pause (run_rerank.sh, bench --triton-pid) uses it too
 def test_a_paused_tritonserver_is_left_alone_and_not_ready_until_it_continues(serve):
     """SIGSTOP of the server's process group (as `embtrt bench --triton-pid` pauses a server while it
     measures another): liveness calls it paused, not dead; nothing restarts; /ready is 503 while

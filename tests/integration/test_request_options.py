@@ -309,6 +309,7 @@ def test_gateway_takes_the_options_with_the_openai_client(route, prompted, corpu
         assert err["param"] == "input"
 
 
+@pytest.mark.slow  # verify itself in the default run: test_verify.py; options on every surface: the tests above
 def test_verify_gates_a_served_model_with_options(prompted, tiny_models):
     folder, _, srv = prompted["xp"]
     for args in (["--prompt-name", "passage", "--dimensions", "24"], ["--prompt-name", "query"]):

@@ -57,6 +57,7 @@ def test_two_models_on_one_tritonserver_and_one_gateway(tiny_models, tiny_repos,
         _server([a, a], tmp_path).start()
 
 
+@pytest.mark.slow  # verify --against in the default run: test_verify.py
 def test_one_model_on_two_targets_side_by_side_passes_verify_against(minilm_repo, ov_server, tmp_path):
     """MiniLM on python-ort and on python-openvino fp32 in one tritonserver: the cross-backend gate
     between the two models of that server passes, and the identities differ only in backend."""

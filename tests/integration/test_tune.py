@@ -67,6 +67,7 @@ def test_a_server_not_in_explicit_mode_and_a_tiny_budget_are_refused(xlmr_repo, 
     assert "not in explicit model-control mode" in ei.value.message
 
 
+@pytest.mark.slow  # a real search with per-bucket bands: ~1 min; make test-all
 def test_tune_searches_the_token_budget_against_per_bucket_slos_and_applies_a_repository_that_passes_check_and_verify(
         xlmr_repo, tiny_models, tmp_path):
     """The token-budget knob with a per-bucket SLO (each band measured on its own): the trials try
