@@ -106,6 +106,12 @@ class Supervisor:
         if srv.proc is None or srv.proc.poll() is not None:
             return [f"tritonserver exited with code {None if srv.proc is None else srv.proc.returncode}"]
         pid = srv.server_pid()
+        dead: list[str] = []
+        if pid is None or not _stopped(pid):
+            dead = self._liveness.check(srv.http_url, [str(r.resolve()) for r in self.spec.repositories],
+                                        pids=srv.pids())
+        # stopped before the check, or while it waited on the live endpoint (a pause that began
+        # mid-check times the check out): paused either way, never a reason to restart
         if pid is not None and _stopped(pid):
             if not self._paused:
                 self._paused = True
@@ -116,8 +122,7 @@ class Supervisor:
             self._paused = False
             self.log("tritonserver continues (SIGCONT)")
             self.health.update(True)
-        return self._liveness.check(srv.http_url, [str(r.resolve()) for r in self.spec.repositories],
-                                    pids=srv.pids())
+        return dead
 
     def request_stop(self, *_: object) -> None:
         self.health.draining()   # not ready before anything else: the balancer stops sending while we drain
