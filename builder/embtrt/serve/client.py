@@ -29,6 +29,17 @@ def request_options(prompt_name: str | None = None, input_type: str | None = Non
     return {k: v for k, v in opts.items() if v is not None}
 
 
+def model_config(c, model: str, url: str, timeout_s: float | None = None) -> tuple[dict, dict[str, str]]:
+    """A served model's config (Triton's JSON form) and its string parameters, from a tritonclient
+    gRPC client `c`; a server or model that does not answer is a ClientError saying so."""
+    try:
+        cfg = c.get_model_config(model, as_json=True, client_timeout=timeout_s)["config"]
+    except Exception as exc:  # tritonclient raises InferenceServerException
+        raise ClientError(f"cannot read the config of model {model!r} at {url}: {exc}",
+                          "is the server up and the model name right? (`embtrt serve` prints them)") from exc
+    return cfg, {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+
+
 def _failure(model: str, exc: Exception) -> ClientError:
     """A failed call as the error the caller can act on: bad input (INVALID_ARGUMENT, exit 2) or not."""
     if wire.classify(exc) == wire.BAD:
@@ -62,12 +73,7 @@ class EmbeddingClient:
 
     def metadata(self) -> ModelIdentity:
         if self._meta is None:
-            try:
-                cfg = self._c.get_model_config(self.model, as_json=True)["config"]
-            except Exception as exc:  # tritonclient raises InferenceServerException
-                raise ClientError(f"cannot read the config of model {self.model!r} at {self.url}: {exc}",
-                                  "is the server up and the model name right? (`embtrt serve` prints them)") from exc
-            params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+            cfg, params = model_config(self._c, self.model, self.url)
             if params.get("embtrt.kind", "embedder") != "embedder":
                 raise ClientError(f"model {self.model!r} at {self.url} is a {params['embtrt.kind']}, not an embedder",
                                   "rank with RerankClient / `embtrt rerank` (docs/rerankers.md)")

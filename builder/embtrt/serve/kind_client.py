@@ -7,7 +7,7 @@ import time
 from typing import Callable, TypeVar
 
 from ..errors import ClientError
-from .client import _failure
+from .client import _failure, model_config
 from .wire import backoff, retryable
 
 T = TypeVar("T")
@@ -34,12 +34,7 @@ class KindClient:
     def parameters(self) -> dict[str, str]:
         """The front door's config parameters (and its max_batch_size); a model of another kind is refused."""
         if self._params is None:
-            try:
-                cfg = self._c.get_model_config(self.model, as_json=True)["config"]
-            except Exception as exc:  # tritonclient raises InferenceServerException
-                raise ClientError(f"cannot read the config of model {self.model!r} at {self.url}: {exc}",
-                                  "is the server up and the model name right? (`embtrt serve` prints them)") from exc
-            params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
+            cfg, params = model_config(self._c, self.model, self.url)
             if params.get("embtrt.kind") != self.KIND:
                 raise ClientError(f"model {self.model!r} is not {self.WHAT} (kind {params.get('embtrt.kind', 'embedder')})",
                                   HINTS[self.KIND])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ClientError
+from .client import model_config
 from .kind_client import KindClient
 from .wire import text_input
 
@@ -80,10 +81,7 @@ def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:
 
     c = grpcclient.InferenceServerClient(url)
     try:
-        cfg = c.get_model_config(model, as_json=True, client_timeout=timeout_s)["config"]
-    except Exception as exc:  # tritonclient raises InferenceServerException
-        raise ClientError(f"cannot read the config of model {model!r} at {url}: {exc}",
-                          "is the server up and the model name right? (`embtrt serve` prints them)") from exc
+        _, params = model_config(c, model, url, timeout_s)
     finally:
         c.close()
-    return cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value") or "embedder"
+    return params.get("embtrt.kind") or "embedder"
