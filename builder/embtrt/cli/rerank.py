@@ -41,6 +41,18 @@ def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Pa
     raise typer.Exit(0 if rep.passed else 4)
 
 
+def _emit(doc: dict, table: str, out_dir: Path | None, as_json: bool) -> None:
+    """A bench document: results.json and results.md into --out, and JSON or the table on stdout."""
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (out_dir / "results.md").write_text(table)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        out.print(table, markup=False)
+
+
 def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, documents: str,
                        concurrency: str, requests: int, warmup: int, inprocess: bool, out_dir: Path | None,
                        as_json: bool, http_urls: tuple[str, ...] | list[str] = (),
@@ -67,14 +79,7 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
         rows += bench_http_reranker(u, m, texts, docs, conc, requests, warmup,
                                     progress=lambda msg: err.print(msg, markup=False))
     doc = {"kind": "reranker", "results": rows}
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
-        (out_dir / "results.md").write_text(markdown(doc))
-    if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    else:
-        out.print(markdown(doc), markup=False)
+    _emit(doc, markdown(doc), out_dir, as_json)
 
 
 def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, buckets: str,
@@ -99,11 +104,4 @@ def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus
                        concurrency=parse_int_list("concurrency", concurrency) or (1,), per_request=texts_per_request,
                        requests=requests, warmup=warmup, input_type=input_type,
                        reference=reference if inprocess else None, progress=lambda m: err.print(m, markup=False))
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
-        (out_dir / "results.md").write_text(markdown(doc))
-    if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    else:
-        out.print(markdown(doc), markup=False)
+    _emit(doc, markdown(doc), out_dir, as_json)

@@ -68,6 +68,12 @@ class RerankReport:
     def passed(self) -> bool:
         return not self.failures
 
+    def add_gate(self, res: dict) -> None:
+        """A gate's judgement (reference.rerank_gate / sparse_gate .judge): its lines, failures and figures."""
+        self.lines += res.pop("lines")
+        self.failures += res["failures"]
+        self.figures["gate"] = res
+
     def as_dict(self) -> dict:
         return {"kind": "reranker", "passed": self.passed, "failures": self.failures, "lines": self.lines,
                 **self.figures}   # a sparse encoder's report has kind sparse in its figures
@@ -154,10 +160,7 @@ def verify_reranker(url: str, model: str, reference: Path | None, texts: list[st
         if reference is None:
             raise ValueError("a reranker's gate needs its CrossEncoder folder (--reference)")
         ce = load_cross_encoder(reference)
-        res = judge(ce, queries, docs, got, tokens, buckets, log=lambda _m: None, precision=precision)
-        rep.lines += res.pop("lines")
-        rep.failures += res["failures"]
-        rep.figures["gate"] = res
+        rep.add_gate(judge(ce, queries, docs, got, tokens, buckets, log=lambda _m: None, precision=precision))
     if under_load:
         worst, failed = asyncio.run(_under_load(url, model, queries, docs, got, concurrency))
         limit = tolerance_for(precision)   # bf16: another batch shape may round differently

@@ -88,10 +88,7 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
 
         if reference is None:
             raise ValueError("a sparse encoder's gate needs its SparseEncoder folder (--reference)")
-        res = judge(load_sparse_encoder(reference), texts, got, buckets, log=lambda _m: None)
-        rep.lines += res.pop("lines")
-        rep.failures += res["failures"]
-        rep.figures["gate"] = res
+        rep.add_gate(judge(load_sparse_encoder(reference), texts, got, buckets, log=lambda _m: None))
     if under_load:
         worst, failed = asyncio.run(_under_load(url, model, texts, got["document"][0], vocab, concurrency))
         ok = worst <= TOLERANCE and failed == 0
