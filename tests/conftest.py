@@ -122,61 +122,42 @@ def rerank_server(rerank_repos, tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="session")
-def splade(tmp_path_factory) -> tuple[Path, Path]:
-    """(model folder, built repository) of a tiny SPLADE SparseEncoder with query/document prompts."""
-    from tiny_models import make_bert_splade
+def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, **kw) -> tuple[Path, Path]:
+    """(model folder, built repository `name`) of tiny_models' `maker` SparseEncoder."""
+    import tiny_models
 
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
-    base = tmp_path_factory.mktemp("splade")
-    folder = make_bert_splade(base / "bert-splade")
-    build(spec_from_options(folder, base / "repo", name="splade"), log=_quiet)
-    return folder, base / "repo"
+    base = tmp_path_factory.mktemp(name)
+    path = getattr(tiny_models, maker)(base / folder, **kw)
+    build(spec_from_options(path, base / "repo", name=name), log=_quiet)
+    return path, base / "repo"
+
+
+@pytest.fixture(scope="session")
+def splade(tmp_path_factory) -> tuple[Path, Path]:
+    """(model folder, built repository) of a tiny SPLADE SparseEncoder with query/document prompts."""
+    return _sparse_build(tmp_path_factory, "make_bert_splade", "bert-splade", "splade")
 
 
 @pytest.fixture(scope="session")
 def splade_if(tmp_path_factory) -> tuple[Path, Path]:
     """(model folder, built repository) of a tiny inference-free SPLADE (static query side), name splade_if."""
-    from tiny_models import make_inference_free_splade
-
-    from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
-
-    base = tmp_path_factory.mktemp("splade_if")
-    folder = make_inference_free_splade(base / "if-splade")
-    build(spec_from_options(folder, base / "repo", name="splade_if"), log=_quiet)
-    return folder, base / "repo"
+    return _sparse_build(tmp_path_factory, "make_inference_free_splade", "if-splade", "splade_if")
 
 
 @pytest.fixture(scope="session")
 def minilm_splade(tmp_path_factory) -> tuple[Path, Path]:
     """(model folder, built repository, name minilm_splade) of the bundled MiniLM encoder as a SPLADE
     with a seeded MLM head (slow tests and benchmarks/run_sparse.sh only: a 30522-wide output)."""
-    from tiny_models import make_minilm_splade
-
-    from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
-
-    base = tmp_path_factory.mktemp("minilm_splade")
-    folder = make_minilm_splade(base / "minilm-splade")
-    build(spec_from_options(folder, base / "repo", name="minilm_splade"), log=_quiet)
-    return folder, base / "repo"
+    return _sparse_build(tmp_path_factory, "make_minilm_splade", "minilm-splade", "minilm_splade")
 
 
 @pytest.fixture(scope="session")
 def splade_k(tmp_path_factory) -> tuple[Path, Path]:
     """(model folder, built repository) of the tiny SPLADE with the folder's max_active_dims 8, name splade_k."""
-    from tiny_models import make_bert_splade
-
-    from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
-
-    base = tmp_path_factory.mktemp("splade_k")
-    folder = make_bert_splade(base / "bert-splade-k8", max_active_dims=8)
-    build(spec_from_options(folder, base / "repo", name="splade_k"), log=_quiet)
-    return folder, base / "repo"
+    return _sparse_build(tmp_path_factory, "make_bert_splade", "bert-splade-k8", "splade_k", max_active_dims=8)
 
 
 @pytest.fixture(scope="session")

@@ -297,26 +297,34 @@ CROSS_ENCODERS = {"bert-ce": make_bert_cross_encoder, "xlmr-ce3": make_xlmr_cros
 
 # ---- sparse encoders (SPLADE) ---------------------------------------------------------------------
 
-def make_bert_splade(path: Path, max_active_dims: int | None = None) -> Path:
-    """A tiny SPLADE SparseEncoder (BERT MLM head, max pooling, relu), MiniLM's WordPiece vocab,
-    max length 64, with query and document prompts (encode_query prepends its prompt); with
-    `max_active_dims`, the folder's default K (encode keeps each vector's K largest weights)."""
+def _tiny_mlm(hf: Path, seed: int) -> None:
+    """Into hf: MiniLM's WordPiece tokenizer and a tiny seeded BertForMaskedLM (2 layers, width 32)
+    whose negative vocabulary bias leaves about a hundred active dimensions per text, as trained
+    SPLADE. The torch RNG is left where the model's init leaves it (callers draw from it next)."""
     import torch
-    from sentence_transformers import SparseEncoder
-    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     from embtrt.reference.modelinfo import default_model_path
 
-    hf = path.with_name(path.name + "-hf")
     AutoTokenizer.from_pretrained(str(default_model_path())).save_pretrained(hf)
-    torch.manual_seed(21)
+    torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=128, initializer_range=0.2)
     mlm = BertForMaskedLM(cfg).eval()
-    with torch.no_grad():  # a negative vocabulary bias: about a hundred active dimensions per text, as trained SPLADE
+    with torch.no_grad():
         mlm.cls.predictions.bias.fill_(-4.0)
     mlm.save_pretrained(hf)
+
+
+def make_bert_splade(path: Path, max_active_dims: int | None = None) -> Path:
+    """A tiny SPLADE SparseEncoder (BERT MLM head, max pooling, relu), MiniLM's WordPiece vocab,
+    max length 64, with query and document prompts (encode_query prepends its prompt); with
+    `max_active_dims`, the folder's default K (encode keeps each vector's K largest weights)."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+    hf = path.with_name(path.name + "-hf")
+    _tiny_mlm(hf, 21)
     se = SparseEncoder(modules=[MLMTransformer(str(hf), max_seq_length=64), SpladePooling(pooling_strategy="max")],
                        prompts={"query": "query: ", "document": ""}, max_active_dims=max_active_dims)
     se.save(str(path))
@@ -357,19 +365,9 @@ def make_inference_free_splade(path: Path) -> Path:
     import torch
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, Router, SparseStaticEmbedding, SpladePooling
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    from embtrt.reference.modelinfo import default_model_path
 
     hf = path.with_name(path.name + "-hf")
-    AutoTokenizer.from_pretrained(str(default_model_path())).save_pretrained(hf)
-    torch.manual_seed(22)
-    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128, initializer_range=0.2)
-    mlm = BertForMaskedLM(cfg).eval()
-    with torch.no_grad():
-        mlm.cls.predictions.bias.fill_(-4.0)
-    mlm.save_pretrained(hf)
+    _tiny_mlm(hf, 22)
     doc = MLMTransformer(str(hf), max_seq_length=64)
     query = SparseStaticEmbedding(tokenizer=doc.tokenizer, weight=torch.rand(30522) * 2, frozen=True)
     router = Router.for_query_document(query_modules=[query], document_modules=[doc, SpladePooling("max")])
