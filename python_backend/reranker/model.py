@@ -2,8 +2,9 @@
 
 One row per pair. SCORES (FP32 [rows, labels]): the model's activation as CrossEncoder.predict
 applies it, or raw logits / softmax as the request's `activation` parameter asks. TOKENS (INT64
-[rows, 1]): the tokens scored for each pair, for usage. The encoder (ONNX Runtime or OpenVINO)
-runs in this model; only pb_utils glue is here, the rest is the pair core's, tested without Triton.
+[rows, 1]): the tokens scored for each pair, for usage. The encoder runs in this model or, over
+BLS, in each bucket's encoder model (embtrt_backend.bucket_encoder). Only pb_utils glue is here;
+the rest is the pair core's, tested without Triton.
 """
 
 import os
@@ -18,6 +19,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
 from embtrt_backend.pairs import PairCore, PairRequest  # noqa: E402
 from embtrt_backend.text import decode_texts  # noqa: E402
@@ -33,12 +35,7 @@ class TritonPythonModel:
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
         self.core = PairCore.from_folder(here, p)
-        from embtrt_backend.encoder import encoder_from_parameters
-
-        self.encoder = encoder_from_parameters(here, p)
-
-    def _encode(self, bucket, feeds):
-        return self.encoder.run(feeds)
+        self.encode = BucketEncoder(here, p, self.core.cfg.buckets, pb_utils)
 
     def execute(self, requests):
         responses = [None] * len(requests)
@@ -58,7 +55,7 @@ class TritonPythonModel:
                 continue
             work.append(PairRequest(queries, documents, opts))
             where.append(i)
-        for i, out in zip(where, self.core.run(work, self._encode) if work else ()):
+        for i, out in zip(where, self.core.run(work, self.encode) if work else ()):
             if out.error is not None:
                 responses[i] = _error(out.error)
                 continue

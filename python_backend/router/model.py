@@ -6,9 +6,8 @@ a caller (the gateway) can report usage without tokenizing again.
 Only pb_utils glue: decoding, request parameters, the encoder call and the responses. What is done
 to a request (prompt, tokenize, refuse, plan, pad, pool, finish) is the core's, tested without Triton.
 
-encoder_mode "bls": each bucket's rows go to that bucket's encoder model (TensorRT, the
-onnxruntime backend). encoder_mode "local" (python-ort, python-torch): the front door runs
-the same encoder itself, saving one stub round trip per chunk.
+The encoder runs here (encoder_mode local) or in each bucket's encoder model over BLS
+(embtrt_backend.bucket_encoder).
 """
 
 import os
@@ -23,6 +22,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.core import Request, RequestCore  # noqa: E402
 from embtrt_backend.options import OUTPUTS, load_calibration, parse_request_parameters  # noqa: E402
 from embtrt_backend.text import decode_texts  # noqa: E402
@@ -42,25 +42,7 @@ class TritonPythonModel:
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
         self.core = RequestCore.from_folder(here, p, load_calibration(here))
-        self.encoders = dict(zip(self.core.cfg.buckets, p["encoder_models"].split(",")))
-        self.output_name = p["encoder_output"]
-        self.local = None
-        if p.get("encoder_mode") == "local":
-            from embtrt_backend.encoder import encoder_from_parameters
-
-            self.local = encoder_from_parameters(here, p)
-
-    def _encode(self, bucket, feeds):
-        """One chunk of one bucket through its encoder (synchronous: measured steadier than an async
-        execute under the Python backend)."""
-        if self.local is not None:
-            return self.local.run(feeds)
-        inputs = [pb_utils.Tensor(n, feeds[n]) for n in self.core.cfg.input_names]
-        resp = pb_utils.InferenceRequest(model_name=self.encoders[bucket], requested_output_names=[self.output_name],
-                                         inputs=inputs).exec()
-        if resp.has_error():
-            raise RuntimeError(f"encoder {self.encoders[bucket]}: {resp.error().message()}")
-        return pb_utils.get_output_tensor_by_name(resp, self.output_name).as_numpy()
+        self.encode = BucketEncoder(here, p, self.core.cfg.buckets, pb_utils)
 
     def execute(self, requests):
         responses = [None] * len(requests)
@@ -82,7 +64,7 @@ class TritonPythonModel:
                 continue
             work.append(Request(texts, None, opts))
             where.append(i)
-        for i, r, out in zip(where, work, self.core.run(work, self._encode) if work else ()):
+        for i, r, out in zip(where, work, self.core.run(work, self.encode) if work else ()):
             if out.error is not None:
                 responses[i] = _error(out.error)
                 continue

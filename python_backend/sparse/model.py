@@ -3,8 +3,9 @@
 padded with index -1 / value 0 to the request's longest row; TOKENS per text.
 
 Options (embtrt_backend.sparse.resolve): prompt_name, input_type, truncate, max_active_dims.
-The encoder runs in this model; an inference-free SPLADE's queries (input_type query) take its
-static query side (embtrt_backend.sparse.StaticQuery) and no encoder run. Only pb_utils glue here.
+The encoder runs in this model or, over BLS, in each bucket's encoder model; an inference-free
+SPLADE's queries (input_type query) take its static query side (embtrt_backend.sparse.StaticQuery)
+and no encoder run. Only pb_utils glue here.
 """
 
 import os
@@ -19,6 +20,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.core import Request, RequestCore  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
 from embtrt_backend.sparse import resolve, sparsify  # noqa: E402
@@ -35,9 +37,7 @@ class TritonPythonModel:
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
         self.core = RequestCore.from_folder(here, p)
-        from embtrt_backend.encoder import encoder_from_parameters
-
-        self.encoder = encoder_from_parameters(here, p)
+        self.encode = BucketEncoder(here, p, self.core.cfg.buckets, pb_utils)
         self.default_k = int(p.get("max_active_dims") or 0) or None   # the folder's max_active_dims
         self.static = None   # inference-free SPLADE: queries are weighted tokens, no encoder run
         if p.get("query_route") == "static":
@@ -69,7 +69,7 @@ class TritonPythonModel:
             work.append(Request(texts, None, opts))
             where.append(i)
             active.append(k)
-        outs = self.core.run(work, lambda bucket, feeds: self.encoder.run(feeds)) if work else ()
+        outs = self.core.run(work, self.encode) if work else ()
         for i, k, out in zip(where, active, outs):
             if out.error is not None:
                 responses[i] = _error(out.error)
