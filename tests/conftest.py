@@ -91,7 +91,9 @@ def minilm_cross_encoder(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def rerank_repos(tmp_path_factory, cross_encoders) -> dict[str, Path]:
-    """Each cross-encoder built as a reranker (python-ort), named after its key (bert_ce, xlmr_ce3, qwen3_ce)."""
+    """Each cross-encoder built as a reranker (python-ort), named after its key (bert_ce, xlmr_ce3, qwen3_ce);
+    qwen3_ce with --router-encoder bls (its front door calls one encoder model per bucket, the
+    onnxruntime target's path, served here on the Python backend)."""
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
@@ -99,7 +101,8 @@ def rerank_repos(tmp_path_factory, cross_encoders) -> dict[str, Path]:
     out = {}
     for key, path in cross_encoders.items():
         out[key] = base / key
-        build(spec_from_options(path, out[key], name=key.replace("-", "_")), log=_quiet)
+        extra = {"qwen3-ce": {"router_encoder": "bls"}}.get(key, {})
+        build(spec_from_options(path, out[key], name=key.replace("-", "_"), **extra), log=_quiet)
     return out
 
 
@@ -122,8 +125,9 @@ def rerank_server(rerank_repos, tmp_path_factory):
         yield srv
 
 
-def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, **kw) -> tuple[Path, Path]:
-    """(model folder, built repository `name`) of tiny_models' `maker` SparseEncoder."""
+def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options: dict | None = None,
+                  **kw) -> tuple[Path, Path]:
+    """(model folder, built repository `name`, built with `options`) of tiny_models' `maker` SparseEncoder."""
     import tiny_models
 
     from embtrt.export import build
@@ -131,7 +135,7 @@ def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, **kw) ->
 
     base = tmp_path_factory.mktemp(name)
     path = getattr(tiny_models, maker)(base / folder, **kw)
-    build(spec_from_options(path, base / "repo", name=name), log=_quiet)
+    build(spec_from_options(path, base / "repo", name=name, **(options or {})), log=_quiet)
     return path, base / "repo"
 
 
@@ -143,8 +147,10 @@ def splade(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def splade_if(tmp_path_factory) -> tuple[Path, Path]:
-    """(model folder, built repository) of a tiny inference-free SPLADE (static query side), name splade_if."""
-    return _sparse_build(tmp_path_factory, "make_inference_free_splade", "if-splade", "splade_if")
+    """(model folder, built repository) of a tiny inference-free SPLADE (static query side), name splade_if,
+    with --router-encoder bls: its documents go through one encoder model per bucket."""
+    return _sparse_build(tmp_path_factory, "make_inference_free_splade", "if-splade", "splade_if",
+                         {"router_encoder": "bls"})
 
 
 @pytest.fixture(scope="session")

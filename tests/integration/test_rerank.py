@@ -48,6 +48,12 @@ def test_the_build_records_the_kind_and_gates_against_cross_encoder(rerank_repos
     assert m.extra["parity"]["max_abs_diff"] <= ROUNDS
     mq = read_manifest(rerank_repos["qwen3-ce"])   # a decoder: left padding in sentence-transformers, right here
     assert (mq.kind, mq.activation, mq.extra["parity"]["passed"]) == ("reranker", "sigmoid", True)
+    # built with --router-encoder bls: the front door holds no graph, so every score it serves
+    # (test_served_scores_and_ranks_equal_cross_encoder[qwen3-ce]) came through the bucket encoders
+    assert mq.router_encoder == "bls" and mq.models.encoders == ("qwen3_ce_32_encoder", "qwen3_ce_96_encoder")
+    assert not (rerank_repos["qwen3-ce"] / "qwen3_ce" / "1" / "model.onnx").exists()
+    assert all((rerank_repos["qwen3-ce"] / e / "1" / "model.onnx").is_file() for e in mq.models.encoders)
+    assert m.router_encoder == "local" and m.models.encoders == ()
     m3 = read_manifest(rerank_repos["xlmr-ce3"])
     assert (m3.kind, m3.num_labels, m3.activation) == ("reranker", 3, "identity")
     assert m3.input_names == ("input_ids", "attention_mask")   # XLM-R takes no segment ids

@@ -192,4 +192,8 @@ def test_inference_free_splade_queries_take_the_static_side_and_documents_the_en
     assert float(np.abs(got_q - want_q).max()) <= TOL and float(np.abs(got_d - want_d).max()) <= TOL
     want_top = _dense(se.encode_query(texts[:4], convert_to_tensor=True, max_active_dims=2))
     assert float(np.abs(top - want_top).max()) <= TOL
-    assert read_manifest(splade_if[1]).extra["parity"]["passed"]
+    m = read_manifest(splade_if[1])
+    assert m.extra["parity"]["passed"]
+    # built with --router-encoder bls: the documents above came through the bucket encoder models
+    assert m.router_encoder == "bls" and m.models.encoders == ("splade_if_32_encoder", "splade_if_64_encoder")
+    assert not (splade_if[1] / "splade_if" / "1" / "model.onnx").exists()

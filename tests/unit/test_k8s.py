@@ -486,12 +486,12 @@ def test_two_models_get_pools_of_their_own_behind_one_gateway(repos, tiny_models
 
 
 def test_a_reranker_and_a_sparse_encoder_get_one_pool_each_beside_an_embedder(repos, rerank_repos, splade, tmp_path):
-    """A reranker's and a sparse encoder's front door runs every bucket itself: each kind is one pool
-    that loads its front door only (a model on disk, with its liveness checker), every bucket of
-    it routed there by the gateway; an embedder beside them keeps its length pools. A --pools split
-    of such a kind is refused naming it."""
-    rr, sp = rerank_repos["bert-ce"], splade[1]
-    files = rendered(repos["cpu"], tmp_path / "out", more_repositories=(rr, sp))
+    """A reranker's and a sparse encoder's front door plans every bucket itself: each kind is one pool
+    that loads its front door (a model on disk, with its liveness checker) and, built with bls, the
+    bucket encoders it calls; every bucket of it routed there by the gateway; an embedder beside them
+    keeps its length pools. A --pools split of such a kind is refused naming it."""
+    rr, sp, rb = rerank_repos["bert-ce"], splade[1], rerank_repos["qwen3-ce"]
+    files = rendered(repos["cpu"], tmp_path / "out", more_repositories=(rr, sp, rb))
     for name, ds in files.items():
         if name != "kustomization.yaml":
             for d in ds:
@@ -500,14 +500,16 @@ def test_a_reranker_and_a_sparse_encoder_get_one_pool_each_beside_an_embedder(re
     pools = {n: d for n, d in kinds["Deployment"].items() if "-pool-" in n}
     cmd = kinds["Deployment"]["bert-gateway"]["spec"]["template"]["spec"]["containers"][0]["command"]
     routes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--pool"]
-    for repo in (rr, sp):
+    for repo in (rr, sp, rb):
         m = json.loads((repo / "embtrt.json").read_text())
         app = m["name"].replace("_", "-")
         mine = {n: d for n, d in pools.items() if n.startswith(f"{app}-pool-")}
         assert list(mine) == [f"{app}-pool-{max(m['buckets'])}"], (m["kind"], sorted(pools))
         c = next(iter(mine.values()))["spec"]["template"]["spec"]["containers"][0]
-        assert [a for a in c["args"] if a.startswith("--load-model=")] == [f"--load-model={m['name']}"]
-        assert (repo / m["name"] / "config.pbtxt").is_file()
+        loads = [m["name"], *m["models"]["encoders"]]
+        assert [a for a in c["args"] if a.startswith("--load-model=")] == [f"--load-model={x}" for x in loads]
+        assert all((repo / x / "config.pbtxt").is_file() for x in loads)
+        assert len(loads) == (1 if repo != rb else 1 + len(m["buckets"]))
         script = next(a for a in c["livenessProbe"]["exec"]["command"] if a.endswith("liveness.py"))
         assert (repo / script.removeprefix("/models/")).is_file()
         assert sorted(r for r in routes if r.startswith(m["name"] + ":")) == sorted(

@@ -25,7 +25,7 @@ from ..reference.rerank_gate import SCORE_TOLERANCE, judge
 from ..reference.modelinfo import model_hash
 from ..repository.manifest import Manifest, ModelNames
 from .chunking import measure_run_overhead, run_cost_line
-from .single import finish, write_front_door
+from .single import bls_params, bucket_encoders, finish, write_front_door
 from .encoders import identity, rebuild_command, require_openvino, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .spec import BuildSpec
@@ -92,7 +92,7 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "buckets": ",".join(map(str, spec.buckets)),
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
                                                   for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", "encoder_mode": "local",
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", **bls_params(spec),
               "run_overhead_tokens": str(run_overhead), "num_labels": str(spec.num_labels),
               "activation": spec.activation, "kind": "reranker",
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
@@ -176,19 +176,21 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                  "outputs": [_t("SCORES", "TYPE_FP32", [spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items())},
-        files={"1/tokenizer.json": tok_json, "1/model.onnx": onnx_path}, backend_code="reranker")
-    bundle = write_front_door(spec, plan, repo, log)
+        files={"1/tokenizer.json": tok_json, **({"1/model.onnx": onnx_path} if spec.router_mode == "local" else {})},
+        backend_code="reranker")
+    encoders = bucket_encoders(spec, onnx_path, "logits", spec.num_labels, ident)
+    bundle = write_front_door(spec, [plan, *encoders], repo, log)
     from ..repository.budget import bucket_batch
 
     manifest = Manifest(
-        name=spec.name, identity=ident, models=ModelNames(spec.name, (), ()), pooling="none", normalize=False,
-        dim=spec.num_labels, buckets=spec.buckets, max_seq_length=spec.max_seq_length, overflow="truncate",
+        name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)),
+        pooling="none", normalize=False, dim=spec.num_labels, buckets=spec.buckets, max_seq_length=spec.max_seq_length, overflow="truncate",
         overflow_stride=0, precision=spec.precision, target=spec.target,
         backend_profile=ident["embtrt.backend_profile"], pooler="none", input_names=tuple(spec.input_names),
         encoder_output="logits", pad_id=pad_id, max_batch_size=spec.max_batch_size,
         max_batch_tokens=spec.max_batch_tokens,
         bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
-        router_encoder="local", server_python=spec.server_python, bundle=bundle,
+        router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle,
         kind="reranker", num_labels=spec.num_labels, activation=spec.activation, prompts=spec.prompt_map,
         default_prompt_name=spec.default_prompt_name,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},

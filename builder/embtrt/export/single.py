@@ -1,23 +1,51 @@
 """What the reranker and sparse builds share: a repository of one front door that runs its own
-encoder — written with its bundle, then the manifest, then checked before the build returns."""
+encoder (encoder_mode local) or calls one encoder model per bucket over BLS (the onnxruntime
+target, or --router-encoder bls) — written with its bundle, then the manifest, then checked
+before the build returns."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .. import __version__
 from ..common.log import Log
 from ..errors import RepositoryError
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, write_manifest
-from .render import ModelPlan, attach_deps, bundle_dir, write_repository
+from .render import ModelPlan, _encoder_plan, _t, attach_deps, bundle_dir, encoder_dims, model_names, write_repository
 from .result import BuildResult
 from .spec import BuildSpec
 
 
-def write_front_door(spec: BuildSpec, plan: ModelPlan, repo: Path, log: Log) -> dict | None:
-    """The front door's folder (config, files, Python code, deps) and the bundle -> the bundle record."""
-    attach_deps(spec, [plan])
-    write_repository([plan], repo)
+def bls_params(spec: BuildSpec) -> dict[str, str]:
+    """The front door's encoder parameters: local, or the bucket encoder models it calls."""
+    if spec.router_mode == "local":
+        return {"encoder_mode": "local"}
+    return {"encoder_mode": "bls", "encoder_models": ",".join(model_names(spec)["encoder"][b] for b in spec.buckets)}
+
+
+def bucket_encoders(spec: BuildSpec, onnx_path: Path, output: str, width: int, ident: dict[str, str]) -> list[ModelPlan]:
+    """encoder_mode bls: one encoder model per bucket over the one ONNX graph (the onnxruntime
+    backend, or the Python backend's encoder for --router-encoder bls), each row's output [width],
+    its max batch the bucket's token budget; none in local mode."""
+    if spec.router_mode == "local":
+        return []
+    names = model_names(spec)["encoder"]
+    plans = []
+    for b in spec.buckets:
+        dims = [encoder_dims(spec, b)]
+        common = {"version": __version__, "max_batch_size": spec.bucket_max_batch(b)}
+        plans.append(_encoder_plan(spec, b, names[b], [_t(n, "TYPE_INT64", dims) for n in spec.input_names],
+                                   [_t(output, "TYPE_FP32", [width])], output, {b: onnx_path}, {}, common,
+                                   sorted(ident.items())))
+    return plans
+
+
+def write_front_door(spec: BuildSpec, plans: list[ModelPlan], repo: Path, log: Log) -> dict | None:
+    """The front door's folder (config, files, Python code, deps), any bucket encoders, and the
+    bundle -> the bundle record."""
+    attach_deps(spec, plans)
+    write_repository(plans, repo)
     if not spec.bundle_deps:
         return None
     from .bundle import make_bundle

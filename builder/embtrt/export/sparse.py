@@ -29,7 +29,7 @@ from .chunking import measure_run_overhead, run_cost_line
 from .encoders import identity, rebuild_command, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .result import BuildResult
-from .single import finish, write_front_door
+from .single import bls_params, bucket_encoders, finish, write_front_door
 from .spec import BuildSpec
 
 
@@ -93,7 +93,7 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "overflow": "truncate", "overflow_stride": "0", "buckets": ",".join(map(str, spec.buckets)),
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
                                                   for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", "encoder_mode": "local",
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", **bls_params(spec),
               "run_overhead_tokens": str(run_overhead), "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
               "normalize": "false", "kind": "sparse", "dimensions": "",
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or "",
@@ -128,7 +128,7 @@ def served_weights(core, encoder, texts: list[str], input_type: str, static=None
         weights, tokens = static.encode(texts, opts.prompt)
         return keep_largest(weights, k), tokens
     reqs = [Request(texts[i:i + 8], None, opts) for i in range(0, len(texts), 8)]
-    outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))
+    outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))   # every bucket runs the one graph
     for o in outs:
         if o.error is not None:
             raise o.error
@@ -212,19 +212,20 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                              _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items())},
-        files={"1/tokenizer.json": tok_json, "1/model.onnx": onnx_path,
+        files={"1/tokenizer.json": tok_json, **({"1/model.onnx": onnx_path} if spec.router_mode == "local" else {}),
                **({"1/query_tokenizer.json": work / "query_tokenizer.json",
                    "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
         backend_code="sparse")
-    bundle = write_front_door(spec, plan, repo, log)
+    encoders = bucket_encoders(spec, onnx_path, "sparse", spec.hidden_size, ident)
+    bundle = write_front_door(spec, [plan, *encoders], repo, log)
     manifest = Manifest(
-        name=spec.name, identity=ident, models=ModelNames(spec.name, (), ()), pooling=f"splade-{spec.splade_pooling}",
+        name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)), pooling=f"splade-{spec.splade_pooling}",
         normalize=False, dim=spec.hidden_size, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
         overflow="truncate", overflow_stride=0, precision=spec.precision, target=spec.target,
         backend_profile=ident["embtrt.backend_profile"], pooler="fused", input_names=tuple(spec.input_names),
         encoder_output="sparse", pad_id=pad_id, max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
         bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
-        router_encoder="local", server_python=spec.server_python, bundle=bundle, prompts=spec.prompt_map,
+        router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle, prompts=spec.prompt_map,
         default_prompt_name=spec.default_prompt_name, kind="sparse", activation=spec.activation,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},

@@ -25,7 +25,7 @@ ORT_DEVICES = ("cpu", "gpu")
 ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
 KINDS = ("embedder", "reranker", "sparse")
-RERANKER_TARGETS = ("python-ort", "python-openvino")   # the reranker / sparse front door runs the model itself
+RERANKER_TARGETS = ("python-ort", "python-openvino", "onnxruntime")   # tensorrt: not yet for these kinds
 
 # Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
 # quantization and must still pass the parity gate).

@@ -31,9 +31,9 @@ def knobs_for(manifest: Manifest, repo: Path) -> list[Knob]:
            Knob("front.max_queue_delay_us", front, (0, 500, 2000, 5000)),
            Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb))),
            Knob("front.intra_op_threads", front, (0, 1, 2))]
-    if manifest.kind != "embedder":   # a reranker's / sparse encoder's front door is its only model
-        return out
-    if manifest.target != "tensorrt":  # engines fix their batch range: the budget needs a rebuild there
+    # the budget knob: embedders only (a reranker's / sparse encoder's budget is baked into its front
+    # door's plan), and not TensorRT (engines fix their batch range: the budget needs a rebuild there)
+    if manifest.kind == "embedder" and manifest.target != "tensorrt":
         values = budget_values(manifest)
         if len(values) > 1:
             models = tuple(budget_models(manifest, {p.parent.name for p in Path(repo).glob("*/config.pbtxt")}))

@@ -10,8 +10,9 @@ metrics port), pools reach nothing, the gateway only the pools and DNS. With a T
 at the gateway and TLS on its gRPC to the pools. No CRDs, no Helm; a kustomization.yaml ties the
 files together.
 
-A reranker's or sparse encoder's repository (its front door runs the model for every bucket)
-is one pool that loads the front door only, behind the same gateway routes as its kind's.
+A reranker's or sparse encoder's repository (its front door plans every bucket and runs the
+model, or calls its bucket encoders) is one pool that loads the front door and those encoders,
+behind the same gateway routes as its kind's.
 
 Before rendering, every repository is checked (`embtrt check`) for the Python the pool image runs:
 a bundle built for another Python is refused with the command that rebuilds it.

@@ -36,9 +36,10 @@ def plan_pools(buckets: list[int], pools: tuple[int, ...]) -> list[tuple[int, ..
 
 def pool_models(m: Manifest, buckets: tuple[int, ...]) -> list[str]:
     """The models one pool loads: an embedder's bucket models (encoder, tokenizer, ensemble, pooler);
-    for a reranker or sparse encoder the front door, which tokenizes and runs every bucket itself."""
+    for a reranker or sparse encoder the front door, which tokenizes every bucket and runs it itself
+    or (encoder_mode bls) through the bucket encoder models it calls."""
     if m.kind != "embedder":
-        return [m.name]
+        return [m.name, *m.models.encoders]
     models = [x for b in buckets for x in (f"{m.name}_{b}_encoder", f"{m.name}_{b}_tokenizer", f"{m.name}_{b}")]
     if m.pooler == "python":
         models += [f"{m.name}_{b}_pooler" for b in buckets]
@@ -76,8 +77,8 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
     except SpecError as exc:
         raise SpecError(f"{name}: {exc.message}", exc.hint) from None
     if m.kind != "embedder":
-        # a reranker's or sparse encoder's front door runs the model itself: it is its only model,
-        # so all of its buckets are in one pool (the gateway takes no other split for these kinds)
+        # a reranker's or sparse encoder's front door plans every bucket itself (and runs it, or calls
+        # its bucket encoders), so all of its buckets are in one pool (the gateway takes no other split for these kinds)
         if len(pools) > 1 and spec.pools:
             raise SpecError(f"{name}: invalid --pools {','.join(map(str, spec.pools))} for a {m.kind}: its front door "
                             "runs every bucket itself, so it is served by one pool",

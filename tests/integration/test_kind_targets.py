@@ -1,0 +1,79 @@
+"""The onnxruntime target for rerankers and sparse encoders (#31, #32): the front door tokenizes
+and plans every bucket, and calls one encoder model per bucket over BLS, which Triton's
+onnxruntime backend runs.
+
+The bundled tritonserver has no onnxruntime backend (../shared/FINDINGS.md), so what is checked
+here is the build (its gate runs the graph in ONNX Runtime, which that backend runs), the rendered
+configs as tritonclient's protobuf parses them, and the repository check. The BLS path itself is
+served on a real tritonserver by the --router-encoder bls fixtures (qwen3_ce in test_rerank.py,
+splade_if in test_sparse.py), whose bucket encoders run the same graph in the Python backend.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from embtrt.common.files import sha256_file
+from embtrt.export import build
+from embtrt.export.spec import spec_from_options
+from embtrt.repository.check import check_repository
+from embtrt.repository.config import parse_config
+from embtrt.repository.manifest import read_manifest
+
+
+def _params(cfg) -> dict[str, str]:
+    return {k: v.string_value for k, v in cfg.parameters.items()}
+
+
+def _assert_bls_repository(repo, name: str, output: str, width: int) -> None:
+    m = read_manifest(repo)
+    assert (m.target, m.router_encoder, m.backend_profile) == ("onnxruntime", "bls", "onnxruntime-backend:cpu:fp32")
+    assert m.models.encoders == tuple(f"{name}_{b}_encoder" for b in m.buckets)
+    front = parse_config(repo / name / "config.pbtxt")
+    p = _params(front)
+    assert (front.backend, p["encoder_mode"], p["encoder_models"]) == ("python", "bls", ",".join(m.models.encoders))
+    assert not (repo / name / "1" / "model.onnx").exists()     # the front door runs no graph itself
+    for b, enc in zip(m.buckets, m.models.encoders):
+        cfg = parse_config(repo / enc / "config.pbtxt")
+        assert cfg.backend == "onnxruntime" and cfg.max_batch_size == m.bucket_max_batch[b]
+        assert [(i.name, list(i.dims)) for i in cfg.input] == [(n, [-1]) for n in m.input_names]
+        assert [(o.name, list(o.dims)) for o in cfg.output] == [(output, [width])]
+        assert sha256_file(repo / enc / "1" / "model.onnx") == m.extra["onnx"]["sha256"]   # the gated graph
+    par = m.extra["parity"]
+    assert par["passed"] and par["buckets"] and max(b["max_abs_diff"] for b in par["buckets"].values()) <= 1e-4
+    assert check_repository(repo).passed
+    deps = (repo / name / "1" / "embtrt_deps.json").read_text()
+    assert '"onnxruntime"' not in deps      # the front door imports tokenizers only; the backend runs ORT
+
+
+def test_a_reranker_builds_for_the_onnxruntime_backend(cross_encoders, tmp_path):
+    repo = tmp_path / "ort"
+    build(spec_from_options(cross_encoders["bert-ce"], repo, name="ce_ort", target="onnxruntime"), log=lambda m: None)
+    _assert_bls_repository(repo, "ce_ort", "logits", 1)
+    assert "--target onnxruntime" in read_manifest(repo).extra["rebuild"]
+
+
+def test_a_sparse_encoder_builds_for_the_onnxruntime_backend(splade, tmp_path):
+    repo = tmp_path / "ort"
+    build(spec_from_options(splade[0], repo, name="sp_ort", target="onnxruntime"), log=lambda m: None)
+    _assert_bls_repository(repo, "sp_ort", "sparse", read_manifest(repo).dim)
+
+
+def test_tensorrt_is_refused_for_these_kinds_naming_the_targets_they_take(cross_encoders, splade, tmp_path):
+    from embtrt.errors import SpecError
+
+    for folder in (cross_encoders["bert-ce"], splade[0]):
+        with pytest.raises(SpecError, match="python-ort, python-openvino, onnxruntime"):
+            spec_from_options(folder, tmp_path / "trt", target="tensorrt")
+
+
+def test_tune_knobs_of_a_bls_reranker_take_its_bucket_encoders_and_no_budget(rerank_repos):
+    from embtrt.measure.knobs import BUDGET, knobs_for
+
+    local = {k.name: k.models for k in knobs_for(read_manifest(rerank_repos["bert-ce"]), rerank_repos["bert-ce"])}
+    m = read_manifest(rerank_repos["qwen3-ce"])
+    bls = {k.name: k.models for k in knobs_for(m, rerank_repos["qwen3-ce"])}
+    assert set(local) == {"front.instances", "front.max_queue_delay_us", "front.preferred_batch_sizes",
+                          "front.intra_op_threads"}
+    assert set(bls) == set(local) | {"encoder.instances", "encoder.max_queue_delay_us"} and BUDGET not in bls
+    assert bls["encoder.instances"] == m.models.encoders
