@@ -1,20 +1,17 @@
 """`embtrt engines` on a "GPU host" without PyTorch: the whole path around TensorRT, for real.
 
-A subprocess puts the stand-ins for `tensorrt` and `pynvml` (tests/fakes; their names are
-checked against the real libraries in test_tensorrt_names.py) first on the path and makes
-`import torch` / `import transformers` fail, as in Triton's TensorRT images. Everything else
+A subprocess (tests/gpu_host.py) puts the stand-ins for `tensorrt` and `pynvml` (tests/fakes;
+their names are checked against the real libraries in test_tensorrt_names.py) first on the path
+and makes `import torch` / `import transformers` fail, as in Triton's TensorRT images. Everything else
 is real: recipes, sha256 checks, the strongly typed network flag, profiles from the token
 budget, the timing cache, plan manifests, stale/foreign detection, and the plan-vs-ONNX gate
 with ONNX Runtime on real text (the fake plan runs its ONNX).
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -22,29 +19,10 @@ from embtrt.export import build
 from embtrt.export.onnx2trt import PLAN, PLAN_MANIFEST, TIMING_CACHE, encoder_dirs
 from embtrt.common.gpu import tensorrt_available
 from embtrt.export.spec import Gate, spec_from_options
+from gpu_host import run_on_gpu_host
 
-ROOT = Path(__file__).resolve().parents[2]
 TRT_HERE = tensorrt_available()[0]   # on a GPU host the fixture's build leaves plans pending all the same
 WITHOUT_TRT = "TensorRT and a GPU are on this host: the host without them is what this test covers"
-FAKES = ROOT / "tests" / "fakes"
-
-PRELUDE = """
-import sys
-class _NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "transformers", "sentence_transformers"):
-            raise ImportError(f"{{name}} is not installed on this GPU host (blocked by the test)")
-        return None
-sys.meta_path.insert(0, _NoTorch())
-sys.path[:0] = [{fakes!r}, {nvml!r}]
-"""
-
-
-def run_on_gpu_host(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    script = tmp_path / "gpu_host.py"
-    script.write_text(PRELUDE.format(fakes=str(FAKES), nvml=str(FAKES / "nvml")) + textwrap.dedent(code))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "builder"), str(ROOT / "python_backend")]))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +30,9 @@ def fp16_repo(tiny_models, tmp_path_factory):
     out = tmp_path_factory.mktemp("engines") / "repo"
     with pytest.MonkeyPatch.context() as mp:
         if TRT_HERE:
-            from embtrt.export import pipeline
+            from embtrt.export import onnx2trt
 
-            mp.setattr(pipeline, "tensorrt_available", lambda: (False, WITHOUT_TRT))
+            mp.setattr(onnx2trt, "tensorrt_available", lambda: (False, WITHOUT_TRT))
         build(spec_from_options(tiny_models["qwen3-last"], out, name="q", target="tensorrt", precision="fp16",
                                 max_batch_size=16, max_batch_tokens=1024), log=lambda m: None)
     return out
