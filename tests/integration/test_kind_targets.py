@@ -7,11 +7,11 @@ here is the build (its gate runs the graph in ONNX Runtime, which that backend r
 configs as tritonclient's protobuf parses them, and the repository check. The BLS path itself is
 served on a real tritonserver by the --router-encoder bls fixtures (qwen3_ce in test_rerank.py,
 splade_if in test_sparse.py), whose bucket encoders run the same graph in the Python backend.
+The tensorrt target of these kinds: test_tensorrt_kinds.py.
 """
 
 from __future__ import annotations
 
-import pytest
 
 from embtrt.common.files import sha256_file
 from embtrt.export import build
@@ -57,14 +57,6 @@ def test_a_sparse_encoder_builds_for_the_onnxruntime_backend(splade, tmp_path):
     repo = tmp_path / "ort"
     build(spec_from_options(splade[0], repo, name="sp_ort", target="onnxruntime"), log=lambda m: None)
     _assert_bls_repository(repo, "sp_ort", "sparse", read_manifest(repo).dim)
-
-
-def test_tensorrt_is_refused_for_these_kinds_naming_the_targets_they_take(cross_encoders, splade, tmp_path):
-    from embtrt.errors import SpecError
-
-    for folder in (cross_encoders["bert-ce"], splade[0]):
-        with pytest.raises(SpecError, match="python-ort, python-openvino, onnxruntime"):
-            spec_from_options(folder, tmp_path / "trt", target="tensorrt")
 
 
 def test_tune_knobs_of_a_bls_reranker_take_its_bucket_encoders_and_no_budget(rerank_repos):

@@ -70,6 +70,9 @@ class EngineRecipe:
     builder_opt_level: int
     workspace_bytes: int
     strongly_typed: bool = True
+    # TF32 math for fp32 tensors (TensorRT's default): off where a gate bounds values at 1e-4
+    # (rerankers' and sparse encoders' fp32 plans), since TF32 rounds matmul inputs to 10 bits
+    tf32: bool = True
 
     def shapes(self) -> dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]]:
         L = self.bucket
@@ -82,6 +85,7 @@ class EngineRecipe:
             return ",".join(f"{n}:{s[i][0]}x{s[i][1]}" for n, s in self.shapes().items())
 
         args = ["trtexec", f"--onnx={self.onnx}", f"--saveEngine={PLAN}", "--stronglyTyped",
+                *([] if self.tf32 else ["--noTF32"]),
                 f"--minShapes={dims(0)}", f"--optShapes={dims(1)}", f"--maxShapes={dims(2)}",
                 f"--memPoolSize=workspace:{self.workspace_bytes >> 20}M",
                 f"--builderOptimizationLevel={self.builder_opt_level}", f"--timingCacheFile={timing_cache}"]
@@ -91,7 +95,7 @@ class EngineRecipe:
     def load(cls, path: Path) -> "EngineRecipe":
         d = json.loads(Path(path).read_text())
         d["input_names"] = tuple(d["input_names"])
-        missing = [k for k in cls.__dataclass_fields__ if k not in d and k != "strongly_typed"]
+        missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in ("strongly_typed", "tf32")]
         if missing:
             raise SpecError(f"invalid recipe {path}: missing {', '.join(missing)} (written by an older embtrt?)",
                             "rebuild the repository with this embtrt: `embtrt build --target tensorrt ...`")
@@ -115,7 +119,8 @@ def write_recipes(spec, art, repo: Path, log: Log = print) -> list[Path]:
                          gate_onnx=gate_rel, gate_onnx_sha256=sha256_file(d / gate_rel), gate_run=art.gate_run,
                          precision=spec.precision, input_names=tuple(spec.input_names), min_batch=1,
                          opt_batch=max(spec.bucket_preferred(b)), max_batch=mb, max_batch_tokens=spec.max_batch_tokens,
-                         builder_opt_level=spec.builder_opt_level, workspace_bytes=WORKSPACE_BYTES)
+                         builder_opt_level=spec.builder_opt_level, workspace_bytes=WORKSPACE_BYTES,
+                         tf32=not (spec.kind != "embedder" and spec.precision == "fp32"))
         doc = asdict(r)
         doc["trtexec"] = r.trtexec(f"../{TIMING_CACHE}")
         (d / RECIPE).write_text(json.dumps(doc, indent=2) + "\n")
@@ -124,6 +129,19 @@ def write_recipes(spec, art, repo: Path, log: Log = print) -> list[Path]:
         out.append(d / RECIPE)
     log(f"wrote {len(out)} engine recipes (embtrt_engine.json + trtexec.sh per bucket, strongly typed, {spec.precision} in the ONNX)")
     return out
+
+
+def recipes_and_plans(spec, prec, repo: Path, texts: list[str], log: Log) -> tuple[list[str], dict]:
+    """Write the per-bucket recipes; build the plans now where TensorRT and a GPU exist."""
+    write_recipes(spec, prec, repo, log=log)
+    ok, why = tensorrt_available()
+    if not ok:
+        log(f"TensorRT plans not built here: {why}.")
+        log(f"Finish on the GPU host: embtrt engines {spec.out}")
+        return ([f"{spec.name}_{b}_encoder/1/model.plan" for b in spec.buckets],
+                {"built": False, "reason": why, "finish_with": f"embtrt engines {spec.out}"})
+    states = build_engines(repo, allow_mismatch=spec.allow_mismatch, texts=texts, gate=spec.gate, log=log)
+    return [], {"built": True, "plans": {s.model: s.state for s in states}}
 
 
 @dataclass(frozen=True)
@@ -189,6 +207,8 @@ def configure_builder(builder: "trt.Builder", recipe: EngineRecipe, timing_cache
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, recipe.workspace_bytes)
     config.builder_optimization_level = recipe.builder_opt_level
+    if not recipe.tf32:
+        config.clear_flag(trt.BuilderFlag.TF32)
     profile = builder.create_optimization_profile()
     for name, (mn, opt, mx) in recipe.shapes().items():
         profile.set_shape(name, trt.Dims(list(mn)), trt.Dims(list(opt)), trt.Dims(list(mx)))
@@ -253,7 +273,9 @@ class PlanRunner:  # pragma: no cover - GPU only
 
 def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runner_cls=None):
     """The plan vs the graph the build's gate ran (ONNX Runtime, CPU) on the corpus texts of its
-    bucket: model.onnx itself, or for bf16 the simulation of it (gate.onnx)."""
+    bucket: model.onnx itself, or for bf16 the simulation of it (gate.onnx). Embedders: cosine of
+    the pooled vectors under the recorded gate; rerankers and sparse encoders: max |difference|
+    of the outputs (logits, weights) under their kind's tolerance for the precision."""
     from ..common.backend import backend_lib
     from ..reference.parity import CosineStats, cosine_rows
 
@@ -273,7 +295,14 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
         feeds = tok.pad(enc, rows[s:s + recipe.max_batch], recipe.bucket, recipe.input_names)
         got.append(runner.run(feeds, m.encoder_output))
         want.append(ort.run(feeds))
+    runner.close()
     g, w = np.concatenate(got), np.concatenate(want)
+    if m.kind != "embedder":
+        worst, limit = float(np.abs(g - w).max()), kind_plan_tolerance(m.kind, m.precision)
+        ok = worst <= limit
+        log(f"{'[ok]' if ok else '[x]'} {model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on "
+            f"{len(rows)} texts: max |{m.encoder_output} difference| {worst:.2e} (limit {limit:.0e})")
+        return worst, ok
     if g.ndim == 3:  # hidden states: compare the pooled vectors
         from embtrt_backend.pooling import pool_and_normalize
 
@@ -281,13 +310,21 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
                                for s in range(0, len(rows), recipe.max_batch)])
         g = pool_and_normalize(g, mask, m.pooling, m.normalize)
         w = pool_and_normalize(w, mask, m.pooling, m.normalize)
-    runner.close()
     st = CosineStats.of(cosine_rows(w, g))
     ok = st.passes(gate)
     log(f"{'[ok]' if ok else '[x]'} {model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on {st.n} texts: "
         f"cosine p50 {st.p50:.6f} "
         f"p01 {st.p01:.6f} min {st.min:.6f}")
     return st, ok
+
+
+def kind_plan_tolerance(kind: str, precision: str) -> float:
+    """A reranker's or sparse encoder's plan against the graph its gate judged: the kind's own
+    bound on the served values (fp32 1e-4; a reranker's reduced precision 1e-2)."""
+    from ..reference.rerank_gate import tolerance_for
+    from ..reference.sparse_gate import TOLERANCE
+
+    return tolerance_for(precision) if kind == "reranker" else TOLERANCE
 
 
 def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = False, texts: list[str] | None = None,

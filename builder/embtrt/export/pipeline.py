@@ -16,7 +16,6 @@ import numpy as np
 
 from ..common.corpus import load_corpus
 from ..common.files import sha256_file
-from ..common.gpu import tensorrt_available
 from ..common.log import Log
 from ..errors import ParityError, RepositoryError
 from ..reference.modelinfo import inspect_model, model_hash
@@ -27,26 +26,12 @@ from ..repository.manifest import Manifest, ModelNames, write_manifest
 from .chunking import calibrate_chunking
 from .encoders import identity, quantize_int8, rebuild_command, require_openvino, versions
 from .hf2onnx import export
+from .onnx2trt import recipes_and_plans
 from .result import BuildResult
 from .render import CALIBRATION_FILE, attach_deps, bundle_dir, model_names, plan_repository, write_repository
 from .served import encoder_vectors
 from .spec import BuildSpec, check_out
 from .tokenizer import check_tokenizer, save_tokenizer
-
-
-def _tensorrt_engines(spec: BuildSpec, prec, repo: Path, texts: list[str], log: Log) -> tuple[list[str], dict]:
-    """Write the per-bucket recipes; build the plans now where TensorRT and a GPU exist."""
-    from .onnx2trt import build_engines, write_recipes
-
-    write_recipes(spec, prec, repo, log=log)
-    ok, why = tensorrt_available()
-    if not ok:
-        log(f"TensorRT plans not built here: {why}.")
-        log(f"Finish on the GPU host: embtrt engines {spec.out}")
-        return ([f"{spec.name}_{b}_encoder/1/model.plan" for b in spec.buckets],
-                {"built": False, "reason": why, "finish_with": f"embtrt engines {spec.out}"})
-    states = build_engines(repo, allow_mismatch=spec.allow_mismatch, texts=texts, gate=spec.gate, log=log)
-    return [], {"built": True, "plans": {s.model: s.state for s in states}}
 
 
 def reference_vectors(spec: BuildSpec, texts: list[str], log: Log) -> np.ndarray:
@@ -229,7 +214,7 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     )
     write_manifest(repo, manifest)
     if prec is not None:  # engines read the manifest (tokenizer, pad id)
-        pending, trt_state = _tensorrt_engines(spec, prec, repo, texts, log)
+        pending, trt_state = recipes_and_plans(spec, prec, repo, texts, log)
         manifest = manifest.with_extra(tensorrt=trt_state, pending=pending)
         write_manifest(repo, manifest)
 

@@ -25,7 +25,7 @@ from ..reference.rerank_gate import SCORE_TOLERANCE, judge
 from ..reference.modelinfo import model_hash
 from ..repository.manifest import Manifest, ModelNames
 from .chunking import measure_run_overhead, run_cost_line
-from .single import bls_params, bucket_encoders, finish, write_front_door
+from .single import bls_params, bucket_encoders, finish, precision_graph, write_front_door
 from .encoders import identity, rebuild_command, require_openvino, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .spec import BuildSpec
@@ -92,8 +92,8 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "buckets": ",".join(map(str, spec.buckets)),
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
                                                   for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", **bls_params(spec),
-              "run_overhead_tokens": str(run_overhead), "num_labels": str(spec.num_labels),
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.target == "tensorrt").lower(),
+              **bls_params(spec), "run_overhead_tokens": str(run_overhead), "num_labels": str(spec.num_labels),
               "activation": spec.activation, "kind": "reranker",
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
     return p
@@ -149,10 +149,12 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     hf_tok.backend_tokenizer.save(str(tok_json))
     pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
     check_pair_tokenizer(hf_tok, tok_json, pad_id, spec.max_seq_length, pairs, log)
+    graph, prec = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
 
-    log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs")
+    log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs"
+        + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
-    encoder = make_encoder(params, str(onnx_path), None)
+    encoder = make_encoder(params, str(graph), None)
     core = PairCore(_config(params), _tokenizer(tok_json, spec, pad_id))
     report = gate(ce, core, encoder, texts, log, spec.precision)
     if not report["passed"]:
@@ -160,7 +162,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
             raise ParityError(f"{spec.target}/{spec.precision} reranker fails the gate: " + "; ".join(report["failures"]),
                               "report the model architecture (or pass --allow-mismatch to keep it)")
         log("[x] gate failed; kept because --allow-mismatch was given")
-    if spec.run_overhead_tokens is None:
+    if spec.run_overhead_tokens is None and prec is None:   # a TensorRT plan's cost is not measured here
         ids = _pair_ids(core, queries[0], docs[0][0])
         fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
         log(run_cost_line(fixed, per_token, tokens))
@@ -178,7 +180,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                  "params": sorted(params.items()) + sorted(ident.items())},
         files={"1/tokenizer.json": tok_json, **({"1/model.onnx": onnx_path} if spec.router_mode == "local" else {})},
         backend_code="reranker")
-    encoders = bucket_encoders(spec, onnx_path, "logits", spec.num_labels, ident)
+    encoders = bucket_encoders(spec, graph, "logits", spec.num_labels, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
     from ..repository.budget import bucket_batch
 
@@ -201,7 +203,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind reranker",
                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    return finish(repo, manifest, f"[6/{steps}]", log)
+    return finish(repo, manifest, f"[6/{steps}]", log, spec, prec, texts)
 
 
 def _config(params: dict[str, str]):

@@ -55,14 +55,42 @@ def write_front_door(spec: BuildSpec, plans: list[ModelPlan], repo: Path, log: L
     return bundle
 
 
-def finish(repo: Path, manifest: Manifest, step: str, log: Log) -> BuildResult:
-    """Write the manifest, check the repository (a failure is embtrt's bug), return the result."""
+def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[str], tok_json: Path, pad_id: int,
+                    log: Log):
+    """The graph the gate judges and the bucket encoders serve: the exported ONNX, or for the
+    tensorrt target the precision ONNX its plans are built from (export.precision; one graph for
+    every bucket at fp32 / fp16) -> (path, the PrecisionArtifact or None)."""
+    if spec.target != "tensorrt":
+        return onnx_path, None
+    from .precision import make_precision_onnx
+
+    prec = make_precision_onnx(spec, onnx_path, work / "precision", texts, tok_json, pad_id, log)
+    graphs = {prec.gate_by_bucket[b] for b in spec.buckets}
+    if len(graphs) != 1 or prec.gate_run != "exact":
+        raise RepositoryError(f"{spec.kind} {spec.precision} for TensorRT needs one exactly gated graph for every bucket",
+                              "a bug in embtrt: only fp32 and fp16 are offered for this kind")
+    return graphs.pop(), prec
+
+
+def finish(repo: Path, manifest: Manifest, step: str, log: Log, spec: BuildSpec | None = None, prec=None,
+           texts: list[str] | None = None) -> BuildResult:
+    """Write the manifest; for the tensorrt target write the engine recipes and build the plans
+    where TensorRT is (else they are pending: `embtrt engines` on the GPU host); check the
+    repository (a failure is embtrt's bug); return the result."""
     write_manifest(repo, manifest)
+    pending: list[str] = []
+    if prec is not None:   # engines read the manifest (tokenizer, pad id, kind)
+        from .onnx2trt import recipes_and_plans
+
+        assert spec is not None and texts is not None
+        pending, state = recipes_and_plans(spec, prec, repo, texts, log)
+        manifest = manifest.with_extra(tensorrt=state, pending=pending, precision_onnx=prec.manifest())
+        write_manifest(repo, manifest)
     log(f"{step} checking the repository")
-    rep = check_repository(repo)
+    rep = check_repository(repo, allow_pending_plans=manifest.target == "tensorrt")
     for line in rep.lines():
         log(line)
     if not rep.passed:
         raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
                               "this is a bug in embtrt; please report it with the lines above")
-    return BuildResult(repo, manifest.to_dict(), rep.lines(), [], [])
+    return BuildResult(repo, manifest.to_dict(), rep.lines(), [], pending)

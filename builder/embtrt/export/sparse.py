@@ -29,7 +29,7 @@ from .chunking import measure_run_overhead, run_cost_line
 from .encoders import identity, rebuild_command, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .result import BuildResult
-from .single import bls_params, bucket_encoders, finish, write_front_door
+from .single import bls_params, bucket_encoders, finish, precision_graph, write_front_door
 from .spec import BuildSpec
 
 
@@ -93,7 +93,8 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "overflow": "truncate", "overflow_stride": "0", "buckets": ",".join(map(str, spec.buckets)),
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
                                                   for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": "false", **bls_params(spec),
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.target == "tensorrt").lower(),
+              **bls_params(spec),
               "run_overhead_tokens": str(run_overhead), "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
               "normalize": "false", "kind": "sparse", "dimensions": "",
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or "",
@@ -184,9 +185,11 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         log(f"inference-free SPLADE: queries are the static query side's weights ({spec.sparse_query_max_length} "
             "tokens at most, no special tokens), no encoder run")
 
-    log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts")
+    graph, prec = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
+    log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts"
+        + (" (padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
-    encoder = make_encoder(params, str(onnx_path), None)
+    encoder = make_encoder(params, str(graph), None)
     core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
     report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None)
     if not report["passed"]:
@@ -194,7 +197,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
             raise ParityError(f"{spec.target}/{spec.precision} sparse encoder fails the gate: " + "; ".join(report["failures"]),
                               "report the model architecture (or pass --allow-mismatch to keep it)")
         log("[x] gate failed; kept because --allow-mismatch was given")
-    if spec.run_overhead_tokens is None:
+    if spec.run_overhead_tokens is None and prec is None:   # a TensorRT plan's cost is not measured here
         ids = core.tokenizer.encode(texts[:1]).ids[0]
         fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
         log(run_cost_line(fixed, per_token, tokens))
@@ -216,10 +219,11 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                **({"1/query_tokenizer.json": work / "query_tokenizer.json",
                    "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
         backend_code="sparse")
-    encoders = bucket_encoders(spec, onnx_path, "sparse", spec.hidden_size, ident)
+    encoders = bucket_encoders(spec, graph, "sparse", spec.hidden_size, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
     manifest = Manifest(
-        name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)), pooling=f"splade-{spec.splade_pooling}",
+        name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)),
+        pooling=f"splade-{spec.splade_pooling}",
         normalize=False, dim=spec.hidden_size, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
         overflow="truncate", overflow_stride=0, precision=spec.precision, target=spec.target,
         backend_profile=ident["embtrt.backend_profile"], pooler="fused", input_names=tuple(spec.input_names),
@@ -234,4 +238,4 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind sparse",
                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    return finish(repo, manifest, f"[6/{steps}]", log)
+    return finish(repo, manifest, f"[6/{steps}]", log, spec, prec, texts)

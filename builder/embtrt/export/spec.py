@@ -25,7 +25,10 @@ ORT_DEVICES = ("cpu", "gpu")
 ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
 KINDS = ("embedder", "reranker", "sparse")
-RERANKER_TARGETS = ("python-ort", "python-openvino", "onnxruntime")   # tensorrt: not yet for these kinds
+RERANKER_TARGETS = ("python-ort", "python-openvino", "onnxruntime", "tensorrt")
+# What each kind builds in reduced precision, per target (fp32 builds everywhere): OpenVINO bf16 and
+# TensorRT fp16 (AutoCast in the ONNX) behind the reranker's reduced-precision gate; none for sparse.
+KIND_REDUCED = {"reranker": {"python-openvino": ("bf16",), "tensorrt": ("fp16",)}, "sparse": {}}
 
 # Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
 # quantization and must still pass the parity gate).
@@ -199,10 +202,10 @@ class BuildSpec:
         if self.kind in ("reranker", "sparse"):
             if self.target not in RERANKER_TARGETS:
                 raise _fail("target", self.target, f"{', '.join(RERANKER_TARGETS)} for a {self.kind}")
-            reduced_ok = self.kind == "reranker" and self.target == "python-openvino" and self.precision == "bf16"
-            if self.precision != "fp32" and not reduced_ok:
-                raise _fail("precision", self.precision, f"fp32 for a {self.kind}"
-                            + (" (bf16 with --target python-openvino)" if self.kind == "reranker" else ""))
+            reduced = KIND_REDUCED[self.kind]
+            if self.precision != "fp32" and self.precision not in reduced.get(self.target, ()):
+                raise _fail("precision", self.precision, f"fp32 for a {self.kind}" + "".join(
+                    f" ({'/'.join(ps)} with --target {t})" for t, ps in sorted(reduced.items())))
             if self.overflow != "truncate":
                 raise _fail("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
                             "sentence-transformers cuts it, or refused per request)")
@@ -368,9 +371,9 @@ def spec_from_options(
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {_a(found)} {found} ({why})",
                         f"build it as {_a(found)} {found} (leave --kind out), or point at {_a(kind)} {kind} folder")
     if found == "reranker":
-        return _reranker_spec(given, model_dir, max_seq_length, bucket_t, target)
+        return _reranker_spec(given, model_dir, max_seq_length, bucket_t)
     if found == "sparse":
-        return _sparse_spec(given, model_dir, max_seq_length, bucket_t, target, overrides, default_prompt, default_name)
+        return _sparse_spec(given, model_dir, max_seq_length, bucket_t, overrides, default_prompt, default_name)
     info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
     if pooling == "auto":
         pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
@@ -406,8 +409,8 @@ def spec_from_options(
     )
 
 
-def _reranker_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None,
-                   target: str) -> BuildSpec:
+def _reranker_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None,
+                   bucket_t: tuple[int, ...] | None) -> BuildSpec:
     """A cross-encoder's spec: what CrossEncoder reads of the folder (max length, labels,
     activation, the tokenizer's inputs) fills it; the embedder's pooling fields do not apply."""
     from ..reference.cross_ref import cross_info, load_cross_encoder
@@ -416,7 +419,6 @@ def _reranker_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None
     info = cross_info(ce)
     seq = int(max_seq_length or info.max_length)
     return given.with_(kind="reranker", num_labels=info.num_labels, activation=info.activation,
-                       target="python-ort" if target == "auto" else given.target,
                        max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.num_labels,
                        input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
                        prompts=tuple((str(k), str(v)) for k, v in (ce.prompts or {}).items()),
@@ -428,7 +430,7 @@ def _a(kind: str) -> str:
 
 
 def _sparse_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None,
-                 target: str, overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> BuildSpec:
+                 overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> BuildSpec:
     """A SPLADE SparseEncoder's spec: max length, vocabulary, pooling and activation from the folder."""
     from ..reference.sparse_ref import load_sparse_encoder, splade_info
 
@@ -443,7 +445,6 @@ def _sparse_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None, 
     return given.with_(kind="sparse", activation=info.activation, splade_pooling=info.pooling,
                        sparse_encoder_dir=info.encoder_dir, sparse_query_max_length=info.query_max_length,
                        sparse_max_active_dims=int(getattr(se, "max_active_dims", None) or 0),
-                       target="python-ort" if target == "auto" else given.target,
                        max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.vocab,
                        input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
                        prompts=tuple(prompts.items()), default_prompt_name=model_default, overflow_stride=0)

@@ -35,6 +35,7 @@ class MemoryPoolType:
 class BuilderFlag:  # TensorRT 11.4's enum starts like this; it has no precision member
     DEBUG = 0
     GPU_FALLBACK = 1
+    TF32 = 6             # both 10.13 and 11.4 keep it (on by default); the value is this stand-in's own
 
 
 class Dims(tuple):
@@ -61,6 +62,7 @@ class IBuilderConfig:
     def __init__(self) -> None:
         self.pools: dict[int, int] = {}
         self.flags: list[int] = []
+        self.cleared: list[int] = []
         self.builder_optimization_level = 3
         self.profiles: list[IOptimizationProfile] = []
         self._cache: ITimingCache | None = None
@@ -70,6 +72,9 @@ class IBuilderConfig:
 
     def set_flag(self, flag: int) -> None:
         self.flags.append(flag)
+
+    def clear_flag(self, flag: int) -> None:
+        self.cleared.append(flag)
 
     def add_optimization_profile(self, profile: IOptimizationProfile) -> int:
         self.profiles.append(profile)
@@ -139,6 +144,6 @@ class Builder:
         assert network.onnx is not None and len(config.profiles) == 1
         CALLS.append(("build", {"onnx": str(network.onnx), "shapes": config.profiles[0].shapes,
                                 "workspace": config.pools.get(MemoryPoolType.WORKSPACE),
-                                "opt_level": config.builder_optimization_level}))
+                                "opt_level": config.builder_optimization_level, "cleared": list(config.cleared)}))
         header = json.dumps({"fake_plan_of": str(network.onnx), "shapes": config.profiles[0].shapes}).encode()
         return header + b"\n" + network.onnx.read_bytes()

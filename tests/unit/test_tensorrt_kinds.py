@@ -1,0 +1,131 @@
+"""The tensorrt target for rerankers and sparse encoders (#31, #32), on a host without TensorRT.
+
+As for embedders (test_tensorrt.py, test_tensorrt_engines.py): the precision ONNX and the kind's
+gate run for real on this CPU, padded to each bucket as a plan runs; the plans are pending, and
+`embtrt engines` runs on a "GPU host" (tests/gpu_host.py) against the tensorrt stand-in, whose
+plan runs its ONNX in ONNX Runtime. What a real TensorRT engine computes is not checked here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+
+import onnx
+import pytest
+
+from embtrt.common.gpu import tensorrt_available
+from embtrt.export import build
+from embtrt.export.onnx2trt import PLAN, PLAN_MANIFEST, RECIPE
+from embtrt.export.spec import spec_from_options
+from embtrt.repository.check import check_repository
+from embtrt.repository.config import parse_config
+from embtrt.repository.manifest import read_manifest
+from gpu_host import run_on_gpu_host
+
+TRT_HERE = tensorrt_available()[0]
+
+
+@contextlib.contextmanager
+def _without_tensorrt():
+    """Builds here leave the plans pending, on a GPU host as on this one."""
+    with pytest.MonkeyPatch.context() as mp:
+        if TRT_HERE:
+            from embtrt.export import onnx2trt
+
+            mp.setattr(onnx2trt, "tensorrt_available", lambda: (False, "the host without TensorRT is under test"))
+        yield
+
+
+def _build(folder, out, **kw):
+    with _without_tensorrt():
+        build(spec_from_options(folder, out, **kw), log=lambda m: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trt_kinds(cross_encoders, splade, tmp_path_factory):
+    base = tmp_path_factory.mktemp("trt_kinds")
+    return {"ce": _build(cross_encoders["bert-ce"], base / "ce", name="ce_trt", target="tensorrt"),
+            "ce16": _build(cross_encoders["qwen3-ce"], base / "ce16", name="ce_fp16", target="tensorrt", precision="fp16"),
+            "sp": _build(splade[0], base / "sp", name="sp_trt", target="tensorrt")}
+
+
+@pytest.mark.parametrize("key,output", [("ce", "logits"), ("ce16", "logits"), ("sp", "sparse")])
+def test_the_repository_has_one_pending_plan_per_bucket_behind_a_front_door_padding_to_buckets(trt_kinds, key, output):
+    repo = trt_kinds[key]
+    m = read_manifest(repo)
+    width = m.num_labels if m.kind == "reranker" else m.dim
+    assert (m.target, m.router_encoder) == ("tensorrt", "bls")
+    assert m.extra["pending"] == [f"{e}/1/model.plan" for e in m.models.encoders]
+    assert m.extra["tensorrt"]["built"] is False and m.extra["precision_onnx"]["gate_run"] == "exact"
+    front = {k: v.string_value for k, v in parse_config(repo / m.name / "config.pbtxt").parameters.items()}
+    assert (front["encoder_mode"], front["pad_to_bucket"]) == ("bls", "true")   # the gate ran it padded, too
+    for b, enc in zip(m.buckets, m.models.encoders):
+        cfg = parse_config(repo / enc / "config.pbtxt")
+        assert cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt"
+        assert [(i.name, list(i.dims)) for i in cfg.input] == [(n, [b]) for n in m.input_names]
+        assert [(o.name, list(o.dims)) for o in cfg.output] == [(output, [width])]
+        recipe = json.loads((repo / enc / RECIPE).read_text())
+        assert recipe["precision"] == m.precision and recipe["max_batch"] == m.bucket_max_batch[b]
+        # fp32 plans are built without TF32, whose 10-bit matmul inputs the 1e-4 gate would not hold
+        assert recipe["tf32"] is (m.precision != "fp32") and ("--noTF32" in recipe["trtexec"]) is (m.precision == "fp32")
+    assert m.extra["parity"]["passed"]
+    rep = check_repository(repo, allow_pending_plans=True)
+    assert rep.passed and not check_repository(repo).passed   # a pending plan is not a servable repository
+
+
+def test_a_fp16_reranker_is_judged_by_the_reduced_precision_gate_on_its_fp16_graph(trt_kinds):
+    m = read_manifest(trt_kinds["ce16"])
+    par = m.extra["parity"]
+    assert (par["precision"], par["tolerance"]) == ("fp16", 1e-2) and 0 < par["max_abs_diff"] <= 1e-2
+    graph = onnx.load(str(trt_kinds["ce16"] / m.models.encoders[0] / "model.onnx"))
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.graph.initializer)
+
+
+def test_kinds_refuse_precisions_they_do_not_gate(cross_encoders, splade, tmp_path):
+    from embtrt.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"fp16 with --target tensorrt"):
+        spec_from_options(cross_encoders["bert-ce"], tmp_path / "a", target="tensorrt", precision="int8")
+    with pytest.raises(SpecError, match=r"fp32 for a sparse"):
+        spec_from_options(splade[0], tmp_path / "b", target="tensorrt", precision="fp16")
+
+
+@pytest.mark.parametrize("key", ["ce", "sp"])
+def test_engines_build_the_plans_without_tf32_and_judge_them_by_the_kinds_tolerance(trt_kinds, key, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(trt_kinds[key], repo)
+    m = read_manifest(repo)
+    p = run_on_gpu_host(f"""
+        import json, tensorrt
+        from plan_runner import OrtPlanRunner
+        from embtrt.export.onnx2trt import build_engines
+        states = build_engines({str(repo)!r}, runner_cls=OrtPlanRunner, log=print)
+        print("states", json.dumps([s.state for s in states]))
+        print("cleared", json.dumps([c[1]["cleared"] for c in tensorrt.CALLS if c[0] == "build"]))
+        print("torch loaded", "torch" in sys.modules)
+        """, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"states {json.dumps(['ok'] * len(m.buckets))}" in p.stdout and "torch loaded False" in p.stdout
+    assert f"cleared {json.dumps([[6]] * len(m.buckets))}" in p.stdout      # BuilderFlag.TF32 of the stand-in
+    assert p.stdout.count(f"max |{m.encoder_output} difference|") == len(m.buckets)
+    assert all((repo / e / PLAN).is_file() for e in m.models.encoders)
+    # a plan whose outputs differ from the gated graph beyond the kind's tolerance is refused and removed
+    again = tmp_path / "again"
+    shutil.copytree(trt_kinds[key], again)
+    p = run_on_gpu_host(f"""
+        from plan_runner import OrtPlanRunner
+        from embtrt.errors import EmbtrtError
+        from embtrt.export.onnx2trt import build_engines
+        OrtPlanRunner.noise = 0.01
+        try:
+            build_engines({str(again)!r}, runner_cls=OrtPlanRunner, log=print)
+        except EmbtrtError as e:
+            print("error:", e.message)
+        """, tmp_path)
+    first = m.models.encoders[0]
+    assert f"[x] {first}: plan vs model.onnx (exact)" in p.stdout and "(limit 1e-04)" in p.stdout, p.stdout + p.stderr
+    assert f"error: {first}: the TensorRT plan fails the quality gate and was removed" in p.stdout
+    assert not (again / first / PLAN).exists() and not (again / first / PLAN_MANIFEST).exists()
