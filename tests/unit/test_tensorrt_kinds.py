@@ -49,10 +49,11 @@ def trt_kinds(cross_encoders, splade, tmp_path_factory):
     base = tmp_path_factory.mktemp("trt_kinds")
     return {"ce": _build(cross_encoders["bert-ce"], base / "ce", name="ce_trt", target="tensorrt"),
             "ce16": _build(cross_encoders["qwen3-ce"], base / "ce16", name="ce_fp16", target="tensorrt", precision="fp16"),
-            "sp": _build(splade[0], base / "sp", name="sp_trt", target="tensorrt")}
+            "sp": _build(splade[0], base / "sp", name="sp_trt", target="tensorrt"),
+            "sp16": _build(splade[0], base / "sp16", name="sp_fp16", target="tensorrt", precision="fp16")}
 
 
-@pytest.mark.parametrize("key,output", [("ce", "logits"), ("ce16", "logits"), ("sp", "sparse")])
+@pytest.mark.parametrize("key,output", [("ce", "logits"), ("ce16", "logits"), ("sp", "sparse"), ("sp16", "sparse")])
 def test_the_repository_has_one_pending_plan_per_bucket_behind_a_front_door_padding_to_buckets(trt_kinds, key, output):
     repo = trt_kinds[key]
     m = read_manifest(repo)
@@ -76,24 +77,31 @@ def test_the_repository_has_one_pending_plan_per_bucket_behind_a_front_door_padd
     assert rep.passed and not check_repository(repo).passed   # a pending plan is not a servable repository
 
 
-def test_a_fp16_reranker_is_judged_by_the_reduced_precision_gate_on_its_fp16_graph(trt_kinds):
+def test_fp16_kinds_are_judged_by_the_reduced_precision_gates_on_their_fp16_graphs(trt_kinds):
     m = read_manifest(trt_kinds["ce16"])
     par = m.extra["parity"]
     assert (par["precision"], par["tolerance"]) == ("fp16", 1e-2) and 0 < par["max_abs_diff"] <= 1e-2
-    graph = onnx.load(str(trt_kinds["ce16"] / m.models.encoders[0] / "model.onnx"))
-    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.graph.initializer)
+    sp = read_manifest(trt_kinds["sp16"])
+    spar = sp.extra["parity"]
+    assert spar["precision"] == "fp16" and spar["passed"] and spar["top10_overlap"] >= 0.98
+    assert 0 < max(b["weight_error"] for b in spar["buckets"].values()) <= 0.02 and 0 < spar["dot_error"] <= 1e-2
+    for repo, meta in ((trt_kinds["ce16"], m), (trt_kinds["sp16"], sp)):
+        graph = onnx.load(str(repo / meta.models.encoders[0] / "model.onnx"))
+        assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.graph.initializer)
 
 
 def test_kinds_refuse_precisions_they_do_not_gate(cross_encoders, splade, tmp_path):
     from embtrt.errors import SpecError
 
-    with pytest.raises(SpecError, match=r"fp16 with --target tensorrt"):
-        spec_from_options(cross_encoders["bert-ce"], tmp_path / "a", target="tensorrt", precision="int8")
-    with pytest.raises(SpecError, match=r"fp32 for a sparse"):
-        spec_from_options(splade[0], tmp_path / "b", target="tensorrt", precision="fp16")
+    for folder, kind in ((cross_encoders["bert-ce"], "reranker"), (splade[0], "sparse")):
+        with pytest.raises(SpecError, match=rf"fp32 for a {kind} \(bf16 with --target python-openvino\) "
+                                            r"\(fp16 with --target tensorrt\)"):
+            spec_from_options(folder, tmp_path / "a", target="tensorrt", precision="int8")
+        with pytest.raises(SpecError, match="precision"):
+            spec_from_options(folder, tmp_path / "b", target="python-ort", precision="bf16")
 
 
-@pytest.mark.parametrize("key", ["ce", "sp"])
+@pytest.mark.parametrize("key", ["ce", pytest.param("sp", marks=pytest.mark.slow)])
 def test_engines_build_the_plans_without_tf32_and_judge_them_by_the_kinds_tolerance(trt_kinds, key, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(trt_kinds[key], repo)

@@ -319,12 +319,15 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
 
 
 def kind_plan_tolerance(kind: str, precision: str) -> float:
-    """A reranker's or sparse encoder's plan against the graph its gate judged: the kind's own
-    bound on the served values (fp32 1e-4; a reranker's reduced precision 1e-2)."""
+    """A reranker's or sparse encoder's plan against the graph its gate judged, max |output
+    difference|: the reranker's score bound (fp32 1e-4, reduced 1e-2), a sparse encoder's fp32
+    weight bound (1e-4; reduced precision 1e-2, the graph and the plan both in that precision)."""
     from ..reference.rerank_gate import tolerance_for
     from ..reference.sparse_gate import TOLERANCE
 
-    return tolerance_for(precision) if kind == "reranker" else TOLERANCE
+    if kind == "reranker":
+        return tolerance_for(precision)
+    return TOLERANCE if precision == "fp32" else 1e-2
 
 
 def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = False, texts: list[str] | None = None,

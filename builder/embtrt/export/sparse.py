@@ -26,7 +26,7 @@ from ..reference.sparse_ref import load_sparse_encoder, se_encode
 from ..repository.budget import bucket_batch
 from ..repository.manifest import Manifest, ModelNames
 from .chunking import measure_run_overhead, run_cost_line
-from .encoders import identity, rebuild_command, versions
+from .encoders import identity, rebuild_command, require_openvino, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .result import BuildResult
 from .single import bls_params, bucket_encoders, finish, precision_graph, write_front_door
@@ -136,10 +136,11 @@ def served_weights(core, encoder, texts: list[str], input_type: str, static=None
     return keep_largest(np.concatenate([o.vectors for o in outs]), k), np.concatenate([o.tokens for o in outs])
 
 
-def gate(se, core, encoder, texts: list[str], log: Log, static=None, default_k: int | None = None) -> dict:
+def gate(se, core, encoder, texts: list[str], log: Log, static=None, default_k: int | None = None,
+         precision: str = "fp32") -> dict:
     """The sparse gate (reference.sparse_gate) on the served path, before anything is written."""
     served = {which: served_weights(core, encoder, texts, which, static, default_k) for which in ("document", "query")}
-    rep = judge(se, texts, served, core.cfg.buckets, log)
+    rep = judge(se, texts, served, core.cfg.buckets, log, precision=precision)
     rep.pop("lines")
     return rep
 
@@ -155,6 +156,8 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     log(f"[1/{steps}] reading {spec.model_dir} as a SparseEncoder (SPLADE, {spec.splade_pooling} pooling, {spec.activation}, "
         f"vocabulary {spec.hidden_size}, max length {spec.max_seq_length}, buckets {','.join(map(str, spec.buckets))}"
         + (f", max_active_dims {spec.sparse_max_active_dims} by default" if spec.sparse_max_active_dims else "") + ")")
+    if spec.target == "python-openvino":
+        require_openvino(spec.precision, log)
     msha = model_hash(spec.model_dir)
     se = load_sparse_encoder(spec.model_dir, spec.trust_remote_code)
     doc_module(se).max_seq_length = spec.max_seq_length
@@ -191,7 +194,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
     encoder = make_encoder(params, str(graph), None)
     core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
-    report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None)
+    report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None, spec.precision)
     if not report["passed"]:
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} sparse encoder fails the gate: " + "; ".join(report["failures"]),

@@ -68,7 +68,9 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
 
     rep = RerankReport(figures={"kind": "sparse"})
     with SparseClient(url, model) as c:
-        buckets = tuple(int(b) for b in c.parameters()["embtrt.buckets"].split(","))
+        params = c.parameters()
+        buckets = tuple(int(b) for b in params["embtrt.buckets"].split(","))
+        precision = params.get("precision", "fp32")
         vocab = c.vocab
     got = {which: served(url, model, texts, which) for which in ("document", "query")}
     log(f"{model} at {url}: {len(texts)} real texts encoded as documents and as queries")
@@ -88,7 +90,7 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
 
         if reference is None:
             raise ValueError("a sparse encoder's gate needs its SparseEncoder folder (--reference)")
-        rep.add_gate(judge(load_sparse_encoder(reference), texts, got, buckets, log=lambda _m: None))
+        rep.add_gate(judge(load_sparse_encoder(reference), texts, got, buckets, log=lambda _m: None, precision=precision))
     if under_load:
         worst, failed = asyncio.run(_under_load(url, model, texts, got["document"][0], vocab, concurrency))
         ok = worst <= TOLERANCE and failed == 0
