@@ -139,16 +139,13 @@ def verify_reranker(url: str, model: str, reference: Path | None, texts: list[st
         if not ok:
             rep.failures.append(f"against {against[0]}: scores differ by {worst:.2e} or token counts differ")
         if got.shape[1] == 1:
-            same, start, overlaps = 0, 0, []
-            for ds in docs:
-                n = len(ds)
-                a = np.argsort(-got[start:start + n, 0], kind="stable")[:TOP_K]
-                b = np.argsort(-other[start:start + n, 0], kind="stable")[:TOP_K]
-                same += int(np.array_equal(a, b))
-                overlaps.append(len(set(a.tolist()) & set(b.tolist())) / max(1, len(b)))
-                start += n
-            overlap = float(np.mean(overlaps))
-            ok = same == len(docs) if precision == "fp32" else overlap >= REDUCED_OVERLAP
+            from ..reference.ranking import Agreement, top_k
+
+            bounds = np.cumsum([0] + [len(ds) for ds in docs])
+            agree = Agreement.of([top_k(got[a:b, 0], TOP_K) for a, b in zip(bounds, bounds[1:])],
+                                 [top_k(other[a:b, 0], TOP_K) for a, b in zip(bounds, bounds[1:])])
+            same, overlap = agree.identical, agree.overlap
+            ok = agree.passes(None if precision == "fp32" else REDUCED_OVERLAP)
             rep.lines.append(f"[{'ok' if ok else 'x'}] ranking: top {TOP_K} identical for {same} of {len(docs)} queries, "
                              f"overlap {overlap:.3f}" + ("" if precision == "fp32" else f" (limit {REDUCED_OVERLAP}, {precision})"))
             if not ok:

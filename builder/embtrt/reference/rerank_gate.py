@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from .cross_ref import ce_predict
+from .ranking import Agreement, top_k
 
 SCORE_TOLERANCE = 1e-4   # fp32: max |served - CrossEncoder.predict| per bucket
 TOP_K = 10               # per query, the order of CrossEncoder.rank's top 10 must be the same
@@ -54,23 +55,22 @@ def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens
         lines.append(f"[ok] ranking: not judged ({got.shape[1]} labels: a classifier, CrossEncoder.rank takes "
                      "one-label models); every label's score is gated above")
     else:
-        same, start, overlaps = 0, 0, []
+        theirs, ours, start = [], [], 0
         for q, ds in zip(queries, docs):
             n = len(ds)
-            ref = [r["corpus_id"] for r in ce.rank(q, ds, top_k=min(TOP_K, n), batch_size=32, show_progress_bar=False)]
-            ours = [int(i) for i in np.argsort(-got[start:start + n, 0], kind="stable")[:min(TOP_K, n)]]
-            same += int(ours == ref)
-            overlaps.append(len(set(ours) & set(ref)) / max(1, len(ref)))
+            theirs.append([r["corpus_id"] for r in ce.rank(q, ds, top_k=min(TOP_K, n), batch_size=32,
+                                                           show_progress_bar=False)])
+            ours.append(top_k(got[start:start + n, 0], min(TOP_K, n)))
             start += n
-        overlap = float(np.mean(overlaps)) if overlaps else 1.0
+        agree = Agreement.of(ours, theirs)
+        same, overlap = agree.identical, agree.overlap
+        ok = agree.passes(None if precision == "fp32" else REDUCED_OVERLAP)
         if precision == "fp32":
-            ok = same == len(queries)
             lines.append(f"[{'ok' if ok else 'x'}] ranking: top {TOP_K} of CrossEncoder.rank identical for {same} of "
                          f"{len(queries)} queries ({len(pairs)} pairs)")
             if not ok:
                 failures.append(f"ranking: top {TOP_K} differs for {len(queries) - same} of {len(queries)} queries")
         else:
-            ok = overlap >= REDUCED_OVERLAP
             lines.append(f"[{'ok' if ok else 'x'}] ranking ({precision}): top-{TOP_K} overlap with CrossEncoder.rank "
                          f"{overlap:.3f} (limit {REDUCED_OVERLAP}), order identical for {same} of {len(queries)} queries")
             if not ok:

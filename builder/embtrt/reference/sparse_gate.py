@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from .ranking import Agreement, top_k
 from .sparse_ref import se_encode
 
 TOLERANCE = 1e-4   # fp32: max |served weight - SparseEncoder weight| per bucket
@@ -99,18 +100,15 @@ def judge(se, texts: list[str], served: dict[str, tuple[np.ndarray, np.ndarray]]
                  f"{dot:.1e} of the query's largest (limit {lim.dot:.0e})")
     if not ok:
         failures.append(f"dot products differ by {dot:.2e} of the largest > {lim.dot:.0e}")
-    top_o = np.argsort(-ours, axis=1, kind="stable")[:, :TOP_K]
-    top_t = np.argsort(-theirs, axis=1, kind="stable")[:, :TOP_K]
-    same = int((top_o == top_t).all(axis=1).sum())
-    overlap = float(np.mean([len(set(a) & set(t)) / TOP_K for a, t in zip(top_o, top_t)]))
+    agree = Agreement.of([top_k(r, TOP_K) for r in ours], [top_k(r, TOP_K) for r in theirs])
+    same, overlap = agree.identical, agree.overlap
+    ok = agree.passes(None if lim.overlap >= 1.0 else lim.overlap)
     if lim.overlap >= 1.0:
-        ok = same == len(q)
         lines.append(f"[{'ok' if ok else 'x'}] retrieval: top {TOP_K} documents by dot product identical for {same} of "
                      f"{len(q)} queries")
         if not ok:
             failures.append(f"retrieval: top {TOP_K} differs for {len(q) - same} of {len(q)} queries")
     else:
-        ok = overlap >= lim.overlap
         lines.append(f"[{'ok' if ok else 'x'}] retrieval ({precision}): top-{TOP_K} overlap {overlap:.3f} (limit "
                      f"{lim.overlap}), identical for {same} of {len(q)} queries")
         if not ok:
