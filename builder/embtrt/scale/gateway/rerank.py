@@ -8,45 +8,31 @@ Every API shape (rerank_schema) comes here as one `RerankRequest`: one semantics
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 import numpy as np
 
-from ...errors import SpecError
 from ...serve import wire
-from .admission import Admission, AdmissionConfig
-from .config import GatewayConfig, model_pools
+from .admission import Admission
+from .config import GatewayConfig
 from .errors import ApiError
+from .front_door import FrontDoorModel, refusal, repository_of
 from .metrics import Metrics
 from .rerank_schema import DOC_FIELDS, RerankModel, RerankRequest
 from .served import ServedReranker
 from .upstream import Upstream
 
 PROBE = ("embtrt readiness probe", "a document")
-_ROW = re.compile(r"\brow (\d+): (.*)$", re.S)   # the front door's refusal of one pair
 
 
-class Reranker:
+class Reranker(FrontDoorModel):
     """The gateway of one reranker (repository): admission, the front door's calls, usage."""
 
-    kind = "reranker"
+    kind, label, does = "reranker", "a reranker", "scores every pair"
 
     def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: Metrics | None = None,
                  upstream: Upstream | None = None, several: bool = False, admission: Admission | None = None) -> None:
-        self.cfg = cfg
-        self.admission = admission or Admission(AdmissionConfig())
-        self.served = ServedReranker(repository or cfg.repository)
-        name = self.served.name
-        self.pools = model_pools(cfg, name, self.served.buckets, several)
-        if len(self.pools) > 1:
-            raise SpecError(f"{name} is a reranker: its front door scores every pair, so all its buckets must be "
-                            f"in one pool, not {len(self.pools)}",
-                            "give its buckets the same --pool replicas, or --triton HOST:PORT")
-        self.pool = self.pools[0]
-        self.route = "frontdoor"
-        self.metrics = metrics or Metrics()
-        self.upstream = upstream or Upstream(cfg.attempts, cfg.timeout_s, self.metrics, tls_ca=cfg.pool_tls_ca)
+        super().__init__(cfg, ServedReranker(repository_of(cfg, repository)), metrics, upstream, several, admission)
 
     @property
     def schema(self) -> RerankModel:
@@ -61,10 +47,7 @@ class Reranker:
         params = {"activation": req.activation, "truncate": req.truncate,
                   "truncation_direction": req.truncation_direction}
         mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
-        parts = [docs[i:i + mb] for i in range(0, len(docs), mb)]
-        rows = self.metrics.of(self.metrics.call_rows, self.pool.name, "frontdoor")
-        for p in parts:
-            rows.observe(len(p))
+        parts = self.parts(docs)
         field = DOC_FIELDS[req.api]
         done = await asyncio.gather(*(self._frontdoor(q, p, params, field, k * mb) for k, p in enumerate(parts)))
         scores = done[0][0] if len(done) == 1 else np.concatenate([d[0] for d in done])
@@ -101,9 +84,7 @@ class Reranker:
         except ApiError as exc:
             if exc.status != 400:
                 raise
-            row = _ROW.search(exc.message)
-            message = f"{field}[{offset + int(row.group(1))}]: {row.group(2)}" if row else exc.message
-            raise ApiError(400, message, param=field) from None
+            raise refusal(exc.message, field, offset) from None
         if scores.ndim != 2 or scores.shape != (len(docs), s.num_labels):
             raise ApiError(502, f"{s.name}'s front door answered SCORES of shape {list(scores.shape)} for "
                            f"{len(docs)} pairs; expected [{len(docs)}, {s.num_labels}]", type_="server_error")

@@ -8,16 +8,15 @@ Both API shapes (sparse_schema) come here as one `SparseRequest`: one semantics 
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 import numpy as np
 
-from ...errors import SpecError
 from ...serve import wire
-from .admission import Admission, AdmissionConfig
-from .config import GatewayConfig, model_pools
+from .admission import Admission
+from .config import GatewayConfig
 from .errors import ApiError
+from .front_door import FrontDoorModel, refusal, repository_of
 from .metrics import Metrics
 from .served import ServedSparse
 from .sparse_schema import INPUT_FIELDS, SparseModel, SparseRequest
@@ -25,31 +24,18 @@ from .upstream import Upstream
 
 PROBE = "embtrt readiness probe"
 OUTPUTS = ("SPARSE_INDICES", "SPARSE_VALUES", "TOKENS")
-_ROW = re.compile(r"\brow (\d+): (.*)$", re.S)   # the front door's refusal of one text
 
 Vector = tuple[np.ndarray, np.ndarray]           # one text's (indices ascending, values)
 
 
-class Sparse:
+class Sparse(FrontDoorModel):
     """The gateway of one sparse encoder (repository): admission, the front door's calls, usage."""
 
-    kind = "sparse"
+    kind, label, does = "sparse", "a sparse encoder", "encodes every text"
 
     def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: Metrics | None = None,
                  upstream: Upstream | None = None, several: bool = False, admission: Admission | None = None) -> None:
-        self.cfg = cfg
-        self.admission = admission or Admission(AdmissionConfig())
-        self.served = ServedSparse(repository or cfg.repository)
-        name = self.served.name
-        self.pools = model_pools(cfg, name, self.served.buckets, several)
-        if len(self.pools) > 1:
-            raise SpecError(f"{name} is a sparse encoder: its front door encodes every text, so all its buckets must "
-                            f"be in one pool, not {len(self.pools)}",
-                            "give its buckets the same --pool replicas, or --triton HOST:PORT")
-        self.pool = self.pools[0]
-        self.route = "frontdoor"
-        self.metrics = metrics or Metrics()
-        self.upstream = upstream or Upstream(cfg.attempts, cfg.timeout_s, self.metrics, tls_ca=cfg.pool_tls_ca)
+        super().__init__(cfg, ServedSparse(repository_of(cfg, repository)), metrics, upstream, several, admission)
 
     @property
     def schema(self) -> SparseModel:
@@ -62,10 +48,7 @@ class Sparse:
         self.admission.check_count(sum(map(len, texts)), field)
         await self._check_tokens(req, field)
         mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
-        parts = [texts[i:i + mb] for i in range(0, len(texts), mb)]
-        rows = self.metrics.of(self.metrics.call_rows, self.pool.name, "frontdoor")
-        for p in parts:
-            rows.observe(len(p))
+        parts = self.parts(texts)
         done = await asyncio.gather(*(self._frontdoor(p, req.parameters, field, k * mb) for k, p in enumerate(parts)))
         vecs = [v for d in done for v in d[0]]
         tokens = sum(int(d[1].sum()) for d in done)
@@ -86,7 +69,7 @@ class Sparse:
         batch = await self.admission.offload(sum(map(len, req.texts)), s.core.prepare, [Request(req.texts, None, opts)])
         refused = batch.outcomes[0]
         if refused is not None and refused.error is not None:
-            raise _refusal(str(refused.error), field, 0)
+            raise refusal(str(refused.error), field, 0)
         self.admission.check_tokens(sum(len(x) for c in batch.chunks for x in c.ids), field)
 
     async def _frontdoor(self, texts: list[str], params: dict, field: str = "input",
@@ -101,7 +84,7 @@ class Sparse:
         except ApiError as exc:
             if exc.status != 400:
                 raise
-            raise _refusal(exc.message, field, offset) from None
+            raise refusal(exc.message, field, offset) from None
         if idx.ndim != 2 or idx.shape != val.shape or len(idx) != len(texts):
             raise ApiError(502, f"{s.name}'s front door answered SPARSE_INDICES {list(idx.shape)} and SPARSE_VALUES "
                            f"{list(val.shape)} for {len(texts)} texts; expected [{len(texts)}, width] each",
@@ -125,9 +108,3 @@ class Sparse:
                 "embtrt": s.identity, "vocab_size": s.dim, "max_seq_length": s.max_len, "prompts": o.prompts,
                 "default_prompt_name": o.default_prompt_name, "routes": ["/v1/sparse", "/embed_sparse"]}
 
-
-def _refusal(message: str, field: str, offset: int) -> ApiError:
-    """The front door's refusal of one text ("row N: ...", N in a call of the texts from `offset` on) ->
-    a 400 naming the request's item, `field[offset + N]`."""
-    row = _ROW.search(message)
-    return ApiError(400, f"{field}[{offset + int(row.group(1))}]: {row.group(2)}" if row else message, param=field)
