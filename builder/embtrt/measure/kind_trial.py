@@ -29,11 +29,11 @@ def kind_trial(kind: str, url: str, model: str, texts: list[str], concurrency: t
     out: dict[int, dict] = {}
     for conc in concurrency:
         if kind == "reranker":
-            reqs = rerank._requests(texts, RERANK_DOCUMENTS, requests + warmup, seed=conc)
-            load = asyncio.run(rerank._measure(url, model, reqs, warmup, conc))
+            reqs = rerank.bench_requests(texts, RERANK_DOCUMENTS, requests + warmup, seed=conc)
+            load = asyncio.run(rerank.measure_load(url, model, reqs, warmup, conc))
         elif kind == "sparse":
-            batches = sparse_bench._requests(texts, 1, requests + warmup, seed=conc)
-            load = asyncio.run(sparse_bench._measure(url, model, batches, warmup, conc, "document"))
+            batches = sparse_bench.bench_requests(texts, 1, requests + warmup, seed=conc)
+            load = asyncio.run(sparse_bench.measure_load(url, model, batches, warmup, conc, "document"))
         else:
             raise ValueError(f"kind_trial measures rerankers and sparse encoders, not {kind}")
         if load.failures:

@@ -170,7 +170,7 @@ def verify_reranker(url: str, model: str, reference: Path | None, texts: list[st
     return rep
 
 
-def _requests(texts: list[str], k: int, n: int, seed: int) -> list[tuple[str, list[str]]]:
+def bench_requests(texts: list[str], k: int, n: int, seed: int) -> list[tuple[str, list[str]]]:
     """n requests of one query (a short real text) and k documents of mixed lengths (corpus texts)."""
     rng = random.Random(seed)
     queries = [t.split(".")[0][:120] for t in texts[:32]]
@@ -187,7 +187,7 @@ def _row(target: str, k: int, conc: int, load: Load) -> dict:
             "error_samples": [f.message[:200] for f in load.failures[:3]]}
 
 
-async def _measure(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
+async def measure_load(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
     """Warm-up requests one at a time, then the rest at `conc` through the load driver."""
     import tritonclient.grpc.aio as aioclient
 
@@ -226,7 +226,7 @@ def bench_http_reranker(url: str, model: str, texts: list[str], documents: tuple
     rows = []
     for k in documents:
         for conc in concurrency:
-            reqs = _requests(texts, k, requests + warmup, seed=k * 1000 + conc)   # the same requests as Triton's
+            reqs = bench_requests(texts, k, requests + warmup, seed=k * 1000 + conc)   # the same requests as Triton's
             progress(f"{model}@{url}: {k} documents per request at concurrency {conc}")
             rows.append(_row(f"http:{model}@{url}", k, conc, asyncio.run(_measure_http(url, model, reqs, warmup, conc))))
     return rows
@@ -238,16 +238,16 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
     rows = []
     for k in documents:
         for conc in concurrency:
-            reqs = _requests(texts, k, requests + warmup, seed=k * 1000 + conc)
+            reqs = bench_requests(texts, k, requests + warmup, seed=k * 1000 + conc)
             progress(f"{model}: {k} documents per request at concurrency {conc}")
 
-            rows.append(_row(f"triton:{model}", k, conc, asyncio.run(_measure(url, model, reqs, warmup, conc))))
+            rows.append(_row(f"triton:{model}", k, conc, asyncio.run(measure_load(url, model, reqs, warmup, conc))))
     if reference is not None:
         from ..reference.cross_ref import load_cross_encoder
 
         ce = load_cross_encoder(reference)
         for k in documents:   # the pairs of the first concurrency's measured requests: the same texts as served
-            body = _requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])[warmup:]
+            body = bench_requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])[warmup:]
             pairs = [(q, d) for q, ds in body for d in ds]
             ce.predict(pairs[:32], batch_size=32, show_progress_bar=False)   # warm
             times = []

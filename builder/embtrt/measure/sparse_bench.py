@@ -38,13 +38,13 @@ def scenario_texts(texts: list[str], counts: np.ndarray, edges: tuple[int, ...],
     return {label: [texts[i] for i in rows] for label, rows in groups.items() if not only or label in only}
 
 
-def _requests(pool: list[str], per_request: int, n: int, seed: int) -> list[list[str]]:
+def bench_requests(pool: list[str], per_request: int, n: int, seed: int) -> list[list[str]]:
     rng = random.Random(seed)
     return [rng.sample(pool, per_request) if per_request <= len(pool) else rng.choices(pool, k=per_request)
             for _ in range(n)]
 
 
-async def _measure(url: str, model: str, reqs: list[list[str]], warmup: int, conc: int, input_type: str) -> Load:
+async def measure_load(url: str, model: str, reqs: list[list[str]], warmup: int, conc: int, input_type: str) -> Load:
     """Warm-up requests one at a time, then the rest at `conc`; every answer must hold one vector per text."""
     import tritonclient.grpc.aio as aioclient
 
@@ -86,7 +86,7 @@ def inprocess_rows(reference: Path, scenarios: dict[str, list[str]], input_type:
     enc = se.encode_query if input_type == "query" else se.encode_document
     rows = []
     for label, pool in scenarios.items():
-        texts = [r[0] for r in _requests(pool, 1, per_scenario, seed=7)]
+        texts = [r[0] for r in bench_requests(pool, 1, per_scenario, seed=7)]
         progress(f"in-process SparseEncoder.encode_{input_type}: {label}, {len(texts)} texts")
         enc(texts[:32], batch_size=32, show_progress_bar=False, convert_to_tensor=True)   # warm
         for batch, name in ((32, "batch 32"), (1, "one text at a time")):
@@ -119,11 +119,11 @@ def bench_sparse(url: str, models: list[str], texts: list[str], *, edges: tuple[
     rows = []
     for label, pool in scenarios.items():
         for conc in concurrency:
-            reqs = _requests(pool, per_request, requests + warmup, seed=conc * 7919 + len(label))
+            reqs = bench_requests(pool, per_request, requests + warmup, seed=conc * 7919 + len(label))
             for m in models:
                 name, _, murl = m.partition("@")
                 progress(f"{m}: {label} at concurrency {conc} ({per_request} text(s) per request, {input_type})")
-                load = asyncio.run(_measure(murl or url, name, reqs, warmup, conc, input_type))
+                load = asyncio.run(measure_load(murl or url, name, reqs, warmup, conc, input_type))
                 rows.append(_row(f"triton:{m}", label, input_type, conc, per_request, load))
     if reference is not None:
         rows += inprocess_rows(reference, scenarios, input_type, max(requests * per_request, 64), progress)
