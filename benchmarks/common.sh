@@ -1,9 +1,23 @@
 # Shared by the benchmarks/run_*.sh scripts (sourced from the repository root, after `set -euo pipefail`):
 # the project's venv, a scratch folder removed on exit, background processes (append their PIDs to PIDS)
-# killed on exit, and free ports for servers.
+# killed on exit, free ports for servers, and serving a built repository (serve_dir).
 BIN=$PWD/.venv/bin
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 port() { "$BIN/python" -c "from embtrt.serve.server import free_port; print(free_port())"; }
+# serve_dir DIR MODEL: `embtrt serve DIR` on free ports, waiting until MODEL answers a probe (the
+# script fails if it never does); sets G (its gRPC port), S (the embtrt serve PID, also in PIDS) and
+# P (the tritonserver's process group, for pausing it while other targets are measured).
+serve_dir() {
+  local h m
+  G=$(port); h=$(port); m=$(port)
+  "$BIN/embtrt" serve "$1" --grpc-port "$G" --http-port "$h" --metrics-port "$m" --health-port 0 --probe-interval 0 \
+      > "$WORK/serve-$(basename "$1").log" 2>&1 &
+  S=$!
+  PIDS+=("$S")
+  for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$2" > /dev/null 2>&1 && break; sleep 1; done
+  "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$2"
+  P=$(pgrep -f "tritonserver --model-repository=$1" | head -1)
+}

@@ -23,14 +23,9 @@ serve_repo() {
   local name=$1; shift
   echo "== building $name ($*, max_queue_delay_us=$DELAY) into $WORK/$name"
   "$BIN/embtrt" build --out "$WORK/$name" --name "$name" --max-queue-delay-us "$DELAY" "$@" > "$WORK/build-$name.log"
-  local g h m
-  g=$(port); h=$(port); m=$(port)
-  "$BIN/embtrt" serve "$WORK/$name" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --health-port 0 --probe-interval 0 > "$WORK/serve-$name.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model "$name" > /dev/null 2>&1 && break; sleep 1; done
-  "$BIN/embtrt" probe --url "127.0.0.1:$g" --model "$name"
-  printf -v "G_$name" '%s' "$g"
-  printf -v "P_$name" '%s' "$(pgrep -f "tritonserver --model-repository=$WORK/$name" | head -1)"
+  serve_dir "$WORK/$name" "$name"
+  printf -v "G_$name" '%s' "$G"
+  printf -v "P_$name" '%s' "$P"
 }
 
 # The exact variant (python-ort fp32) and the fast one that passes the same gate

@@ -25,12 +25,8 @@ ROUNDS=${ROUNDS:-1}
 
 NAME=all_minilm_l6_v2
 "$BIN/embtrt" build --out "$WORK/repo" --max-queue-delay-us 0 ${EXTRA_BUILD:-} > "$WORK/build.log"
-G=$(port); H=$(port); M=$(port)
-"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$G" --http-port "$H" --metrics-port "$M" --health-port 0 --probe-interval 0 > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
-"$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME"
-PEERS=(--cpu-pid "tritonserver=${PIDS[0]}")
+serve_dir "$WORK/repo" "$NAME"
+PEERS=(--cpu-pid "tritonserver=$S")
 IFS=';' read -r -a GWS <<< "${GATEWAYS:---route auto;--route ids;--route ids --coalesce-us 0}"
 i=0
 for opts in "${GWS[@]}"; do

@@ -17,16 +17,13 @@ ONLY=${ONLY:-<=32,mixed}
 
 NAME=all_minilm_l6_v2
 "$BIN/embtrt" build --out "$WORK/repo" --max-queue-delay-us 0 > "$WORK/build.log"
-G=$(port); H=$(port); M=$(port)
-"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$G" --http-port "$H" --metrics-port "$M" --health-port 0 --probe-interval 0 > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$G" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
+serve_dir "$WORK/repo" "$NAME"
 U="$NAME@127.0.0.1:$G"
 mkdir -p "$OUT"
 CMD=("$BIN/embtrt" bench --model "$U" --model "$U?input_type=query" --model "$U?dimensions=128"
      --model "$U?truncate=START" --model "$U?embedding_type=int8" --model "$U?embedding_type=ubinary"
      --model "$U?input_type=query&dimensions=128&truncate=START&embedding_type=int8"
-     --cpu-pid "tritonserver=${PIDS[0]}" --no-inprocess
+     --cpu-pid "tritonserver=$S" --no-inprocess
      --concurrency "$CONCURRENCY" --requests "$REQUESTS" --warmup 40 --only "$ONLY" --out "$OUT")
 echo "== ${CMD[*]}"
 "${CMD[@]}"

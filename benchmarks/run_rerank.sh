@@ -22,24 +22,16 @@ CE="$WORK/minilm-ce"
 "$BIN/python" -c "import sys; sys.path.insert(0, 'tests'); from pathlib import Path; from tiny_models import make_minilm_cross_encoder as m; m(Path('$CE'))" > /dev/null 2>&1
 echo "== building the reranker from $CE"
 "$BIN/embtrt" build "$CE" --out "$WORK/repo" --name minilm_ce > "$WORK/build.log" 2>&1
-g=$(port); h=$(port); m=$(port)
-"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --health-port 0 --probe-interval 0 > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model minilm_ce > /dev/null 2>&1 && break; sleep 1; done
-"$BIN/embtrt" probe --url "127.0.0.1:$g" --model minilm_ce
-TRITON_PG=$(pgrep -f "tritonserver --model-repository=$WORK/repo" | head -1)
-MODELS=(--model "minilm_ce@127.0.0.1:$g")
+serve_dir "$WORK/repo" minilm_ce
+TRITON_PG=$P
+MODELS=(--model "minilm_ce@127.0.0.1:$G")
 # the bf16 variant (python-openvino, reduced-precision gate) where OpenVINO reports bf16 on this CPU
 if "$BIN/python" -c "import openvino as ov, sys; sys.exit('BF16' not in ov.Core().get_property('CPU', 'OPTIMIZATION_CAPABILITIES'))" 2>/dev/null; then
   echo "== building the bf16 reranker (python-openvino)"
   "$BIN/embtrt" build "$CE" --out "$WORK/repo-bf16" --name minilm_ce_bf16 --target python-openvino --precision bf16 > "$WORK/build-bf16.log" 2>&1
-  g2=$(port); h2=$(port); m2=$(port)
-  "$BIN/embtrt" serve "$WORK/repo-bf16" --grpc-port "$g2" --http-port "$h2" --metrics-port "$m2" --health-port 0 --probe-interval 0 > "$WORK/serve-bf16.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g2" --model minilm_ce_bf16 > /dev/null 2>&1 && break; sleep 1; done
-  "$BIN/embtrt" probe --url "127.0.0.1:$g2" --model minilm_ce_bf16
-  MODELS+=(--model "minilm_ce_bf16@127.0.0.1:$g2")
-  TRITON_PG="$TRITON_PG $(pgrep -f "tritonserver --model-repository=$WORK/repo-bf16" | head -1)"
+  serve_dir "$WORK/repo-bf16" minilm_ce_bf16
+  MODELS+=(--model "minilm_ce_bf16@127.0.0.1:$G")
+  TRITON_PG="$TRITON_PG $P"
 else
   echo "== no bf16 variant: OpenVINO is missing or reports no bf16 on this CPU"
 fi

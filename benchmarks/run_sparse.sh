@@ -22,14 +22,10 @@ SE="$WORK/minilm-splade"
 "$BIN/python" -c "import sys; sys.path.insert(0, 'tests'); from pathlib import Path; from tiny_models import make_minilm_splade as m; m(Path('$SE'))" > /dev/null 2>&1
 echo "== building the sparse encoder from $SE"
 "$BIN/embtrt" build "$SE" --out "$WORK/repo" --name minilm_splade > "$WORK/build.log" 2>&1
-g=$(port); h=$(port); m=$(port)
-"$BIN/embtrt" serve "$WORK/repo" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --health-port 0 --probe-interval 0 > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model minilm_splade > /dev/null 2>&1 && break; sleep 1; done
-"$BIN/embtrt" probe --url "127.0.0.1:$g" --model minilm_splade
+serve_dir "$WORK/repo" minilm_splade
 
 mkdir -p "$OUT"
-CMD=("$BIN/embtrt" bench --sparse --model "minilm_splade@127.0.0.1:$g" --only "$ONLY" --concurrency "$CONCURRENCY"
+CMD=("$BIN/embtrt" bench --sparse --model "minilm_splade@127.0.0.1:$G" --only "$ONLY" --concurrency "$CONCURRENCY"
      --requests "$REQUESTS" --warmup 20 --texts-per-request "$PER_REQUEST" --reference "$SE" --out "$OUT")
 echo "== ${CMD[*]}"
 "${CMD[@]}"

@@ -15,17 +15,8 @@ mkdir -p "$OUT"
 "$BIN/embtrt" build --out "$WORK/default" > "$WORK/build.log"
 "$BIN/embtrt" tune "$WORK/default" --slo-p99-ms "$SLO" --concurrency 1,8,32 --budget-min "$BUDGET" --requests 150 \
     --out "$OUT/tune" --apply-to "$WORK/tuned" | tee "$OUT/tune.log"
-serve() {  # serve DIR -> sets G (gRPC port) and P (tritonserver process group)
-  local g h m
-  g=$(port); h=$(port); m=$(port)
-  "$BIN/embtrt" serve "$1" --grpc-port "$g" --http-port "$h" --metrics-port "$m" --health-port 0 --probe-interval 0 > "$WORK/serve-$(basename "$1").log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 120); do "$BIN/embtrt" probe --url "127.0.0.1:$g" --model "$NAME" > /dev/null 2>&1 && break; sleep 1; done
-  G=$g
-  P=$(pgrep -f "tritonserver --model-repository=$1" | head -1)
-}
-serve "$WORK/default"; GD=$G; PD=$P
-serve "$WORK/tuned"; GT=$G; PT=$P
+serve_dir "$WORK/default" "$NAME"; GD=$G; PD=$P
+serve_dir "$WORK/tuned" "$NAME"; GT=$G; PT=$P
 "$BIN/embtrt" bench --model "$NAME@127.0.0.1:$GD" --model "$NAME@127.0.0.1:$GT" --triton-pid=-"$PD" --triton-pid=-"$PT" \
     --no-inprocess --concurrency 1,8,32 --requests 300 --warmup 30 --only mixed,'<=32' --out "$OUT/ab" > "$OUT/ab.md"
 {
