@@ -8,7 +8,6 @@ exponential backoff; a bad request fails at once with the server's message.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,19 +88,10 @@ class EmbeddingClient:
     def _infer(self, texts: list[str], params: dict | None = None) -> np.ndarray:
         params = params or {}
         out = output_name(params)
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                r = self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s,
-                                  outputs=outputs(out), parameters=params or None)
-                return r.as_numpy(out)
-            except Exception as exc:  # InferenceServerException; decide retry or fail
-                if attempt < self.retries and retryable(exc):
-                    time.sleep(backoff(delay))
-                    delay *= 2
-                    continue
-                raise _failure(self.model, exc) from exc
-        raise AssertionError("unreachable")
+        return wire.with_retries(
+            lambda: self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s,
+                                  outputs=outputs(out), parameters=params or None).as_numpy(out),
+            self.retries, self.backoff_s, lambda exc: _failure(self.model, exc))
 
     def embed(self, texts: list[str], *, prompt_name: str | None = None, input_type: str | None = None,
               dimensions: int | None = None, truncate: str | None = None, embedding_type: str | None = None) -> np.ndarray:

@@ -3,12 +3,11 @@ retried only where retrying is safe (serve.wire.retryable), and the connection's
 
 from __future__ import annotations
 
-import time
 from typing import Callable, TypeVar
 
 from ..errors import ClientError
 from .client import _failure, model_config
-from .wire import backoff, retryable
+from .wire import with_retries
 
 T = TypeVar("T")
 HINTS = {"reranker": "embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
@@ -49,17 +48,7 @@ class KindClient:
     def _retrying(self, call: Callable[[], T]) -> T:
         """call(), retried with exponential backoff where the failure is safe to retry; else the
         failure as the error the caller can act on."""
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                return call()
-            except Exception as exc:  # InferenceServerException; decide retry or fail
-                if attempt < self.retries and retryable(exc):
-                    time.sleep(backoff(delay))
-                    delay *= 2
-                    continue
-                raise _failure(self.model, exc) from exc
-        raise AssertionError("unreachable")
+        return with_retries(call, self.retries, self.backoff_s, lambda exc: _failure(self.model, exc))
 
     def close(self) -> None:
         self._c.close()

@@ -11,8 +11,12 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+import time
+from typing import Callable, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 # request option embedding_type -> the front door's output tensor
 OUTPUTS = {"float": "EMBEDDING", "int8": "EMBEDDING_INT8", "binary": "EMBEDDING_INT8",
@@ -104,3 +108,20 @@ def retryable(exc: BaseException | str) -> bool:
 def backoff(delay: float) -> float:
     """Exponential backoff with jitter, so that rejected callers do not retry in lockstep."""
     return min(MAX_BACKOFF_S, delay) * (0.5 + random.random())
+
+
+def with_retries(call: Callable[[], T], retries: int, backoff_s: float, fail: Callable[[Exception], Exception]) -> T:
+    """call(), retried up to `retries` times with exponential backoff where the failure is safe to
+    retry (the server unavailable, its queue full); any other failure, or the last, is raised as
+    fail(exc) (the blocking clients' one retry loop; the asyncio ones await the same backoff)."""
+    delay = backoff_s
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except Exception as exc:  # InferenceServerException; decide retry or fail
+            if attempt < retries and retryable(exc):
+                time.sleep(backoff(delay))
+                delay *= 2
+                continue
+            raise fail(exc) from exc
+    raise AssertionError("unreachable")
