@@ -167,14 +167,26 @@ def splade_k(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def splade_server(splade, splade_if, splade_k, tmp_path_factory):
-    """One tritonserver serving the SPLADE (model splade), the inference-free SPLADE (splade_if) and
-    the SPLADE with a folder max_active_dims (splade_k)."""
+def splade_kg(splade_k, tmp_path_factory) -> Path:
+    """The splade_k folder built with --active-dims-in-graph (its top 8 kept in the ONNX graph), name splade_kg."""
+    from embtrt.export import build
+    from embtrt.export.spec import spec_from_options
+
+    repo = tmp_path_factory.mktemp("splade_kg") / "repo"
+    build(spec_from_options(splade_k[0], repo, name="splade_kg", active_dims_in_graph=True), log=_quiet)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def splade_server(splade, splade_if, splade_k, splade_kg, tmp_path_factory):
+    """One tritonserver serving the SPLADE (model splade), the inference-free SPLADE (splade_if),
+    the SPLADE with a folder max_active_dims (splade_k) and that one with its top-K in the graph
+    (splade_kg)."""
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     spec = ServerSpec(splade[1], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                       log_file=tmp_path_factory.mktemp("splade_srv") / "tritonserver.log",
-                      more_repositories=(splade_if[1], splade_k[1]))
+                      more_repositories=(splade_if[1], splade_k[1], splade_kg))
     with TritonServer(spec) as srv:
         yield srv
 

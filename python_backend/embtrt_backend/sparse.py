@@ -43,6 +43,15 @@ def resolve(options: ModelOptions, raw: dict, default_k: int | None = None) -> t
     return options.resolve(raw), k, query
 
 
+def within_graph(k: int | None, graph_k: int | None) -> None:
+    """A graph built with --active-dims-in-graph keeps only `graph_k` weights per text: a request
+    (through the encoder) asking for more, or for all, is refused."""
+    if graph_k and (k is None or k > graph_k):
+        raise InputError(f"max_active_dims {k if k is not None else 'all'}: this deployment's graph keeps each text's "
+                         f"{graph_k} largest weights (built with --active-dims-in-graph); ask for at most {graph_k}",
+                         "max_active_dims")
+
+
 def keep_largest(weights: np.ndarray, max_active: int | None) -> np.ndarray:
     """[rows, vocab] float32 with each row's K largest weights kept and the rest 0 (None: all)."""
     w = np.asarray(weights, dtype=np.float32)

@@ -2,7 +2,8 @@
 -> each row's active dimensions: SPARSE_INDICES (INT64) and SPARSE_VALUES (FP32), [rows, width]
 padded with index -1 / value 0 to the request's longest row; TOKENS per text.
 
-Options (embtrt_backend.sparse.resolve): prompt_name, input_type, truncate, max_active_dims.
+Options (embtrt_backend.sparse.resolve): prompt_name, input_type, truncate, max_active_dims (at most
+the graph's K where it was built with --active-dims-in-graph: embtrt_backend.sparse.within_graph).
 The encoder runs in this model or, over BLS, in each bucket's encoder model; an inference-free
 SPLADE's queries (input_type query) take its static query side (embtrt_backend.sparse.StaticQuery)
 and no encoder run. Only pb_utils glue here.
@@ -23,7 +24,7 @@ from embtrt_backend.batching import parameters  # noqa: E402
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.core import Request, RequestCore  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
-from embtrt_backend.sparse import resolve, sparsify  # noqa: E402
+from embtrt_backend.sparse import resolve, sparsify, within_graph  # noqa: E402
 from embtrt_backend.text import decode_texts  # noqa: E402
 
 
@@ -39,6 +40,7 @@ class TritonPythonModel:
         self.core = RequestCore.from_folder(here, p)
         self.encode = BucketEncoder(here, p, self.core.cfg.buckets, pb_utils)
         self.default_k = int(p.get("max_active_dims") or 0) or None   # the folder's max_active_dims
+        self.graph_k = int(p.get("graph_max_active_dims") or 0) or None   # what the graph keeps, if it keeps a top-K
         self.static = None   # inference-free SPLADE: queries are weighted tokens, no encoder run
         if p.get("query_route") == "static":
             import numpy as np
@@ -63,6 +65,7 @@ class TritonPythonModel:
                     weights, tokens = self.static.encode(texts, opts.prompt)
                     responses[i] = self._response(request, weights, tokens, k)
                     continue
+                within_graph(k, self.graph_k)
             except InputError as exc:
                 responses[i] = _error(exc)
                 continue

@@ -254,3 +254,40 @@ def test_openvino_bf16_ships_only_behind_the_reduced_precision_gate(splade, tmp_
     par = read_manifest(out).extra["parity"]
     assert par["passed"] and par["precision"] == "bf16" and par["top10_overlap"] >= 0.98 and par["dot_error"] <= 1e-2
     assert all(b["weight_error"] <= 0.02 and b["active_mismatch"] == 0 for b in par["buckets"].values())
+
+
+def test_the_top_k_in_the_graph_serves_the_folders_default_fewer_on_request_and_refuses_more(
+        splade_server, splade_k, splade_kg, corpus):
+    """--active-dims-in-graph: the ONNX graph itself keeps each text's 8 largest weights (TopK then
+    ScatterElements, so a GPU plan does it on the device); served equal to SparseEncoder by default
+    and for a request's max_active_dims 4, and a request for 16 is that request's error."""
+    import onnx
+
+    from embtrt.serve.sparse_client import SparseClient
+
+    folder, _ = splade_k
+    m = read_manifest(splade_kg)
+    assert m.extra["parity"]["passed"] and "--active-dims-in-graph" in m.extra["rebuild"]
+    ops = {n.op_type for n in onnx.load(str(splade_kg / "splade_kg" / "1" / "model.onnx")).graph.node}
+    assert {"TopK", "ScatterElements"} <= ops
+    se = _se(folder)
+    texts = corpus[:24]
+    with SparseClient(splade_server.grpc_url, "splade_kg") as c:
+        got = c.encode_dense(texts, input_type="document")
+        four = c.encode_dense(texts, input_type="document", max_active_dims=4)
+        with pytest.raises(BadRequestError, match=r"keeps each text's 8 largest weights.*at most 8"):
+            c.encode_dense(texts[:2], input_type="document", max_active_dims=16)
+        assert c.encode_dense(texts[:1], input_type="document").shape[0] == 1   # and it keeps serving
+    want = _dense(se.encode_document(texts, convert_to_tensor=True))
+    want4 = _dense(se.encode_document(texts, convert_to_tensor=True, max_active_dims=4))
+    assert ((want > 0).sum(axis=1) == 8).any() and ((want4 > 0).sum(axis=1) == 4).any()
+    np.testing.assert_allclose(got, want, atol=TOL)
+    np.testing.assert_allclose(four, want4, atol=TOL)
+
+
+def test_active_dims_in_graph_needs_a_folder_max_active_dims(splade, tmp_path):
+    from embtrt.errors import SpecError
+    from embtrt.export.spec import spec_from_options
+
+    with pytest.raises(SpecError, match=r"(?s)active_dims_in_graph.*sets none"):
+        spec_from_options(splade[0], tmp_path / "x", active_dims_in_graph=True)

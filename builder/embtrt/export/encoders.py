@@ -109,6 +109,8 @@ def rebuild_command(spec: BuildSpec) -> str:
         parts += ["--dimensions", ",".join(map(str, spec.dimensions))]
     if not spec.bundle_deps:
         parts.append("--no-bundle-deps")
+    if spec.active_dims_in_graph:
+        parts.append("--active-dims-in-graph")
     if spec.target == "tensorrt":
         parts += ["--builder-opt-level", str(spec.builder_opt_level)] + (["--fp32-layers"] if spec.fp32_layers else [])
         if spec.calibration_file is not None:

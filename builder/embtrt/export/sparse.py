@@ -36,13 +36,15 @@ from .spec import BuildSpec
 
 def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -> dict:
     """MLM logits -> log(1 + relu(logits * mask)) (twice for log1p_relu) -> max or sum over the
-    sequence: output `sparse` [rows, vocab]; validated against SparseEncoder on real texts."""
+    sequence (-> with --active-dims-in-graph each row's K largest kept): output `sparse` [rows,
+    vocab]; validated against SparseEncoder on real texts."""
     import torch
     from transformers import AutoModelForMaskedLM
 
     mlm = AutoModelForMaskedLM.from_pretrained(str(doc_dir(spec)), dtype=torch.float32,
                                                attn_implementation="eager").eval()
     names, pooling, double = spec.input_names, spec.splade_pooling, spec.activation == "log1p_relu"
+    top = spec.sparse_max_active_dims if spec.active_dims_in_graph else 0
 
     class Head(torch.nn.Module):
         def __init__(self) -> None:
@@ -55,7 +57,11 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
             x = torch.log1p(torch.relu(x))
             if double:
                 x = torch.log1p(x)
-            return x.max(dim=1).values if pooling == "max" else x.sum(dim=1)
+            x = x.max(dim=1).values if pooling == "max" else x.sum(dim=1)
+            if top:   # --active-dims-in-graph: the K largest weights of each row, the rest 0 (TopK + Scatter)
+                vals, idx = torch.topk(x, top, dim=1)
+                x = torch.zeros_like(x).scatter(1, idx, vals)
+            return x
 
     tok = doc_module(se).tokenizer
     sample = tok(texts[:2], padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="pt")
@@ -103,6 +109,8 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
         p.update({"query_route": "static", "query_max_length": str(spec.sparse_query_max_length)})
     if spec.sparse_max_active_dims:   # the folder's default, as SparseEncoder.encode applies it
         p["max_active_dims"] = str(spec.sparse_max_active_dims)
+    if spec.active_dims_in_graph:     # the graph keeps only that many: a request may ask for fewer
+        p["graph_max_active_dims"] = str(spec.sparse_max_active_dims)
     return p
 
 

@@ -114,6 +114,7 @@ class BuildSpec:
     sparse_encoder_dir: str = ""      # inference-free SPLADE: the document route's MLM folder in the model folder
     sparse_query_max_length: int = 0  # inference-free SPLADE: the static query side's max length (0: none)
     sparse_max_active_dims: int = 0   # sparse: the folder's max_active_dims, each vector's K largest by default (0: all)
+    active_dims_in_graph: bool = False  # sparse: that top-K kept inside the ONNX graph (requests ask for at most K)
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -206,6 +207,9 @@ class BuildSpec:
             if self.precision != "fp32" and self.precision not in reduced.get(self.target, ()):
                 raise _fail("precision", self.precision, f"fp32 for a {self.kind}" + "".join(
                     f" ({'/'.join(ps)} with --target {t})" for t, ps in sorted(reduced.items())))
+            if self.active_dims_in_graph and not (self.kind == "sparse" and self.sparse_max_active_dims > 0):
+                raise _fail("active_dims_in_graph", True, "a sparse encoder whose folder sets max_active_dims (the K the "
+                            "graph keeps); this one " + ("is a reranker" if self.kind == "reranker" else "sets none"))
             if self.overflow != "truncate":
                 raise _fail("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
                             "sentence-transformers cuts it, or refused per request)")
