@@ -18,6 +18,8 @@ import numpy as np
 class BucketEncoder:
     def __init__(self, folder: str, p: dict[str, str], buckets: tuple[int, ...], pb_utils=None) -> None:
         self.mode = p.get("encoder_mode", "local")
+        if self.mode not in ("local", "bls"):
+            raise ValueError(f"encoder_mode {self.mode!r}: must be local or bls")
         self.output_name = p["encoder_output"]
         self.input_names = tuple(p["input_names"].split(","))
         self.local = None

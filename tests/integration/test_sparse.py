@@ -227,6 +227,10 @@ def test_the_sparse_gate_fails_on_each_of_its_checks_and_is_looser_in_reduced_pr
     shuffled = ref["document"][np.random.default_rng(0).permutation(len(texts))]
     rep = run(shuffled, "bf16")
     assert not rep["passed"] and any("overlap" in f for f in rep["failures"])
+    # a corpus under 32 texts: half of them as queries, the rest as documents (never an empty set)
+    few = {w: (ref[w][:10], tokens[:10]) for w in ("document", "query")}
+    small = judge(se, texts[:10], few, (32, 64), log=lambda _m: None)
+    assert small["passed"] and any("5 queries x 5 documents" in line for line in small["lines"])
 
 
 def test_openvino_bf16_ships_only_behind_the_reduced_precision_gate(splade, tmp_path):

@@ -261,6 +261,12 @@ def test_missing_stale_and_foreign_plans_are_detected(trt_repo, tmp_path):
     assert plan_status(d, host).state == "ok"
     _fake_plan(d, onnx_sha256="0" * 64)
     assert plan_status(d, host).state == "stale"
+    # a plan built by an embtrt before the recipe's tf32 field (TF32 on, as the default says) is current
+    older = {k: v for k, v in EngineRecipe.load(d / RECIPE).__dict__.items() if k != "tf32"}
+    _fake_plan(d, recipe=older)
+    assert plan_status(d, host).state == "ok"
+    _fake_plan(d, recipe={**older, "tf32": False})      # built without TF32, while the recipe has it on
+    assert plan_status(d, host).state == "stale"
     _fake_plan(d)
     st = plan_status(d, HostInfo("10.13.0", "NVIDIA A100-SXM4-80GB", "8.0"))
     assert st.state == "foreign"

@@ -176,7 +176,7 @@ def plan_status(model_dir: Path, host: HostInfo | None) -> PlanStatus:
     if not plan.is_file() or not man.is_file():
         return PlanStatus(model_dir.name, "missing", f"{model_dir.name}: no plan yet")
     m = json.loads(man.read_text())
-    if m.get("onnx_sha256") != recipe.onnx_sha256 or m.get("recipe") != json.loads(json.dumps(asdict(recipe))):
+    if m.get("onnx_sha256") != recipe.onnx_sha256 or _as_built(m.get("recipe")) != json.loads(json.dumps(asdict(recipe))):
         return PlanStatus(model_dir.name, "stale", f"{model_dir.name}: the plan was built from another ONNX or recipe")
     if host is not None and (m.get("tensorrt") != host.tensorrt or m.get("compute_capability") != host.compute_capability
                              or m.get("gpu") != host.gpu):
@@ -186,6 +186,15 @@ def plan_status(model_dir: Path, host: HostInfo | None) -> PlanStatus:
                           f"with TensorRT {host.tensorrt}. Rebuild it here, or keep one plan per GPU "
                           "(cc_model_filenames) or a per-GPU repository")
     return PlanStatus(model_dir.name, "ok", f"{model_dir.name}: plan matches")
+
+
+def _as_built(stored: dict | None) -> dict | None:
+    """A plan manifest's recipe with the fields an older embtrt did not write at their defaults
+    (a plan built before a field existed was built as that default says: TF32 on)."""
+    if stored is None:
+        return None
+    optional = {"strongly_typed": True, "tf32": True}
+    return {**{k: v for k, v in optional.items() if k not in stored}, **stored}
 
 
 def encoder_dirs(repo: Path) -> list[Path]:
@@ -298,10 +307,10 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
     runner.close()
     g, w = np.concatenate(got), np.concatenate(want)
     if m.kind != "embedder":
-        worst, limit = float(np.abs(g - w).max()), kind_plan_tolerance(m.kind, m.precision)
+        worst, limit, what = kind_plan_difference(m, g, w)
         ok = worst <= limit
         log(f"{'[ok]' if ok else '[x]'} {model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on "
-            f"{len(rows)} texts: max |{m.encoder_output} difference| {worst:.2e} (limit {limit:.0e})")
+            f"{len(rows)} texts: max |{what} difference| {worst:.2e} (limit {limit:.0e})")
         return worst, ok
     if g.ndim == 3:  # hidden states: compare the pooled vectors
         from embtrt_backend.pooling import pool_and_normalize
@@ -318,16 +327,20 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
     return st, ok
 
 
-def kind_plan_tolerance(kind: str, precision: str) -> float:
-    """A reranker's or sparse encoder's plan against the graph its gate judged, max |output
-    difference|: the reranker's score bound (fp32 1e-4, reduced 1e-2), a sparse encoder's fp32
-    weight bound (1e-4; reduced precision 1e-2, the graph and the plan both in that precision)."""
+def kind_plan_difference(m, got: np.ndarray, want: np.ndarray) -> tuple[float, float, str]:
+    """A reranker's or sparse encoder's plan outputs against its gated graph's, in the units and
+    under the bounds of the kind's gate for its precision -> (difference, limit, what): reranker
+    scores after the model's activation (logits for identity), fp32 1e-4 / reduced 1e-2; sparse
+    weights, fp32 1e-4 absolute / reduced 2% of each text's largest weight."""
     from ..reference.rerank_gate import tolerance_for
-    from ..reference.sparse_gate import TOLERANCE
+    from ..reference.sparse_gate import limits_for, weight_error
 
-    if kind == "reranker":
-        return tolerance_for(precision)
-    return TOLERANCE if precision == "fp32" else 1e-2
+    if m.kind == "reranker":
+        if m.activation == "sigmoid":
+            got, want = 1 / (1 + np.exp(-got.astype(np.float64))), 1 / (1 + np.exp(-want.astype(np.float64)))
+        return float(np.abs(got - want).max()), tolerance_for(m.precision), "score"
+    unit = "" if m.precision == "fp32" else " (of the text's largest)"
+    return weight_error(got, want, m.precision), limits_for(m.precision).weight, "weight" + unit
 
 
 def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = False, texts: list[str] | None = None,

@@ -29,8 +29,10 @@ def knobs_for(manifest: Manifest, repo: Path) -> list[Knob]:
     front = (name,)
     out = [Knob("front.instances", front, (1, 2, 3)),
            Knob("front.max_queue_delay_us", front, (0, 500, 2000, 5000)),
-           Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb))),
-           Knob("front.intra_op_threads", front, (0, 1, 2))]
+           Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb)))]
+    bls = manifest.router_encoder == "bls" or manifest.target in ("tensorrt", "onnxruntime")
+    if not bls:   # encoder threads matter where the front door runs the encoder itself
+        out.append(Knob("front.intra_op_threads", front, (0, 1, 2)))
     # the budget knob: embedders only (a reranker's / sparse encoder's budget is baked into its front
     # door's plan), and not TensorRT (engines fix their batch range: the budget needs a rebuild there)
     if manifest.kind == "embedder" and manifest.target != "tensorrt":
@@ -38,7 +40,7 @@ def knobs_for(manifest: Manifest, repo: Path) -> list[Knob]:
         if len(values) > 1:
             models = tuple(budget_models(manifest, {p.parent.name for p in Path(repo).glob("*/config.pbtxt")}))
             out.append(Knob(BUDGET, models, values))
-    if manifest.router_encoder == "bls" or manifest.target in ("tensorrt", "onnxruntime"):
+    if bls:
         encoders = tuple(manifest.models.encoders)
         out += [Knob("encoder.instances", encoders, (1, 2)),
                 Knob("encoder.max_queue_delay_us", encoders, (0, 500, 2000))]

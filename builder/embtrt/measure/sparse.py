@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..reference.sparse_gate import TOLERANCE, judge
+from ..reference.sparse_gate import judge, limits_for, weight_error
 from .driver import Load
 from .rerank import RerankReport
 
@@ -28,7 +28,7 @@ def served(url: str, model: str, texts: list[str], which: str) -> tuple[np.ndarr
 
 
 async def _under_load(url: str, model: str, texts: list[str], base: np.ndarray, vocab: int, concurrency: int,
-                      seed: int = 0) -> tuple[float, int]:
+                      precision: str = "fp32", seed: int = 0) -> tuple[float, int]:
     import tritonclient.grpc.aio as aioclient
 
     from embtrt_backend.sparse import densify
@@ -57,7 +57,7 @@ async def _under_load(url: str, model: str, texts: list[str], base: np.ndarray, 
     finally:
         await c.close()
     missing = int(np.isnan(got).any(axis=1).sum())
-    worst = float(np.nanmax(np.abs(got - base))) if not missing else float("inf")
+    worst = weight_error(got, base, precision) if not missing else float("inf")
     return worst, len(load.failures) + missing
 
 
@@ -72,16 +72,19 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
         buckets = tuple(int(b) for b in params["embtrt.buckets"].split(","))
         precision = params.get("precision", "fp32")
         vocab = c.vocab
+    # the gate's weight bound for the precision: fp32 absolute; bf16 / fp16 of each text's largest weight
+    # (another batch shape may round differently), as the reranker's verify takes its reduced bound
+    limit, unit = limits_for(precision).weight, ("" if precision == "fp32" else " of the text's largest")
     got = {which: served(url, model, texts, which) for which in ("document", "query")}
     log(f"{model} at {url}: {len(texts)} real texts encoded as documents and as queries")
     if against is not None:
         worst = 0.0
         for which in ("document", "query"):
             other = served(against[0], against[1], texts, which)
-            worst = max(worst, float(np.abs(got[which][0] - other[0]).max()))
-        ok = worst <= TOLERANCE
+            worst = max(worst, weight_error(got[which][0], other[0], precision))
+        ok = worst <= limit
         rep.lines.append(f"[{'ok' if ok else 'x'}] against {against[1]} at {against[0]}: max |weight difference| "
-                         f"{worst:.1e} (limit {TOLERANCE:.0e})")
+                         f"{worst:.1e}{unit} (limit {limit:.0e})")
         if not ok:
             rep.failures.append(f"against {against[0]}: weights differ by {worst:.2e}")
         rep.figures["against"] = {"url": against[0], "model": against[1], "max_abs_diff": worst}
@@ -92,10 +95,10 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
             raise ValueError("a sparse encoder's gate needs its SparseEncoder folder (--reference)")
         rep.add_gate(judge(load_sparse_encoder(reference), texts, got, buckets, log=lambda _m: None, precision=precision))
     if under_load:
-        worst, failed = asyncio.run(_under_load(url, model, texts, got["document"][0], vocab, concurrency))
-        ok = worst <= TOLERANCE and failed == 0
+        worst, failed = asyncio.run(_under_load(url, model, texts, got["document"][0], vocab, concurrency, precision))
+        ok = worst <= limit and failed == 0
         rep.lines.append(f"[{'ok' if ok else 'x'}] under load (concurrency {concurrency}, mixed-size requests): "
-                         f"max |weight - unloaded| {worst:.1e}, {failed} failed calls")
+                         f"max |weight - unloaded| {worst:.1e}{unit} (limit {limit:.0e}), {failed} failed calls")
         if not ok:
             rep.failures.append(f"under load: max |weight difference| {worst:.2e}, {failed} failed calls")
         rep.figures["under_load"] = {"concurrency": concurrency, "max_abs_diff": worst, "failed": failed}

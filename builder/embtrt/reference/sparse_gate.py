@@ -7,7 +7,7 @@ Per length bucket and side (document, query):
   the text's largest reference weight;
 - active dimensions: every dimension above a threshold on one side (1% of the text's largest
   reference weight in fp32, 5% in reduced precision) is active (non-zero) on the other.
-Over 16 queries x the other texts as documents:
+Over 16 queries (half the texts, for fewer than 32) x the other texts as documents:
 - dot products: per query, max |difference| at most 1e-4 (fp32) / 1e-2 (reduced) of its largest
   reference dot product;
 - retrieval: the top 10 documents identical for every query (fp32); a mean top-10 overlap of at
@@ -54,6 +54,13 @@ def _values(got: np.ndarray, want: np.ndarray, lim: Limits) -> np.ndarray:
     return diff
 
 
+def weight_error(got: np.ndarray, want: np.ndarray, precision: str) -> float:
+    """The worst weight difference of any text in the gate's unit for the precision (fp32: absolute;
+    reduced: of the text's largest weight), beside limits_for(precision).weight: for comparing a
+    deployment with itself under load, with another, or a TensorRT plan with its gated graph."""
+    return float(_values(np.asarray(got), np.asarray(want), limits_for(precision)).max(initial=0.0))
+
+
 def _inactive(got: np.ndarray, want: np.ndarray, lim: Limits) -> np.ndarray:
     """Per text: dimensions above the threshold on one side that are zero on the other."""
     t = (lim.active * want.max(axis=1))[:, None]
@@ -91,8 +98,9 @@ def judge(se, texts: list[str], served: dict[str, tuple[np.ndarray, np.ndarray]]
                 failures.append(f"{which} bucket {int(edge)}: max |weight difference| {worst:.2e}{unit} > {lim.weight:.0e}")
             if lost:
                 failures.append(f"{which} bucket {int(edge)}: {lost} dimensions above the threshold active on one side only")
-    q, d = served["query"][0][:QUERIES], served["document"][0][QUERIES:]
-    rq, rd = ref["query"][:QUERIES], ref["document"][QUERIES:]
+    nq = min(QUERIES, len(texts) // 2)   # a small corpus: half its texts as queries, the rest documents
+    q, d = served["query"][0][:nq], served["document"][0][nq:]
+    rq, rd = ref["query"][:nq], ref["document"][nq:]
     ours, theirs = q @ d.T, rq @ rd.T
     dot = float((np.abs(ours - theirs).max(axis=1) / np.maximum(np.abs(theirs).max(axis=1), 1e-12)).max())
     ok = dot <= lim.dot
