@@ -44,16 +44,33 @@ def _build(folder, out, **kw):
     return out
 
 
+class _Builds(dict):
+    """Each repository built on first use (the fp16 ones only by the slow tests)."""
+
+    def __init__(self, recipes, base):
+        super().__init__()
+        self.recipes, self.base = recipes, base
+
+    def __missing__(self, key):
+        folder, kw = self.recipes[key]
+        self[key] = _build(folder, self.base / key, **kw)
+        return self[key]
+
+
 @pytest.fixture(scope="module")
 def trt_kinds(cross_encoders, splade, tmp_path_factory):
-    base = tmp_path_factory.mktemp("trt_kinds")
-    return {"ce": _build(cross_encoders["bert-ce"], base / "ce", name="ce_trt", target="tensorrt"),
-            "ce16": _build(cross_encoders["qwen3-ce"], base / "ce16", name="ce_fp16", target="tensorrt", precision="fp16"),
-            "sp": _build(splade[0], base / "sp", name="sp_trt", target="tensorrt"),
-            "sp16": _build(splade[0], base / "sp16", name="sp_fp16", target="tensorrt", precision="fp16")}
+    return _Builds({"ce": (cross_encoders["bert-ce"], dict(name="ce_trt", target="tensorrt")),
+                    "ce16": (cross_encoders["qwen3-ce"], dict(name="ce_fp16", target="tensorrt", precision="fp16")),
+                    "sp": (splade[0], dict(name="sp_trt", target="tensorrt")),
+                    "sp16": (splade[0], dict(name="sp_fp16", target="tensorrt", precision="fp16"))},
+                   tmp_path_factory.mktemp("trt_kinds"))
 
 
-@pytest.mark.parametrize("key,output", [("ce", "logits"), ("ce16", "logits"), ("sp", "sparse"), ("sp16", "sparse")])
+FP16 = pytest.mark.slow   # ModelOpt AutoCast builds: make test-all
+
+
+@pytest.mark.parametrize("key,output", [("ce", "logits"), pytest.param("ce16", "logits", marks=FP16), ("sp", "sparse"),
+                                        pytest.param("sp16", "sparse", marks=FP16)])
 def test_the_repository_has_one_pending_plan_per_bucket_behind_a_front_door_padding_to_buckets(trt_kinds, key, output):
     repo = trt_kinds[key]
     m = read_manifest(repo)
@@ -77,6 +94,7 @@ def test_the_repository_has_one_pending_plan_per_bucket_behind_a_front_door_padd
     assert rep.passed and not check_repository(repo).passed   # a pending plan is not a servable repository
 
 
+@FP16
 def test_fp16_kinds_are_judged_by_the_reduced_precision_gates_on_their_fp16_graphs(trt_kinds):
     m = read_manifest(trt_kinds["ce16"])
     par = m.extra["parity"]
