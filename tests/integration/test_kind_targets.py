@@ -13,6 +13,8 @@ The tensorrt target of these kinds: test_tensorrt_kinds.py.
 from __future__ import annotations
 
 
+import pytest
+
 from embtrt.common.files import sha256_file
 from embtrt.export import build
 from embtrt.export.spec import spec_from_options
@@ -71,3 +73,27 @@ def test_tune_knobs_of_a_bls_reranker_take_its_bucket_encoders_and_no_budget(rer
     assert set(bls) == (set(local) - {"front.intra_op_threads"}) | {"encoder.instances", "encoder.max_queue_delay_us"}
     assert BUDGET not in bls
     assert bls["encoder.instances"] == m.models.encoders
+
+
+@pytest.mark.parametrize("kind", ["reranker", "sparse"])
+def test_int8_ships_only_behind_the_kinds_reduced_precision_gate(kind, cross_encoders, splade, tmp_path):
+    """int8 (ONNX Runtime dynamic quantization, as for embedders): the build runs the kind's
+    reduced-precision gate on the quantized graph and either refuses with the figures, leaving
+    nothing written, or serves that graph with every reduced limit met. Measured here: both tiny
+    models are refused (the BERT cross-encoder by 0.015 in score and overlap 0.975; the SPLADE by
+    19-26% of the largest weight), so the refusal is the branch this machine runs."""
+    from embtrt.errors import ParityError
+
+    folder = cross_encoders["bert-ce"] if kind == "reranker" else splade[0]
+    out = tmp_path / "int8"
+    try:
+        build(spec_from_options(folder, out, name="k_int8", precision="int8"), log=lambda m: None)
+    except ParityError as exc:
+        assert f"python-ort/int8 {'reranker' if kind == 'reranker' else 'sparse encoder'} fails the gate" in exc.message
+        assert "int8 changes the" in exc.hint and "--precision fp32" in exc.hint
+        assert not out.exists() and not list(tmp_path.glob(".int8*"))
+        return
+    m = read_manifest(out)
+    par = m.extra["parity"]
+    assert par["passed"] and par["precision"] == "int8"
+    assert sha256_file(out / "k_int8" / "1" / "model.onnx") == m.extra["onnx"]["served_sha256"] != m.extra["onnx"]["sha256"]

@@ -160,7 +160,9 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     if not report["passed"]:
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} reranker fails the gate: " + "; ".join(report["failures"]),
-                              "report the model architecture (or pass --allow-mismatch to keep it)")
+                              (f"{spec.precision} changes the scores beyond the reduced-precision gate for this model; "
+                               "use --precision fp32" if spec.precision != "fp32" else "report the model architecture")
+                              + " (or pass --allow-mismatch to keep it)")
         log("[x] gate failed; kept because --allow-mismatch was given")
     if spec.run_overhead_tokens is None and prec is None:   # a TensorRT plan's cost is not measured here
         ids = _pair_ids(core, queries[0], docs[0][0])
@@ -178,7 +180,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                  "outputs": [_t("SCORES", "TYPE_FP32", [spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items())},
-        files={"1/tokenizer.json": tok_json, **({"1/model.onnx": onnx_path} if spec.router_mode == "local" else {})},
+        files={"1/tokenizer.json": tok_json, **({"1/model.onnx": graph} if spec.router_mode == "local" else {})},
         backend_code="reranker")
     encoders = bucket_encoders(spec, graph, "logits", spec.num_labels, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
@@ -198,7 +200,8 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
                "versions": versions(),
-               "onnx": {"sha256": sha256_file(onnx_path), "export_validation": validation},
+               "onnx": {"sha256": sha256_file(onnx_path), "export_validation": validation,
+                        "served_sha256": sha256_file(graph)},
                "parity": {**report, "reference": "CrossEncoder.predict (fp32, batch 32) and CrossEncoder.rank",
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind reranker",

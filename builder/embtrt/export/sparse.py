@@ -206,7 +206,9 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     if not report["passed"]:
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} sparse encoder fails the gate: " + "; ".join(report["failures"]),
-                              "report the model architecture (or pass --allow-mismatch to keep it)")
+                              (f"{spec.precision} changes the weights beyond the reduced-precision gate for this model; "
+                               "use --precision fp32" if spec.precision != "fp32" else "report the model architecture")
+                              + " (or pass --allow-mismatch to keep it)")
         log("[x] gate failed; kept because --allow-mismatch was given")
     if spec.run_overhead_tokens is None and prec is None:   # a TensorRT plan's cost is not measured here
         ids = core.tokenizer.encode(texts[:1]).ids[0]
@@ -226,7 +228,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                              _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items())},
-        files={"1/tokenizer.json": tok_json, **({"1/model.onnx": onnx_path} if spec.router_mode == "local" else {}),
+        files={"1/tokenizer.json": tok_json, **({"1/model.onnx": graph} if spec.router_mode == "local" else {}),
                **({"1/query_tokenizer.json": work / "query_tokenizer.json",
                    "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
         backend_code="sparse")
@@ -244,7 +246,8 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         default_prompt_name=spec.default_prompt_name, kind="sparse", activation=spec.activation,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
-               "versions": versions(), "onnx": {"sha256": sha256_file(onnx_path), "export_validation": validation},
+               "versions": versions(), "onnx": {"sha256": sha256_file(onnx_path), "export_validation": validation,
+                        "served_sha256": sha256_file(graph)},
                "parity": {**report, "reference": "SparseEncoder.encode_query / encode_document (fp32)",
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind sparse",

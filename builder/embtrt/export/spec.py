@@ -26,9 +26,11 @@ ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
 KINDS = ("embedder", "reranker", "sparse")
 RERANKER_TARGETS = ("python-ort", "python-openvino", "onnxruntime", "tensorrt")
-# What each kind builds in reduced precision, per target (fp32 builds everywhere): OpenVINO bf16 and
-# TensorRT fp16 (AutoCast in the ONNX), behind the kind's reduced-precision gate.
-KIND_REDUCED = {kind: {"python-openvino": ("bf16",), "tensorrt": ("fp16",)} for kind in ("reranker", "sparse")}
+# What each kind builds in reduced precision, per target (fp32 builds everywhere): ONNX Runtime int8
+# (dynamic quantization), OpenVINO bf16 and TensorRT fp16 (AutoCast in the ONNX), behind the kind's
+# reduced-precision gate.
+KIND_REDUCED = {kind: {"python-ort": ("int8",), "python-openvino": ("bf16",), "onnxruntime": ("int8",),
+                       "tensorrt": ("fp16",)} for kind in ("reranker", "sparse")}
 
 # Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
 # quantization and must still pass the parity gate).
