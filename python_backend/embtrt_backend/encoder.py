@@ -149,10 +149,9 @@ def make_encoder(p: dict[str, str], onnx_path: str | None, hf_dir: str | None, t
     if p.get("runtime") == "openvino":
         return OpenVinoEncoder(str(onnx_path), p.get("precision", "fp32"), threads)
     if p.get("runtime", "onnxruntime") == "torch":
-        from .torch_encoder import TorchEncoder
+        from .torch_encoder import torch_encoder
 
-        return TorchEncoder(str(hf_dir), p["precision"], threads, p["pooling"], p["normalize"] == "true",
-                            p["pooler"] == "fused", trust_remote_code)
+        return torch_encoder(p, str(hf_dir), threads, trust_remote_code)
     return OrtEncoder(str(onnx_path), threads, spinning=p.get("ort_spinning") == "true",
                       optimize=p.get("ort_optimize", "true") == "true", arena=p.get("ort_arena", "true") == "true")
 

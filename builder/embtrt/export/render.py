@@ -101,9 +101,15 @@ def hf_files(model_dir: Path) -> dict[str, Path]:
             if f.is_file() and f.suffix in keep and not f.name.startswith(".")}
 
 
+def torch_dir(spec: BuildSpec) -> Path:
+    """The folder the python-torch encoder runs: the model's, or an inference-free SPLADE's document
+    route's MLM folder inside it."""
+    return spec.model_dir / spec.sparse_encoder_dir if spec.sparse_encoder_dir else spec.model_dir
+
+
 def encoder_files(spec: BuildSpec, onnx_path: Path | None) -> dict[str, Path]:
     if spec.target == "python-torch":
-        return hf_files(spec.model_dir)
+        return hf_files(torch_dir(spec))
     assert onnx_path is not None
     return {"1/model.onnx": onnx_path}
 
@@ -123,7 +129,20 @@ def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]
             ("ort_spinning", str(spec.ort_spinning).lower()), ("pooler", spec.pooler), ("pooling", spec.pooling),
             ("normalize", str(spec.normalize).lower()), ("input_names", ",".join(spec.input_names)),
             # long inputs: give each run's memory back instead of caching the peak per instance
-            ("ort_arena", str(spec.max_seq_length < LONG_INPUT).lower())]
+            ("ort_arena", str(spec.max_seq_length < LONG_INPUT).lower()), *_kind_params(spec)]
+
+
+def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:
+    """What the python-torch encoder of a reranker or sparse encoder computes in place of the graph
+    (embtrt_backend.torch_encoder): the kind, and SPLADE's pooling, activation and graph top-K."""
+    if spec.kind == "embedder":
+        return []
+    out = [("kind", spec.kind)]
+    if spec.kind == "sparse":
+        out += [("splade_pooling", spec.splade_pooling), ("splade_activation", spec.activation)]
+        if spec.active_dims_in_graph:
+            out.append(("graph_max_active_dims", str(spec.sparse_max_active_dims)))
+    return out
 
 
 def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], encoder_output: str,

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..common.files import sha256_file
 from ..common.log import Log
 from ..errors import ParityError
 from ..reference.cross_ref import corpus_pairs, load_cross_encoder
@@ -25,7 +24,8 @@ from ..reference.rerank_gate import SCORE_TOLERANCE, judge
 from ..reference.modelinfo import model_hash
 from ..repository.manifest import Manifest, ModelNames
 from .chunking import measure_run_overhead, run_cost_line
-from .single import bls_params, bucket_encoders, finish, precision_graph, write_front_door
+from .single import (bls_params, bucket_encoders, finish, kind_encoder, local_files, onnx_record, precision_graph,
+                     write_front_door)
 from .encoders import identity, rebuild_command, require_openvino, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .spec import BuildSpec
@@ -123,7 +123,6 @@ def gate(ce, core, encoder, texts: list[str], log: Log, precision: str = "fp32")
 
 
 def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
-    from embtrt_backend.encoder import make_encoder
     from embtrt_backend.pairs import PairCore
 
     work, repo = tmp / "work", tmp / "repo"
@@ -139,9 +138,14 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     queries, docs = corpus_pairs(texts)
     pairs = [(q, d) for q, ds in zip(queries, docs) for d in ds]
 
-    log(f"[2/{steps}] exporting the classifier to ONNX and validating against PyTorch")
     onnx_path = work / "onnx" / "model.onnx"
-    validation = export_classifier(ce, spec.input_names, onnx_path, pairs, log)
+    validation = None
+    if spec.target == "python-torch":
+        log(f"[2/{steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself"
+            + (" (bf16 autocast)" if spec.precision == "bf16" else ""))
+    else:
+        log(f"[2/{steps}] exporting the classifier to ONNX and validating against PyTorch")
+        validation = export_classifier(ce, spec.input_names, onnx_path, pairs, log)
 
     log(f"[3/{steps}] pair tokenizer")
     tok_json = work / "tokenizer.json"
@@ -154,7 +158,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs"
         + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
-    encoder = make_encoder(params, str(graph), None)
+    encoder = kind_encoder(spec, params, graph)
     core = PairCore(_config(params), _tokenizer(tok_json, spec, pad_id))
     report = gate(ce, core, encoder, texts, log, spec.precision)
     if not report["passed"]:
@@ -180,7 +184,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                  "outputs": [_t("SCORES", "TYPE_FP32", [spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items())},
-        files={"1/tokenizer.json": tok_json, **({"1/model.onnx": graph} if spec.router_mode == "local" else {})},
+        files={"1/tokenizer.json": tok_json, **local_files(spec, graph)},
         backend_code="reranker")
     encoders = bucket_encoders(spec, graph, "logits", spec.num_labels, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
@@ -200,8 +204,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
                "versions": versions(),
-               "onnx": {"sha256": sha256_file(onnx_path), "export_validation": validation,
-                        "served_sha256": sha256_file(graph)},
+               "onnx": onnx_record(onnx_path, graph, validation),
                "parity": {**report, "reference": "CrossEncoder.predict (fp32, batch 32) and CrossEncoder.rank",
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind reranker",

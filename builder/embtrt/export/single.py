@@ -12,7 +12,9 @@ from ..common.log import Log
 from ..errors import RepositoryError
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, write_manifest
-from .render import ModelPlan, _encoder_plan, _t, attach_deps, bundle_dir, encoder_dims, model_names, write_repository
+from ..common.files import sha256_file
+from .render import (ModelPlan, _encoder_plan, _t, attach_deps, bundle_dir, encoder_dims, encoder_files, model_names,
+                     torch_dir, write_repository)
 from .result import BuildResult
 from .spec import BuildSpec
 
@@ -22,6 +24,28 @@ def bls_params(spec: BuildSpec) -> dict[str, str]:
     if spec.router_mode == "local":
         return {"encoder_mode": "local"}
     return {"encoder_mode": "bls", "encoder_models": ",".join(model_names(spec)["encoder"][b] for b in spec.buckets)}
+
+
+def kind_encoder(spec: BuildSpec, params: dict[str, str], graph: Path | None):
+    """The encoder the gate judges, made as the front door (or a bucket encoder) makes it from the
+    same parameters: the graph in ONNX Runtime / OpenVINO, or python-torch's PyTorch model."""
+    from embtrt_backend.encoder import make_encoder
+
+    return make_encoder(params, None if graph is None else str(graph), str(torch_dir(spec)))
+
+
+def local_files(spec: BuildSpec, graph: Path | None) -> dict[str, Path]:
+    """What a front door that runs its own encoder carries: the graph (1/model.onnx), or the model
+    folder's files python-torch loads (1/hf/); nothing over BLS."""
+    return encoder_files(spec, graph) if spec.router_mode == "local" else {}
+
+
+def onnx_record(onnx_path: Path, graph: Path | None, validation: dict | None) -> dict | None:
+    """The manifest's `onnx`: the export, its validation and the graph served (None: python-torch
+    runs no ONNX)."""
+    if graph is None:
+        return None
+    return {"sha256": sha256_file(onnx_path), "export_validation": validation, "served_sha256": sha256_file(graph)}
 
 
 def bucket_encoders(spec: BuildSpec, onnx_path: Path, output: str, width: int, ident: dict[str, str]) -> list[ModelPlan]:
@@ -60,7 +84,10 @@ def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[st
     """The graph the gate judges and the front door or the bucket encoders serve: the exported
     ONNX; int8 (python-ort, onnxruntime): its ONNX Runtime dynamic quantization, as for embedders;
     for the tensorrt target the precision ONNX its plans are built from (export.precision; one
-    graph for every bucket at fp32 / fp16) -> (path, the PrecisionArtifact or None)."""
+    graph for every bucket at fp32 / fp16) -> (path, the PrecisionArtifact or None); python-torch
+    runs no graph -> (None, None)."""
+    if spec.target == "python-torch":
+        return None, None
     if spec.target != "tensorrt":
         if spec.precision == "int8":
             from .encoders import quantize_int8

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..common.files import sha256_file
 from ..common.log import Log
 from ..errors import ParityError
 from ..reference.modelinfo import model_hash
@@ -29,7 +28,8 @@ from .chunking import measure_run_overhead, run_cost_line
 from .encoders import identity, rebuild_command, require_openvino, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .result import BuildResult
-from .single import bls_params, bucket_encoders, finish, precision_graph, write_front_door
+from .single import (bls_params, bucket_encoders, finish, kind_encoder, local_files, onnx_record, precision_graph,
+                     write_front_door)
 from .spec import BuildSpec
 
 
@@ -155,7 +155,6 @@ def gate(se, core, encoder, texts: list[str], log: Log, static=None, default_k: 
 
 def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
     from embtrt_backend.core import RequestCore
-    from embtrt_backend.encoder import make_encoder
 
     work, repo = tmp / "work", tmp / "repo"
     repo.mkdir(parents=True)
@@ -170,9 +169,14 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     se = load_sparse_encoder(spec.model_dir, spec.trust_remote_code)
     doc_module(se).max_seq_length = spec.max_seq_length
 
-    log(f"[2/{steps}] exporting the MLM head with SPLADE pooling to ONNX and validating against SparseEncoder")
     onnx_path = work / "onnx" / "model.onnx"
-    validation = export_splade(se, spec, onnx_path, texts, log)
+    validation = None
+    if spec.target == "python-torch":
+        log(f"[2/{steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself"
+            + (" (bf16 autocast)" if spec.precision == "bf16" else ""))
+    else:
+        log(f"[2/{steps}] exporting the MLM head with SPLADE pooling to ONNX and validating against SparseEncoder")
+        validation = export_splade(se, spec, onnx_path, texts, log)
 
     log(f"[3/{steps}] tokenizer")
     tok_json = work / "tokenizer.json"
@@ -200,7 +204,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts"
         + (" (padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
-    encoder = make_encoder(params, str(graph), None)
+    encoder = kind_encoder(spec, params, graph)
     core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
     report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None, spec.precision)
     if not report["passed"]:
@@ -228,7 +232,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                              _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items())},
-        files={"1/tokenizer.json": tok_json, **({"1/model.onnx": graph} if spec.router_mode == "local" else {}),
+        files={"1/tokenizer.json": tok_json, **local_files(spec, graph),
                **({"1/query_tokenizer.json": work / "query_tokenizer.json",
                    "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
         backend_code="sparse")
@@ -246,8 +250,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         default_prompt_name=spec.default_prompt_name, kind="sparse", activation=spec.activation,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
-               "versions": versions(), "onnx": {"sha256": sha256_file(onnx_path), "export_validation": validation,
-                        "served_sha256": sha256_file(graph)},
+               "versions": versions(), "onnx": onnx_record(onnx_path, graph, validation),
                "parity": {**report, "reference": "SparseEncoder.encode_query / encode_document (fp32)",
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind sparse",

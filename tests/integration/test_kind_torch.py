@@ -1,0 +1,111 @@
+"""The python-torch target for rerankers and sparse encoders (#31, #32): the PyTorch model itself
+runs in the Python backend (no ONNX), the classifier's logits for a reranker, the masked-LM head
+with SPLADE pooling for a sparse encoder, gated and served equal to sentence-transformers on a real
+tritonserver: the reranker's front door runs it locally, the inference-free SPLADE's documents go
+over BLS to one python-torch encoder model per bucket (the document route's MLM folder)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embtrt.errors import ParityError
+from embtrt.export import build
+from embtrt.export.spec import spec_from_options
+from embtrt.repository.manifest import read_manifest
+from test_rerank import _served_equals_cross_encoder
+
+pytestmark = pytest.mark.integration
+TOL = 1e-4
+
+
+def _quiet(_m: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def torch_server(cross_encoders, splade_if, tmp_path_factory):
+    from embtrt.serve.server import ServerSpec, TritonServer, free_port
+
+    base = tmp_path_factory.mktemp("kind_torch")
+    build(spec_from_options(cross_encoders["bert-ce"], base / "ce", name="ce_torch", target="python-torch"), log=_quiet)
+    build(spec_from_options(splade_if[0], base / "sp", name="sp_torch", target="python-torch", router_encoder="bls"),
+          log=_quiet)
+    spec = ServerSpec(base / "ce", grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                      log_file=base / "tritonserver.log", more_repositories=(base / "sp",))
+    with TritonServer(spec) as srv:
+        yield srv, base
+
+
+def test_a_python_torch_reranker_serves_cross_encoder_scores_and_ranks(torch_server, cross_encoders, corpus):
+    srv, base = torch_server
+    m = read_manifest(base / "ce")
+    assert (m.kind, m.target, m.router_encoder) == ("reranker", "python-torch", "local")
+    assert m.backend_profile.startswith("python-torch:cpu:fp32:torch-") and m.extra["onnx"] is None
+    assert m.extra["parity"]["passed"] and m.extra["parity"]["max_abs_diff"] <= TOL
+    front = base / "ce" / "ce_torch" / "1"
+    assert (front / "hf" / "model.safetensors").is_file() and not (front / "model.onnx").exists()
+    _served_equals_cross_encoder(srv, cross_encoders["bert-ce"], "ce_torch", corpus)
+
+
+def test_a_python_torch_sparse_encoder_serves_over_bls_equal_to_sparse_encoder(torch_server, splade_if, corpus):
+    from sentence_transformers import SparseEncoder
+
+    from embtrt.serve.sparse_client import SparseClient
+
+    srv, base = torch_server
+    m = read_manifest(base / "sp")
+    assert (m.kind, m.target, m.router_encoder) == ("sparse", "python-torch", "bls")
+    assert m.models.encoders == ("sp_torch_32_encoder", "sp_torch_64_encoder") and m.extra["parity"]["passed"]
+    enc = base / "sp" / "sp_torch_32_encoder" / "1" / "hf"
+    assert (enc / "model.safetensors").is_file() and (enc / "config.json").is_file()   # the document route's MLM
+    se = SparseEncoder(str(splade_if[0]), device="cpu")
+    texts = corpus[:20] + [" ".join(corpus[30:50])]
+    want = se.encode_document(texts, convert_to_tensor=True).to_dense().float().numpy()
+    assert 10 < np.median((want > 0).sum(axis=1)) < 1000 and np.ptp(want.sum(axis=1)) > 1.0   # texts differ
+    with SparseClient(srv.grpc_url, "sp_torch") as c:
+        got = c.encode_dense(texts, input_type="document")
+        top = c.encode_dense(texts[:4], input_type="document", max_active_dims=3)
+    assert float(np.abs(got - want).max()) <= TOL
+    want_top = se.encode_document(texts[:4], convert_to_tensor=True, max_active_dims=3).to_dense().float().numpy()
+    assert float(np.abs(top - want_top).max()) <= TOL
+
+
+def test_python_torch_bf16_ships_a_reranker_only_behind_the_reduced_precision_gate(cross_encoders, tmp_path):
+    """bf16 autocast: the one-label BERT stays within the reduced gate (|score difference| <= 0.01,
+    top-10 overlap >= 0.98) and ships; scores differ from fp32, so the gate saw the reduced run."""
+    res = build(spec_from_options(cross_encoders["bert-ce"], tmp_path / "bf16", name="ce_bf16", target="python-torch",
+                                  precision="bf16"), log=_quiet)
+    par = res.manifest["parity"]
+    assert par["passed"] and 1e-5 < par["max_abs_diff"] <= 0.01
+    assert res.manifest["identity"]["embtrt.backend_profile"].startswith("python-torch:cpu:bf16:")
+
+
+@pytest.mark.slow   # a sparse gate of its own: make test-all
+def test_python_torch_bf16_sparse_is_refused_by_the_gate(splade, tmp_path):
+    """The tiny SPLADE's bf16 weights are 5-7% of a text's largest weight off (measured), beyond the
+    reduced bound of 2%: the build refuses and says to use fp32."""
+    with pytest.raises(ParityError, match="use --precision fp32"):
+        build(spec_from_options(splade[0], tmp_path / "bf16", name="sp_bf16", target="python-torch", precision="bf16"),
+              log=_quiet)
+    assert not (tmp_path / "bf16").exists()
+
+
+def test_the_torch_splade_top_k_equals_keeping_the_largest_weights(splade_k):
+    """--active-dims-in-graph on python-torch: TorchSplade's top-K is keep_largest of its full weights."""
+    from tokenizers import Tokenizer
+
+    from embtrt_backend.sparse import keep_largest
+    from embtrt_backend.torch_encoder import TorchSplade
+
+    folder = splade_k[0]
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.enable_padding(pad_id=0)
+    enc = tok.encode_batch(["a short text", "a somewhat longer text about the sea and its ships"])
+    feeds = {"input_ids": np.array([e.ids for e in enc], np.int64),
+             "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
+             "token_type_ids": np.array([e.type_ids for e in enc], np.int64)}
+    full = TorchSplade(str(folder), "fp32", 1, "max", "relu").run(feeds)
+    top = TorchSplade(str(folder), "fp32", 1, "max", "relu", top_k=8).run(feeds)
+    assert ((full > 0).sum(axis=1) > 8).all() and ((top > 0).sum(axis=1) == 8).all()
+    assert np.array_equal(top, keep_largest(full, 8))
