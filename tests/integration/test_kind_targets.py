@@ -97,3 +97,25 @@ def test_int8_ships_only_behind_the_kinds_reduced_precision_gate(kind, cross_enc
     par = m.extra["parity"]
     assert par["passed"] and par["precision"] == "int8"
     assert sha256_file(out / "k_int8" / "1" / "model.onnx") == m.extra["onnx"]["served_sha256"] != m.extra["onnx"]["sha256"]
+
+
+@pytest.mark.parametrize("kind", ["embedder", "reranker"])
+def test_onnxruntime_fp16_serves_the_autocast_graph_the_gate_judged(kind, tiny_models, cross_encoders, tmp_path):
+    """--target onnxruntime --precision fp16 ships ModelOpt AutoCast's mixed fp16 graph (as the
+    tensorrt target's precision ONNX), and the gate judged that graph: before, an embedder so built
+    was labelled fp16 and served the fp32 export. (The sparse kind takes the same path: ort_graph.)"""
+    import onnx
+
+    folder = tiny_models["bert-cls"] if kind == "embedder" else cross_encoders["bert-ce"]
+    out = tmp_path / "fp16"
+    build(spec_from_options(folder, out, name="k_fp16", target="onnxruntime", precision="fp16"), log=lambda m: None)
+    m = read_manifest(out)
+    assert m.precision == "fp16" and m.extra["parity"]["passed"]
+    for enc in m.models.encoders:
+        graph = out / enc / "1" / "model.onnx"
+        halves = [i for i in onnx.load(str(graph)).graph.initializer if i.data_type == onnx.TensorProto.FLOAT16]
+        assert len(halves) >= 10, f"{enc}: {len(halves)} fp16 weights: not the fp16 graph"
+        served = m.extra["onnx"].get("served_sha256", m.extra["onnx"]["sha256"])
+        assert sha256_file(graph) == served   # the graph the manifest says the gate judged
+    if kind == "reranker":   # fp16 moved the scores (the gate saw the fp16 run), within the reduced bound
+        assert 1e-5 < m.extra["parity"]["max_abs_diff"] <= 0.01

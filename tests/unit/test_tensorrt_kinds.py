@@ -112,7 +112,7 @@ def test_kinds_refuse_precisions_they_do_not_gate(cross_encoders, splade, tmp_pa
     from embtrt.errors import SpecError
 
     for folder, kind in ((cross_encoders["bert-ce"], "reranker"), (splade[0], "sparse")):
-        with pytest.raises(SpecError, match=rf"fp32 for a {kind} \(int8 with --target onnxruntime\) \(bf16 with "
+        with pytest.raises(SpecError, match=rf"fp32 for a {kind} \(int8/fp16 with --target onnxruntime\) \(bf16 with "
                                             r"--target python-openvino\) \(int8 with --target python-ort\) "
                                             r"\(bf16 with --target python-torch\) \(fp16 with --target tensorrt\)"):
             spec_from_options(folder, tmp_path / "a", target="tensorrt", precision="int8")

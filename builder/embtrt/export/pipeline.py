@@ -24,7 +24,7 @@ from ..reference.torch_ref import TorchReference, st_embed
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, ModelNames, write_manifest
 from .chunking import calibrate_chunking
-from .encoders import identity, quantize_int8, rebuild_command, require_openvino, versions
+from .encoders import identity, ort_graph, rebuild_command, require_openvino, versions
 from .hf2onnx import export
 from .onnx2trt import recipes_and_plans
 from .result import BuildResult
@@ -112,9 +112,8 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
 
     log(f"[4/{steps}] per-bucket encoders ({spec.target}, {spec.precision})")
     encoder_onnx = art.path if art is not None else None
-    if spec.precision == "int8" and art is not None and spec.target in ("python-ort", "onnxruntime"):
-        encoder_onnx = quantize_int8(art.path, work / "onnx" / "model.int8.onnx")
-        log("quantized the encoder to int8 (ONNX Runtime dynamic quantization)")
+    if art is not None and spec.target in ("python-ort", "onnxruntime"):
+        encoder_onnx = ort_graph(spec, art.path, work, texts, tok_json, pad_id, log)
     if spec.target == "python-torch":
         log(f"PyTorch {spec.precision}" + (" autocast (AMX/AVX-512 bf16 where the CPU has it)" if spec.precision == "bf16" else ""))
     onnx_by_bucket: dict[int, Path | None] = {b: encoder_onnx for b in spec.buckets}

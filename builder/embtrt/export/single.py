@@ -82,19 +82,16 @@ def write_front_door(spec: BuildSpec, plans: list[ModelPlan], repo: Path, log: L
 def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[str], tok_json: Path, pad_id: int,
                     log: Log):
     """The graph the gate judges and the front door or the bucket encoders serve: the exported
-    ONNX; int8 (python-ort, onnxruntime): its ONNX Runtime dynamic quantization, as for embedders;
+    ONNX; int8 (python-ort, onnxruntime) or fp16 (onnxruntime): encoders.ort_graph, as for embedders;
     for the tensorrt target the precision ONNX its plans are built from (export.precision; one
     graph for every bucket at fp32 / fp16) -> (path, the PrecisionArtifact or None); python-torch
     runs no graph -> (None, None)."""
     if spec.target == "python-torch":
         return None, None
     if spec.target != "tensorrt":
-        if spec.precision == "int8":
-            from .encoders import quantize_int8
+        from .encoders import ort_graph
 
-            log("quantizing the graph to int8 (ONNX Runtime dynamic quantization; the reduced-precision gate judges it)")
-            return quantize_int8(onnx_path, onnx_path.with_name("model.int8.onnx")), None
-        return onnx_path, None
+        return ort_graph(spec, onnx_path, work, texts, tok_json, pad_id, log), None
     from .precision import make_precision_onnx
 
     prec = make_precision_onnx(spec, onnx_path, work / "precision", texts, tok_json, pad_id, log)

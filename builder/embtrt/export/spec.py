@@ -29,7 +29,7 @@ KINDS = ("embedder", "reranker", "sparse")
 # int8 (dynamic quantization), OpenVINO bf16, PyTorch bf16 autocast and TensorRT fp16 (AutoCast in
 # the ONNX), behind the kind's reduced-precision gate.
 KIND_REDUCED = {kind: {"python-ort": ("int8",), "python-openvino": ("bf16",), "python-torch": ("bf16",),
-                       "onnxruntime": ("int8",), "tensorrt": ("fp16",)} for kind in ("reranker", "sparse")}
+                       "onnxruntime": ("int8", "fp16"), "tensorrt": ("fp16",)} for kind in ("reranker", "sparse")}
 
 # Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
 # quantization and must still pass the parity gate).
