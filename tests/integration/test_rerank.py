@@ -66,10 +66,10 @@ def test_a_kind_that_is_not_the_folders_is_an_error_that_says_what_it_is(cross_e
         spec_from_options(cross_encoders["bert-ce"], tmp_path / "a", kind="embedder")
     with pytest.raises(SpecError, match=r"--kind reranker, but .* is an embedder"):
         spec_from_options(None, tmp_path / "b", kind="reranker")
-    with pytest.raises(SpecError, match=r"fp32 for a reranker .*fp16 with --target tensorrt"):
+    with pytest.raises(SpecError, match=r"fp32 for a reranker .*bf16 with --target python-openvino.*fp16 with --target tensorrt"):
         spec_from_options(cross_encoders["bert-ce"], tmp_path / "c", target="tensorrt", precision="fp8")
-    with pytest.raises(SpecError, match=r"bf16 with --target python-openvino"):   # bf16 is OpenVINO's and PyTorch's
-        spec_from_options(cross_encoders["bert-ce"], tmp_path / "d", target="onnxruntime", precision="bf16")
+    with pytest.raises(SpecError, match=r"fp32, bf16 for target python-torch"):
+        spec_from_options(cross_encoders["bert-ce"], tmp_path / "e", target="python-torch", precision="int8")
 
 
 @pytest.mark.slow   # a build and a server of its own: make test-all

@@ -24,7 +24,7 @@ from ..reference.rerank_gate import SCORE_TOLERANCE, judge
 from ..reference.modelinfo import model_hash
 from ..repository.manifest import Manifest, ModelNames
 from .chunking import measure_run_overhead, run_cost_line
-from .single import (bls_params, bucket_encoders, finish, kind_encoder, local_files, onnx_record, precision_graph,
+from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
 from .encoders import identity, rebuild_command, require_openvino, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
@@ -139,13 +139,8 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     pairs = [(q, d) for q, ds in zip(queries, docs) for d in ds]
 
     onnx_path = work / "onnx" / "model.onnx"
-    validation = None
-    if spec.target == "python-torch":
-        log(f"[2/{steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself"
-            + (" (bf16 autocast)" if spec.precision == "bf16" else ""))
-    else:
-        log(f"[2/{steps}] exporting the classifier to ONNX and validating against PyTorch")
-        validation = export_classifier(ce, spec.input_names, onnx_path, pairs, log)
+    validation = export_step(spec, f"[2/{steps}]", "the classifier to ONNX and validating against PyTorch",
+                             lambda: export_classifier(ce, spec.input_names, onnx_path, pairs, log), log)
 
     log(f"[3/{steps}] pair tokenizer")
     tok_json = work / "tokenizer.json"

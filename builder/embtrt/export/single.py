@@ -26,6 +26,17 @@ def bls_params(spec: BuildSpec) -> dict[str, str]:
     return {"encoder_mode": "bls", "encoder_models": ",".join(model_names(spec)["encoder"][b] for b in spec.buckets)}
 
 
+def export_step(spec: BuildSpec, step: str, what: str, export, log: Log) -> dict | None:
+    """A kind's export step: `export()` (the graph, validated against sentence-transformers) -> its
+    validation; python-torch exports nothing (its encoder runs the PyTorch model) -> None."""
+    if spec.target == "python-torch":
+        log(f"{step} no ONNX export: the python-torch encoder runs the PyTorch model itself"
+            + (" (bf16 autocast)" if spec.precision == "bf16" else ""))
+        return None
+    log(f"{step} exporting {what}")
+    return export()
+
+
 def kind_encoder(spec: BuildSpec, params: dict[str, str], graph: Path | None):
     """The encoder the gate judges, made as the front door (or a bucket encoder) makes it from the
     same parameters: the graph in ONNX Runtime / OpenVINO, or python-torch's PyTorch model."""

@@ -28,7 +28,7 @@ from .chunking import measure_run_overhead, run_cost_line
 from .encoders import identity, rebuild_command, require_openvino, versions
 from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
 from .result import BuildResult
-from .single import (bls_params, bucket_encoders, finish, kind_encoder, local_files, onnx_record, precision_graph,
+from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
 from .spec import BuildSpec
 
@@ -170,13 +170,8 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     doc_module(se).max_seq_length = spec.max_seq_length
 
     onnx_path = work / "onnx" / "model.onnx"
-    validation = None
-    if spec.target == "python-torch":
-        log(f"[2/{steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself"
-            + (" (bf16 autocast)" if spec.precision == "bf16" else ""))
-    else:
-        log(f"[2/{steps}] exporting the MLM head with SPLADE pooling to ONNX and validating against SparseEncoder")
-        validation = export_splade(se, spec, onnx_path, texts, log)
+    validation = export_step(spec, f"[2/{steps}]", "the MLM head with SPLADE pooling to ONNX and validating against "
+                             "SparseEncoder", lambda: export_splade(se, spec, onnx_path, texts, log), log)
 
     log(f"[3/{steps}] tokenizer")
     tok_json = work / "tokenizer.json"
