@@ -55,6 +55,7 @@ def test_a_reranker_builds_for_the_onnxruntime_backend(cross_encoders, tmp_path)
     assert "--target onnxruntime" in read_manifest(repo).extra["rebuild"]
 
 
+@pytest.mark.slow   # the reranker case above runs by default: make test-all
 def test_a_sparse_encoder_builds_for_the_onnxruntime_backend(splade, tmp_path):
     repo = tmp_path / "ort"
     build(spec_from_options(splade[0], repo, name="sp_ort", target="onnxruntime"), log=lambda m: None)

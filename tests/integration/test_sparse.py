@@ -233,6 +233,7 @@ def test_the_sparse_gate_fails_on_each_of_its_checks_and_is_looser_in_reduced_pr
     assert small["passed"] and any("5 queries x 5 documents" in line for line in small["lines"])
 
 
+@pytest.mark.slow   # a gate of its own (refused on this machine): make test-all
 def test_openvino_bf16_ships_only_behind_the_reduced_precision_gate(splade, tmp_path):
     """Reduced precision ships only behind the gate. Measured on this project's Xeon (AVX-512 bf16):
     the tiny random SPLADE's bf16 weights miss it (up to 8% of the largest weight, top-10 overlap

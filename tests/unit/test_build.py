@@ -84,6 +84,7 @@ def test_onnx_matches_pytorch_for_every_tiny_model(tiny_models, tiny_repos, corp
     assert (tiny_repos["xlmr-mean"] / "xlmr_mean_32_pooler" / "config.pbtxt").is_file()
 
 
+@pytest.mark.slow   # the kinds' int8 refusal (test_kind_targets) checks the same leave-nothing path by default
 def test_int8_dynamic_quantization_fails_the_gate_and_leaves_nothing(tmp_path, capsys):
     out = tmp_path / "int8"
     spec = spec_from_options(None, out, target="python-ort", precision="int8")

@@ -69,7 +69,7 @@ def trt_kinds(cross_encoders, splade, tmp_path_factory):
 FP16 = pytest.mark.slow   # ModelOpt AutoCast builds: make test-all
 
 
-@pytest.mark.parametrize("key,output", [("ce", "logits"), pytest.param("ce16", "logits", marks=FP16), ("sp", "sparse"),
+@pytest.mark.parametrize("key,output", [("ce", "logits"), pytest.param("ce16", "logits", marks=FP16), pytest.param("sp", "sparse", marks=pytest.mark.slow),
                                         pytest.param("sp16", "sparse", marks=FP16)])
 def test_the_repository_has_one_pending_plan_per_bucket_behind_a_front_door_padding_to_buckets(trt_kinds, key, output):
     repo = trt_kinds[key]
