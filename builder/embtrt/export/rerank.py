@@ -106,7 +106,7 @@ def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> t
 
     opts = core.options({})   # the model's default prompt, as CrossEncoder.predict applies it
     reqs = [PairRequest([q] * len(d), list(d), opts) for q, d in zip(queries, docs)]
-    outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))
+    outs = core.run(reqs, encoder)
     for o in outs:
         if o.error is not None:
             raise o.error
@@ -153,7 +153,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs"
         + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
-    encoder = kind_encoder(spec, params, graph)
+    encoder = kind_encoder(spec, params, graph, prec)
     core = PairCore(_config(params), _tokenizer(tok_json, spec, pad_id))
     report = gate(ce, core, encoder, texts, log, spec.precision)
     if not report["passed"]:
@@ -199,7 +199,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
                "versions": versions(),
-               "onnx": onnx_record(onnx_path, graph, validation),
+               "onnx": onnx_record(onnx_path, graph, validation, prec),
                "parity": {**report, "reference": "CrossEncoder.predict (fp32, batch 32) and CrossEncoder.rank",
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind reranker",

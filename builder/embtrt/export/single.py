@@ -37,12 +37,37 @@ def export_step(spec: BuildSpec, step: str, what: str, export, log: Log) -> dict
     return export()
 
 
-def kind_encoder(spec: BuildSpec, params: dict[str, str], graph: Path | None):
-    """The encoder the gate judges, made as the front door (or a bucket encoder) makes it from the
-    same parameters: the graph in ONNX Runtime / OpenVINO, or python-torch's PyTorch model."""
-    from embtrt_backend.encoder import make_encoder
+class GateEncoder:
+    """What the gate runs for each bucket's chunk, `(bucket, feeds) -> output`: one encoder per
+    distinct graph (a TensorRT int8 / fp8 build has one per bucket), each made as the front door or a
+    bucket encoder makes it from the same parameters (the graph in ONNX Runtime / OpenVINO, or
+    python-torch's PyTorch model)."""
 
-    return make_encoder(params, None if graph is None else str(graph), str(torch_dir(spec)))
+    def __init__(self, spec: BuildSpec, params: dict[str, str], graphs: dict[int, Path | None], optimize: bool = True):
+        from embtrt_backend.encoder import make_encoder
+
+        p = params if optimize else {**params, "ort_optimize": "false"}   # a simulation's casts must stay
+        made: dict[Path | None, object] = {}
+        for g in dict.fromkeys(graphs.values()):
+            made[g] = make_encoder(p, None if g is None else str(g), str(torch_dir(spec)))
+        self.by_bucket = {b: made[g] for b, g in graphs.items()}
+        self.single = next(iter(made.values())) if len(made) == 1 else None
+
+    def __call__(self, bucket: int, feeds: dict):
+        return self.by_bucket[bucket].run(feeds)
+
+    def run(self, feeds: dict):
+        """One graph's encoder (every build but TensorRT int8 / fp8 has one), for timing runs."""
+        assert self.single is not None, "several graphs: run one bucket's"
+        return self.single.run(feeds)
+
+
+def kind_encoder(spec: BuildSpec, params: dict[str, str], graph: Path | None, prec=None) -> GateEncoder:
+    """The gate's encoder: the one graph, or (tensorrt) each bucket's precision-ONNX gate graph, run
+    unoptimized where it is a simulation (bf16)."""
+    if prec is None:
+        return GateEncoder(spec, params, {b: graph for b in spec.buckets})
+    return GateEncoder(spec, params, dict(prec.gate_by_bucket), optimize=prec.gate_run == "exact")
 
 
 def local_files(spec: BuildSpec, graph: Path | None) -> dict[str, Path]:
@@ -51,12 +76,15 @@ def local_files(spec: BuildSpec, graph: Path | None) -> dict[str, Path]:
     return encoder_files(spec, graph) if spec.router_mode == "local" else {}
 
 
-def onnx_record(onnx_path: Path, graph: Path | None, validation: dict | None) -> dict | None:
-    """The manifest's `onnx`: the export, its validation and the graph served (None: python-torch
-    runs no ONNX)."""
+def onnx_record(onnx_path: Path, graph: Path | None, validation: dict | None, prec=None) -> dict | None:
+    """The manifest's `onnx`: the export, its validation and the graph the gate judged (tensorrt: per
+    bucket where they differ; precision_onnx has each plan's source); None: python-torch runs no ONNX."""
     if graph is None:
         return None
-    return {"sha256": sha256_file(onnx_path), "export_validation": validation, "served_sha256": sha256_file(graph)}
+    served: str | dict[str, str] = sha256_file(graph)
+    if prec is not None and len(set(prec.gate_by_bucket.values())) > 1:
+        served = {str(b): sha256_file(g) for b, g in prec.gate_by_bucket.items()}
+    return {"sha256": sha256_file(onnx_path), "export_validation": validation, "served_sha256": served}
 
 
 def bucket_encoders(spec: BuildSpec, onnx_path: Path, output: str, width: int, ident: dict[str, str]) -> list[ModelPlan]:
@@ -94,9 +122,10 @@ def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[st
                     log: Log):
     """The graph the gate judges and the front door or the bucket encoders serve: the exported
     ONNX; int8 (python-ort, onnxruntime) or fp16 (onnxruntime): encoders.ort_graph, as for embedders;
-    for the tensorrt target the precision ONNX its plans are built from (export.precision; one
-    graph for every bucket at fp32 / fp16) -> (path, the PrecisionArtifact or None); python-torch
-    runs no graph -> (None, None)."""
+    for the tensorrt target the precision ONNX its plans are built from (export.precision: one graph
+    for every bucket at fp32 / fp16 / bf16, one per bucket for int8 / fp8; the gate runs each bucket's
+    gate graph, kind_encoder) -> (path (tensorrt: the first bucket's gate graph), the PrecisionArtifact
+    or None); python-torch runs no graph -> (None, None)."""
     if spec.target == "python-torch":
         return None, None
     if spec.target != "tensorrt":
@@ -106,11 +135,9 @@ def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[st
     from .precision import make_precision_onnx
 
     prec = make_precision_onnx(spec, onnx_path, work / "precision", texts, tok_json, pad_id, log)
-    graphs = {prec.gate_by_bucket[b] for b in spec.buckets}
-    if len(graphs) != 1 or prec.gate_run != "exact":
-        raise RepositoryError(f"{spec.kind} {spec.precision} for TensorRT needs one exactly gated graph for every bucket",
-                              "a bug in embtrt: only fp32 and fp16 are offered for this kind")
-    return graphs.pop(), prec
+    for note in prec.notes:
+        log(f"[note] {note}")
+    return prec.gate_by_bucket[spec.buckets[0]], prec
 
 
 def finish(repo: Path, manifest: Manifest, step: str, log: Log, spec: BuildSpec | None = None, prec=None,

@@ -137,7 +137,7 @@ def served_weights(core, encoder, texts: list[str], input_type: str, static=None
         weights, tokens = static.encode(texts, opts.prompt)
         return keep_largest(weights, k), tokens
     reqs = [Request(texts[i:i + 8], None, opts) for i in range(0, len(texts), 8)]
-    outs = core.run(reqs, lambda bucket, feeds: encoder.run(feeds))   # every bucket runs the one graph
+    outs = core.run(reqs, encoder)   # each bucket's graph (one for every bucket but TensorRT int8 / fp8)
     for o in outs:
         if o.error is not None:
             raise o.error
@@ -199,7 +199,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts"
         + (" (padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
-    encoder = kind_encoder(spec, params, graph)
+    encoder = kind_encoder(spec, params, graph, prec)
     core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
     report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None, spec.precision)
     if not report["passed"]:
@@ -245,7 +245,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         default_prompt_name=spec.default_prompt_name, kind="sparse", activation=spec.activation,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
-               "versions": versions(), "onnx": onnx_record(onnx_path, graph, validation),
+               "versions": versions(), "onnx": onnx_record(onnx_path, graph, validation, prec),
                "parity": {**report, "reference": "SparseEncoder.encode_query / encode_document (fp32)",
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind sparse",

@@ -25,14 +25,9 @@ ORT_DEVICES = ("cpu", "gpu")
 ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
 KINDS = ("embedder", "reranker", "sparse")
-# What each kind builds in reduced precision, per target (every target builds fp32): ONNX Runtime
-# int8 (dynamic quantization), OpenVINO bf16, PyTorch bf16 autocast and TensorRT fp16 (AutoCast in
-# the ONNX), behind the kind's reduced-precision gate.
-KIND_REDUCED = {kind: {"python-ort": ("int8",), "python-openvino": ("bf16",), "python-torch": ("bf16",),
-                       "onnxruntime": ("int8", "fp16"), "tensorrt": ("fp16",)} for kind in ("reranker", "sparse")}
 
-# Which precisions each target can build (int8 for python-ort/onnxruntime is ORT dynamic
-# quantization and must still pass the parity gate).
+# Which precisions each target can build, for every kind of model (int8 for python-ort/onnxruntime
+# is ORT dynamic quantization; reduced precision ships only behind the kind's gate).
 TARGET_PRECISIONS = {
     "python-ort": ("fp32", "int8"),
     "python-openvino": ("fp32", "bf16"),
@@ -201,14 +196,10 @@ class BuildSpec:
             raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
         if self.kind not in KINDS:
             raise _fail("kind", self.kind, "auto, " + ", ".join(KINDS))
+        if self.active_dims_in_graph and not (self.kind == "sparse" and self.sparse_max_active_dims > 0):
+            raise _fail("active_dims_in_graph", True, "a sparse encoder whose folder sets max_active_dims (the K the "
+                        "graph keeps); this one " + ("sets none" if self.kind == "sparse" else f"is {_a(self.kind)} {self.kind}"))
         if self.kind in ("reranker", "sparse"):
-            reduced = KIND_REDUCED[self.kind]
-            if self.precision != "fp32" and self.precision not in reduced.get(self.target, ()):
-                raise _fail("precision", self.precision, f"fp32 for a {self.kind}" + "".join(
-                    f" ({'/'.join(ps)} with --target {t})" for t, ps in sorted(reduced.items())))
-            if self.active_dims_in_graph and not (self.kind == "sparse" and self.sparse_max_active_dims > 0):
-                raise _fail("active_dims_in_graph", True, "a sparse encoder whose folder sets max_active_dims (the K the "
-                            "graph keeps); this one " + ("is a reranker" if self.kind == "reranker" else "sets none"))
             if self.overflow != "truncate":
                 raise _fail("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
                             "sentence-transformers cuts it, or refused per request)")
