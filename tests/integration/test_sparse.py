@@ -296,3 +296,5 @@ def test_active_dims_in_graph_needs_a_folder_max_active_dims(splade, tmp_path):
 
     with pytest.raises(SpecError, match=r"(?s)active_dims_in_graph.*sets none"):
         spec_from_options(splade[0], tmp_path / "x", active_dims_in_graph=True)
+    with pytest.raises(SpecError, match=r"(?s)active_dims_in_graph.*is an embedder"):   # refused, not ignored
+        spec_from_options(None, tmp_path / "y", active_dims_in_graph=True)

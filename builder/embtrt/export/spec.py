@@ -341,6 +341,7 @@ def spec_from_options(
             raise _fail("prompt", item, "NAME=TEXT, e.g. --prompt 'query=query: '")
         overrides[key] = text
     default_name = None if default_prompt is None or default_prompt.lower() == "none" else default_prompt
+    in_graph = bool(rest.pop("active_dims_in_graph", False))   # checked once the folder says its kind and K
     rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
     if name is None:
         name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
@@ -365,9 +366,10 @@ def spec_from_options(
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {_a(found)} {found} ({why})",
                         f"build it as {_a(found)} {found} (leave --kind out), or point at {_a(kind)} {kind} folder")
     if found == "reranker":
-        return _reranker_spec(given, model_dir, max_seq_length, bucket_t)
+        return _reranker_spec(given, model_dir, max_seq_length, bucket_t).with_(active_dims_in_graph=in_graph)
     if found == "sparse":
-        return _sparse_spec(given, model_dir, max_seq_length, bucket_t, overrides, default_prompt, default_name)
+        return _sparse_spec(given, model_dir, max_seq_length, bucket_t, overrides, default_prompt,
+                            default_name).with_(active_dims_in_graph=in_graph)
     info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
     if pooling == "auto":
         pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
@@ -400,6 +402,7 @@ def spec_from_options(
         default_prompt_name=model_default,
         include_prompt=include_prompt,
         overflow_stride=rest.get("overflow_stride", BuildSpec.overflow_stride),
+        active_dims_in_graph=in_graph,
     )
 
 
