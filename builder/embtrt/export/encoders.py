@@ -129,7 +129,9 @@ def rebuild_command(spec: BuildSpec) -> str:
     if spec.active_dims_in_graph:
         parts.append("--active-dims-in-graph")
     if spec.target == "tensorrt":
-        parts += ["--builder-opt-level", str(spec.builder_opt_level)] + (["--fp32-layers"] if spec.fp32_layers else [])
+        parts += ["--builder-opt-level", str(spec.builder_opt_level)]
+    if spec.target == "tensorrt" or spec.precision == "fp16":   # AutoCast (onnxruntime fp16 too) reads both
+        parts += ["--fp32-layers"] if spec.fp32_layers else []
         if spec.calibration_file is not None:
             parts += ["--calibration-file", str(spec.calibration_file)]
     if spec.target == "onnxruntime":

@@ -153,7 +153,8 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
         else:
             hint = {"int8": "int8 dynamic quantization changes MiniLM-class vectors far beyond the gate; use --precision "
                             "fp32, or bf16 with --target python-openvino (or python-torch) on a CPU with AMX/AVX-512 bf16",
-                    "bf16": "bf16 loses too much for this model; use --precision fp32"}.get(
+                    "bf16": "bf16 loses too much for this model; use --precision fp32",
+                    "fp16": "rebuild with --fp32-layers (LayerNorm, Softmax, reductions in fp32) or use --precision fp32"}.get(
                         spec.precision, "check --pooling and --normalize against the model card")
         if not spec.allow_mismatch:
             raise ParityError(f"{spec.target}/{spec.precision} encoders fail the quality gate: "

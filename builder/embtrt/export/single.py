@@ -49,7 +49,7 @@ class GateEncoder:
         p = params if optimize else {**params, "ort_optimize": "false"}   # a simulation's casts must stay
         made: dict[Path | None, object] = {}
         for g in dict.fromkeys(graphs.values()):
-            made[g] = make_encoder(p, None if g is None else str(g), str(torch_dir(spec)))
+            made[g] = make_encoder(p, None if g is None else str(g), str(torch_dir(spec)), spec.trust_remote_code)
         self.by_bucket = {b: made[g] for b, g in graphs.items()}
         self.single = next(iter(made.values())) if len(made) == 1 else None
 
@@ -135,8 +135,6 @@ def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[st
     from .precision import make_precision_onnx
 
     prec = make_precision_onnx(spec, onnx_path, work / "precision", texts, tok_json, pad_id, log)
-    for note in prec.notes:
-        log(f"[note] {note}")
     return prec.gate_by_bucket[spec.buckets[0]], prec
 
 
