@@ -70,6 +70,20 @@ class TorchClassifier(_Torch):
         return self.model(**inputs).logits.float().numpy()
 
 
+def splade_weights(torch, logits, attention_mask, pooling: str, double: bool, top_k: int = 0):
+    """SPLADE pooling of masked-LM logits [rows, length, vocab] -> weights [rows, vocab]: masked,
+    log1p(relu) (twice for log1p_relu), max or sum over the sequence, then (top_k) each row's K
+    largest kept, the rest 0. The ONNX export (embtrt.export.sparse) traces this same function."""
+    x = torch.log1p(torch.relu(logits * attention_mask.unsqueeze(-1).to(torch.float32)))
+    if double:
+        x = torch.log1p(x)
+    x = x.max(dim=1).values if pooling == "max" else x.sum(dim=1)
+    if top_k:   # TopK + ScatterElements in the graph
+        vals, idx = torch.topk(x, top_k, dim=1)
+        x = torch.zeros_like(x).scatter(1, idx, vals)
+    return x
+
+
 class TorchSplade(_Torch):
     """A SPLADE encoder: the masked-LM head's logits pooled into one weight per vocabulary entry."""
 
@@ -84,16 +98,8 @@ class TorchSplade(_Torch):
         self.pooling, self.double, self.top_k = pooling, activation == "log1p_relu", top_k
 
     def forward(self, inputs: dict) -> np.ndarray:
-        torch = self.torch
-        mask = inputs["attention_mask"].unsqueeze(-1).to(torch.float32)
-        x = torch.log1p(torch.relu(self.model(**inputs).logits.float() * mask))
-        if self.double:
-            x = torch.log1p(x)
-        x = x.max(dim=1).values if self.pooling == "max" else x.sum(dim=1)
-        if self.top_k:   # as the ONNX graph's TopK + Scatter: each row's K largest, the rest 0
-            vals, idx = torch.topk(x, self.top_k, dim=1)
-            x = torch.zeros_like(x).scatter(1, idx, vals)
-        return x.numpy()
+        logits = self.model(**inputs).logits.float()
+        return splade_weights(self.torch, logits, inputs["attention_mask"], self.pooling, self.double, self.top_k).numpy()
 
 
 def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_code: bool = False) -> _Torch:

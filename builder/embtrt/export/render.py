@@ -133,8 +133,9 @@ def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]
 
 
 def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:
-    """What the python-torch encoder of a reranker or sparse encoder computes in place of the graph
-    (embtrt_backend.torch_encoder): the kind, and SPLADE's pooling, activation and graph top-K."""
+    """A reranker's or sparse encoder's kind, and SPLADE's pooling, activation and graph top-K: what
+    its python-torch encoder computes in place of the graph (embtrt_backend.torch_encoder); the
+    sparse front door also reads graph_max_active_dims (a request may ask for at most that K)."""
     if spec.kind == "embedder":
         return []
     out = [("kind", spec.kind)]

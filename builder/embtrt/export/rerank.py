@@ -94,7 +94,7 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
                                                   for b in spec.buckets),
               "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.target == "tensorrt").lower(),
               **bls_params(spec), "run_overhead_tokens": str(run_overhead), "num_labels": str(spec.num_labels),
-              "activation": spec.activation, "kind": "reranker",
+              "activation": spec.activation,
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
     return p
 

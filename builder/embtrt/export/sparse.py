@@ -41,6 +41,8 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
     import torch
     from transformers import AutoModelForMaskedLM
 
+    from embtrt_backend.torch_encoder import splade_weights
+
     mlm = AutoModelForMaskedLM.from_pretrained(str(doc_dir(spec)), dtype=torch.float32,
                                                attn_implementation="eager").eval()
     names, pooling, double = spec.input_names, spec.splade_pooling, spec.activation == "log1p_relu"
@@ -52,16 +54,8 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
             self.m = mlm
 
         def forward(self, *args):
-            kw = dict(zip(names, args))
-            x = self.m(**kw).logits * kw["attention_mask"].unsqueeze(-1).to(torch.float32)
-            x = torch.log1p(torch.relu(x))
-            if double:
-                x = torch.log1p(x)
-            x = x.max(dim=1).values if pooling == "max" else x.sum(dim=1)
-            if top:   # --active-dims-in-graph: the K largest weights of each row, the rest 0 (TopK + Scatter)
-                vals, idx = torch.topk(x, top, dim=1)
-                x = torch.zeros_like(x).scatter(1, idx, vals)
-            return x
+            kw = dict(zip(names, args))   # --active-dims-in-graph: `top` > 0, TopK + Scatter in the graph
+            return splade_weights(torch, self.m(**kw).logits, kw["attention_mask"], pooling, double, top)
 
     tok = doc_module(se).tokenizer
     sample = tok(texts[:2], padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="pt")
@@ -102,15 +96,13 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.target == "tensorrt").lower(),
               **bls_params(spec),
               "run_overhead_tokens": str(run_overhead), "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
-              "normalize": "false", "kind": "sparse", "dimensions": "",
+              "normalize": "false", "dimensions": "",
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or "",
               "include_prompt": "true"})
     if spec.sparse_query_max_length:
         p.update({"query_route": "static", "query_max_length": str(spec.sparse_query_max_length)})
     if spec.sparse_max_active_dims:   # the folder's default, as SparseEncoder.encode applies it
         p["max_active_dims"] = str(spec.sparse_max_active_dims)
-    if spec.active_dims_in_graph:     # the graph keeps only that many: a request may ask for fewer
-        p["graph_max_active_dims"] = str(spec.sparse_max_active_dims)
     return p
 
 
