@@ -112,6 +112,9 @@ def test_onnxruntime_fp16_serves_the_autocast_graph_the_gate_judged(kind, tiny_m
     build(spec_from_options(folder, out, name="k_fp16", target="onnxruntime", precision="fp16"), log=lambda m: None)
     m = read_manifest(out)
     assert m.precision == "fp16" and m.extra["parity"]["passed"]
+    rec = m.extra["precision_onnx"]   # how the served graph was made, recorded as for tensorrt builds
+    assert rec["tool"].startswith("modelopt.onnx.autocast") and rec["gate_run"] == "exact" and rec["nodes_low_precision"] > 10
+    assert ("query-passage pairs" in rec["calibration_source"]) == (kind == "reranker")
     for enc in m.models.encoders:
         graph = out / enc / "1" / "model.onnx"
         halves = [i for i in onnx.load(str(graph)).graph.initializer if i.data_type == onnx.TensorProto.FLOAT16]

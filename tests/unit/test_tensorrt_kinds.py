@@ -184,3 +184,29 @@ def test_engines_build_the_plans_without_tf32_and_judge_them_by_the_kinds_tolera
     assert f"[x] {first}: plan vs model.onnx (exact)" in p.stdout and "(limit 1e-04)" in p.stdout, p.stdout + p.stderr
     assert f"error: {first}: the TensorRT plan fails the quality gate and was removed" in p.stdout
     assert not (again / first / PLAN).exists() and not (again / first / PLAN_MANIFEST).exists()
+
+
+def test_a_rerankers_precision_graphs_are_calibrated_on_the_pairs_it_serves(cross_encoders, corpus):
+    """AutoCast's range check and the Q/DQ calibration of a reranker run on query-passage pairs
+    tokenized as CrossEncoder.predict tokenizes them (both segments, their segment ids), not on
+    single texts, which a cross-encoder never sees."""
+    from transformers import AutoTokenizer
+
+    from embtrt.export.precision import calibration_feeds
+    from embtrt.reference.cross_ref import corpus_pairs
+
+    folder = cross_encoders["bert-ce"]
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    tok_json = folder / "tokenizer.json"
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    feeds = calibration_feeds(corpus, tok_json, 64, int(hf.pad_token_id), (32, 64), names, 4096, pairs=True)
+    singles = calibration_feeds(corpus, tok_json, 64, int(hf.pad_token_id), (32, 64), names, 4096)
+    queries, docs = corpus_pairs(corpus)
+    ref = hf([q for q, ds in zip(queries, docs) for _ in ds], [d for ds in docs for d in ds],
+             truncation="longest_first", max_length=64)
+    ref_rows = {tuple(r) for r in ref["input_ids"]}
+    for b, f in feeds.items():
+        assert f["input_ids"].shape[1] == b and (f["token_type_ids"] == 1).any(axis=1).all()   # every row a pair
+        for ids, mask in zip(f["input_ids"], f["attention_mask"]):
+            assert tuple(int(x) for x in ids[mask == 1]) in ref_rows   # CrossEncoder's own tokens for a corpus pair
+        assert not (singles[b]["token_type_ids"] == 1).any()         # what a reranker was calibrated on before

@@ -37,20 +37,23 @@ def quantize_int8(src: Path, dst: Path) -> Path:
 
 
 def ort_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[str], tok_json: Path, pad_id: int,
-              log: Log) -> Path:
+              log: Log) -> tuple[Path, dict | None]:
     """The graph an ONNX Runtime target (python-ort, onnxruntime) serves at its precision, which the
-    gate then judges: the export at fp32; int8: its ONNX Runtime dynamic quantization; fp16
+    gate then judges, and the manifest's `precision_onnx` record of how it was made (None: the
+    export itself): the export at fp32; int8: its ONNX Runtime dynamic quantization; fp16
     (onnxruntime): ModelOpt AutoCast's mixed fp16 graph, as for TensorRT (fp16 I/O kept fp32)."""
     if spec.precision == "int8":
         log("quantizing the graph to int8 (ONNX Runtime dynamic quantization; the gate judges it)")
-        return quantize_int8(onnx_path, onnx_path.with_name("model.int8.onnx"))
+        dst = quantize_int8(onnx_path, onnx_path.with_name("model.int8.onnx"))
+        return dst, {"precision": "int8", "gate_run": "exact", "tool": "onnxruntime.quantization.quantize_dynamic",
+                     "weight_type": "QInt8", "calibration_source": "none (dynamic: activation ranges per run)"}
     if spec.precision == "fp16":
         from .precision import make_precision_onnx
 
         art = make_precision_onnx(spec, onnx_path, work / "precision", texts, tok_json, pad_id, log)
         log("the fp16 graph (ModelOpt AutoCast) is what ONNX Runtime serves; the gate judges it")
-        return art.gate_by_bucket[spec.buckets[0]]
-    return onnx_path
+        return art.gate_by_bucket[spec.buckets[0]], art.manifest()
+    return onnx_path, None
 
 
 def versions() -> dict[str, str]:

@@ -42,7 +42,8 @@ def reference_vectors(spec: BuildSpec, texts: list[str], log: Log) -> np.ndarray
     if prompt and inspect_model(spec.model_dir, spec.trust_remote_code).is_sentence_transformers:
         log(f"reference: SentenceTransformer.encode with the default prompt {spec.default_prompt_name!r}"
             + ("" if spec.include_prompt else " (its tokens left out of pooling)"))
-        return st_embed(spec.model_dir, texts, max_seq_length=spec.max_seq_length, prompt=prompt)
+        return st_embed(spec.model_dir, texts, max_seq_length=spec.max_seq_length, prompt=prompt,
+                        trust_remote_code=spec.trust_remote_code)
     ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,
                          spec.input_names, spec.trust_remote_code)
     return ref.embed([prompt + t for t in texts] if prompt else texts, max_batch_tokens=spec.max_batch_tokens)
@@ -112,8 +113,9 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
 
     log(f"[4/{steps}] per-bucket encoders ({spec.target}, {spec.precision})")
     encoder_onnx = art.path if art is not None else None
+    graph_record = None
     if art is not None and spec.target in ("python-ort", "onnxruntime"):
-        encoder_onnx = ort_graph(spec, art.path, work, texts, tok_json, pad_id, log)
+        encoder_onnx, graph_record = ort_graph(spec, art.path, work, texts, tok_json, pad_id, log)
     if spec.target == "python-torch":
         log(f"PyTorch {spec.precision}" + (" autocast (AMX/AVX-512 bf16 where the CPU has it)" if spec.precision == "bf16" else ""))
     onnx_by_bucket: dict[int, Path | None] = {b: encoder_onnx for b in spec.buckets}
@@ -205,7 +207,7 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
                      if art is not None and encoder_onnx is not None else None),
             "parity": {**report.as_dict(), "graph": (prec.gate_run if prec is not None else "exact"),
                        "allowed_mismatch": (not report.passed) and spec.allow_mismatch},
-            "precision_onnx": prec.manifest() if prec is not None else None,
+            "precision_onnx": prec.manifest() if prec is not None else graph_record,
             "tensorrt": {},
             "pending": [],
             "rebuild": rebuild_command(spec),

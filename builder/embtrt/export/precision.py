@@ -100,21 +100,34 @@ def require_modelopt() -> None:
 
 def calibration_feeds(texts: list[str], tokenizer_json: Path, max_seq_length: int, pad_id: int,
                       buckets: tuple[int, ...], input_names: tuple[str, ...],
-                      tokens: int) -> dict[int, dict[str, np.ndarray]]:
-    """Per bucket: real texts of that bucket's length range (as many as `tokens` allows, at most
-    MAX_ROWS), padded to the bucket."""
+                      tokens: int, pairs: bool = False) -> dict[int, dict[str, np.ndarray]]:
+    """Per bucket: real inputs of that bucket's length range (as many as `tokens` allows, at most
+    MAX_ROWS), padded to the bucket. A reranker (`pairs`) is calibrated on what it serves: the
+    corpus's query-passage pairs (reference.cross_ref.corpus_pairs, the gate's recipe), tokenized
+    as CrossEncoder.predict does (one pair per row, its segment ids, longest_first truncation)."""
     from ..common.backend import backend_lib
 
     text_mod, _ = backend_lib()
     tok = text_mod.TextTokenizer(str(tokenizer_json), max_seq_length, pad_id, "truncate")
-    enc = tok.encode(texts)
+    if pairs:
+        from embtrt_backend.pairs import DEFAULT, PairTokenizer
+
+        from ..reference.cross_ref import corpus_pairs
+
+        queries, docs = corpus_pairs(texts)
+        flat = [(q, d) for q, ds in zip(queries, docs) for d in ds]
+        enc = PairTokenizer(str(tokenizer_json), max_seq_length, pad_id).encode(
+            [q for q, _ in flat], [d for _, d in flat], DEFAULT)
+    else:
+        enc = tok.encode(texts)
+    n = len(enc.ids)
     out = {}
     lo = 0
     for b in buckets:
         rows = calibration_rows(b, tokens)
-        idx = [i for i, n in enumerate(enc.lengths) if lo < n <= b][:rows]
-        if len(idx) < min(8, rows):  # too few texts of this length: take the longest ones that fit
-            idx = sorted(range(len(texts)), key=lambda i: -int(min(enc.lengths[i], b)))[:rows]
+        idx = [i for i, k in enumerate(enc.lengths) if lo < k <= b][:rows]
+        if len(idx) < min(8, rows):  # too few inputs of this length: take the longest ones that fit
+            idx = sorted(range(n), key=lambda i: -int(min(enc.lengths[i], b)))[:rows]
         out[b] = tok.pad(enc, np.asarray(idx), b, input_names)
         lo = b
     return out
@@ -258,8 +271,12 @@ def make_precision_onnx(spec, fp32_onnx: Path, work: Path, texts: list[str], tok
 
         cal_texts = load_corpus(spec.calibration_file)
     tokens = AUTOCAST_TOKENS if p in ("fp16", "bf16") else QUANTIZE_TOKENS
-    cal = calibration_feeds(cal_texts, tokenizer_json, spec.max_seq_length, pad_id, spec.buckets, spec.input_names, tokens)
+    pairs = spec.kind == "reranker"
+    cal = calibration_feeds(cal_texts, tokenizer_json, spec.max_seq_length, pad_id, spec.buckets, spec.input_names, tokens,
+                            pairs=pairs)
     src = "--calibration-file " + str(spec.calibration_file) if spec.calibration_file else "the bundled corpus"
+    if pairs:
+        src += " (query-passage pairs, tokenized as CrossEncoder.predict)"
     if p in ("fp16", "bf16"):
         dst = work / f"model.{p}.onnx"
         details = autocast(fp32_onnx, dst, p, cal, work, spec.fp32_layers, log)

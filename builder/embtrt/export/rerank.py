@@ -148,7 +148,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     hf_tok.backend_tokenizer.save(str(tok_json))
     pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
     check_pair_tokenizer(hf_tok, tok_json, pad_id, spec.max_seq_length, pairs, log)
-    graph, prec = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
+    graph, prec, prec_record = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
 
     log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs"
         + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
@@ -199,7 +199,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
                "versions": versions(),
-               "onnx": onnx_record(onnx_path, graph, validation, prec),
+               "onnx": onnx_record(onnx_path, graph, validation, prec), "precision_onnx": prec_record,
                "parity": {**report, "reference": "CrossEncoder.predict (fp32, batch 32) and CrossEncoder.rank",
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind reranker",

@@ -187,7 +187,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         log(f"inference-free SPLADE: queries are the static query side's weights ({spec.sparse_query_max_length} "
             "tokens at most, no special tokens), no encoder run")
 
-    graph, prec = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
+    graph, prec, prec_record = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
     log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts"
         + (" (padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
     params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
@@ -237,7 +237,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         default_prompt_name=spec.default_prompt_name, kind="sparse", activation=spec.activation,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
-               "versions": versions(), "onnx": onnx_record(onnx_path, graph, validation, prec),
+               "versions": versions(), "onnx": onnx_record(onnx_path, graph, validation, prec), "precision_onnx": prec_record,
                "parity": {**report, "reference": "SparseEncoder.encode_query / encode_document (fp32)",
                           "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                "pending": [], "rebuild": rebuild_command(spec) + " --kind sparse",
