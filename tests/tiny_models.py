@@ -55,6 +55,38 @@ def make_bert_cls(path: Path) -> Path:
     return path
 
 
+REMOTE_CONFIG = """from transformers import BertConfig
+
+
+class RemoteBertConfig(BertConfig):
+    model_type = "embtrt-remote-bert"
+"""
+
+REMOTE_MODEL = """from transformers import BertModel
+
+from .configuration_remote import RemoteBertConfig
+
+
+class RemoteBertModel(BertModel):
+    config_class = RemoteBertConfig
+"""
+
+
+def make_remote_code_bert(path: Path) -> Path:
+    """make_bert_cls whose architecture is the folder's own code (config.json auto_map to
+    configuration_remote.py / modeling_remote.py, a model type transformers does not know):
+    it loads only with trust_remote_code."""
+    make_bert_cls(path)
+    (path / "configuration_remote.py").write_text(REMOTE_CONFIG)
+    (path / "modeling_remote.py").write_text(REMOTE_MODEL)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(model_type="embtrt-remote-bert", architectures=["RemoteBertModel"],
+               auto_map={"AutoConfig": "configuration_remote.RemoteBertConfig",
+                         "AutoModel": "modeling_remote.RemoteBertModel"})
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path
+
+
 def _train(model, trainer, pre, decoder, texts):
     from tokenizers import Tokenizer
 

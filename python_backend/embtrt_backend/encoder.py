@@ -157,7 +157,9 @@ def make_encoder(p: dict[str, str], onnx_path: str | None, hf_dir: str | None, t
 
 
 def encoder_from_parameters(folder: str, p: dict[str, str]):
-    """A model folder's encoder: 1/model.onnx or 1/hf/, as the parameters say."""
+    """A model folder's encoder: 1/model.onnx or 1/hf/, as the parameters say (python-torch: the
+    model's own code runs only where the build rendered trust_remote_code)."""
     import os
 
-    return make_encoder(p, os.path.join(folder, "model.onnx"), os.path.join(folder, "hf"))
+    return make_encoder(p, os.path.join(folder, "model.onnx"), os.path.join(folder, "hf"),
+                        p.get("trust_remote_code") == "true")

@@ -2,7 +2,9 @@
 runs in the Python backend (no ONNX), the classifier's logits for a reranker, the masked-LM head
 with SPLADE pooling for a sparse encoder, gated and served equal to sentence-transformers on a real
 tritonserver: the reranker's front door runs it locally, the inference-free SPLADE's documents go
-over BLS to one python-torch encoder model per bucket (the document route's MLM folder)."""
+over BLS to one python-torch encoder model per bucket (the document route's MLM folder). A model
+that runs its own code (auto_map) builds and serves only with --trust-remote-code, which reaches
+the served encoder too."""
 
 from __future__ import annotations
 
@@ -24,15 +26,24 @@ def _quiet(_m: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def torch_server(cross_encoders, splade_if, tmp_path_factory):
+def remote_bert(tmp_path_factory):
+    from tiny_models import make_remote_code_bert
+
+    return make_remote_code_bert(tmp_path_factory.mktemp("remote") / "bert")
+
+
+@pytest.fixture(scope="module")
+def torch_server(cross_encoders, splade_if, remote_bert, tmp_path_factory):
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     base = tmp_path_factory.mktemp("kind_torch")
+    build(spec_from_options(remote_bert, base / "rc", name="rc_torch", target="python-torch", trust_remote_code=True),
+          log=_quiet)
     build(spec_from_options(cross_encoders["bert-ce"], base / "ce", name="ce_torch", target="python-torch"), log=_quiet)
     build(spec_from_options(splade_if[0], base / "sp", name="sp_torch", target="python-torch", router_encoder="bls"),
           log=_quiet)
     spec = ServerSpec(base / "ce", grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=base / "tritonserver.log", more_repositories=(base / "sp",))
+                      log_file=base / "tritonserver.log", more_repositories=(base / "sp", base / "rc"))
     with TritonServer(spec) as srv:
         yield srv, base
 
@@ -109,3 +120,28 @@ def test_the_torch_splade_top_k_equals_keeping_the_largest_weights(splade_k):
     top = TorchSplade(str(folder), "fp32", 1, "max", "relu", top_k=8).run(feeds)
     assert ((full > 0).sum(axis=1) > 8).all() and ((top > 0).sum(axis=1) == 8).all()
     assert np.array_equal(top, keep_largest(full, 8))
+
+
+def test_a_model_with_its_own_code_serves_on_python_torch_only_when_trusted(torch_server, remote_bert, corpus, tmp_path):
+    """Before, the build took --trust-remote-code but the served encoder loaded the copied folder
+    without it, and a build without the flag died in a transformers traceback."""
+    from embtrt.errors import ModelError
+    from embtrt.reference.torch_ref import st_embed
+    from embtrt.repository.config import parse_config
+    from embtrt.serve.client import EmbeddingClient
+
+    with pytest.raises(ModelError, match="runs its own code .*modeling_remote.RemoteBertModel") as exc:
+        spec_from_options(remote_bert, tmp_path / "x", target="python-torch")
+    assert "--trust-remote-code" in exc.value.hint
+    srv, base = torch_server
+    m = read_manifest(base / "rc")
+    assert m.extra["parity"]["passed"] and m.extra["spec"]["trust_remote_code"] is True
+    for enc in m.models.encoders:
+        cfg = parse_config(base / "rc" / enc / "config.pbtxt")
+        assert cfg.parameters["trust_remote_code"].string_value == "true"
+        assert (base / "rc" / enc / "1" / "hf" / "modeling_remote.py").is_file()
+    texts = corpus[:40]
+    with EmbeddingClient(srv.grpc_url, "rc_torch") as c:
+        got = c.embed(texts)
+    ref = st_embed(remote_bert, texts, trust_remote_code=True)
+    assert float(np.abs(got - ref).max()) <= 1e-5

@@ -54,7 +54,7 @@ def build(
     calibration_file: Optional[Path] = typer.Option(None, help="tensorrt reduced precision and onnxruntime fp16: real texts (one per line, or a JSON list) for AutoCast's range check and Q/DQ calibration, per bucket. Default: the bundled corpus."),
     corpus: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="Real texts for the parity gate (JSON list or one per line). Default: the bundled sample."),
     run_overhead_tokens: Optional[int] = typer.Option(None, help="Fixed cost of one encoder run, in tokens, used to cut mixed-length batches into padded chunks. Default: measured on the built encoder at build time."),
-    trust_remote_code: bool = typer.Option(False, help="Allow the model folder's own Python code. Default off."),
+    trust_remote_code: bool = typer.Option(False, help="Allow the model folder's own Python code (config.json auto_map); a folder that has it is refused without this. python-torch serves it with the same trust. Default off."),
     bundle_deps: bool = typer.Option(True, "--bundle-deps/--no-bundle-deps", help="Put the wheels the Python-backend models import (tokenizers; the encoder runtime for python-ort / python-openvino) into the repository, so a stock tritonserver loads it. Default on."),
     server_python: Optional[str] = typer.Option(None, help="Python version of the serving tritonserver's Python backend, for the bundled wheels, e.g. 3.12 for current NGC images. Default: this interpreter's version."),
     allow_mismatch: bool = typer.Option(False, help="Keep encoders that fail the quality gate (recorded in embtrt.json). Default off."),

@@ -129,7 +129,10 @@ def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]
             ("ort_spinning", str(spec.ort_spinning).lower()), ("pooler", spec.pooler), ("pooling", spec.pooling),
             ("normalize", str(spec.normalize).lower()), ("input_names", ",".join(spec.input_names)),
             # long inputs: give each run's memory back instead of caching the peak per instance
-            ("ort_arena", str(spec.max_seq_length < LONG_INPUT).lower()), *_kind_params(spec)]
+            ("ort_arena", str(spec.max_seq_length < LONG_INPUT).lower()), *_kind_params(spec),
+            # a python-torch encoder loads the model's own code (copied into 1/hf/) only where the
+            # build was told to trust it, as the build itself did
+            *([("trust_remote_code", "true")] if spec.trust_remote_code and spec.target == "python-torch" else [])]
 
 
 def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:

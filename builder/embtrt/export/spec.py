@@ -360,7 +360,9 @@ def spec_from_options(
     )
 
     from ..reference.cross_ref import detect_kind
+    from ..reference.modelinfo import require_trusted
 
+    require_trusted(model_dir, given.trust_remote_code)
     found, why = detect_kind(model_dir)
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {_a(found)} {found} ({why})",
@@ -382,7 +384,7 @@ def spec_from_options(
             "max_seq_length", max_seq_length,
             f"at most max_position_embeddings ({info.max_position_embeddings})",
         )
-    prompts, model_default, include_prompt = (read_st_prompts(model_dir) if info.is_sentence_transformers
+    prompts, model_default, include_prompt = (read_st_prompts(model_dir, given.trust_remote_code) if info.is_sentence_transformers
                                               else ({}, None, True))
     prompts.update(overrides)
     if default_prompt is not None:

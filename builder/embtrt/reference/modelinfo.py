@@ -65,6 +65,26 @@ def _pooling_from_st(cfg: dict) -> str | None:
     return None
 
 
+def remote_code(path: Path) -> str:
+    """What of the folder's own code transformers would run (config.json's or tokenizer_config.json's
+    auto_map), as 'file: Auto* -> module.Class, ...'; '' when it needs none."""
+    found = []
+    for f in ("config.json", "tokenizer_config.json"):
+        amap = _read_json(Path(path) / f).get("auto_map") or {}
+        if isinstance(amap, dict) and amap:
+            found.append(f"{f} auto_map: " + ", ".join(f"{k} -> {v}" for k, v in sorted(amap.items())))
+    return "; ".join(found)
+
+
+def require_trusted(path: Path, trust_remote_code: bool) -> None:
+    """A folder that runs its own code loads only with --trust-remote-code: a clear error here
+    instead of transformers' ValueError from deep inside a load."""
+    remote = remote_code(path)
+    if remote and not trust_remote_code:
+        raise ModelError(f"{Path(path).name} runs its own code ({remote})",
+                         "read the folder's .py files; if you trust them, pass --trust-remote-code")
+
+
 def inspect_model(path: Path, trust_remote_code: bool = False) -> ModelInfo:
     path = Path(path)
     if not path.is_dir():
@@ -76,6 +96,7 @@ def inspect_model(path: Path, trust_remote_code: bool = False) -> ModelInfo:
     if not isinstance(hidden, int):
         raise ModelError(f"{path}/config.json has no hidden_size", "is this a transformer encoder?")
     model_type = str(config.get("model_type", ""))
+    require_trusted(path, trust_remote_code)
 
     modules = _read_json(path / "modules.json")
     is_st = isinstance(modules, list) and bool(modules)
@@ -200,7 +221,7 @@ def default_buckets(max_seq_length: int) -> tuple[int, ...]:
     return tuple(edges + [max_seq_length])
 
 
-def read_st_prompts(path: Path) -> tuple[dict[str, str], str | None, bool]:
+def read_st_prompts(path: Path, trust_remote_code: bool = False) -> tuple[dict[str, str], str | None, bool]:
     """(prompts, default prompt name, include_prompt) as sentence-transformers sees them after
     loading the folder: its `prompts` attribute (sentence-transformers 6 adds empty `query` /
     `document` prompts to a model that lacks them), `default_prompt_name`, and the Pooling
@@ -216,7 +237,7 @@ def read_st_prompts(path: Path) -> tuple[dict[str, str], str | None, bool]:
             if str(mod.get("type", "")).endswith("Pooling"):
                 include = bool(_read_json(Path(path) / mod.get("path", "") / "config.json").get("include_prompt", True))
         return prompts, cfg.get("default_prompt_name") or None, include
-    m = SentenceTransformer(str(path), device="cpu")
+    m = SentenceTransformer(str(path), device="cpu", trust_remote_code=trust_remote_code)
     prompts = {str(k): str(v) for k, v in (m.prompts or {}).items() if v is not None}
     include = all(getattr(mod, "include_prompt", True) for mod in m.modules())
     default = m.default_prompt_name if m.default_prompt_name in prompts else None

@@ -84,13 +84,13 @@ class TorchReference:
 
 
 def st_embed(model_dir: Path, texts: list[str], batch_size: int = 32, max_seq_length: int | None = None,
-             **encode_options) -> np.ndarray:
+             trust_remote_code: bool = False, **encode_options) -> np.ndarray:
     """sentence-transformers' own encode, for folders that are sentence-transformers models.
     `encode_options` go to encode() as they are (prompt_name, prompt, truncate_dim,
     normalize_embeddings, ...); without them encode() applies the model's default prompt."""
     from sentence_transformers import SentenceTransformer
 
-    m = SentenceTransformer(str(model_dir), device="cpu")
+    m = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=trust_remote_code)
     if max_seq_length is not None:
         m.max_seq_length = max_seq_length
     return np.asarray(m.encode(texts, batch_size=batch_size, convert_to_numpy=True, **encode_options), dtype=np.float32)
