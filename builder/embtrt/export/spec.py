@@ -367,11 +367,14 @@ def spec_from_options(
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {_a(found)} {found} ({why})",
                         f"build it as {_a(found)} {found} (leave --kind out), or point at {_a(kind)} {kind} folder")
+    from .spec_kinds import reranker_fields, sparse_fields
+
     if found == "reranker":
-        return _reranker_spec(given, model_dir, max_seq_length, bucket_t).with_(active_dims_in_graph=in_graph)
+        return given.with_(**reranker_fields(model_dir, max_seq_length, bucket_t, given.trust_remote_code),
+                           active_dims_in_graph=in_graph)
     if found == "sparse":
-        return _sparse_spec(given, model_dir, max_seq_length, bucket_t, overrides, default_prompt,
-                            default_name).with_(active_dims_in_graph=in_graph)
+        return given.with_(**sparse_fields(model_dir, max_seq_length, bucket_t, overrides, default_prompt, default_name,
+                                           given.trust_remote_code), active_dims_in_graph=in_graph)
     info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
     if pooling == "auto":
         pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
@@ -408,42 +411,5 @@ def spec_from_options(
     )
 
 
-def _reranker_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None,
-                   bucket_t: tuple[int, ...] | None) -> BuildSpec:
-    """A cross-encoder's spec: what CrossEncoder reads of the folder (max length, labels,
-    activation, the tokenizer's inputs) fills it; the embedder's pooling fields do not apply."""
-    from ..reference.cross_ref import cross_info, load_cross_encoder
-
-    ce = load_cross_encoder(model_dir, max_seq_length, given.trust_remote_code)
-    info = cross_info(ce)
-    seq = int(max_seq_length or info.max_length)
-    return given.with_(kind="reranker", num_labels=info.num_labels, activation=info.activation,
-                       max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.num_labels,
-                       input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
-                       prompts=tuple((str(k), str(v)) for k, v in (ce.prompts or {}).items()),
-                       default_prompt_name=ce.default_prompt_name, overflow_stride=0)
-
-
 def _a(kind: str) -> str:
     return "an" if kind == "embedder" else "a"
-
-
-def _sparse_spec(given: BuildSpec, model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None,
-                 overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> BuildSpec:
-    """A SPLADE SparseEncoder's spec: max length, vocabulary, pooling and activation from the folder."""
-    from ..reference.sparse_ref import load_sparse_encoder, splade_info
-
-    se = load_sparse_encoder(model_dir, given.trust_remote_code)   # its own prompts (read_st_prompts converts it)
-    info = splade_info(se, model_dir)
-    seq = int(max_seq_length or info.max_length)
-    prompts = {str(k): str(v) for k, v in (se.prompts or {}).items()}
-    model_default = se.default_prompt_name
-    prompts.update(overrides)
-    if default_prompt is not None:
-        model_default = default_name
-    return given.with_(kind="sparse", activation=info.activation, splade_pooling=info.pooling,
-                       sparse_encoder_dir=info.encoder_dir, sparse_query_max_length=info.query_max_length,
-                       sparse_max_active_dims=int(getattr(se, "max_active_dims", None) or 0),
-                       max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.vocab,
-                       input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
-                       prompts=tuple(prompts.items()), default_prompt_name=model_default, overflow_stride=0)
