@@ -26,7 +26,7 @@ demo: $(STAMP) ## main job: build the bundled all-MiniLM-L6-v2, serve it, embed 
 	$(BIN)/embtrt demo --out repo
 
 test: $(STAMP) ## the test suite (unit + integration against a real tritonserver); slow and deploy cases excluded
-	$(BIN)/python -m pytest -m "not slow and not deploy" -q --durations=25
+	$(BIN)/python -m pytest -m "not slow and not deploy" -q --durations=40
 
 test-all: $(STAMP) ## every test, slow ones too (not the deploy test: make deploy-test)
 	$(BIN)/python -m pytest -m "not deploy" -q

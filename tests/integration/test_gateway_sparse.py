@@ -300,7 +300,7 @@ def test_over_the_concurrency_cap_a_sparse_request_is_429(repo, manifest, splade
                  "--request-timeout", "600") as u:
         done: dict[str, float] = {}
         errors: list[BaseException] = []
-        t: threading.Thread = _big(u, 192, corpus, done, "big", errors)
+        t: threading.Thread = _big(u, 96, corpus, done, "big", errors)
         _until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the large request admitted")
         r = _post(u, "/v1/sparse", {"model": manifest.name, "input": "a"})
         t.join(600)
