@@ -221,7 +221,7 @@ def test_a_busy_server_whose_probe_times_out_is_not_restarted(serve, corpus):
 
     def run() -> None:
         try:
-            for _ in range(6):   # 6 x 32 x 256 tokens per thread: many probe deadlines on 2 cores
+            for _ in range(4):   # 4 x 32 x 256 tokens per thread: many probe deadlines on 2 cores
                 big()
         except BaseException as exc:  # collected, not swallowed
             errors.append(exc)
@@ -232,7 +232,7 @@ def test_a_busy_server_whose_probe_times_out_is_not_restarted(serve, corpus):
     for t in threads:
         t.join(timeout=600)
     assert not any(t.is_alive() for t in threads) and not errors, errors
-    assert len(done) == 18 and all(np.isfinite(d).all() for d in done)
+    assert len(done) == 12 and all(np.isfinite(d).all() for d in done)
     log = s.text()
     assert "while the server is busy" in log, log
     assert "recovering" not in log, log
