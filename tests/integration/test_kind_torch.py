@@ -8,6 +8,8 @@ the served encoder too."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,15 @@ def test_a_model_with_its_own_code_serves_on_python_torch_only_when_trusted(torc
         got = c.embed(texts)
     ref = st_embed(remote_bert, texts, trust_remote_code=True)
     assert float(np.abs(got - ref).max()) <= 1e-5
+    assert m.extra["rebuild"].endswith("--trust-remote-code")
+    # embtrt verify gates it against the folder's own code only when told to trust it
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "embtrt.cli", "verify", "--url", srv.grpc_url, "--model", "rc_torch",
+           "--reference", str(remote_bert), "--json"]
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "--trust-remote-code" in refused.stderr, refused.stderr[-500:]
+    passed = subprocess.run(cmd + ["--trust-remote-code"], capture_output=True, text=True, timeout=300)
+    assert passed.returncode == 0, passed.stderr[-1000:]
+    assert json.loads(passed.stdout)["passed"] is True

@@ -29,6 +29,35 @@ def test_trust_remote_code_is_off_unless_asked():
     assert spec_from_options(None, Path("/tmp/x"), target="python-ort").trust_remote_code is False
 
 
+def test_a_folder_is_refused_only_where_it_needs_its_own_code(tmp_path):
+    """As transformers decides: an auto_map next to a model type (or tokenizer class) the library has
+    loads the library's class, so it builds as before; an unknown one needs the folder's code, in
+    the folder or in a module subfolder, and is refused without --trust-remote-code, naming it."""
+    import json
+    import shutil
+
+    from embtrt.errors import ModelError
+    from embtrt.reference.modelinfo import default_model_path, remote_code, require_trusted
+
+    def edit(path: Path, **changes) -> None:
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+    m = tmp_path / "m"
+    shutil.copytree(default_model_path(), m)
+    edit(m / "config.json", auto_map={"AutoModel": "modeling_x.XModel"})               # model_type bert
+    edit(m / "tokenizer_config.json", auto_map={"AutoTokenizer": ["tok_x.XTokenizer", None]})  # BertTokenizer
+    assert remote_code(m) == ""
+    require_trusted(m, False)
+    sub = m / "0_MLMTransformer"
+    sub.mkdir()
+    (sub / "config.json").write_text(json.dumps({"model_type": "x-bert", "auto_map": {"AutoModel": "m.X"}}))
+    assert remote_code(m) == "0_MLMTransformer/config.json auto_map: AutoModel -> m.X"
+    edit(m / "config.json", model_type="x-bert")
+    with pytest.raises(ModelError, match=r"runs its own code \(config.json auto_map: AutoModel -> modeling_x.XModel; 0_MLM"):
+        require_trusted(m, False)
+    require_trusted(m, True)
+
+
 def test_python_backend_never_evaluates_request_content():
     banned = {"eval", "exec", "compile", "__import__"}
     banned_modules = {"pickle", "marshal", "shelve", "subprocess"}

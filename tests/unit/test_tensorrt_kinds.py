@@ -210,3 +210,27 @@ def test_a_rerankers_precision_graphs_are_calibrated_on_the_pairs_it_serves(cros
         for ids, mask in zip(f["input_ids"], f["attention_mask"]):
             assert tuple(int(x) for x in ids[mask == 1]) in ref_rows   # CrossEncoder's own tokens for a corpus pair
         assert not (singles[b]["token_type_ids"] == 1).any()         # what a reranker was calibrated on before
+
+
+def test_calibration_takes_the_default_prompt_and_refuses_a_bucket_nothing_fits(cross_encoders, corpus):
+    """The query carries the prompt a request without options gets (the front door adds it); a bucket
+    no calibration input fits is a clear error (before: rows longer than the bucket, a numpy error)."""
+    from transformers import AutoTokenizer
+
+    from embtrt.errors import SpecError
+    from embtrt.export.precision import calibration_feeds
+    from embtrt.reference.cross_ref import corpus_pairs
+
+    folder = cross_encoders["bert-ce"]
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    feeds = calibration_feeds(corpus, folder / "tokenizer.json", 64, int(hf.pad_token_id), (64,), names, 4096,
+                              pairs=True, prompt="Instruct: rank ")
+    queries, docs = corpus_pairs(corpus)
+    ref = hf(["Instruct: rank " + q for q, ds in zip(queries, docs) for _ in ds], [d for ds in docs for d in ds],
+             truncation="longest_first", max_length=64)
+    rows = {tuple(r) for r in ref["input_ids"]}
+    f = feeds[64]
+    assert all(tuple(int(x) for x in ids[m == 1]) in rows for ids, m in zip(f["input_ids"], f["attention_mask"]))
+    with pytest.raises(SpecError, match="no calibration input fits bucket 4"):
+        calibration_feeds(corpus, folder / "tokenizer.json", 64, int(hf.pad_token_id), (4, 64), names, 4096, pairs=True)

@@ -34,6 +34,7 @@ def verify(
     against: Optional[str] = typer.Option(None, help="HOST:PORT[/MODEL]: a second deployment (default model: --model) to gate --url against instead of the reference model (cross-backend release gate: cosine per bucket, top-10 overlap, recall@10; identities compared). --reference then only counts tokens for the length buckets. Default: none."),
     dimensions: Optional[int] = typer.Option(None, help="Request option: Matryoshka width, against encode(truncate_dim=D) normalized as the model does. Default: the full width."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON; progress to stderr. Default off."),
+    trust_remote_code: bool = typer.Option(False, help="Load a reference folder that runs its own code (an auto_map), as `embtrt build --trust-remote-code`. Default off."),
 ) -> None:
     """The vector-quality gate: served vectors vs the reference, per length bucket; exit 4 when any gate fails."""
     from ..common.corpus import load_corpus
@@ -49,7 +50,8 @@ def verify(
     if kind in ("reranker", "sparse"):
         from .rerank import verify_reranker_cli
 
-        verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, as_json, log, kind)
+        verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, as_json, log, kind,
+                            trust_remote_code)
         return
     gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
     if against is not None:
@@ -58,11 +60,11 @@ def verify(
         require_extra("build", "verify --against", "transformers")
         other_url, _, other_model = against.partition("/")
         texts = load_corpus(corpus)
-        counts = Reference(reference or default_model_path()).token_counts(texts)
+        counts = Reference(reference or default_model_path(), trust_remote_code=trust_remote_code).token_counts(texts)
         rep = verify_against(url, model, other_url, other_model or model, texts, gate, counts, log=log)
     else:
         require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
-        ref = Reference(reference or default_model_path(), pooling=ref_pooling)
+        ref = Reference(reference or default_model_path(), pooling=ref_pooling, trust_remote_code=trust_remote_code)
         idx = None
         if index_identity is not None:
             doc = json.loads(index_identity.read_text())
@@ -104,6 +106,7 @@ def bench(
     sparse: bool = typer.Option(False, "--sparse", help="Sparse scenarios: the --model targets are sparse encoders (SPLADE), measured in texts/s per --buckets scenario and --concurrency with --texts-per-request texts each, as documents (or --option input_type=query); --reference (their SparseEncoder folder) adds in-process SparseEncoder.encode_document / encode_query (fp32, batch 32 and one at a time) on the same texts. Default off (embedding scenarios)."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr. Default off."),
+    trust_remote_code: bool = typer.Option(False, help="Load a reference folder that runs its own code (an auto_map), as `embtrt build --trust-remote-code`. Default off."),
 ) -> None:
     """Side-by-side load test: Triton and OpenAI-compatible targets on the same texts, per bucket and concurrency.
     The stress matrix of one repository is `embtrt matrix`."""
@@ -111,14 +114,14 @@ def bench(
         from .rerank import bench_reranker_cli
 
         bench_reranker_cli(url, model or [], reference, corpus, rerank_documents, concurrency, requests, warmup,
-                           inprocess, out_dir, as_json, openai_url or [], openai_model or [])
+                           inprocess, out_dir, as_json, openai_url or [], openai_model or [], trust_remote_code)
         return
     if sparse:
         from .rerank import bench_sparse_cli
 
         bench_sparse_cli(url, model or [], reference, corpus, buckets, only, concurrency, texts_per_request, requests,
                          warmup, inprocess, dict(parse_options(option or [])).get("input_type", "document"), out_dir,
-                         as_json)
+                         as_json, trust_remote_code)
         return
     from urllib.parse import parse_qsl
 
@@ -152,7 +155,7 @@ def bench(
         err.print(f"warning: {no_plots}; results.json and results.md will be written, the plots skipped", markup=False)
     ref_dir = reference or default_model_path()
     texts = load_corpus(corpus)
-    counts = Reference(ref_dir).token_counts(texts)
+    counts = Reference(ref_dir, trust_remote_code=trust_remote_code).token_counts(texts)
     only_t = tuple(x for x in only.split(",") if x) if only else None
     with Progress(console=err if as_json else out, transient=True) as prog:
         task = prog.add_task("bench", total=None)
@@ -160,7 +163,8 @@ def bench(
                         concurrency=parse_int_list("concurrency", concurrency) or (1,), texts_per_request=texts_per_request,
                         requests=requests, warmup=warmup, inprocess_model=ref_dir if inprocess else None, ort_repo=ort_repo,
                         engine_repos=tuple(engine_repo or ()), only_buckets=only_t,
-                        progress=lambda m: prog.update(task, description=m), cpu_pids=parse_cpu_pids(cpu_pid or []), rounds=rounds)
+                        progress=lambda m: prog.update(task, description=m), cpu_pids=parse_cpu_pids(cpu_pid or []), rounds=rounds,
+                        trust_remote_code=trust_remote_code)
     if out_dir is not None:
         for p in save(doc, out_dir, with_plots=no_plots is None):
             err.print(f"wrote {p}", markup=False)

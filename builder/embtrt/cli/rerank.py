@@ -14,7 +14,8 @@ from .app import err, out, say
 
 
 def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Path | None, under_load: bool,
-                        concurrency: int, against: str | None, as_json: bool, log, kind: str = "reranker") -> None:
+                        concurrency: int, against: str | None, as_json: bool, log, kind: str = "reranker",
+                        trust_remote_code: bool = False) -> None:
     """verify on a reranker (or, kind sparse, a sparse encoder): the kind's gate on the deployment."""
     from ..common.corpus import load_corpus
     from ..measure.rerank import verify_reranker
@@ -32,7 +33,7 @@ def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Pa
         require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
     run = verify_reranker if kind == "reranker" else verify_sparse
     rep = run(url, model, reference, load_corpus(corpus), under_load=under_load, concurrency=concurrency,
-              against=other, log=log)
+              against=other, log=log, trust_remote_code=trust_remote_code)
     if as_json:
         sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
     else:
@@ -56,7 +57,7 @@ def _emit(doc: dict, table: str, out_dir: Path | None, as_json: bool) -> None:
 def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, documents: str,
                        concurrency: str, requests: int, warmup: int, inprocess: bool, out_dir: Path | None,
                        as_json: bool, http_urls: tuple[str, ...] | list[str] = (),
-                       http_models: tuple[str, ...] | list[str] = ()) -> None:
+                       http_models: tuple[str, ...] | list[str] = (), trust_remote_code: bool = False) -> None:
     from ..common.corpus import load_corpus
     from ..measure.rerank import bench_http_reranker, bench_reranker, markdown
 
@@ -73,7 +74,7 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
         ref = reference if (inprocess and first) else None   # the in-process line once
         first = False
         doc = bench_reranker(murl or url, name, texts, docs, conc, requests, warmup, ref,
-                             progress=lambda msg: err.print(msg, markup=False))
+                             progress=lambda msg: err.print(msg, markup=False), trust_remote_code=trust_remote_code)
         rows += doc["results"]
     for u, m in zip(http_urls, http_models):
         rows += bench_http_reranker(u, m, texts, docs, conc, requests, warmup,
@@ -84,7 +85,8 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
 
 def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, buckets: str,
                      only: str | None, concurrency: str, texts_per_request: int, requests: int, warmup: int,
-                     inprocess: bool, input_type: str, out_dir: Path | None, as_json: bool) -> None:
+                     inprocess: bool, input_type: str, out_dir: Path | None, as_json: bool,
+                     trust_remote_code: bool = False) -> None:
     """bench on sparse encoders: the --model targets per length scenario and concurrency, and
     in-process SparseEncoder (batch 32) on the same texts when --reference is given."""
     from ..common.corpus import load_corpus
@@ -103,5 +105,6 @@ def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus
                        only=tuple(x for x in (only or "").split(",") if x),
                        concurrency=parse_int_list("concurrency", concurrency) or (1,), per_request=texts_per_request,
                        requests=requests, warmup=warmup, input_type=input_type,
-                       reference=reference if inprocess else None, progress=lambda m: err.print(m, markup=False))
+                       reference=reference if inprocess else None, progress=lambda m: err.print(m, markup=False),
+                       trust_remote_code=trust_remote_code)
     _emit(doc, markdown(doc), out_dir, as_json)

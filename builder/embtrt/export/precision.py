@@ -100,11 +100,12 @@ def require_modelopt() -> None:
 
 def calibration_feeds(texts: list[str], tokenizer_json: Path, max_seq_length: int, pad_id: int,
                       buckets: tuple[int, ...], input_names: tuple[str, ...],
-                      tokens: int, pairs: bool = False) -> dict[int, dict[str, np.ndarray]]:
+                      tokens: int, pairs: bool = False, prompt: str = "") -> dict[int, dict[str, np.ndarray]]:
     """Per bucket: real inputs of that bucket's length range (as many as `tokens` allows, at most
-    MAX_ROWS), padded to the bucket. A reranker (`pairs`) is calibrated on what it serves: the
-    corpus's query-passage pairs (reference.cross_ref.corpus_pairs, the gate's recipe), tokenized
-    as CrossEncoder.predict does (one pair per row, its segment ids, longest_first truncation)."""
+    MAX_ROWS), padded to the bucket, each with the `prompt` a request without options gets. A
+    reranker (`pairs`) is calibrated on what it serves: the corpus's query-passage pairs
+    (reference.cross_ref.corpus_pairs, the gate's recipe), tokenized as CrossEncoder.predict does
+    (one pair per row, its segment ids, longest_first truncation, the prompt before each query)."""
     from ..common.backend import backend_lib
 
     text_mod, _ = backend_lib()
@@ -115,19 +116,25 @@ def calibration_feeds(texts: list[str], tokenizer_json: Path, max_seq_length: in
         from ..reference.cross_ref import corpus_pairs
 
         queries, docs = corpus_pairs(texts)
-        flat = [(q, d) for q, ds in zip(queries, docs) for d in ds]
+        flat = [(prompt + q, d) for q, ds in zip(queries, docs) for d in ds]
         enc = PairTokenizer(str(tokenizer_json), max_seq_length, pad_id).encode(
             [q for q, _ in flat], [d for _, d in flat], DEFAULT)
     else:
-        enc = tok.encode(texts)
-    n = len(enc.ids)
+        enc = tok.encode([prompt + t for t in texts] if prompt else texts)
+    if not len(enc.ids):
+        raise SpecError("no calibration input: the calibration texts make " + ("no query-passage pairs" if pairs
+                        else "no texts"), "give --calibration-file at least 32 real texts, one per line")
     out = {}
     lo = 0
     for b in buckets:
         rows = calibration_rows(b, tokens)
         idx = [i for i, k in enumerate(enc.lengths) if lo < k <= b][:rows]
-        if len(idx) < min(8, rows):  # too few inputs of this length: take the longest ones that fit
-            idx = sorted(range(n), key=lambda i: -int(min(enc.lengths[i], b)))[:rows]
+        if len(idx) < min(8, rows):  # too few inputs of this length: take the longest ones that fit in it
+            fit = [i for i, k in enumerate(enc.lengths) if k <= b]
+            idx = sorted(fit, key=lambda i: -int(enc.lengths[i]))[:rows]
+        if not idx:
+            raise SpecError(f"no calibration input fits bucket {b}: the shortest has {int(min(enc.lengths))} tokens",
+                            "give --calibration-file texts of every bucket's length, or use larger --buckets")
         out[b] = tok.pad(enc, np.asarray(idx), b, input_names)
         lo = b
     return out
@@ -273,7 +280,8 @@ def make_precision_onnx(spec, fp32_onnx: Path, work: Path, texts: list[str], tok
     tokens = AUTOCAST_TOKENS if p in ("fp16", "bf16") else QUANTIZE_TOKENS
     pairs = spec.kind == "reranker"
     cal = calibration_feeds(cal_texts, tokenizer_json, spec.max_seq_length, pad_id, spec.buckets, spec.input_names, tokens,
-                            pairs=pairs)
+                            pairs=pairs,
+                            prompt=spec.default_prompt if spec.kind != "sparse" else "")  # sparse: per route
     src = "--calibration-file " + str(spec.calibration_file) if spec.calibration_file else "the bundled corpus"
     if pairs:
         src += " (query-passage pairs, tokenized as CrossEncoder.predict)"

@@ -32,7 +32,8 @@ from .spec import BuildSpec
 
 
 
-def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[tuple[str, str]], log: Log) -> dict:
+def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[tuple[str, str]], log: Log,
+                      trust_remote_code: bool = False) -> dict:
     """The *ForSequenceClassification model -> ONNX with output `logits` [rows, labels], dynamic
     rows and length; validated against PyTorch on real pairs at shapes not used for export."""
     import torch
@@ -41,7 +42,8 @@ def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[
     # eager attention exports a graph that masks by the input (SDPA's traced mask can be specialized to the
     # export shape); the validation below compares it with the CrossEncoder's own model
     model = AutoModelForSequenceClassification.from_pretrained(
-        str(ce.model.name_or_path), dtype=torch.float32, attn_implementation="eager").eval()
+        str(ce.model.name_or_path), dtype=torch.float32, attn_implementation="eager",
+        trust_remote_code=trust_remote_code).eval()
     served = ce.model.eval()
     tok = ce.tokenizer
 
@@ -140,7 +142,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
 
     onnx_path = work / "onnx" / "model.onnx"
     validation = export_step(spec, f"[2/{steps}]", "the classifier to ONNX and validating against PyTorch",
-                             lambda: export_classifier(ce, spec.input_names, onnx_path, pairs, log), log)
+                             lambda: export_classifier(ce, spec.input_names, onnx_path, pairs, log, spec.trust_remote_code), log)
 
     log(f"[3/{steps}] pair tokenizer")
     tok_json = work / "tokenizer.json"

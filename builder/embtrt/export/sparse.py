@@ -43,8 +43,8 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
 
     from embtrt_backend.torch_encoder import splade_weights
 
-    mlm = AutoModelForMaskedLM.from_pretrained(str(doc_dir(spec)), dtype=torch.float32,
-                                               attn_implementation="eager").eval()
+    mlm = AutoModelForMaskedLM.from_pretrained(str(doc_dir(spec)), dtype=torch.float32, attn_implementation="eager",
+                                               trust_remote_code=spec.trust_remote_code).eval()
     names, pooling, double = spec.input_names, spec.splade_pooling, spec.activation == "log1p_relu"
     top = spec.sparse_max_active_dims if spec.active_dims_in_graph else 0
 

@@ -135,7 +135,7 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
               inprocess_model: Path | None = None, ort_repo: Path | None = None, engine_repos: tuple[Path, ...] = (),
               seed: int = 0, only_buckets: tuple[str, ...] | None = None,
               progress: Callable[[str], None] | None = None, cpu_pids: dict[str, int] | None = None,
-              rounds: int = 1) -> dict:
+              rounds: int = 1, trust_remote_code: bool = False) -> dict:
     """`rounds`: each scenario's requests are split into that many rounds, every target taking its turn in
     each round (the order rotating), and pooled: slow drifts of a shared machine then fall on every target
     alike instead of on whichever ran when the drift came."""
@@ -153,7 +153,7 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
     if inprocess_model is not None:
         from sentence_transformers import SentenceTransformer
 
-        st_model = SentenceTransformer(str(inprocess_model), device="cpu")
+        st_model = SentenceTransformer(str(inprocess_model), device="cpu", trust_remote_code=trust_remote_code)
     lines = ([EncoderInProcess(ort_repo)] if ort_repo is not None else []) + \
         [EncoderInProcess(r, runtime="repo") for r in engine_repos]
     scenario = 0

@@ -121,7 +121,7 @@ async def _under_load(url: str, model: str, queries: list[str], docs: list[list[
 
 def verify_reranker(url: str, model: str, reference: Path | None, texts: list[str], *, under_load: bool = False,
                     concurrency: int = 16, against: tuple[str, str] | None = None,
-                    log: Callable[[str], None] = print) -> RerankReport:
+                    log: Callable[[str], None] = print, trust_remote_code: bool = False) -> RerankReport:
     rep = RerankReport()
     queries, docs = corpus_pairs(texts)
     buckets, precision = buckets_of(url, model)
@@ -156,7 +156,7 @@ def verify_reranker(url: str, model: str, reference: Path | None, texts: list[st
 
         if reference is None:
             raise ValueError("a reranker's gate needs its CrossEncoder folder (--reference)")
-        ce = load_cross_encoder(reference)
+        ce = load_cross_encoder(reference, trust_remote_code=trust_remote_code)
         rep.add_gate(judge(ce, queries, docs, got, tokens, buckets, log=lambda _m: None, precision=precision))
     if under_load:
         worst, failed = asyncio.run(_under_load(url, model, queries, docs, got, concurrency))
@@ -234,7 +234,8 @@ def bench_http_reranker(url: str, model: str, texts: list[str], documents: tuple
 
 def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int, ...] = (1, 10, 32, 100),
                    concurrency: tuple[int, ...] = (1, 8), requests: int = 50, warmup: int = 5,
-                   reference: Path | None = None, progress: Callable[[str], None] = lambda m: None) -> dict:
+                   reference: Path | None = None, progress: Callable[[str], None] = lambda m: None,
+                   trust_remote_code: bool = False) -> dict:
     rows = []
     for k in documents:
         for conc in concurrency:
@@ -245,7 +246,7 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
     if reference is not None:
         from ..reference.cross_ref import load_cross_encoder
 
-        ce = load_cross_encoder(reference)
+        ce = load_cross_encoder(reference, trust_remote_code=trust_remote_code)
         for k in documents:   # the pairs of the first concurrency's measured requests: the same texts as served
             body = bench_requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])[warmup:]
             pairs = [(q, d) for q, ds in body for d in ds]

@@ -63,7 +63,7 @@ async def _under_load(url: str, model: str, texts: list[str], base: np.ndarray, 
 
 def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str], *, under_load: bool = False,
                   concurrency: int = 16, against: tuple[str, str] | None = None,
-                  log: Callable[[str], None] = print) -> RerankReport:
+                  log: Callable[[str], None] = print, trust_remote_code: bool = False) -> RerankReport:
     from ..serve.sparse_client import SparseClient
 
     rep = RerankReport(figures={"kind": "sparse"})
@@ -93,7 +93,8 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
 
         if reference is None:
             raise ValueError("a sparse encoder's gate needs its SparseEncoder folder (--reference)")
-        rep.add_gate(judge(load_sparse_encoder(reference), texts, got, buckets, log=lambda _m: None, precision=precision))
+        se = load_sparse_encoder(reference, trust_remote_code)
+        rep.add_gate(judge(se, texts, got, buckets, log=lambda _m: None, precision=precision))
     if under_load:
         worst, failed = asyncio.run(_under_load(url, model, texts, got["document"][0], vocab, concurrency, precision))
         ok = worst <= limit and failed == 0

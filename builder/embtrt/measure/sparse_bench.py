@@ -78,11 +78,12 @@ def _row(target: str, scenario: str, input_type: str, conc: int, per_request: in
 
 
 def inprocess_rows(reference: Path, scenarios: dict[str, list[str]], input_type: str, per_scenario: int,
+                   trust_remote_code: bool,
                    progress: Callable[[str], None]) -> list[dict]:
     """SparseEncoder in process, fp32, batch 32 (median of three passes) and one text at a time."""
     from ..reference.sparse_ref import load_sparse_encoder
 
-    se = load_sparse_encoder(reference)
+    se = load_sparse_encoder(reference, trust_remote_code)
     enc = se.encode_query if input_type == "query" else se.encode_document
     rows = []
     for label, pool in scenarios.items():
@@ -110,7 +111,8 @@ def inprocess_rows(reference: Path, scenarios: dict[str, list[str]], input_type:
 def bench_sparse(url: str, models: list[str], texts: list[str], *, edges: tuple[int, ...] = (32, 128, 256),
                  only: tuple[str, ...] = (), concurrency: tuple[int, ...] = (1, 32), per_request: int = 1,
                  requests: int = 200, warmup: int = 20, input_type: str = "document",
-                 reference: Path | None = None, progress: Callable[[str], None] = lambda m: None) -> dict:
+                 reference: Path | None = None, progress: Callable[[str], None] = lambda m: None,
+                 trust_remote_code: bool = False) -> dict:
     """Every --model target ([NAME or NAME@HOST:PORT]) per scenario and concurrency, the same
     requests for each; then the in-process line when `reference` (the SparseEncoder folder) is given."""
     first_name, _, first_url = models[0].partition("@")
@@ -126,7 +128,8 @@ def bench_sparse(url: str, models: list[str], texts: list[str], *, edges: tuple[
                 load = asyncio.run(measure_load(murl or url, name, reqs, warmup, conc, input_type))
                 rows.append(_row(f"triton:{m}", label, input_type, conc, per_request, load))
     if reference is not None:
-        rows += inprocess_rows(reference, scenarios, input_type, max(requests * per_request, 64), progress)
+        rows += inprocess_rows(reference, scenarios, input_type, max(requests * per_request, 64), trust_remote_code,
+                               progress)
     return {"kind": "sparse", "input_type": input_type, "models": models, "url": url,
             "scenarios": {k: len(v) for k, v in scenarios.items()}, "results": rows}
 

@@ -66,18 +66,39 @@ def _pooling_from_st(cfg: dict) -> str | None:
 
 
 def remote_code(path: Path) -> str:
-    """What of the folder's own code transformers would run (config.json's or tokenizer_config.json's
-    auto_map), as 'file: Auto* -> module.Class, ...'; '' when it needs none."""
+    """The folder's own code that transformers would have to run to load it, as 'file: Auto* ->
+    module.Class, ...'; '' when it needs none. As transformers decides: an auto_map whose
+    model_type (config.json) or tokenizer_class (tokenizer_config.json) the library itself has is
+    loaded with the library's class without trust_remote_code, so it does not count. Checked in the
+    folder and in its module subfolders (an inference-free SPLADE's document route)."""
     found = []
-    for f in ("config.json", "tokenizer_config.json"):
-        amap = _read_json(Path(path) / f).get("auto_map") or {}
-        if isinstance(amap, dict) and amap:
-            found.append(f"{f} auto_map: " + ", ".join(f"{k} -> {v}" for k, v in sorted(amap.items())))
+    folders = [Path(path)] + sorted(d for d in Path(path).iterdir() if d.is_dir() and (d / "config.json").is_file()) \
+        if Path(path).is_dir() else [Path(path)]
+    for folder in folders:
+        for f in ("config.json", "tokenizer_config.json"):
+            cfg = _read_json(folder / f)
+            amap = cfg.get("auto_map") or {}
+            if not isinstance(amap, dict) or not amap or _library_has(f, cfg):
+                continue
+            where = f if folder == Path(path) else f"{folder.name}/{f}"
+            found.append(f"{where} auto_map: " + ", ".join(f"{k} -> {v}" for k, v in sorted(amap.items())))
     return "; ".join(found)
 
 
+def _library_has(file: str, cfg: dict) -> bool:
+    try:
+        import transformers
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except ImportError:   # without transformers nothing loads the folder's code either
+        return True
+    if file == "config.json":
+        return str(cfg.get("model_type", "")) in CONFIG_MAPPING
+    name = str(cfg.get("tokenizer_class") or "")
+    return bool(name) and any(hasattr(transformers, n) for n in (name, name.removesuffix("Fast"), name + "Fast"))
+
+
 def require_trusted(path: Path, trust_remote_code: bool) -> None:
-    """A folder that runs its own code loads only with --trust-remote-code: a clear error here
+    """A folder that needs its own code loads only with --trust-remote-code: a clear error here
     instead of transformers' ValueError from deep inside a load."""
     remote = remote_code(path)
     if remote and not trust_remote_code:

@@ -121,7 +121,7 @@ class Reference:
             if dimensions is not None:
                 kw["truncate_dim"] = dimensions
                 kw["normalize_embeddings"] = bool(self.normalize)
-            return st_embed(self.path, texts, **kw)
+            return st_embed(self.path, texts, trust_remote_code=self.trust_remote_code, **kw)
         if prompt_name is not None:
             raise ModelError(f"{self.path} is not a sentence-transformers folder: it has no prompts to pick "
                              f"({prompt_name!r})", "verify without --prompt-name, or against the sentence-transformers folder")
