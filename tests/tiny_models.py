@@ -72,19 +72,40 @@ class RemoteBertModel(BertModel):
 """
 
 
+REMOTE_CLASSIFIER = """from transformers import BertForSequenceClassification
+
+from .configuration_remote import RemoteBertConfig
+
+
+class RemoteBertForSequenceClassification(BertForSequenceClassification):
+    config_class = RemoteBertConfig
+"""
+
+
+def _remote(path: Path, modeling: str, auto: dict[str, str], arch: str) -> Path:
+    (path / "configuration_remote.py").write_text(REMOTE_CONFIG)
+    (path / "modeling_remote.py").write_text(modeling)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(model_type="embtrt-remote-bert", architectures=[arch],
+               auto_map={"AutoConfig": "configuration_remote.RemoteBertConfig", **auto})
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+def make_remote_code_cross_encoder(path: Path) -> Path:
+    """make_bert_cross_encoder whose classifier is the folder's own code (as make_remote_code_bert)."""
+    make_bert_cross_encoder(path)
+    return _remote(path, REMOTE_CLASSIFIER, {"AutoModelForSequenceClassification":
+                                             "modeling_remote.RemoteBertForSequenceClassification"},
+                   "RemoteBertForSequenceClassification")
+
+
 def make_remote_code_bert(path: Path) -> Path:
     """make_bert_cls whose architecture is the folder's own code (config.json auto_map to
     configuration_remote.py / modeling_remote.py, a model type transformers does not know):
     it loads only with trust_remote_code."""
     make_bert_cls(path)
-    (path / "configuration_remote.py").write_text(REMOTE_CONFIG)
-    (path / "modeling_remote.py").write_text(REMOTE_MODEL)
-    cfg = json.loads((path / "config.json").read_text())
-    cfg.update(model_type="embtrt-remote-bert", architectures=["RemoteBertModel"],
-               auto_map={"AutoConfig": "configuration_remote.RemoteBertConfig",
-                         "AutoModel": "modeling_remote.RemoteBertModel"})
-    (path / "config.json").write_text(json.dumps(cfg, indent=2))
-    return path
+    return _remote(path, REMOTE_MODEL, {"AutoModel": "modeling_remote.RemoteBertModel"}, "RemoteBertModel")
 
 
 def _train(model, trainer, pre, decoder, texts):

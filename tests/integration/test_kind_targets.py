@@ -123,3 +123,21 @@ def test_onnxruntime_fp16_serves_the_autocast_graph_the_gate_judged(kind, tiny_m
         assert sha256_file(graph) == served   # the graph the manifest says the gate judged
     if kind == "reranker":   # fp16 moved the scores (the gate saw the fp16 run), within the reduced bound
         assert 1e-5 < m.extra["parity"]["max_abs_diff"] <= 0.01
+
+
+def test_a_reranker_with_its_own_code_builds_for_the_default_target_only_when_trusted(tmp_path):
+    """The classifier's ONNX export loads the folder's own classes with the build's trust (before: it
+    loaded without it and died in transformers while the CrossEncoder reference had loaded)."""
+    from tiny_models import make_remote_code_cross_encoder
+
+    from embtrt.errors import ModelError
+
+    folder = make_remote_code_cross_encoder(tmp_path / "rce")
+    with pytest.raises(ModelError, match="runs its own code .*RemoteBertForSequenceClassification"):
+        spec_from_options(folder, tmp_path / "x")
+    out = tmp_path / "r"
+    build(spec_from_options(folder, out, name="rce", trust_remote_code=True), log=lambda m: None)
+    m = read_manifest(out)
+    assert (m.kind, m.target) == ("reranker", "python-ort")
+    assert m.extra["parity"]["passed"] and m.extra["parity"]["max_abs_diff"] <= 1e-4
+    assert "--trust-remote-code" in m.extra["rebuild"]
