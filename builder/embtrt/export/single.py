@@ -6,6 +6,7 @@ before the build returns."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..common.log import Log
@@ -47,7 +48,7 @@ class GateEncoder:
         from embtrt_backend.encoder import make_encoder
 
         p = params if optimize else {**params, "ort_optimize": "false"}   # a simulation's casts must stay
-        made: dict[Path | None, object] = {}
+        made: dict[Path | None, Any] = {}   # an embtrt_backend encoder: .run(feeds)
         for g in dict.fromkeys(graphs.values()):
             made[g] = make_encoder(p, None if g is None else str(g), str(torch_dir(spec)), spec.trust_remote_code)
         self.by_bucket = {b: made[g] for b, g in graphs.items()}
