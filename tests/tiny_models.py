@@ -100,6 +100,23 @@ def make_remote_code_cross_encoder(path: Path) -> Path:
                    "RemoteBertForSequenceClassification")
 
 
+REMOTE_MLM = """from transformers import BertForMaskedLM
+
+from .configuration_remote import RemoteBertConfig
+
+
+class RemoteBertForMaskedLM(BertForMaskedLM):
+    config_class = RemoteBertConfig
+"""
+
+
+def make_remote_code_splade(path: Path) -> Path:
+    """make_bert_splade whose MLM is the folder's own code (as make_remote_code_bert)."""
+    make_bert_splade(path)
+    return _remote(path, REMOTE_MLM, {"AutoModelForMaskedLM": "modeling_remote.RemoteBertForMaskedLM"},
+                   "RemoteBertForMaskedLM")
+
+
 def make_remote_code_bert(path: Path) -> Path:
     """make_bert_cls whose architecture is the folder's own code (config.json auto_map to
     configuration_remote.py / modeling_remote.py, a model type transformers does not know):

@@ -125,19 +125,25 @@ def test_onnxruntime_fp16_serves_the_autocast_graph_the_gate_judged(kind, tiny_m
         assert 1e-5 < m.extra["parity"]["max_abs_diff"] <= 0.01
 
 
-def test_a_reranker_with_its_own_code_builds_for_the_default_target_only_when_trusted(tmp_path):
-    """The classifier's ONNX export loads the folder's own classes with the build's trust (before: it
-    loaded without it and died in transformers while the CrossEncoder reference had loaded)."""
-    from tiny_models import make_remote_code_cross_encoder
+@pytest.mark.parametrize("kind", ["reranker", pytest.param("sparse", marks=pytest.mark.slow)])   # the same step per kind
+def test_a_kind_with_its_own_code_builds_for_the_default_target_only_when_trusted(kind, tmp_path):
+    """The classifier's (the MLM's) ONNX export loads the folder's own classes with the build's trust
+    (before: it loaded without it and died in transformers while the CrossEncoder / SparseEncoder
+    reference had loaded)."""
+    from tiny_models import make_remote_code_cross_encoder, make_remote_code_splade
 
     from embtrt.errors import ModelError
 
-    folder = make_remote_code_cross_encoder(tmp_path / "rce")
-    with pytest.raises(ModelError, match="runs its own code .*RemoteBertForSequenceClassification"):
+    make, cls = {"reranker": (make_remote_code_cross_encoder, "RemoteBertForSequenceClassification"),
+                 "sparse": (make_remote_code_splade, "RemoteBertForMaskedLM")}[kind]
+    folder = make(tmp_path / "rc")
+    with pytest.raises(ModelError, match=f"runs its own code .*{cls}"):
         spec_from_options(folder, tmp_path / "x")
     out = tmp_path / "r"
-    build(spec_from_options(folder, out, name="rce", trust_remote_code=True), log=lambda m: None)
+    build(spec_from_options(folder, out, name="rc", trust_remote_code=True), log=lambda m: None)
     m = read_manifest(out)
-    assert (m.kind, m.target) == ("reranker", "python-ort")
-    assert m.extra["parity"]["passed"] and m.extra["parity"]["max_abs_diff"] <= 1e-4
+    assert (m.kind, m.target) == (kind, "python-ort")
+    par = m.extra["parity"]
+    worst = par["max_abs_diff"] if kind == "reranker" else max(b["max_abs_diff"] for b in par["buckets"].values())
+    assert par["passed"] and worst <= 1e-4
     assert "--trust-remote-code" in m.extra["rebuild"]
