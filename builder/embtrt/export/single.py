@@ -126,7 +126,8 @@ def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[st
     for the tensorrt target the precision ONNX its plans are built from (export.precision: one graph
     for every bucket at fp32 / fp16 / bf16, one per bucket for int8 / fp8; the gate runs each bucket's
     gate graph, kind_encoder) -> (path (tensorrt: the first bucket's gate graph), the PrecisionArtifact
-    or None, the manifest's precision_onnx record or None); python-torch runs no graph -> (None, None, None)."""
+    or None, the manifest's precision_onnx record of an ONNX Runtime target's graph or None: a tensorrt
+    build's is recorded by `finish` with its plans); python-torch runs no graph -> (None, None, None)."""
     if spec.target == "python-torch":
         return None, None, None
     if spec.target != "tensorrt":
@@ -137,7 +138,7 @@ def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[st
     from .precision import make_precision_onnx
 
     prec = make_precision_onnx(spec, onnx_path, work / "precision", texts, tok_json, pad_id, log)
-    return prec.gate_by_bucket[spec.buckets[0]], prec, prec.manifest()
+    return prec.gate_by_bucket[spec.buckets[0]], prec, None
 
 
 def finish(repo: Path, manifest: Manifest, step: str, log: Log, spec: BuildSpec | None = None, prec=None,
