@@ -71,16 +71,16 @@ def remote_code(path: Path) -> str:
     model_type (config.json) or tokenizer_class (tokenizer_config.json) the library itself has is
     loaded with the library's class without trust_remote_code, so it does not count. Checked in the
     folder and in its module subfolders (an inference-free SPLADE's document route)."""
+    root = Path(path)
+    subs = sorted(d for d in root.iterdir() if d.is_dir() and (d / "config.json").is_file()) if root.is_dir() else []
     found = []
-    folders = [Path(path)] + sorted(d for d in Path(path).iterdir() if d.is_dir() and (d / "config.json").is_file()) \
-        if Path(path).is_dir() else [Path(path)]
-    for folder in folders:
+    for folder in [root, *subs]:
         for f in ("config.json", "tokenizer_config.json"):
             cfg = _read_json(folder / f)
             amap = cfg.get("auto_map") or {}
             if not isinstance(amap, dict) or not amap or _library_has(f, cfg):
                 continue
-            where = f if folder == Path(path) else f"{folder.name}/{f}"
+            where = f if folder == root else f"{folder.name}/{f}"
             found.append(f"{where} auto_map: " + ", ".join(f"{k} -> {v}" for k, v in sorted(amap.items())))
     return "; ".join(found)
 
