@@ -154,7 +154,8 @@ def for_podman_pool(deploy: dict, secrets: dict[str, dict[str, str]]) -> dict:
     pod["volumes"] = [v for v in pod["volumes"] if v["name"] != "shm"]
     for c in pod["containers"]:
         c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "shm"]
-        env = {e["name"]: secrets[e["valueFrom"]["secretKeyRef"]["name"]][e["valueFrom"]["secretKeyRef"]["key"]]
+        env = {e["name"]: e["value"] if "value" in e else
+               secrets[e["valueFrom"]["secretKeyRef"]["name"]][e["valueFrom"]["secretKeyRef"]["key"]]
                for e in c.get("env", [])}
         c["args"] = expand(c["args"], env)
     return d
@@ -220,6 +221,9 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
         assert re.search(r"Uid:\s+1000\s+1000", status) and "tritonserver" in status, status
         touch = exec_in(triton_c, "sh", "-c", "touch /etc/x")
         assert touch.returncode != 0 and b"Read-only file system" in touch.stderr
+        # ... where HOME and the Hugging Face cache (a trusted model's own code is copied there) are writable
+        home = exec_in(triton_c, "sh", "-c", 'mkdir -p "$HF_HOME/modules" && touch "$HOME/.w" && echo "$HF_HUB_OFFLINE"')
+        assert home.returncode == 0 and home.stdout.strip() == b"1", home.stderr
         # Triton's model-repository API answers only with the admin header
         assert http(f"http://{ip}:8000/v2/repository/index", "POST", body=b"{}")[0] == 403
         admin = secrets[f"{NAME}-triton-admin"]["key"]

@@ -230,6 +230,8 @@ def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos
                 if "httpGet" in c.get(probe, {}):
                     assert c[probe]["httpGet"]["port"] in port_names
             for e in c.get("env", []):  # every Secret referenced exists, with that key
+                if "value" in e:
+                    continue
                 ref = e["valueFrom"]["secretKeyRef"]
                 assert ref["key"] in kinds["Secret"][ref["name"]]["stringData"]
         mounts = {v["name"] for v in pod["spec"]["volumes"]}
@@ -254,13 +256,20 @@ def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos
             assert script.split("/")[2] in loaded and "probe" not in live
             assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == QUEUE_METRIC
             # Triton's admin APIs answer only with the admin header, whose value comes from the Secret
-            env = {e["name"] for e in triton["env"]}
+            env = {e["name"]: e for e in triton["env"]}
             for flag in ("--http-restricted-api=", "--grpc-restricted-protocol="):
                 (arg,) = [a for a in triton["args"] if a.startswith(flag)]
                 apis, header = arg.removeprefix(flag).split(":")
                 assert set(apis.split(",")) == {"model-repository", "logging", "shared-memory", "trace"}
                 key, value = header.split("=")
-                assert key and value.startswith("$(") and value[2:-1] in env
+                assert key and value.startswith("$(") and "secretKeyRef" in env[value[2:-1]]["valueFrom"]
+            # the root filesystem is read-only: HOME and the Hugging Face cache (where transformers copies a
+            # trusted model's own code) are on the writable /tmp emptyDir, and nothing reaches for the Hub
+            scratch = {vm["mountPath"]: vm for vm in triton["volumeMounts"]}["/tmp"]
+            assert not scratch.get("readOnly") and "emptyDir" in {v["name"]: v for v in pod["spec"]["volumes"]}[scratch["name"]]
+            assert triton["securityContext"]["readOnlyRootFilesystem"] is True
+            assert env["HOME"]["value"] == "/tmp" and env["HF_HOME"]["value"].startswith("/tmp/")
+            assert env["HF_HUB_OFFLINE"]["value"] == env["TRANSFORMERS_OFFLINE"]["value"] == "1"
             inits = [c["name"] for c in pod["spec"]["initContainers"]]
             gpu = triton["resources"]["limits"].get("nvidia.com/gpu")
             if kind == "trt":

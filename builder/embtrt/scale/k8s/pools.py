@@ -16,6 +16,11 @@ RESTRICTED = ("model-repository", "logging", "shared-memory", "trace")
 ADMIN_HEADER = "embtrt-triton-admin-key"
 ADMIN_ENV = "EMBTRT_TRITON_ADMIN_KEY"
 TLS_DIR = "/etc/embtrt/tls"
+# The root filesystem is read-only and /tmp the writable scratch: what a Python model writes under
+# HOME (transformers' copy of a trusted model's own code, caches) goes there, and nothing reaches
+# for the Hugging Face Hub (a pool loads only the repository's files; it reaches no network but the gateway's).
+WRITABLE_ENV = (("HOME", "/tmp"), ("HF_HOME", "/tmp/huggingface"), ("HF_HUB_OFFLINE", "1"),
+                ("TRANSFORMERS_OFFLINE", "1"))
 
 
 def plan_pools(buckets: list[int], pools: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -116,7 +121,8 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
         container = {
             "name": "tritonserver", **image_fields(spec.image),
             "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)),
-            "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret, "key": "key"}}}],
+            "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret, "key": "key"}}},
+                    *({"name": k, "value": v} for k, v in WRITABLE_ENV)],
             "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
                       {"name": "metrics", "containerPort": METRICS}],
             # plan builds happen in the init container; this covers model load and warm-up
