@@ -38,15 +38,21 @@ def _cli(*args):
                           timeout=600)
 
 
-def test_correct_build_passes_verify_with_a_table_and_json(minilm_server, minilm_path, corpus, tmp_path):
+@pytest.fixture(scope="module")
+def small_corpus(corpus, tmp_path_factory):
+    """80 corpus texts (every bucket and over the longest): enough for a failing gate to show."""
+    small = tmp_path_factory.mktemp("small") / "small.json"
+    small.write_text(json.dumps(corpus[:80]))
+    return small
+
+
+def test_correct_build_passes_verify_with_a_table_and_json(minilm_server, minilm_path, small_corpus):
     p = _cli("--url", minilm_server.grpc_url, "--model", "all_minilm_l6_v2", "--reference", str(minilm_path))
     assert p.returncode == 0, p.stdout + p.stderr
     for needle in ("[ok] bucket     <=32", "[ok] bucket     over", "[ok] top-10 neighbour overlap",
                    "[ok] recall@10", "PASSED"):
         assert needle in p.stdout
-    small = tmp_path / "small.json"
-    small.write_text(json.dumps(corpus[:80]))
-    p = _cli("--url", minilm_server.grpc_url, "--json", "--corpus", str(small))
+    p = _cli("--url", minilm_server.grpc_url, "--json", "--corpus", str(small_corpus))
     doc = json.loads(p.stdout)
     assert p.returncode == 0 and doc["passed"] is True
     assert set(doc["gate"]["buckets"]) == {"<=32", "<=128", "<=256", "over"}
@@ -54,8 +60,9 @@ def test_correct_build_passes_verify_with_a_table_and_json(minilm_server, minilm
     assert doc["identity"]["embtrt.pooling"] == "mean" and doc["warnings"] == []
 
 
-def test_wrong_pooling_fails_with_a_clear_report(broken_server, minilm_path):
-    p = _cli("--url", broken_server.grpc_url, "--model", "minilm_cls", "--reference", str(minilm_path))
+def test_wrong_pooling_fails_with_a_clear_report(broken_server, minilm_path, small_corpus):
+    p = _cli("--url", broken_server.grpc_url, "--model", "minilm_cls", "--reference", str(minilm_path),
+             "--corpus", str(small_corpus))
     assert p.returncode == 4
     assert "[x] bucket" in p.stdout and "cosine p50" in p.stdout
     assert "FAILED" in p.stdout and "worst texts:" in p.stdout
@@ -89,7 +96,8 @@ def test_identity_mismatch_with_the_index_is_warned(minilm_server, minilm_repo, 
     assert any("embtrt.backend_profile" in w for w in rep.warnings)
 
 
-def test_against_gates_two_deployments_of_one_model_and_catches_two_models(minilm_server, broken_server, ov_server):
+def test_against_gates_two_deployments_of_one_model_and_catches_two_models(minilm_server, broken_server, ov_server,
+                                                                          small_corpus):
     """The cross-backend release gate: MiniLM on python-ort and on python-openvino fp32 agree; MiniLM
     against a different model (the same weights with CLS pooling) fails, naming buckets and figures,
     and the identity diff says which vectors need re-embedding."""
@@ -103,7 +111,7 @@ def test_against_gates_two_deployments_of_one_model_and_catches_two_models(minil
     assert any("embtrt.backend_profile" in w for w in doc["warnings"])
     assert any("same model on different backends" in w for w in doc["warnings"])
     p = _cli("--url", minilm_server.grpc_url, "--model", "all_minilm_l6_v2",
-             "--against", f"{broken_server.grpc_url}/minilm_cls")
+             "--against", f"{broken_server.grpc_url}/minilm_cls", "--corpus", str(small_corpus))
     assert p.returncode == 4, p.stdout[-3000:] + p.stderr[-2000:]
     assert "[x] bucket" in p.stdout and "cosine p50" in p.stdout and "FAILED" in p.stdout
     assert "embtrt.pooling: all_minilm_l6_v2@" in p.stdout and "re-embed the index" in p.stdout
