@@ -122,12 +122,20 @@ def test_cohere_routes_equal_cross_encoder_rank_with_exact_usage(both, manifest,
         assert [x["document"]["text"] for x in body["results"]] == [docs[i] for i, _ in ref]
         assert body["usage"] == {"total_tokens": _tokens(ce, query, docs), "prompt_tokens": _tokens(ce, query, docs)}
         assert body["model"] == manifest.name and body["id"]
-    top = _post(both, "/v1/rerank", {"model": manifest.name, "query": query, "documents": docs, "top_n": 3}).json()
+    top = _post(both, "/v1/rerank", {"model": manifest.name, "query": query, "documents": docs, "top_n": 3,
+                                     "return_documents": False}).json()
     _assert_ranked([(x["index"], x["relevance_score"]) for x in top["results"]], ref[:3])
     assert "document" not in top["results"][0]
     assert top["usage"]["total_tokens"] == _tokens(ce, query, docs)  # every document scored, three shown
     over = _post(both, "/v1/rerank", {"model": manifest.name, "query": query, "documents": docs, "top_n": 999}).json()
     _assert_ranked([(x["index"], x["relevance_score"]) for x in over["results"]], ref)
+    # vLLM's /rerank: the same body on TEI's route, model optional; top_n 0 is every document, the
+    # documents come back unasked (as vLLM and Jina send them), use_activation false gives the logits
+    v = _post(both, "/rerank", {"query": query, "documents": docs, "top_n": 0, "use_activation": False})
+    assert v.status_code == 200, v.text
+    _assert_ranked([(x["index"], x["relevance_score"]) for x in v.json()["results"]], _rank(ce, query, docs, raw=True))
+    assert [x["document"]["text"] for x in v.json()["results"]] == [docs[x["index"]] for x in v.json()["results"]]
+    assert v.json()["usage"]["total_tokens"] == _tokens(ce, query, docs) and v.json()["model"] == manifest.name
 
 
 def test_tei_route_equals_rank_raw_scores_and_left_truncation(both, folder, manifest, ce, query, docs):
@@ -159,7 +167,7 @@ def test_nim_route_logits_are_raw_scores_and_truncate_none_refuses_a_long_pair(b
                                     "truncate": "END"})
     assert r.status_code == 200, r.text
     _assert_ranked([(x["index"], x["logit"]) for x in r.json()["rankings"]], _rank(ce, query, docs, raw=True))
-    assert r.json()["usage"] == {"total_tokens": _tokens(ce, query, docs)}
+    assert r.json()["usage"] == {"prompt_tokens": _tokens(ce, query, docs), "total_tokens": _tokens(ce, query, docs)}
     short = [d for d in docs if len(ce.tokenizer(query, d)["input_ids"]) <= ce.max_seq_length]
     long = [d for d in docs if len(ce.tokenizer(query, d)["input_ids"]) > ce.max_seq_length]
     assert short and long, (len(short), len(long))
@@ -203,7 +211,7 @@ def test_bad_rerank_bodies_get_400_naming_the_field_and_an_empty_document_is_sco
         ("/v1/rerank", cohere(documents=[]), "documents must be a non-empty list", "documents"),
         ("/v1/rerank", cohere(documents=["a", 5]), 'documents[1] must be a string or an object {"text": "..."}, got 5',
          "documents"),
-        ("/v2/rerank", cohere(top_n=0), "top_n must be at least 1, got 0", "top_n"),
+        ("/v2/rerank", cohere(top_n=-1), "top_n must be 0 (every document) or more, got -1", "top_n"),
         ("/v2/rerank", cohere(top_n="2"), "top_n must be an integer, got '2'", "top_n"),
         ("/v1/rerank", cohere(documents=["a"] * 2049), "documents has 2049 items; at most 2048 per request", "documents"),
         ("/rerank", {"query": query, "texts": [{"text": "a"}]}, "texts[0] must be a string, got {'text': 'a'}", "texts"),

@@ -31,9 +31,27 @@ def test_cohere_documents_as_strings_or_text_objects_keep_their_order_and_defaul
     r = _parse("cohere", {"model": "ce", "query": "q", "documents": ["b", {"text": "a"}, ""], "max_chunks_per_doc": 3})
     assert (r.api, r.model, r.served, r.query, r.documents) == ("cohere", "ce", "ce", "q", ["b", "a", ""])
     assert (r.top_n, r.return_documents, r.activation, r.truncate, r.truncation_direction) == \
-        (None, False, "default", True, "right")
-    r = _parse("cohere", {"model": "ce", "query": "q", "documents": ["x"], "top_n": 9, "return_documents": True})
-    assert (r.top_n, r.return_documents) == (9, True)
+        (None, True, "default", True, "right")
+    r = _parse("cohere", {"model": "ce", "query": "q", "documents": ["x"], "top_n": 9, "return_documents": False})
+    assert (r.top_n, r.return_documents) == (9, False)
+    # vLLM: top_n 0 (its default) is every document; use_activation false gives the raw logits
+    r = _parse("cohere", {"model": "ce", "query": "q", "documents": ["x"], "top_n": 0, "use_activation": False})
+    assert (r.top_n, r.activation) == (None, "raw")
+    assert _parse("cohere", {"model": "ce", "query": "q", "documents": ["x"], "use_activation": True}).activation == "default"
+
+
+def test_a_vllm_body_on_tei_s_route_is_the_cohere_shape_with_the_model_optional():
+    r = _parse("tei", {"query": "q", "documents": ["a", {"text": "b"}], "top_n": 1}, models={"ce": MODELS["ce"]})
+    assert (r.api, r.served, r.model, r.documents, r.top_n, r.return_documents) == \
+        ("cohere", "ce", None, ["a", "b"], 1, True)
+    doc, headers = render(r, np.array([0.5, 0.75], dtype=np.float32), 9)
+    assert doc["results"] == [{"index": 1, "relevance_score": 0.75, "document": {"text": "b"}}] and headers == []
+    assert doc["usage"] == {"prompt_tokens": 9, "total_tokens": 9} and doc["model"] == "ce"  # the served name, unasked
+    # TEI's body keeps TEI's shape; a body with both fields is TEI's (texts), with neither refused as TEI's
+    assert _parse("tei", {"query": "q", "texts": ["a"], "documents": ["b"]}, models={"ce": MODELS["ce"]}).api == "tei"
+    _refused("tei", {"query": "q"}, 400, "you must provide a texts parameter", "texts", models={"ce": MODELS["ce"]})
+    _refused("tei", {"model": "ce", "query": "q", "documents": ["a"], "top_n": -1}, 400,
+             "top_n must be 0 (every document) or more, got -1", "top_n")
 
 
 def test_tei_raw_scores_is_the_raw_activation_and_the_model_is_optional_with_one_reranker():
@@ -86,7 +104,9 @@ def test_bad_query_documents_and_options_are_refused_naming_the_field():
     _refused("cohere", cohere(top_n="2"), 400, "top_n must be an integer, got '2'", "top_n")
     _refused("cohere", cohere(top_n=1.5), 400, "top_n must be an integer, got 1.5", "top_n")
     _refused("cohere", cohere(top_n=True), 400, "top_n must be an integer, got True", "top_n")
-    _refused("cohere", cohere(top_n=0), 400, "top_n must be at least 1, got 0", "top_n")
+    _refused("cohere", cohere(top_n=-1), 400, "top_n must be 0 (every document) or more, got -1", "top_n")
+    _refused("cohere", cohere(use_activation="no"), 400, "use_activation must be true or false, got 'no'",
+             "use_activation")
     _refused("cohere", cohere(return_documents="yes"), 400, "return_documents must be true or false, got 'yes'",
              "return_documents")
     _refused("cohere", cohere(documents=["é" * 40]), 400, "documents[0] is 80 bytes of UTF-8, over the limit of 64 "
@@ -133,12 +153,13 @@ def test_each_shape_is_sorted_by_score_with_ties_in_input_order_and_reports_usag
     nim = _parse("nim", {"model": "ce", "query": {"text": "q"}, "passages": [{"text": t} for t in docs]})
     doc, _ = render(nim, SCORES, 17)
     assert doc == {"rankings": [{"index": 1, "logit": 0.75}, {"index": 3, "logit": 0.5}, {"index": 0, "logit": 0.25},
-                                {"index": 2, "logit": 0.25}], "usage": {"total_tokens": 17}}
+                                {"index": 2, "logit": 0.25}], "usage": {"prompt_tokens": 17, "total_tokens": 17}}
 
 
 def test_top_n_keeps_the_best_and_over_the_count_keeps_all():
     docs = ["a", "b", "c", "d"]
-    two = render(_parse("cohere", {"model": "ce", "query": "q", "documents": docs, "top_n": 2}), SCORES, 1)[0]
+    two = render(_parse("cohere", {"model": "ce", "query": "q", "documents": docs, "top_n": 2,
+                                   "return_documents": False}), SCORES, 1)[0]
     assert [r["index"] for r in two["results"]] == [1, 3] and "document" not in two["results"][0]
     many = render(_parse("cohere", {"model": "ce", "query": "q", "documents": docs, "top_n": 99}), SCORES, 1)[0]
     assert [r["index"] for r in many["results"]] == [1, 3, 0, 2]

@@ -2,11 +2,15 @@
 request's scores rendered back in the shape it came in.
 
 - `cohere`: Cohere / Jina / vLLM, POST /v1/rerank and /v2/rerank: `{model, query, documents, top_n?,
-  return_documents?}` (documents: strings, or objects with a string `text`) -> `{id, model, usage,
-  results: [{index, relevance_score, document?}]}`; scores as `CrossEncoder.rank` gives them (the model's
-  own activation);
+  return_documents?, use_activation?}` (documents: strings, or objects with a string `text`) -> `{id,
+  model, usage, results: [{index, relevance_score, document?}]}`; scores as `CrossEncoder.rank` gives
+  them (the model's own activation; vLLM's `use_activation: false`: the raw logits); `top_n` 0 is
+  every document (vLLM's default); each result carries its `document` unless `return_documents` is
+  false (vLLM always sends it, Jina by default; Cohere's clients take it as an optional field);
 - `tei`: Hugging Face TEI, POST /rerank: `{query, texts, raw_scores?, return_text?, truncate?,
-  truncation_direction?}` (and an optional `model`, which TEI has not) -> `[{index, score, text?}]`;
+  truncation_direction?}` (and an optional `model`, which TEI has not) -> `[{index, score, text?}]`.
+  A /rerank body with `documents` and no `texts` is vLLM's (its main rerank route): the `cohere` shape,
+  its `model` optional as TEI's;
 - `nim`: NVIDIA NIM, POST /v1/ranking: `{model, query: {text}, passages: [{text}], truncate?: NONE | END}`
   -> `{rankings: [{index, logit}], usage}`; logits are the raw scores.
 
@@ -53,7 +57,7 @@ class RerankRequest:
     query: str
     documents: list[str]
     top_n: int | None = None         # None: every document
-    return_documents: bool = False
+    return_documents: bool = False   # the parsed cohere shape defaults to true, TEI's return_text to false
     activation: str = "default"      # the front door's activation: default (the model's own) | raw
     truncate: bool = True            # pairs over the max length cut as CrossEncoder.predict cuts them
     truncation_direction: str = "right"
@@ -93,7 +97,10 @@ def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], embedde
     model) naming the field at fault."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    name = resolve_reranker(body.get("model"), models, embedders, optional=api == "tei", sparse=sparse)
+    optional = api == "tei"   # the model is optional on /rerank, TEI's body or vLLM's
+    if api == "tei" and "texts" not in body and "documents" in body:
+        api = "cohere"        # vLLM's /rerank: the Cohere / Jina body (the two share no documents field)
+    name = resolve_reranker(body.get("model"), models, embedders, optional=optional, sparse=sparse)
     m = models[name]
     model = body.get("model")
     if api == "cohere":
@@ -102,9 +109,11 @@ def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], embedde
         top_n = body.get("top_n")
         if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool)):
             raise ApiError(400, f"top_n must be an integer, got {top_n!r}", param="top_n")
-        if top_n is not None and top_n < 1:
-            raise ApiError(400, f"top_n must be at least 1, got {top_n}", param="top_n")
-        req = RerankRequest(api, model, name, query, docs, top_n, _bool(body, "return_documents", False))
+        if top_n is not None and top_n < 0:
+            raise ApiError(400, f"top_n must be 0 (every document) or more, got {top_n}", param="top_n")
+        raw = not _bool(body, "use_activation", True)
+        req = RerankRequest(api, model, name, query, docs, top_n or None, _bool(body, "return_documents", True),
+                            "raw" if raw else "default")
     elif api == "tei":
         query = _query(body.get("query"), "query")
         docs = _documents(body.get("texts"), "texts", max_items, texts_only=True)
@@ -142,12 +151,13 @@ def render(req: RerankRequest, scores: np.ndarray, tokens: int) -> tuple[Any, li
     if req.api == "cohere":
         results = [{"index": i, "relevance_score": values[i], **({"document": {"text": docs[i]}}
                                                                  if req.return_documents else {})} for i in order]
-        return ({"id": str(uuid.uuid4()), "model": req.model, "results": results,
+        return ({"id": str(uuid.uuid4()), "model": req.model if req.model is not None else req.served, "results": results,
                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, [])
     if req.api == "tei":  # TEI reports the tokens in a header (its body is the bare list)
         return ([{"index": i, "score": values[i], **({"text": docs[i]} if req.return_documents else {})}
                  for i in order], [(b"x-compute-tokens", str(tokens).encode())])
-    return {"rankings": [{"index": i, "logit": values[i]} for i in order], "usage": {"total_tokens": tokens}}, []
+    return ({"rankings": [{"index": i, "logit": values[i]} for i in order],
+             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, [])
 
 
 def _bool(body: dict, key: str, default: bool) -> bool:
