@@ -19,7 +19,7 @@ from .app import app, err, out, progress_log, say
 def verify(
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
     model: str = typer.Option("all_minilm_l6_v2", help="Served model (front door or a NAME_<L> ensemble). Default all_minilm_l6_v2."),
-    reference: Optional[Path] = typer.Option(None, help="Reference model folder. Default: the bundled all-MiniLM-L6-v2."),
+    reference: Optional[Path] = typer.Option(None, help="Reference model folder (a reranker or sparse encoder needs the folder it was built from). Default for embedders: the bundled all-MiniLM-L6-v2."),
     corpus: Optional[Path] = typer.Option(None, help="Texts: JSON list or one per line. Default: the bundled real-text sample (370 texts)."),
     ref_pooling: Optional[str] = typer.Option(None, help="Reference pooling for non-sentence-transformers folders: cls | mean | last-token. Default: from the model."),
     cosine_p50: float = typer.Option(0.9999, help="Gate: cosine p50 per bucket, at least. Default 0.9999."),
