@@ -204,12 +204,15 @@ async def measure_load(url: str, model: str, reqs: list[tuple[str, list[str]]], 
 
 async def _measure_http(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
     """The same requests to an HTTP rerank API of the Cohere / Jina shape (infinity, vLLM, the embtrt
-    gateway): POST <url>/rerank {model, query, documents} -> {results: [{index, relevance_score}]}."""
+    gateway, whose /rerank takes this body as vLLM's): POST <url>/rerank {model, query, documents,
+    return_documents: false} -> {results: [{index, relevance_score}]}; the documents are not sent back
+    (infinity's default; vLLM and the gateway return them unless asked not to)."""
     import aiohttp
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
         async def one(q: str, ds: list[str]):
-            async with s.post(f"{url.rstrip('/')}/rerank", json={"model": model, "query": q, "documents": ds}) as r:
+            async with s.post(f"{url.rstrip('/')}/rerank", json={"model": model, "query": q, "documents": ds,
+                                                        "return_documents": False}) as r:
                 body = await r.json()
                 if r.status != 200 or len(body.get("results", ())) != len(ds):
                     raise RuntimeError(f"HTTP {r.status}: {str(body)[:200]}")
