@@ -136,6 +136,8 @@ def test_cohere_routes_equal_cross_encoder_rank_with_exact_usage(both, manifest,
     _assert_ranked([(x["index"], x["relevance_score"]) for x in v.json()["results"]], _rank(ce, query, docs, raw=True))
     assert [x["document"]["text"] for x in v.json()["results"]] == [docs[x["index"]] for x in v.json()["results"]]
     assert v.json()["usage"]["total_tokens"] == _tokens(ce, query, docs) and v.json()["model"] == manifest.name
+    quiet = _post(both, "/rerank", {"query": query, "documents": docs, "top_n": 2, "return_documents": False}).json()
+    assert [x["index"] for x in quiet["results"]] == [i for i, _ in ref[:2]] and "document" not in quiet["results"][0]
 
 
 def test_tei_route_equals_rank_raw_scores_and_left_truncation(both, folder, manifest, ce, query, docs):

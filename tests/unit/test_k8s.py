@@ -275,6 +275,7 @@ def test_every_document_validates_strictly_and_refers_to_things_that_exist(repos
             if kind == "trt":
                 assert inits == ["copy-repository", "engines"] and gpu == "1"
                 assert pod["spec"]["initContainers"][1]["command"] == ["embtrt", "engines", "/models"]
+                assert {"name": "HOME", "value": "/tmp"} in pod["spec"]["initContainers"][1]["env"]
                 assert pod["spec"]["initContainers"][1]["image"] == ENGINES
             else:
                 assert inits == ["copy-repository"] and gpu is None

@@ -47,6 +47,9 @@ def test_a_vllm_body_on_tei_s_route_is_the_cohere_shape_with_the_model_optional(
     doc, headers = render(r, np.array([0.5, 0.75], dtype=np.float32), 9)
     assert doc["results"] == [{"index": 1, "relevance_score": 0.75, "document": {"text": "b"}}] and headers == []
     assert doc["usage"] == {"prompt_tokens": 9, "total_tokens": 9} and doc["model"] == "ce"  # the served name, unasked
+    assert _parse("tei", {"query": "q", "texts": None, "documents": ["a"]}, models={"ce": MODELS["ce"]}).api == "cohere"
+    # vLLM's older `activation` flag is use_activation's alias
+    assert _parse("cohere", {"model": "ce", "query": "q", "documents": ["x"], "activation": False}).activation == "raw"
     # TEI's body keeps TEI's shape; a body with both fields is TEI's (texts), with neither refused as TEI's
     assert _parse("tei", {"query": "q", "texts": ["a"], "documents": ["b"]}, models={"ce": MODELS["ce"]}).api == "tei"
     _refused("tei", {"query": "q"}, 400, "you must provide a texts parameter", "texts", models={"ce": MODELS["ce"]})

@@ -205,8 +205,8 @@ async def measure_load(url: str, model: str, reqs: list[tuple[str, list[str]]], 
 async def _measure_http(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
     """The same requests to an HTTP rerank API of the Cohere / Jina shape (infinity, vLLM, the embtrt
     gateway, whose /rerank takes this body as vLLM's): POST <url>/rerank {model, query, documents,
-    return_documents: false} -> {results: [{index, relevance_score}]}; the documents are not sent back
-    (infinity's default; vLLM and the gateway return them unless asked not to)."""
+    return_documents: false} -> {results: [{index, relevance_score}]}: the documents are not sent back
+    by infinity (its default) or the gateway; vLLM has no such flag and always returns them."""
     import aiohttp
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:

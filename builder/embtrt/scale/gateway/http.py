@@ -195,7 +195,9 @@ class _Rerank(_Embeddings):
             exc.served = req.served  # counted per model and status
             raise
         doc, headers = render(req, scores, tokens)
-        size = 64 * len(req.documents) + (sum(map(len, req.documents)) if req.return_documents else 0)
+        # the response's size, to encode it off the event loop when large: only the documents it shows
+        rows = doc if isinstance(doc, list) else doc.get("results", doc.get("rankings", []))
+        size = 64 * len(rows) + (sum(len(req.documents[r["index"]]) for r in rows) if req.return_documents else 0)
         return doc, req.served, size, headers
 
 

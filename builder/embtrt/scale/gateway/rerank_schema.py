@@ -98,8 +98,8 @@ def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], embedde
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     optional = api == "tei"   # the model is optional on /rerank, TEI's body or vLLM's
-    if api == "tei" and "texts" not in body and "documents" in body:
-        api = "cohere"        # vLLM's /rerank: the Cohere / Jina body (the two share no documents field)
+    if api == "tei" and body.get("texts") is None and "documents" in body:
+        api = "cohere"        # vLLM's /rerank: the Cohere / Jina body (a body with both is TEI's: texts wins)
     name = resolve_reranker(body.get("model"), models, embedders, optional=optional, sparse=sparse)
     m = models[name]
     model = body.get("model")
@@ -111,7 +111,9 @@ def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], embedde
             raise ApiError(400, f"top_n must be an integer, got {top_n!r}", param="top_n")
         if top_n is not None and top_n < 0:
             raise ApiError(400, f"top_n must be 0 (every document) or more, got {top_n}", param="top_n")
-        raw = not _bool(body, "use_activation", True)
+        # vLLM's use_activation; its older `activation` is the same flag (still taken by vLLM as an alias)
+        key = "use_activation" if body.get("use_activation") is not None else "activation"
+        raw = not _bool(body, key, True)
         req = RerankRequest(api, model, name, query, docs, top_n or None, _bool(body, "return_documents", True),
                             "raw" if raw else "default")
     elif api == "tei":

@@ -106,6 +106,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             init.append({
                 "name": "engines", **image_fields(spec.engines_image or spec.image),
                 "command": ["embtrt", "engines", "/models"],
+                "env": [{"name": k, "value": v} for k, v in WRITABLE_ENV],
                 "volumeMounts": [{"name": "models", "mountPath": "/models"}, {"name": "tmp", "mountPath": "/tmp"}],
                 "securityContext": container_security(), "resources": resources("2", "8Gi", spec.gpus, scratch="1Gi"),
             })
