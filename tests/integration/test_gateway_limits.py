@@ -133,7 +133,7 @@ def test_a_large_request_does_not_hold_up_small_ones(minilm_repo, minilm_server,
                  "--request-timeout", "600") as u:
         done: dict[str, float] = {}
         errors: list[BaseException] = []
-        t = _big(u, 256, corpus, done, "big", errors)   # 8 front-door calls of 32 texts of 256 tokens, ~10 s here
+        t = _big(u, 512, corpus, done, "big", errors)   # 16 front-door calls of 32 texts of 256 tokens
         _until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the big request admitted")
         small = []
         for i in range(5):
