@@ -23,6 +23,11 @@ WRITABLE_ENV = (("HOME", "/tmp"), ("HF_HOME", "/tmp/huggingface"), ("HF_HUB_OFFL
                 ("TRANSFORMERS_OFFLINE", "1"))
 
 
+def writable_env() -> list[dict]:
+    """WRITABLE_ENV as a container's env entries (fresh dicts per container: YAML would alias shared ones)."""
+    return [{"name": k, "value": v} for k, v in WRITABLE_ENV]
+
+
 def plan_pools(buckets: list[int], pools: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Split the buckets into pools by their upper edges (each pool: the buckets above the last edge)."""
     edges = sorted(set(pools)) if pools else list(buckets)
@@ -106,7 +111,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             init.append({
                 "name": "engines", **image_fields(spec.engines_image or spec.image),
                 "command": ["embtrt", "engines", "/models"],
-                "env": [{"name": k, "value": v} for k, v in WRITABLE_ENV],
+                "env": writable_env(),
                 "volumeMounts": [{"name": "models", "mountPath": "/models"}, {"name": "tmp", "mountPath": "/tmp"}],
                 "securityContext": container_security(), "resources": resources("2", "8Gi", spec.gpus, scratch="1Gi"),
             })
@@ -123,7 +128,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             "name": "tritonserver", **image_fields(spec.image),
             "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)),
             "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret, "key": "key"}}},
-                    *({"name": k, "value": v} for k, v in WRITABLE_ENV)],
+                    *writable_env()],
             "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
                       {"name": "metrics", "containerPort": METRICS}],
             # plan builds happen in the init container; this covers model load and warm-up
