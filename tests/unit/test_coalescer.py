@@ -220,3 +220,48 @@ def test_a_large_requests_parts_wait_for_slots_and_small_requests_go_first():
     assert [o[:, 0].tolist() for o in outs] == [[100, 101], [102, 103], [104, 105], [106, 107], [7]]
     # the bulk parts went one at a time, in order, each only once the only slot was free again
     assert up.calls == [[100, 101], [7], [102, 103], [104, 105], [106, 107]]
+
+
+def test_with_two_slots_a_large_request_holds_one_and_the_other_stays_free_for_small_requests():
+    """Two slots (two server instances): the bulk parts go one at a time however many wait, and a small
+    request arriving meanwhile takes the free slot at once (no window wait: it is 10 s here), alone,
+    without bulk rows riding along in it; once the small call ends the slot is free again."""
+    up = Gated()
+
+    async def until(cond):
+        for _ in range(1000):  # loop turns, not time
+            if cond():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError(f"never came true; upstream calls {up.calls}")
+
+    async def main():
+        b = _batcher(up, limit=4, inflight=2, window_s=10.0)
+        big = [asyncio.ensure_future(b.submit("k", [100 + 2 * i, 101 + 2 * i], bulk=True)) for i in range(4)]
+        await until(lambda: len(up.calls) == 1)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert len(up.calls) == 1                      # the second slot is kept: no second bulk call
+        small = asyncio.ensure_future(b.submit("k", [7]))
+        await until(lambda: len(up.calls) == 2)
+        assert up.calls[1] == [7]                      # the small rows alone, though the limit had room for bulk ones
+        up.gates[1].set()
+        assert (await small)[:, 0].tolist() == [7]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert len(up.calls) == 2                      # the free slot stays free: the bulk parts wait for theirs
+        small2 = asyncio.ensure_future(b.submit("k", [8]))
+        await until(lambda: len(up.calls) == 3)
+        assert up.calls[2] == [8]
+        up.gates[2].set()
+        while not all(f.done() for f in big):  # end the oldest open call; at most one bulk call is ever open
+            open_ = [k for k, g in enumerate(up.gates) if not g.is_set()]
+            assert sum(up.calls[k][0] >= 100 for k in open_) <= 1, up.calls
+            n = len(up.calls)
+            up.gates[open_[0]].set()
+            await until(lambda n=n: len(up.calls) > n or all(f.done() for f in big))
+        return await asyncio.gather(*big, small2)
+
+    outs = asyncio.run(main())
+    assert [o[:, 0].tolist() for o in outs] == [[100, 101], [102, 103], [104, 105], [106, 107], [8]]
+    assert [r for c in up.calls if c[0] >= 100 for r in c] == list(range(100, 108))   # in order, each once

@@ -33,9 +33,11 @@ class PoolBatcher:
     retried one request per call, so that only the request at fault fails; a request whose client
     went away is dropped from calls not yet sent.
 
-    A large request's parts (`bulk`) queue behind the rows of small requests and never jump the slot
-    limit, so one maximal request cannot hold every call slot, nor fill the server's queue ahead of
-    the small requests that arrive while it runs.
+    A large request's parts (`bulk`) queue behind the rows of small requests, never jump the slot
+    limit, and hold at most `max_inflight - 1` slots (with two or more): one slot, and so one of the
+    server's instances, stays free for the small requests that arrive while large ones run, which
+    would otherwise wait in the server's queue behind a whole maximal part (seconds for 32 long
+    texts on a CPU). A call on that kept slot carries small requests' rows only.
 
     `limit(key)`: the most rows of one call; `call(key, rows)`: one upstream call -> one array per row
     (vectors), or a tuple of such arrays (vectors and token counts)."""
@@ -45,6 +47,8 @@ class PoolBatcher:
         self.window_s, self.max_inflight = window_s, max_inflight
         self.pending: dict[Any, list[_Part]] = {}
         self.inflight = 0
+        self.bulk_inflight = 0   # calls in flight that carry a large request's parts
+        self.bulk_slots = max(1, max_inflight - 1)
         self.calls = 0
         self.timer: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # the submitting loop (get_running_loop costs a getpid)
@@ -74,10 +78,11 @@ class PoolBatcher:
         now = loop.time()
         while True:  # the key whose rows waited longest first; past its window a small request's rows go anyway
             nxt, small_only = None, False
+            bulk_ok = self.bulk_inflight < self.bulk_slots
             for _since, _i, k in sorted((parts[0].since, i, k) for i, (k, parts) in enumerate(self.pending.items())):
                 head = self.pending[k][0]
-                if self.inflight < self.max_inflight:
-                    nxt = k
+                if self.inflight < self.max_inflight and (bulk_ok or not head.bulk):
+                    nxt, small_only = k, not bulk_ok
                     break
                 if not head.bulk and now - head.since >= self.window_s:
                     nxt, small_only = k, True
@@ -109,11 +114,13 @@ class PoolBatcher:
             n += len(part.rows)
         if not queue:
             del self.pending[key]
+        bulk = any(p.bulk for p in take)
         self.inflight += 1
+        self.bulk_inflight += bulk
         assert self.loop is not None
-        self.loop.create_task(self._run(key, take))
+        self.loop.create_task(self._run(key, take, bulk))
 
-    async def _run(self, key, parts: list[_Part]) -> None:
+    async def _run(self, key, parts: list[_Part], bulk: bool = False) -> None:
         try:
             try:
                 self.calls += 1
@@ -145,6 +152,7 @@ class PoolBatcher:
                     p.fut.set_exception(exc)
         finally:
             self.inflight -= 1
+            self.bulk_inflight -= bulk
             self._dispatch()
 
 
