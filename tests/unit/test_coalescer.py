@@ -188,15 +188,19 @@ class Gated:
         return np.asarray([[r, r] for r in rows], dtype=np.float32)
 
 
+async def _until(up: "Gated", cond) -> None:
+    for _ in range(1000):  # loop turns, not time: bounded, and no clock in the test
+        if cond():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never came true; upstream calls {up.calls}")
+
+
 def test_a_large_requests_parts_wait_for_slots_and_small_requests_go_first():
     up = Gated()
 
-    async def until(cond):
-        for _ in range(1000):  # loop turns, not time: bounded, and no clock in the test
-            if cond():
-                return
-            await asyncio.sleep(0)
-        raise AssertionError(f"never came true; upstream calls {up.calls}")
+    def until(cond):
+        return _until(up, cond)
 
     async def main():
         b = _batcher(up, limit=2, inflight=1, window_s=0.0)  # a small request's rows may go at once
@@ -228,12 +232,8 @@ def test_with_two_slots_a_large_request_holds_one_and_the_other_stays_free_for_s
     without bulk rows riding along in it; once the small call ends the slot is free again."""
     up = Gated()
 
-    async def until(cond):
-        for _ in range(1000):  # loop turns, not time
-            if cond():
-                return
-            await asyncio.sleep(0)
-        raise AssertionError(f"never came true; upstream calls {up.calls}")
+    def until(cond):
+        return _until(up, cond)
 
     async def main():
         b = _batcher(up, limit=4, inflight=2, window_s=10.0)
