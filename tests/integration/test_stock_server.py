@@ -54,6 +54,13 @@ def test_bundled_repository_serves_real_text_equal_to_sentence_transformers_on_a
     assert (minilm_repo / m["bundle"]["path"] / "tokenizers").is_dir()
     texts = corpus[::3]  # every length bucket, over-long texts included
     with _server(minilm_repo, tmp_path, numpy_only_python) as srv:
+        import tritonclient.grpc as grpcclient
+
+        # each front-door instance ran its warm-up text before the server was ready (Triton counts them)
+        with grpcclient.InferenceServerClient(srv.grpc_url) as tc:
+            stats = tc.get_inference_statistics("all_minilm_l6_v2", as_json=True)["model_stats"][0]
+            instances = tc.get_model_config("all_minilm_l6_v2").config.instance_group[0].count
+        assert int(stats["inference_stats"]["success"].get("count", 0)) == instances == 2, stats
         with EmbeddingClient(srv.grpc_url, "all_minilm_l6_v2") as c:
             got = c.embed(texts)
         with EmbeddingClient(srv.grpc_url, "all_minilm_l6_v2_128") as c:

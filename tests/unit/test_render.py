@@ -113,6 +113,23 @@ def test_front_door_contract(tmp_path):
     assert (repo / "emb" / "1" / "embtrt_backend" / "routing.py").is_file()
 
 
+def test_a_local_front_door_warms_up_each_instance_with_a_real_text_and_a_bls_one_does_not(tmp_path):
+    (tmp_path / "local").mkdir()
+    (tmp_path / "bls").mkdir()
+    repo = _repo(tmp_path / "local", _spec())
+    cfg = text_format.Parse((repo / "emb" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert [(w.name, w.batch_size) for w in cfg.model_warmup] == [("sample_text", 1)]
+    (inp,) = cfg.model_warmup[0].inputs.items()
+    assert inp[0] == "TEXT" and inp[1].data_type == mc.TYPE_STRING and inp[1].input_data_file == "sample_text"
+    # Triton's layout of one TYPE_STRING element: a 4-byte little-endian length, then the bytes
+    raw = (repo / "emb" / "warmup" / "sample_text").read_bytes()
+    assert int.from_bytes(raw[:4], "little") == len(raw) - 4 and raw[4:].decode() == "warm up"
+    assert check_repository(repo).passed
+    bls = _repo(tmp_path / "bls", _spec(router_encoder="bls"))   # its encoders may still be loading
+    cfg = text_format.Parse((bls / "emb" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert not cfg.model_warmup and not (bls / "emb" / "warmup").exists()
+
+
 def test_encoders_warm_up_at_their_bucket_length(tmp_path):
     repo = _repo(tmp_path, _spec())
     cfg = text_format.Parse((repo / "emb_64_encoder" / "config.pbtxt").read_text(), mc.ModelConfig())

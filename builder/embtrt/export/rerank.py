@@ -27,7 +27,8 @@ from .chunking import measure_run_overhead, run_cost_line
 from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
 from .encoders import identity, rebuild_command, require_openvino, versions
-from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
+from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
+                     runtime_params, warmup_data)
 from .spec import BuildSpec
 
 
@@ -180,9 +181,10 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                  "inputs": [_t("QUERY", "TYPE_STRING", [1]), _t("DOCUMENT", "TYPE_STRING", [1])],
                  "outputs": [_t("SCORES", "TYPE_FP32", [spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
-                 "params": sorted(params.items()) + sorted(ident.items())},
+                 "params": sorted(params.items()) + sorted(ident.items()),
+                 "warmup": front_warmup(spec, [_t("QUERY", "TYPE_STRING", [1]), _t("DOCUMENT", "TYPE_STRING", [1])])},
         files={"1/tokenizer.json": tok_json, **local_files(spec, graph)},
-        backend_code="reranker")
+        backend_code="reranker", data=warmup_data() if spec.router_mode == "local" else {})
     encoders = bucket_encoders(spec, graph, "logits", spec.num_labels, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
     from ..repository.budget import bucket_batch

@@ -26,7 +26,8 @@ from ..repository.budget import bucket_batch
 from ..repository.manifest import Manifest, ModelNames
 from .chunking import measure_run_overhead, run_cost_line
 from .encoders import identity, rebuild_command, require_openvino, versions
-from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, runtime_params)
+from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
+                     runtime_params, warmup_data)
 from .result import BuildResult
 from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
@@ -218,11 +219,12 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                  "outputs": [_t("SPARSE_INDICES", "TYPE_INT64", [-1]), _t("SPARSE_VALUES", "TYPE_FP32", [-1]),
                              _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
-                 "params": sorted(params.items()) + sorted(ident.items())},
+                 "params": sorted(params.items()) + sorted(ident.items()),
+                 "warmup": front_warmup(spec, [_t("TEXT", "TYPE_STRING", [1])])},
         files={"1/tokenizer.json": tok_json, **local_files(spec, graph),
                **({"1/query_tokenizer.json": work / "query_tokenizer.json",
                    "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
-        backend_code="sparse")
+        backend_code="sparse", data=warmup_data() if spec.router_mode == "local" else {})
     encoders = bucket_encoders(spec, graph, "sparse", spec.hidden_size, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
     manifest = Manifest(
