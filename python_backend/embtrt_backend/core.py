@@ -142,6 +142,11 @@ class RequestCore:
                         f"row {int(over[0])}: text is longer than the max sequence length {max_len} tokens (truncate NONE"
                         f"{'' if r.options.truncate else ', the build used --overflow reject'})", "input", int(over[0])))
                     continue
+            empty = np.nonzero(text_len[start:end] == 0)[0]
+            if empty.size:   # no row to run: an empty text, and a tokenizer that adds no special tokens
+                outcomes[i] = Outcome(error=InputError(f"row {int(empty[0])}: the text tokenizes to no tokens", "input",
+                                                       int(empty[0])))
+                continue
             a, b = int(row_of_text[start]), int(row_of_text[end])
             keep.append((i, len(ids), b - a, end - start, owner[a:b] - start))
             ids.extend(enc.ids[a:b])
@@ -149,6 +154,10 @@ class RequestCore:
             skips.extend([self.skip_of(r.options)] * (b - a))
         for i, r in enumerate(requests):
             if r.ids is not None:
+                if any(len(x) == 0 for x in r.ids):
+                    k = next(j for j, x in enumerate(r.ids) if len(x) == 0)
+                    outcomes[i] = Outcome(error=InputError(f"row {k}: no token ids", "input", k))
+                    continue
                 keep.append((i, len(ids), len(r.ids), len(r.ids), None))
                 ids.extend(r.ids)
                 types.extend([[0] * len(x) for x in r.ids])

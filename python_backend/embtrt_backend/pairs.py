@@ -199,6 +199,11 @@ class PairCore:
                 continue
             queries = [r.options.prompt + q for q in r.queries] if r.options.prompt else r.queries
             enc = self.tokenizer.encode(queries, r.documents, r.options)
+            empty = np.nonzero(enc.lengths == 0)[0]
+            if empty.size:   # no row to run: an empty pair, and a tokenizer that adds no special tokens
+                outcomes[i] = PairOutcome(error=InputError(
+                    f"row {int(empty[0])}: the pair tokenizes to no tokens", "DOCUMENT", int(empty[0])))
+                continue
             if not r.options.truncate:
                 over = np.nonzero(enc.lengths > max_len)[0]
                 if over.size:

@@ -164,3 +164,19 @@ def test_an_encoder_failure_fails_the_served_requests_not_the_caller(folder, cor
     out = core.run([Request(corpus[:2]), Request([" ".join(corpus[:12])], None, core.options.resolve({"truncate": "NONE"}))],
                    broken)
     assert str(out[0].error) == "encoder down" and isinstance(out[1].error, InputError)
+
+
+def test_a_text_of_no_tokens_is_its_requests_error_and_the_batch_is_served(folder, encoder, tmp_path):
+    """A tokenizer without special tokens (as some decoder models ship) makes an empty text a row of no
+    tokens, which no encoder can run: that request's clear error, never the runtime's for the batch."""
+    raw = json.loads((folder / "tokenizer.json").read_text())
+    raw["post_processor"] = None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(raw))
+    core = _core(folder)
+    core.tokenizer = TextTokenizer(str(tmp_path / "tokenizer.json"), 256, 0, "truncate")
+    empty, ok, no_ids = core.run([Request(["a text", ""]), Request(["a text", "another"]), Request(None, [[5], []])],
+                                 encoder)
+    assert isinstance(empty.error, InputError) and str(empty.error) == "row 1: the text tokenizes to no tokens"
+    assert empty.error.row == 1
+    assert isinstance(no_ids.error, InputError) and str(no_ids.error) == "row 1: no token ids"
+    assert ok.error is None and ok.vectors.shape == (2, 384) and ok.tokens.tolist() == [2, 1]

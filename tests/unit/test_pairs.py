@@ -55,3 +55,24 @@ def test_a_bad_request_fails_alone_and_rows_come_back_in_order(minilm_path):
     assert out[0].error is None and out[0].scores[:, 0].tolist() == out[0].tokens.tolist()
     assert out[0].tokens[0] == 16 and out[0].tokens[1] < out[0].tokens[0]   # longest_first cut at the max length
     assert out[2].scores.shape == (1, 1) and set(seen) == {8, 16}
+
+
+def test_a_pair_of_no_tokens_is_its_requests_error_and_the_batch_is_served(minilm_path, tmp_path):
+    """An empty query and document, with a tokenizer that adds no special tokens: no row to run, so that
+    request's clear error (was the runtime's reshape error on a tiny Qwen3 reranker over gRPC)."""
+    import json
+
+    raw = json.loads((minilm_path / "tokenizer.json").read_text())
+    raw["post_processor"] = None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(raw))
+    core = PairCore(PairConfig(buckets=(8, 16), max_batch=(4, 4), input_names=("input_ids", "attention_mask"),
+                               num_labels=1, activation="identity", run_overhead=0),
+                    PairTokenizer(str(tmp_path / "tokenizer.json"), 16, 0))
+
+    def encoder(bucket, feeds):
+        assert feeds["attention_mask"].sum(axis=1).min() > 0   # never a row of no tokens
+        return feeds["attention_mask"].sum(axis=1, keepdims=True).astype(np.float32)
+
+    bad, ok = core.run([PairRequest(["q", ""], ["a doc", ""]), PairRequest(["", "q"], ["doc", ""])], encoder)
+    assert isinstance(bad.error, InputError) and str(bad.error) == "row 1: the pair tokenizes to no tokens"
+    assert ok.error is None and ok.tokens.tolist() == [1, 1]
