@@ -1,4 +1,4 @@
-"""The first requests to a freshly started front door: one tritonserver on loopback ports, then
+"""The first requests to a freshly started embedder's front door (its TEXT input): one tritonserver on loopback ports, then
 single-text requests over gRPC, each timed, with Triton's compute figure for the front door.
 
     python benchmarks/first_request.py REPO [--model NAME] [--requests 6]

@@ -125,6 +125,8 @@ def test_a_local_front_door_warms_up_each_instance_with_a_real_text_and_a_bls_on
     raw = (repo / "emb" / "warmup" / "sample_text").read_bytes()
     assert int.from_bytes(raw[:4], "little") == len(raw) - 4 and raw[4:].decode() == "warm up"
     assert check_repository(repo).passed
+    (repo / "emb" / "warmup" / "sample_text").unlink()   # Triton would refuse to load the model
+    assert "emb: missing warm-up data warmup/sample_text" in check_repository(repo).failures()
     bls = _repo(tmp_path / "bls", _spec(router_encoder="bls"))   # its encoders may still be loading
     cfg = text_format.Parse((bls / "emb" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert not cfg.model_warmup and not (bls / "emb" / "warmup").exists()

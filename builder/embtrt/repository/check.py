@@ -205,6 +205,11 @@ def _check_model(d: Path, cfg: mc.ModelConfig, configs: dict, rep: CheckReport, 
     if missing:
         rep.fail(f"{name}: missing " + ", ".join(f"1/{f}" for f in missing))
         return
+    warm = sorted({i.input_data_file for w in cfg.model_warmup for i in w.inputs.values() if i.input_data_file})
+    missing = [f for f in warm if not (d / "warmup" / f).is_file()]
+    if missing:   # Triton would refuse to load the model
+        rep.fail(f"{name}: missing warm-up data " + ", ".join(f"warmup/{f}" for f in missing))
+        return
     if not (d / "1" / want).is_file():
         if want == "model.plan" and allow_pending:
             rep.pending.append(f"{name}: 1/model.plan not built yet (run `embtrt engines` on the GPU host)")

@@ -18,6 +18,7 @@ from ...serve import wire
 from .coalescer import PoolBatcher
 from .config import GatewayConfig, Pool, model_pools
 from .errors import ApiError
+from .front_door import refusal
 from .metrics import Metrics
 from .admission import Admission, AdmissionConfig
 from .served import Served
@@ -130,9 +131,11 @@ class Gateway:
         refused = batch.outcomes[0]
         if refused is not None and refused.error is not None:
             err = refused.error
-            why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
-            raise ApiError(400, f"input[{getattr(err, 'row', 0)}] is longer than the max sequence length {s.max_len} "
-                           f"tokens and {why}" if getattr(err, "row", None) is not None else str(err), param="input")
+            if getattr(err, "row", None) is not None and "is longer than the max sequence length" in str(err):
+                why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
+                raise ApiError(400, f"input[{err.row}] is longer than the max sequence length {s.max_len} tokens and "
+                               f"{why}", param="input")
+            raise refusal(str(err), "input", 0)   # "row K: ..." (e.g. a text of no tokens) -> input[K]: ...
         self.admission.check_tokens(sum(len(x) for c in batch.chunks for x in c.ids))
         return batch
 
