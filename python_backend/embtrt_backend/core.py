@@ -154,8 +154,8 @@ class RequestCore:
             skips.extend([self.skip_of(r.options)] * (b - a))
         for i, r in enumerate(requests):
             if r.ids is not None:
-                if any(len(x) == 0 for x in r.ids):
-                    k = next(j for j, x in enumerate(r.ids) if len(x) == 0)
+                k = next((j for j, x in enumerate(r.ids) if len(x) == 0), None)
+                if k is not None:
                     outcomes[i] = Outcome(error=InputError(f"row {k}: no token ids", "input", k))
                     continue
                 keep.append((i, len(ids), len(r.ids), len(r.ids), None))

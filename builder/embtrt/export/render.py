@@ -88,9 +88,11 @@ def front_warmup(spec: BuildSpec, inputs: list[dict]) -> list[dict]:
     return [{"name": "sample_text", "batch_size": 1, "inputs": [dict(t, file=WARMUP_FILE) for t in inputs]}]
 
 
-def warmup_data() -> dict[str, bytes]:
-    """NAME/warmup/sample_text: a 4-byte little-endian length, then the UTF-8 bytes (Triton's layout of
-    one TYPE_STRING element in an input_data_file)."""
+def warmup_data(spec: BuildSpec) -> dict[str, bytes]:
+    """NAME/warmup/sample_text, where front_warmup names it: a 4-byte little-endian length, then the UTF-8
+    bytes (Triton's layout of one TYPE_STRING element in an input_data_file)."""
+    if spec.router_mode != "local":
+        return {}
     raw = WARMUP_TEXT.encode("utf-8")
     return {f"warmup/{WARMUP_FILE}": len(raw).to_bytes(4, "little") + raw}
 
@@ -216,7 +218,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         context={**common, "name": spec.name, "inputs": text_in, "outputs": front_out,
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(front_params) + idp, "warmup": front_warmup(spec, text_in)},
-        files=front_files, backend_code="router", data=warmup_data() if spec.router_mode == "local" else {},
+        files=front_files, backend_code="router", data=warmup_data(spec),
     ))
     for b in spec.buckets:
         bcommon = {**common, "max_batch_size": spec.bucket_max_batch(b)}  # the token budget's rows

@@ -175,16 +175,17 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
 
     log(f"[5/{steps}] rendering the front door {spec.name}")
     ident = {**identity(spec, msha), "embtrt.kind": "reranker"}
+    pair_in = [_t("QUERY", "TYPE_STRING", [1]), _t("DOCUMENT", "TYPE_STRING", [1])]
     plan = ModelPlan(
         name=spec.name, template="router.pbtxt.j2", kind="front door",
         context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
-                 "inputs": [_t("QUERY", "TYPE_STRING", [1]), _t("DOCUMENT", "TYPE_STRING", [1])],
+                 "inputs": pair_in,
                  "outputs": [_t("SCORES", "TYPE_FP32", [spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])],
                  "batching": _batching(spec), "group": _group(spec.front_instances, False),
                  "params": sorted(params.items()) + sorted(ident.items()),
-                 "warmup": front_warmup(spec, [_t("QUERY", "TYPE_STRING", [1]), _t("DOCUMENT", "TYPE_STRING", [1])])},
+                 "warmup": front_warmup(spec, pair_in)},
         files={"1/tokenizer.json": tok_json, **local_files(spec, graph)},
-        backend_code="reranker", data=warmup_data() if spec.router_mode == "local" else {})
+        backend_code="reranker", data=warmup_data(spec))
     encoders = bucket_encoders(spec, graph, "logits", spec.num_labels, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
     from ..repository.budget import bucket_batch

@@ -224,7 +224,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         files={"1/tokenizer.json": tok_json, **local_files(spec, graph),
                **({"1/query_tokenizer.json": work / "query_tokenizer.json",
                    "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
-        backend_code="sparse", data=warmup_data() if spec.router_mode == "local" else {})
+        backend_code="sparse", data=warmup_data(spec))
     encoders = bucket_encoders(spec, graph, "sparse", spec.hidden_size, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
     manifest = Manifest(
