@@ -1,17 +1,28 @@
-"""A/B benchmark of the serving hot path: the working tree against a named commit, interleaved.
+"""A/B benchmark of the serving hot path: the working tree against named commits, interleaved.
 
-    python benchmarks/ab.py BASE [BASE2 ...] [--rounds 3] [--requests 1000] [--out DIR]    (or: make bench-ab BASE=...)
+    python benchmarks/ab.py BASE [BASE2 ...] [--mode own|pinned] [--rounds 3] [--requests 1000] [--out DIR]
+    (or: make bench-ab BASE=... [MODE=pinned])
 
 1. `git archive BASE` is unpacked into a scratch folder; the default model (the bundled
-   all-MiniLM-L6-v2) is built with the same `embtrt build` options by each BASE's code (this venv,
-   BASE's `builder/` first on PYTHONPATH, BASE's own console-script entry point) and by the
-   working tree's.
+   all-MiniLM-L6-v2) is built by each BASE's code (this venv, BASE's `builder/` first on
+   PYTHONPATH, BASE's own console-script entry point) and by the working tree's.
+   Two modes:
+   - `own` (default): each side's own default build, what a user of that commit gets
+     (`--base-build-option` adds options to the bases only, e.g. a base's best known value);
+   - `pinned`: the code only: the bases are built with HEAD's chunking parameter
+     (`run_overhead_tokens` as HEAD's build wrote it), so only the code differs.
+   `--variant LABEL=OPTION[,OPTION]` adds sides built by the working tree with other options
+   (a sweep of one build parameter, served the same way). Each side's chunking parameters are
+   printed.
 2. Each round serves one repository at a time (never both at once) with the working tree's
-   `embtrt serve` (the same tritonserver and launcher for both sides: only the repositories
+   `embtrt serve` (the same tritonserver and launcher for every side: only the repositories
    differ), waits for a real inference, runs `embtrt bench` (one load driver for every benchmark)
-   at concurrency 1 and 32 on short (<=32 tokens) and mixed texts, one text per request over gRPC
-   to the front door, and stops the server. The side that goes first rotates between rounds.
-3. Prints per-round req/s and p50, the medians per side and the ratio HEAD / BASE for each base,
+   at concurrency 1 and 32, one text per request over gRPC to the front door, on three
+   scenarios: the bundled corpus's short (<=32 tokens) and mixed texts, and 1,000 real short
+   texts (`debian-short`: Debian package descriptions of 9-29 tokens,
+   benchmarks/data/debian-short-descriptions.txt, provenance in benchmarks/make_short_texts.py);
+   then stops the server. The side that goes first rotates between rounds.
+3. Prints per-round req/s and p50, the medians per side and the ratio HEAD / other side for each,
    with the CPU named, and writes ab.json and ab.md under --out.
 
 Only the project's own files and this venv are used; nothing is downloaded.
@@ -37,7 +48,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 NAME = "all_minilm_l6_v2"
-SCENARIOS = ("<=32", "mixed")
+SCENARIOS = ("<=32", "mixed", "debian-short")
+SHORT_TEXTS = ROOT / "benchmarks" / "data" / "debian-short-descriptions.txt"
+CHUNKING = ("run_overhead_tokens", "max_batch_tokens", "encoder_max_batch_sizes", "pad_to_bucket")
 
 
 def cpu_name() -> str:
@@ -90,16 +103,14 @@ def pinned_overhead(options: list[str]) -> int | None:
     return None
 
 
-def built_overhead(repo: Path) -> int:
-    """The run overhead a build measured (front door parameter run_overhead_tokens). Each build
-    times its encoder and the fit moves with the machine's load (35 and 71 tokens for the same
-    model minutes apart), which moved the front door's throughput by more than the code did: the
-    A/B builds every side with HEAD's figure, so that only the code differs."""
+def chunking(repo: Path) -> dict[str, str]:
+    """The front door's chunking parameters as a side's build wrote them."""
     text = (repo / NAME / "config.pbtxt").read_text()
-    m = re.search(r'key: "run_overhead_tokens"\s*value: \{ string_value: "(\d+)" \}', text)
-    if not m:
-        sys.exit(f"ab: no run_overhead_tokens in {repo}'s front door config")
-    return int(m.group(1))
+    out = {}
+    for key in CHUNKING:
+        m = re.search(rf'key: "{key}"\s*value: \{{ string_value: "([^"]*)" \}}', text)
+        out[key] = m.group(1) if m else "(absent: the front door's fallback)"
+    return out
 
 
 def free_port() -> int:
@@ -146,17 +157,22 @@ class Served:
         self.log.close()
 
 
-def measure(grpc: int, requests: int, warmup: int) -> dict[tuple[str, int], dict]:
-    """One side's round: `embtrt bench` at concurrency 1 and 32 on short and mixed texts."""
+def _bench(grpc: int, requests: int, warmup: int, extra: list[str]) -> list[dict]:
     cmd = [str(BIN / "embtrt"), "bench", "--model", f"{NAME}@127.0.0.1:{grpc}", "--no-inprocess",
-           "--concurrency", "1,32", "--requests", str(requests), "--warmup", str(warmup),
-           "--only", ",".join(SCENARIOS), "--json"]
+           "--concurrency", "1,32", "--requests", str(requests), "--warmup", str(warmup), "--json", *extra]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"ab: embtrt bench failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
-    doc = json.loads(r.stdout)
+    return json.loads(r.stdout)["results"]
+
+
+def measure(grpc: int, requests: int, warmup: int) -> dict[tuple[str, int], dict]:
+    """One side's round: `embtrt bench` at concurrency 1 and 32 on each scenario."""
+    rows = [*_bench(grpc, requests, warmup, ["--only", "<=32,mixed"]),
+            *[{**r, "bucket": "debian-short"} for r in
+              _bench(grpc, requests, warmup, ["--corpus", str(SHORT_TEXTS), "--only", "mixed"])]]
     out = {}
-    for row in doc["results"]:
+    for row in rows:
         if row["errors"]:
             sys.exit(f"ab: {row['errors']} errors in {row['bucket']} at concurrency {row['concurrency']}: "
                      f"{row['error_samples'][:2]}")
@@ -168,9 +184,14 @@ def measure(grpc: int, requests: int, warmup: int) -> dict[tuple[str, int], dict
 def report(doc: dict) -> str:
     sides = doc["sides"]
     names = list(sides)
-    lines = [f"A/B: HEAD (the working tree) against {', '.join(f'{b} ({c[:10]})' for b, c in doc['bases'].items())}",
-             f"cpu: {doc['cpu']}; {doc['rounds']} rounds, {doc['requests']} requests per scenario and round",
+    lines = [f"A/B: HEAD (the working tree) against {', '.join(f'{b} ({c[:10]})' for b, c in doc['bases'].items())}"
+             + (f" and variants {', '.join(doc['variants'])}" if doc.get("variants") else ""),
+             f"cpu: {doc['cpu']}; {doc['rounds']} rounds, {doc['requests']} requests per scenario and round; "
+             f"mode {doc.get('mode', 'pinned')}",
              f"command: {doc['command']}", ""]
+    for side, ch in doc.get("chunking", {}).items():
+        lines.append(f"chunking of {side}'s build: " + ", ".join(f"{k} {v}" for k, v in ch.items()))
+    lines.append("")
     lines.append("| scenario | conc | side | req/s per round | median req/s | median p50 ms |")
     lines.append("|---|---|---|---|---|---|")
     summary = []
@@ -189,36 +210,53 @@ def report(doc: dict) -> str:
     return "\n".join(lines + [""] + summary) + "\n"
 
 
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    label, sep, opts = text.partition("=")
+    if not sep or not label or label in ("head",):
+        sys.exit(f"ab: invalid --variant {text!r}: LABEL=OPTION[,OPTION], e.g. rot4=--run-overhead-tokens=4")
+    return label, [o for o in opts.split(",") if o]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("base", nargs="+", help="commit(s) to compare the working tree against (hash, tag, branch)")
+    ap.add_argument("base", nargs="*", help="commit(s) to compare the working tree against (hash, tag, branch)")
+    ap.add_argument("--mode", choices=("own", "pinned"), default="own",
+                    help="own: each side's own default build (what users get); pinned: the bases take HEAD's "
+                         "run_overhead_tokens (the code only). Default own.")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per side; the order of the sides rotates. Default 3.")
     ap.add_argument("--requests", type=int, default=1000, help="measured requests per scenario and round. Default 1000.")
     ap.add_argument("--warmup", type=int, default=50, help="warm-up requests per scenario and round. Default 50.")
     ap.add_argument("--build-option", action="append", default=[],
                     help="extra `embtrt build` option for every side, e.g. --build-option=--max-queue-delay-us=0")
+    ap.add_argument("--base-build-option", action="append", default=[],
+                    help="extra `embtrt build` option for the bases only, e.g. --base-build-option=--run-overhead-tokens=7")
+    ap.add_argument("--variant", action="append", default=[], type=parse_variant,
+                    help="LABEL=OPTION[,OPTION]: one more side, built by the working tree with these options. Repeatable.")
     ap.add_argument("--out", type=Path, default=None, help="folder for ab.json and ab.md. Default: print only.")
     args = ap.parse_args()
+    if not args.base and not args.variant:
+        ap.error("give at least one BASE or --variant")
     work = Path(tempfile.mkdtemp(prefix="embtrt-ab-"))
     try:
-        trees: dict[str, Path] = {}
+        trees: dict[str, Path] = {"head": ROOT}
+        options: dict[str, list[str]] = {"head": list(args.build_option)}
         bases: dict[str, str] = {}
         for b in args.base:
             trees[b] = work / f"tree-{len(trees)}"
             bases[b] = unpack(b, trees[b])
-        trees["head"] = ROOT
+            options[b] = [*args.build_option, *args.base_build_option]
+        for label, opts in args.variant:
+            trees[label], options[label] = ROOT, [*args.build_option, *opts]
         repos = {side: work / f"repo-{i}" for i, side in enumerate(trees)}
-        overhead = pinned_overhead(args.build_option)
-        for side in ["head", *bases]:  # HEAD first: its measured run overhead is pinned for the bases
-            tree = trees[side]
-            extra = list(args.build_option)
-            if overhead is not None and not any(o.startswith("--run-overhead-tokens") for o in extra):
-                extra.append(f"--run-overhead-tokens={overhead}")
+        chunks: dict[str, dict[str, str]] = {}
+        for side in trees:  # HEAD first: in pinned mode its run overhead is pinned for the bases
+            extra = list(options[side])
+            if args.mode == "pinned" and side in bases and not any(o.startswith("--run-overhead-tokens") for o in extra):
+                extra.append(f"--run-overhead-tokens={chunks['head']['run_overhead_tokens']}")
             print(f"== building the default model with {side}'s code {' '.join(extra)}", flush=True)
-            build(tree, repos[side], extra, work / f"build-{side}.log")
-            if overhead is None:
-                overhead = built_overhead(repos[side])
-                print(f"   run overhead {overhead} tokens, measured by HEAD's build: pinned for every base", flush=True)
+            build(trees[side], repos[side], extra, work / f"build-{side}.log")
+            chunks[side] = chunking(repos[side])
+            print("   chunking: " + ", ".join(f"{k} {v}" for k, v in chunks[side].items()), flush=True)
         order = list(trees)
         sides: dict[str, list] = {side: [] for side in order}
         for r in range(args.rounds):
@@ -228,11 +266,15 @@ def main() -> None:
                 sides[side].append({f"{b}@{c}": v for (b, c), v in got.items()})
                 print(f"round {r + 1} {side}: " + ", ".join(f"{k} {v['req_per_s']:.1f} req/s"
                                                            for k, v in sides[side][-1].items()), flush=True)
-        doc = {"bases": bases, "cpu": cpu_name(), "rounds": args.rounds,
+        doc = {"bases": bases, "variants": {label: opts for label, opts in args.variant}, "mode": args.mode,
+               "cpu": cpu_name(), "rounds": args.rounds,
                "requests": args.requests, "warmup": args.warmup, "build_options": args.build_option,
+               "base_build_options": args.base_build_option, "chunking": chunks,
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "command": " ".join(["python benchmarks/ab.py", *args.base, f"--rounds {args.rounds}",
-                                    f"--requests {args.requests}", *[f"--build-option={o}" for o in args.build_option]]),
+               "command": " ".join(["python benchmarks/ab.py", *args.base, f"--mode {args.mode}", f"--rounds {args.rounds}",
+                                    f"--requests {args.requests}", *[f"--build-option={o}" for o in args.build_option],
+                                    *[f"--base-build-option={o}" for o in args.base_build_option],
+                                    *[f"--variant {label}={','.join(opts)}" for label, opts in args.variant]]),
                "sides": sides}
         text = report(doc)
         print(text)

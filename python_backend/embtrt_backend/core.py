@@ -23,7 +23,7 @@ import numpy as np
 from . import InputError
 from .options import DEFAULT, ModelOptions, RequestOptions
 from .pooling import exclude_prefix, pool_and_normalize
-from .routing import gather, plan
+from .routing import RUN_OVERHEAD_TOKENS, gather, plan
 from .text import Encoded, TextTokenizer, merge_windows
 
 
@@ -39,7 +39,7 @@ class CoreConfig:
     pooling: str = "mean"
     normalize: bool = True
     pad_to_bucket: bool = False       # fixed-shape encoders (TensorRT plans): every row padded to its bucket
-    run_overhead: int = 8             # the plan's fixed cost of one encoder run, in tokens
+    run_overhead: int = RUN_OVERHEAD_TOKENS  # the plan's fixed cost of one encoder run, in tokens
     max_text_bytes: int = 1 << 20
 
     @classmethod
@@ -48,7 +48,7 @@ class CoreConfig:
                    max_batch=tuple(int(x) for x in p["encoder_max_batch_sizes"].split(",")),
                    input_names=tuple(p["input_names"].split(",")), dim=int(p["embtrt.dim"]),
                    fused=p["pooler"] == "fused", pooling=p["pooling"], normalize=p["normalize"] == "true",
-                   pad_to_bucket=p["pad_to_bucket"] == "true", run_overhead=int(p.get("run_overhead_tokens", "8")),
+                   pad_to_bucket=p["pad_to_bucket"] == "true", run_overhead=int(p.get("run_overhead_tokens", RUN_OVERHEAD_TOKENS)),
                    max_text_bytes=int(p.get("max_text_bytes", str(1 << 20))))
 
 

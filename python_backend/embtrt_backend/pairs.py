@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from . import InputError
-from .routing import gather, plan
+from .routing import RUN_OVERHEAD_TOKENS, gather, plan
 from .text import Encoded, TextTokenizer
 
 ACTIVATIONS = ("default", "raw", "softmax")
@@ -92,7 +92,7 @@ class PairConfig:
     num_labels: int
     activation: str = "sigmoid"       # the model's default (CrossEncoder's activation_fn)
     pad_to_bucket: bool = False
-    run_overhead: int = 8
+    run_overhead: int = RUN_OVERHEAD_TOKENS
     max_text_bytes: int = 1 << 20
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt_name: str | None = None
@@ -105,7 +105,7 @@ class PairConfig:
                    max_batch=tuple(int(x) for x in p["encoder_max_batch_sizes"].split(",")),
                    input_names=tuple(p["input_names"].split(",")), num_labels=int(p["num_labels"]),
                    activation=p.get("activation", "sigmoid"), pad_to_bucket=p.get("pad_to_bucket") == "true",
-                   run_overhead=int(p.get("run_overhead_tokens", "8")),
+                   run_overhead=int(p.get("run_overhead_tokens", RUN_OVERHEAD_TOKENS)),
                    max_text_bytes=int(p.get("max_text_bytes", str(1 << 20))),
                    prompts=tuple(sorted(json.loads(p.get("prompts") or "{}").items())),
                    default_prompt_name=p.get("default_prompt_name") or None)

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+# The fixed cost of one encoder run, in tokens of compute, that the chunking below weighs against
+# padding when a model's config does not set `run_overhead_tokens`. Builds write this same value
+# (embtrt.repository.budget.RUN_OVERHEAD_TOKENS, checked equal by a test); `embtrt tune` measures the
+# serving host's own. docs/bench.md says how the value was chosen.
+RUN_OVERHEAD_TOKENS = 8
+
 
 def assign_buckets(lengths: np.ndarray, buckets: tuple[int, ...] | list[int]) -> np.ndarray:
     """Bucket index per row: the smallest bucket >= the row's token count.
@@ -42,7 +48,7 @@ def chunk_sorted(lengths: np.ndarray, max_batch: int, run_overhead_tokens: int) 
 
 
 def plan(lengths: np.ndarray, buckets: tuple[int, ...] | list[int], max_batch: int | tuple[int, ...] | list[int],
-         run_overhead_tokens: int = 8, pad_to_bucket: bool = False) -> list[tuple[int, np.ndarray]]:
+         run_overhead_tokens: int = RUN_OVERHEAD_TOKENS, pad_to_bucket: bool = False) -> list[tuple[int, np.ndarray]]:
     """[(bucket_index, row_indices)]: rows of one bucket, sorted by length, in chunks of at most
     max_batch rows (one number, or one per bucket: long buckets take fewer rows per run). With
     pad_to_bucket (fixed-shape engines) every row costs the bucket length, so chunks are simply

@@ -69,7 +69,7 @@ def test_tune_knobs_of_a_bls_reranker_take_its_bucket_encoders_and_no_budget(rer
     m = read_manifest(rerank_repos["qwen3-ce"])
     bls = {k.name: k.models for k in knobs_for(m, rerank_repos["qwen3-ce"])}
     assert set(local) == {"front.instances", "front.max_queue_delay_us", "front.preferred_batch_sizes",
-                          "front.intra_op_threads"}
+                          "front.intra_op_threads", "front.run_overhead_tokens"}
     # the bls front door runs no encoder: its threads are no knob there; its bucket encoders' are
     assert set(bls) == (set(local) - {"front.intra_op_threads"}) | {"encoder.instances", "encoder.max_queue_delay_us"}
     assert BUDGET not in bls

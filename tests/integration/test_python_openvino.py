@@ -11,6 +11,7 @@ from embtrt.export import build
 from embtrt.serve.client import EmbeddingClient
 from embtrt.reference.parity import cosine_rows
 from embtrt.reference.torch_ref import st_embed
+from embtrt.repository.budget import RUN_OVERHEAD_TOKENS
 from embtrt.export.spec import Gate, spec_from_options
 from embtrt.measure.verify import Reference, verify
 
@@ -43,7 +44,7 @@ def test_bf16_build_serves_equal_vectors_and_passes_verify(tmp_path, minilm_path
     assert m["parity"]["passed"]
     assert all(b["p50"] >= 0.9999 and b["p01"] >= 0.999 for b in m["parity"]["buckets"].values())
     assert m["identity"]["embtrt.backend_profile"].startswith(f"python-openvino:cpu:{precision}:openvino-")
-    assert m["spec"]["run_overhead_tokens"] >= 0 and any("run overhead" in x for x in lines)
+    assert m["spec"]["run_overhead_tokens"] == RUN_OVERHEAD_TOKENS and not any("run overhead" in x for x in lines)
     front = (repo / "all_minilm_l6_v2" / "config.pbtxt").read_text()
     assert "count: 2" in front and '"openvino"' in front
     assert f"--run-overhead-tokens {m['spec']['run_overhead_tokens']}" in m["rebuild"]

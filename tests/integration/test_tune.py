@@ -2,6 +2,7 @@
 `embtrt check` and `embtrt verify`."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 
 from conftest import start_server
 from embtrt.export import build
+from embtrt.repository.budget import RUN_OVERHEAD_TOKENS
 from embtrt.repository.check import check_repository
 from embtrt.export.spec import spec_from_options
 from embtrt.errors import SpecError
@@ -124,13 +126,21 @@ def test_tune_takes_a_reranker_and_a_sparse_encoder_front_door_knobs_only(kind, 
     applied winner passes `embtrt check` and still serves its kind; a per-bucket SLO is refused."""
     folder, repo = rerank_repo if kind == "reranker" else splade
     name = json.loads((repo / "embtrt.json").read_text())["name"]
-    doc = tune(TuneSpec(repo, slo_p99_ms=10000, concurrency=(2,), budget_min=0.5, requests=12, warmup=2,
-                        knobs=("front.max_queue_delay_us",), apply_to=tmp_path / "tuned"), log=lambda m: None)
-    assert len(doc["trials"]) >= 2 and {k for t in doc["trials"] for k in t["settings"]} == {"front.max_queue_delay_us"}
+    knobs = ("front.max_queue_delay_us", "front.run_overhead_tokens")
+    doc = tune(TuneSpec(repo, slo_p99_ms=10000, concurrency=(2,), budget_min=1.0, requests=12, warmup=2,
+                        knobs=knobs, apply_to=tmp_path / "tuned"), log=lambda m: None)
+    assert len(doc["trials"]) >= 2 and {k for t in doc["trials"] for k in t["settings"]} == set(knobs)
     assert all(t["results"]["2"]["req_per_s"] > 0 for t in doc["trials"])
+    # the run overhead is measured here, on the serving host: the build wrote the default, tune tries others
+    tried = [t["settings"]["front.run_overhead_tokens"] for t in doc["trials"]]
+    assert tried[0] == RUN_OVERHEAD_TOKENS and set(tried) - {RUN_OVERHEAD_TOKENS}, tried
     tuned = tmp_path / "tuned"
     assert check_repository(tuned).passed
-    assert "Tuned by embtrt tune" in (tuned / name / "config.pbtxt").read_text()
+    front = (tuned / name / "config.pbtxt").read_text()
+    assert front.startswith("# Tuned by embtrt tune") and doc["machine"]["host"] in front.splitlines()[0]
+    winner = doc["trials"][doc["winner"]]["settings"]["front.run_overhead_tokens"]
+    assert re.search(r'key: "run_overhead_tokens"\s*value \{\s*string_value: "%d"' % winner, front), front
+    assert json.loads((tuned / "embtrt.json").read_text())["tuning"]["machine"]["host"] == doc["machine"]["host"]
     with start_server(tuned, tmp_path) as srv:
         if kind == "reranker":
             from embtrt.serve.rerank_client import RerankClient

@@ -79,3 +79,42 @@ def test_slo_is_one_figure_or_one_per_bucket():
     assert parse_slo("32=50,<=512=400") == {32: 50.0, 512: 400.0}
     with pytest.raises(EmbtrtError, match="invalid --slo-p99-ms"):
         parse_slo("32=fast")
+
+
+def test_the_run_overhead_a_build_writes_is_the_front_doors_own_fallback():
+    """One documented default: what builds write (BuildSpec's default) is what a front door
+    plans with when its config has no run_overhead_tokens."""
+    from embtrt_backend.core import CoreConfig
+    from embtrt_backend.pairs import PairConfig
+    from embtrt_backend.routing import RUN_OVERHEAD_TOKENS as FRONT_DOOR
+
+    from embtrt.export.spec import BuildSpec
+    from embtrt.repository.budget import RUN_OVERHEAD_TOKENS
+
+    assert RUN_OVERHEAD_TOKENS == FRONT_DOOR == BuildSpec.__dataclass_fields__["run_overhead_tokens"].default
+    params = {"buckets": "32", "encoder_max_batch_sizes": "8", "input_names": "input_ids", "embtrt.dim": "4",
+              "pooler": "fused", "pooling": "mean", "normalize": "true", "pad_to_bucket": "false", "num_labels": "1"}
+    assert CoreConfig.from_parameters(params).run_overhead == RUN_OVERHEAD_TOKENS
+    assert PairConfig.from_parameters(params).run_overhead == RUN_OVERHEAD_TOKENS
+    assert CoreConfig.from_parameters({**params, "run_overhead_tokens": "0"}).run_overhead == 0
+
+
+@pytest.mark.parametrize("kind,target", [("embedder", "python-ort"), ("reranker", "python-openvino"),
+                                         ("sparse", "onnxruntime"), ("embedder", "tensorrt")])
+def test_tune_measures_the_run_overhead_for_every_kind_where_chunks_are_not_padded_to_the_bucket(kind, target, tmp_path):
+    from embtrt.measure.knobs import RUN_OVERHEAD_VALUES, apply_setting, baseline, knobs_for
+    from embtrt.repository.budget import RUN_OVERHEAD_TOKENS
+
+    m = Manifest.from_dict({**DOC, "kind": kind, "target": target, "schema_version": 3})
+    knobs = {k.name: k for k in knobs_for(m, tmp_path)}
+    if target == "tensorrt":   # fixed-shape engines: every row padded to its bucket, nothing to weigh
+        assert "front.run_overhead_tokens" not in knobs
+        return
+    knob = knobs["front.run_overhead_tokens"]
+    assert knob.models == ("m",) and knob.values == RUN_OVERHEAD_VALUES and RUN_OVERHEAD_TOKENS in knob.values
+    cfg = _configs()["m"]
+    assert baseline([knob], m, {"m": cfg}) == {"front.run_overhead_tokens": RUN_OVERHEAD_TOKENS}  # absent: the fallback
+    tuned = apply_setting(cfg, "front.run_overhead_tokens", 32)
+    assert tuned["parameters"]["run_overhead_tokens"] == {"string_value": "32"}
+    assert tuned["parameters"]["encoder_max_batch_sizes"] == cfg["parameters"]["encoder_max_batch_sizes"]
+    assert baseline([knob], m, {"m": tuned}) == {"front.run_overhead_tokens": 32}

@@ -150,16 +150,6 @@ def test_wrong_pooling_fails_embtrts_own_gate(tiny_models, tiny_repos, corpus):
         assert not report.passed and any("cosine p50" in f for f in report.failures()), (wrong, report.failures())
 
 
-def test_run_overhead_fit_recovers_a_linear_cost_model():
-    from embtrt.export.chunking import overhead_from_timings
-
-    fixed, per_token = 2e-3, 20e-6
-    samples = [(r, n, fixed + per_token * r * n) for r, n in ((1, 16), (16, 16), (1, 32), (8, 32), (16, 32))]
-    f, p, tokens = overhead_from_timings(samples)
-    assert abs(f - fixed) < 1e-9 and abs(p - per_token) < 1e-12 and tokens == 100
-    assert overhead_from_timings([(1, 16, 1.0), (16, 16, 0.5)])[2] == 4096  # nonsense timings: one chunk
-
-
 def test_python_openvino_needs_openvino_and_bf16_on_the_cpu(monkeypatch):
     """The refusals a user sees where OpenVINO is missing or the CPU has no bf16 (neither can
     happen on this machine, so the import and the capability query are replaced)."""

@@ -1,7 +1,6 @@
 """The `embtrt` command line: help texts, the one error handler, build's cheap checks before the model
-is read, the option parsers, and the build's run-cost line."""
+is read, and the option parsers."""
 
-import numpy as np
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -11,7 +10,6 @@ from embtrt_backend.options import OPTION_NAMES
 from embtrt.cli import app
 from embtrt.cli.measure import parse_bands, parse_options
 from embtrt.errors import ModelError, SpecError
-from embtrt.export.chunking import overhead_from_timings, run_cost_line
 
 runner = CliRunner()
 COMMANDS = sorted(typer.main.get_command(app).commands)  # what the app registers, never a list kept by hand
@@ -119,26 +117,6 @@ def test_matrix_bands_read_bucket_labels():
     assert parse_bands(None) is None and parse_bands("mixed") is None
     with pytest.raises(SpecError, match="--only"):
         parse_bands("short")
-
-
-def test_run_cost_line_never_shows_a_negative_fit_as_a_measured_cost():
-    # timings where a run of more tokens is not slower per token at the small end: the fit goes below zero
-    fixed, per_token, tokens = overhead_from_timings([(1, 16, 0.0001), (16, 16, 0.0030), (1, 32, 0.0002), (16, 32, 0.0061)])
-    assert fixed < 0 < per_token and tokens == 0
-    line = run_cost_line(fixed, per_token, tokens)
-    assert "measured" not in line and "no fixed cost above the timing noise" in line and "below zero" in line
-    assert f"-{abs(fixed) * 1e3:.2f} ms per run +" not in line
-    assert "fitted" in line and "run overhead 0 tokens" in line
-    flat = run_cost_line(0.001, -1e-7, 4096)
-    assert "no per-token cost" in flat and "4096 tokens, the cap" in flat
-    ok = run_cost_line(0.001, 2e-6, 500)
-    assert "1.00 ms per run + 2.0 us per token -> run overhead 500 tokens" in ok
-
-
-def test_overhead_fit_recovers_a_known_run_cost():
-    shapes = [(1, 16), (16, 16), (1, 32), (8, 32), (16, 32)]
-    fixed, per_token, tokens = overhead_from_timings([(r, n, 0.002 + 1e-6 * r * n) for r, n in shapes])
-    assert np.isclose(fixed, 0.002) and np.isclose(per_token, 1e-6) and tokens == 2000
 
 
 def test_engines_check_on_a_repository_without_plans_says_there_is_nothing_to_check(tmp_path):

@@ -46,7 +46,7 @@ VARIANTS = [
     dict(target="python-ort", pooler="python"),
     dict(target="python-ort", overflow="reject", max_queue_size=0, queue_timeout_us=0),
     dict(target="onnxruntime"),
-    dict(target="onnxruntime", ort_device="gpu", ort_trt_fp16=True, precision="fp16"),
+    dict(target="onnxruntime", device="cuda", ort_trt_fp16=True, precision="fp16"),
     dict(target="tensorrt", precision="fp16"),
     dict(target="tensorrt", pooler="python"),
 ]
@@ -198,3 +198,50 @@ def test_check_catches_unparseable_config_and_missing_files(tmp_path):
     assert any("not a valid Triton model config" in f for f in fails)
     shutil.rmtree(repo / "emb_16_encoder")
     assert any("not in the repository" in f for f in check_repository(repo).failures())
+
+
+@pytest.mark.parametrize("overhead", [None, 0, 40])
+def test_every_kinds_front_door_writes_the_run_overhead_given_and_the_default_without_one(overhead, tmp_path):
+    """The run overhead is the spec's, never a timing: the documented default when none is given, and
+    an explicit value as given for every kind (0 too: the reranker and sparse builds once turned it
+    into 32 through `or`)."""
+    from embtrt.export import rerank, sparse
+    from embtrt.repository.budget import RUN_OVERHEAD_TOKENS
+
+    spec = _spec() if overhead is None else _spec(run_overhead_tokens=overhead)
+    want = str(RUN_OVERHEAD_TOKENS if overhead is None else overhead)
+    assert rerank.front_params(spec, 0)["run_overhead_tokens"] == want
+    assert sparse.front_params(spec, 0)["run_overhead_tokens"] == want
+    front = text_format.Parse((_repo(tmp_path, spec) / "emb" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert front.parameters["run_overhead_tokens"].string_value == want
+
+
+@pytest.mark.parametrize("router", ["local", "bls"])
+def test_python_torch_on_cuda_renders_gpu_instances_static_shapes_and_rows_padded_to_the_bucket(router, tmp_path):
+    """--device cuda: the models that run PyTorch take KIND_GPU instances and the CUDA graphs they
+    capture at load (every bucket for the front door that runs them all, its own bucket for a bucket
+    encoder); the front door pads rows to the bucket (no run overhead to weigh) and the configs
+    pass the repository check."""
+    model = tmp_path / "hf"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    spec = _spec(target="python-torch", device="cuda", precision="fp16", model_dir=model, router_encoder=router,
+                 max_batch_tokens=256)
+    assert spec.pad_to_bucket and spec.graph_shapes() == {16: (1, 2, 4, 8), 64: (1, 2, 4)}
+    repo = _repo(tmp_path, spec)
+    cfgs = {d.name: text_format.Parse((d / "config.pbtxt").read_text(), mc.ModelConfig())
+            for d in repo.iterdir() if (d / "config.pbtxt").is_file()}
+    front = cfgs["emb"]
+    assert front.parameters["pad_to_bucket"].string_value == "true"
+    gpu = {n for n, c in cfgs.items() if c.instance_group and c.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU}
+    encoders = {"emb_16_encoder", "emb_64_encoder"}   # the ensembles' bucket encoders run PyTorch on the GPU too
+    assert gpu == (encoders | {"emb"} if router == "local" else encoders)
+    assert front.parameters["device"].string_value == "cuda" and front.parameters["cuda_graphs"].string_value == "true"
+    assert front.parameters["graph_shapes"].string_value == "16:1,2,4,8;64:1,2,4"
+    assert cfgs["emb_16_encoder"].parameters["graph_shapes"].string_value == "16:1,2,4,8"
+    assert cfgs["emb_64_encoder"].parameters["graph_shapes"].string_value == "64:1,2,4"
+    rep = check_repository(repo)
+    assert rep.passed, rep.failures()
+    eager = _spec(target="python-torch", device="cuda", model_dir=model, cuda_graphs=False)
+    assert not eager.pad_to_bucket and eager.graph_shapes() == {}
+    assert not _spec(target="python-torch", model_dir=model).pad_to_bucket   # the CPU: chunks weigh padding

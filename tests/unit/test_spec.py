@@ -118,3 +118,29 @@ def test_python_openvino_precisions_and_front_door_instances(tmp_path):
     assert BuildSpec(**base, instances=3).front_instances == 3
     assert BuildSpec(**base, front_door_instances=1).front_instances == 1
     assert BuildSpec(**base, target="onnxruntime").front_instances == 1
+
+
+def test_the_device_is_cpu_or_cuda_for_the_targets_that_run_on_either_and_fp16_needs_cuda():
+    assert base(target="python-torch", device="cuda", precision="fp16").gpu
+    assert base(target="onnxruntime", device="cuda").gpu and base(target="tensorrt").gpu
+    assert not base(target="python-torch").gpu
+    with pytest.raises(SpecError, match="(?s)device.*'tpu'.*cpu, cuda"):
+        base(target="python-torch", device="tpu")
+    with pytest.raises(SpecError, match="cpu for target python-ort"):
+        base(target="python-ort", device="cuda")
+    with pytest.raises(SpecError, match=r"fp32, bf16 for python-torch on the CPU \(fp16: --device cuda\)"):
+        base(target="python-torch", precision="fp16")
+    with pytest.raises(SpecError, match="fp32, int8 for target python-ort"):
+        base(target="python-ort", precision="fp16")
+
+
+def test_ort_device_is_the_older_name_of_device_for_onnxruntime(minilm_path, tmp_path):
+    spec = spec_from_options(minilm_path, tmp_path / "r", target="onnxruntime", ort_device="gpu")
+    from embtrt.export.encoders import rebuild_command
+
+    assert spec.device == "cuda" and "--device cuda" in rebuild_command(spec)
+    assert spec_from_options(minilm_path, tmp_path / "r", target="onnxruntime", ort_device="cpu").device == "cpu"
+    with pytest.raises(SpecError, match="ort_device.*'tpu'"):
+        spec_from_options(minilm_path, tmp_path / "r", target="onnxruntime", ort_device="tpu")
+    with pytest.raises(SpecError, match="the same device as --device cuda"):
+        spec_from_options(minilm_path, tmp_path / "r", target="onnxruntime", ort_device="cpu", device="cuda")

@@ -228,7 +228,7 @@ def tune(
     apply_to: Optional[Path] = typer.Option(None, help="Write the winner as a repository here (re-checked with embtrt check; the tuning record goes into embtrt.json). Default: none."),
     url: Optional[str] = typer.Option(None, help="gRPC address of a running tritonserver serving REPO with --model-control-mode=explicit. Default: embtrt serves REPO itself."),
     force: bool = typer.Option(False, help="Let --apply-to replace an existing folder (REPO itself included). Default off."),
-    knob: Optional[list[str]] = typer.Option(None, help="Search only this knob; repeatable (front.instances, front.max_queue_delay_us, front.preferred_batch_sizes, front.intra_op_threads, budget.max_batch_tokens, encoder.instances, encoder.max_queue_delay_us, as the repository has them). Default: every knob."),
+    knob: Optional[list[str]] = typer.Option(None, help="Search only this knob; repeatable (front.instances, front.max_queue_delay_us, front.preferred_batch_sizes, front.intra_op_threads, front.run_overhead_tokens, budget.max_batch_tokens, encoder.instances, encoder.max_queue_delay_us, as the repository has them). Default: every knob."),
 ) -> None:
     """Find the serving configuration with the most throughput whose p99 meets the SLO, with real texts."""
     from ..measure.tune import TuneSpec, tune as run_tune

@@ -79,11 +79,11 @@ def identity(spec: BuildSpec, model_sha: str) -> dict[str, str]:
     if spec.target == "tensorrt":
         profile = f"tensorrt:gpu:{spec.precision}"
     elif spec.target == "onnxruntime":
-        profile = f"onnxruntime-backend:{spec.ort_device}:{spec.precision}"
+        profile = f"onnxruntime-backend:{'gpu' if spec.device == 'cuda' else 'cpu'}:{spec.precision}"
     elif spec.target == "python-torch":
         import torch
 
-        profile = f"python-torch:cpu:{spec.precision}:torch-{torch.__version__}"
+        profile = f"python-torch:{spec.device}:{spec.precision}:torch-{torch.__version__}"
     elif spec.target == "python-openvino":
         import openvino
 
@@ -118,9 +118,7 @@ def rebuild_command(spec: BuildSpec) -> str:
              "--overflow", spec.overflow, "--overflow-stride", str(spec.overflow_stride),
              "--max-queue-size", str(spec.max_queue_size),
              "--queue-timeout-us", str(spec.queue_timeout_us), "--ort-threads", str(spec.ort_threads),
-             "--router-encoder", spec.router_mode]
-    if spec.run_overhead_tokens is not None:
-        parts += ["--run-overhead-tokens", str(spec.run_overhead_tokens)]
+             "--router-encoder", spec.router_mode, "--run-overhead-tokens", str(spec.run_overhead_tokens)]
     parts += ["--max-batch-tokens", str(spec.max_batch_tokens), "--server-python", spec.server_python]
     for name, text in spec.prompts:
         parts += ["--prompt", shlex.quote(f"{name}={text}")]
@@ -139,6 +137,10 @@ def rebuild_command(spec: BuildSpec) -> str:
         parts += ["--fp32-layers"] if spec.fp32_layers else []
         if spec.calibration_file is not None:
             parts += ["--calibration-file", str(spec.calibration_file)]
-    if spec.target == "onnxruntime":
-        parts += ["--ort-device", spec.ort_device] + (["--ort-trt-fp16"] if spec.ort_trt_fp16 else [])
+    if spec.target in ("onnxruntime", "python-torch"):
+        parts += ["--device", spec.device]
+    if spec.target == "python-torch" and spec.device == "cuda" and not spec.cuda_graphs:
+        parts.append("--no-cuda-graphs")
+    if spec.target == "onnxruntime" and spec.ort_trt_fp16:
+        parts.append("--ort-trt-fp16")
     return " ".join(parts)

@@ -17,13 +17,12 @@ import numpy as np
 from ..common.corpus import load_corpus
 from ..common.files import sha256_file
 from ..common.log import Log
-from ..errors import ParityError, RepositoryError
+from ..errors import DependencyError, ParityError, RepositoryError
 from ..reference.modelinfo import inspect_model, model_hash
 from ..reference.parity import GateReport, evaluate
 from ..reference.torch_ref import TorchReference, st_embed
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, ModelNames, write_manifest
-from .chunking import calibrate_chunking
 from .encoders import identity, ort_graph, rebuild_command, require_openvino, versions
 from .hf2onnx import export
 from .onnx2trt import recipes_and_plans
@@ -49,10 +48,25 @@ def reference_vectors(spec: BuildSpec, texts: list[str], log: Log) -> np.ndarray
     return ref.embed([prompt + t for t in texts] if prompt else texts, max_batch_tokens=spec.max_batch_tokens)
 
 
+def require_device(spec: BuildSpec) -> None:
+    """A python-torch build for CUDA runs its gate on the GPU it will be served on: refused at once
+    on a machine where PyTorch sees none."""
+    if spec.target != "python-torch" or spec.device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DependencyError(f"--device cuda: PyTorch sees no CUDA device on this machine (torch {torch.__version__}, "
+                              f"CUDA build {torch.version.cuda or 'none: a CPU-only PyTorch'})",
+                              "build on the GPU host that will serve the repository (its gate runs the model there, "
+                              "CUDA graphs included), or use --device cpu")
+
+
 def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, log: Log = print) -> BuildResult:
     t0 = time.time()
     out = spec.out.resolve()
     check_out(out, force)
+    require_device(spec)
     out.parent.mkdir(parents=True, exist_ok=True)
     texts = load_corpus(corpus)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.embtrt-", dir=out.parent))
@@ -162,10 +176,6 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
             raise ParityError(f"{spec.target}/{spec.precision} encoders fail the quality gate: "
                               + "; ".join(report.failures()), hint + " (or pass --allow-mismatch to keep it)")
         log("[x] gate failed; kept because --allow-mismatch was given")
-
-    if spec.run_overhead_tokens is None and spec.target != "tensorrt":
-        served = sessions[encoder_onnx]  # every bucket of a non-TensorRT build runs this one encoder
-        spec = spec.with_(run_overhead_tokens=calibrate_chunking(spec, served, tok_json, pad_id, texts, log))
 
     log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
     ident = identity(spec, msha)

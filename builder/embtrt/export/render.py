@@ -141,16 +141,14 @@ def encoder_files(spec: BuildSpec, onnx_path: Path | None) -> dict[str, Path]:
     return {"1/model.onnx": onnx_path}
 
 
-# Chunking cost of one extra encoder run when none was measured (in tokens of compute).
-DEFAULT_RUN_OVERHEAD = 32
-
 # The engine a Python-backend encoder runs, per target ("runtime" parameter of the model).
 RUNTIMES = {"python-ort": "onnxruntime", "python-openvino": "openvino", "python-torch": "torch"}
 RUNTIME_LABELS = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO", "torch": "PyTorch"}
 
 
-def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]]:
-    """What a Python-backend encoder (or a local front door) needs to run the encoder."""
+def runtime_params(spec: BuildSpec, encoder_output: str, buckets: tuple[int, ...] | None = None) -> list[tuple[str, str]]:
+    """What a Python-backend encoder (or a local front door) needs to run the encoder (`buckets`: the
+    buckets it runs, where that is not every one)."""
     return [("runtime", RUNTIMES.get(spec.target, "onnxruntime")), ("precision", spec.precision),
             ("encoder_output", encoder_output), ("intra_op_threads", str(spec.ort_threads)),
             ("ort_spinning", str(spec.ort_spinning).lower()), ("pooler", spec.pooler), ("pooling", spec.pooling),
@@ -159,7 +157,22 @@ def runtime_params(spec: BuildSpec, encoder_output: str) -> list[tuple[str, str]
             ("ort_arena", str(spec.max_seq_length < LONG_INPUT).lower()), *_kind_params(spec),
             # a python-torch encoder loads the model's own code (copied into 1/hf/) only where the
             # build was told to trust it, as the build itself did
-            *([("trust_remote_code", "true")] if spec.trust_remote_code and spec.target == "python-torch" else [])]
+            *([("trust_remote_code", "true")] if spec.trust_remote_code and spec.target == "python-torch" else []),
+            *_device_params(spec, buckets)]
+
+
+def _device_params(spec: BuildSpec, buckets: tuple[int, ...] | None) -> list[tuple[str, str]]:
+    """python-torch's device, and on CUDA the graphs it captures at load (`buckets`: a bucket
+    encoder's own; None: every bucket, the front door that runs them all)."""
+    if spec.target != "python-torch":
+        return []
+    from embtrt_backend.torch_graphs import format_graph_shapes
+
+    out = [("device", spec.device)]
+    if spec.device == "cuda":
+        out += [("cuda_graphs", str(spec.cuda_graphs).lower()),
+                ("graph_shapes", format_graph_shapes(spec.graph_shapes(buckets)))]
+    return out
 
 
 def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:
@@ -203,9 +216,9 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         ("encoder_models", ",".join(names["encoder"][b] for b in spec.buckets)),
         ("encoder_max_batch_sizes", ",".join(str(spec.bucket_max_batch(b)) for b in spec.buckets)),
         ("max_batch_tokens", str(spec.max_batch_tokens)),
-        ("pad_to_bucket", str(spec.target in GPU_TARGETS).lower()),
+        ("pad_to_bucket", str(spec.pad_to_bucket).lower()),
         ("encoder_mode", spec.router_mode),
-        ("run_overhead_tokens", str(spec.run_overhead_tokens if spec.run_overhead_tokens is not None else DEFAULT_RUN_OVERHEAD)),
+        ("run_overhead_tokens", str(spec.run_overhead_tokens)),
         ("dimensions", ",".join(map(str, spec.dimensions)) if spec.dimensions is not None else ""),
     ] + prompt_params
     front_files = {"1/tokenizer.json": tokenizer_json}
@@ -216,7 +229,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
     plans.append(ModelPlan(
         name=spec.name, template="router.pbtxt.j2", kind="front door",
         context={**common, "name": spec.name, "inputs": text_in, "outputs": front_out,
-                 "batching": _batching(spec), "group": _group(spec.front_instances, False),
+                 "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
                  "params": sorted(front_params) + idp, "warmup": front_warmup(spec, text_in)},
         files=front_files, backend_code="router", data=warmup_data(spec),
     ))
@@ -292,14 +305,14 @@ def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, pl
     ctx = {**common, "name": name, "bucket": b, "precision": spec.precision, "inputs": inputs, "outputs": outputs}
     mb, batching = common["max_batch_size"], _batching(spec, spec.bucket_preferred(b))
     if spec.target in RUNTIMES:
-        ctx.update(batching=batching, group=_group(spec.encoder_count, False),
+        ctx.update(batching=batching, group=_group(spec.encoder_count, spec.gpu),
                    runtime=RUNTIME_LABELS[RUNTIMES[spec.target]],
-                   params=sorted(runtime_params(spec, encoder_output)) + idp,
+                   params=sorted(runtime_params(spec, encoder_output, (b,))) + idp,
                    warmup=_warmup(spec, b, sorted({1, mb})))
         return ModelPlan(name, "encoder_python.pbtxt.j2", ctx, files=encoder_files(spec, onnx_paths[b]),
                          backend_code="encoder_python", kind="encoder")
     if spec.target == "onnxruntime":
-        gpu = spec.ort_device == "gpu"
+        gpu = spec.gpu
         backend_params = [("intra_op_thread_count", str(spec.ort_threads)), ("inter_op_thread_count", "1")]
         trt = None
         if gpu and spec.ort_trt_fp16:

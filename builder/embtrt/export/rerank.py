@@ -23,11 +23,10 @@ from ..reference.cross_ref import corpus_pairs, load_cross_encoder
 from ..reference.rerank_gate import SCORE_TOLERANCE, judge
 from ..reference.modelinfo import model_hash
 from ..repository.manifest import Manifest, ModelNames
-from .chunking import measure_run_overhead, run_cost_line
 from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
 from .encoders import identity, rebuild_command, require_openvino, versions
-from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
+from .render import (MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
                      runtime_params, warmup_data)
 from .spec import BuildSpec
 
@@ -86,7 +85,7 @@ def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[
     return {"max_abs_logit_diff": worst, "opset": 17}
 
 
-def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, str]:
+def front_params(spec: BuildSpec, pad_id: int) -> dict[str, str]:
     """The front door's parameters: what the pair core and the encoder are built from."""
     from ..repository.budget import bucket_batch
 
@@ -95,8 +94,8 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "buckets": ",".join(map(str, spec.buckets)),
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
                                                   for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.target == "tensorrt").lower(),
-              **bls_params(spec), "run_overhead_tokens": str(run_overhead), "num_labels": str(spec.num_labels),
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
+              **bls_params(spec), "run_overhead_tokens": str(spec.run_overhead_tokens), "num_labels": str(spec.num_labels),
               "activation": spec.activation,
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
     return p
@@ -155,7 +154,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
 
     log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs"
         + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
-    params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
+    params = front_params(spec, pad_id)
     encoder = kind_encoder(spec, params, graph, prec)
     core = PairCore(_config(params), _tokenizer(tok_json, spec, pad_id))
     report = gate(ce, core, encoder, texts, log, spec.precision)
@@ -166,12 +165,6 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                                "use --precision fp32" if spec.precision != "fp32" else "report the model architecture")
                               + " (or pass --allow-mismatch to keep it)")
         log("[x] gate failed; kept because --allow-mismatch was given")
-    if spec.run_overhead_tokens is None and prec is None:   # a TensorRT plan's cost is not measured here
-        ids = _pair_ids(core, queries[0], docs[0][0])
-        fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
-        log(run_cost_line(fixed, per_token, tokens))
-        spec = spec.with_(run_overhead_tokens=tokens)
-        params = front_params(spec, pad_id, tokens)
 
     log(f"[5/{steps}] rendering the front door {spec.name}")
     ident = {**identity(spec, msha), "embtrt.kind": "reranker"}
@@ -181,7 +174,7 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
         context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
                  "inputs": pair_in,
                  "outputs": [_t("SCORES", "TYPE_FP32", [spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])],
-                 "batching": _batching(spec), "group": _group(spec.front_instances, False),
+                 "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
                  "params": sorted(params.items()) + sorted(ident.items()),
                  "warmup": front_warmup(spec, pair_in)},
         files={"1/tokenizer.json": tok_json, **local_files(spec, graph)},
@@ -222,12 +215,6 @@ def _tokenizer(tok_json: Path, spec: BuildSpec, pad_id: int):
     from embtrt_backend.pairs import PairTokenizer
 
     return PairTokenizer(str(tok_json), spec.max_seq_length, pad_id)
-
-
-def _pair_ids(core, query: str, document: str) -> list[int]:
-    from embtrt_backend.pairs import DEFAULT
-
-    return core.tokenizer.encode([query], [document], DEFAULT).ids[0]
 
 
 def check_pair_tokenizer(hf_tok, tok_json: Path, pad_id: int, max_length: int, pairs: list[tuple[str, str]],

@@ -24,9 +24,8 @@ from ..reference.sparse_gate import TOLERANCE, judge
 from ..reference.sparse_ref import load_sparse_encoder, se_encode
 from ..repository.budget import bucket_batch
 from ..repository.manifest import Manifest, ModelNames
-from .chunking import measure_run_overhead, run_cost_line
 from .encoders import identity, rebuild_command, require_openvino, versions
-from .render import (DEFAULT_RUN_OVERHEAD, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
+from .render import (MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
                      runtime_params, warmup_data)
 from .result import BuildResult
 from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
@@ -86,7 +85,7 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
     return {"max_abs_diff": worst, "opset": 17}
 
 
-def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, str]:
+def front_params(spec: BuildSpec, pad_id: int) -> dict[str, str]:
     import json
 
     p = dict(runtime_params(spec, "sparse"))
@@ -94,9 +93,9 @@ def front_params(spec: BuildSpec, pad_id: int, run_overhead: int) -> dict[str, s
               "overflow": "truncate", "overflow_stride": "0", "buckets": ",".join(map(str, spec.buckets)),
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
                                                   for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.target == "tensorrt").lower(),
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
               **bls_params(spec),
-              "run_overhead_tokens": str(run_overhead), "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
+              "run_overhead_tokens": str(spec.run_overhead_tokens), "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
               "normalize": "false", "dimensions": "",
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or "",
               "include_prompt": "true"})
@@ -191,7 +190,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     graph, prec, prec_record = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
     log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts"
         + (" (padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
-    params = front_params(spec, pad_id, spec.run_overhead_tokens or DEFAULT_RUN_OVERHEAD)
+    params = front_params(spec, pad_id)
     encoder = kind_encoder(spec, params, graph, prec)
     core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
     report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None, spec.precision)
@@ -202,12 +201,6 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                                "use --precision fp32" if spec.precision != "fp32" else "report the model architecture")
                               + " (or pass --allow-mismatch to keep it)")
         log("[x] gate failed; kept because --allow-mismatch was given")
-    if spec.run_overhead_tokens is None and prec is None:   # a TensorRT plan's cost is not measured here
-        ids = core.tokenizer.encode(texts[:1]).ids[0]
-        fixed, per_token, tokens = measure_run_overhead(encoder, spec.input_names, ids)
-        log(run_cost_line(fixed, per_token, tokens))
-        spec = spec.with_(run_overhead_tokens=tokens)
-        params = front_params(spec, pad_id, tokens)
 
     log(f"[5/{steps}] rendering the front door {spec.name}")
     ident = {**identity(spec, msha), "embtrt.kind": "sparse"}
@@ -218,7 +211,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
                  "inputs": [_t("TEXT", "TYPE_STRING", [1])],
                  "outputs": [_t("SPARSE_INDICES", "TYPE_INT64", [-1]), _t("SPARSE_VALUES", "TYPE_FP32", [-1]),
                              _t("TOKENS", "TYPE_INT64", [1])],
-                 "batching": _batching(spec), "group": _group(spec.front_instances, False),
+                 "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
                  "params": sorted(params.items()) + sorted(ident.items()),
                  "warmup": front_warmup(spec, [_t("TEXT", "TYPE_STRING", [1])])},
         files={"1/tokenizer.json": tok_json, **local_files(spec, graph),

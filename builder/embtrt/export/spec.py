@@ -10,7 +10,7 @@ from pathlib import Path
 from ..common.gpu import tensorrt_available
 from ..common.options import parse_int_list
 from ..errors import SpecError
-from ..repository.budget import bucket_batch
+from ..repository.budget import RUN_OVERHEAD_TOKENS, bucket_batch
 from ..reference.modelinfo import POOLINGS as _P
 from ..reference.modelinfo import default_buckets, default_model_path, inspect_model, read_st_prompts
 from ..repository.bundle_record import parse_python
@@ -21,7 +21,8 @@ POOLINGS = ("cls", "mean", "last-token")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 POOLER_PLACES = ("fused", "python")
 OVERFLOW = ("truncate", "reject", "chunk")
-ORT_DEVICES = ("cpu", "gpu")
+DEVICES = ("cpu", "cuda")
+DEVICE_TARGETS = ("python-torch", "onnxruntime")   # the targets that run on either device
 ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
 KINDS = ("embedder", "reranker", "sparse")
@@ -31,7 +32,7 @@ KINDS = ("embedder", "reranker", "sparse")
 TARGET_PRECISIONS = {
     "python-ort": ("fp32", "int8"),
     "python-openvino": ("fp32", "bf16"),
-    "python-torch": ("fp32", "bf16"),
+    "python-torch": ("fp32", "bf16", "fp16"),   # fp16: --device cuda only
     "onnxruntime": ("fp32", "fp16", "int8"),
     "tensorrt": PRECISIONS,
 }
@@ -75,7 +76,8 @@ class BuildSpec:
     overflow: str = "truncate"
     # --overflow chunk: consecutive max-length windows overlap by this many tokens.
     overflow_stride: int = 32
-    ort_device: str = "cpu"
+    device: str = "cpu"          # where the encoder runs: python-torch and onnxruntime (--ort-device gpu is cuda)
+    cuda_graphs: bool = True     # python-torch on cuda: CUDA graphs per (bucket, batch size), rows padded to the bucket
     ort_threads: int = 0
     ort_spinning: bool = False
     router_encoder: str = "auto"
@@ -88,8 +90,9 @@ class BuildSpec:
     trust_remote_code: bool = False
     allow_mismatch: bool = False
     # Fixed cost of one encoder run, in tokens of compute, for padding-aware chunking in the
-    # front door. None: measured at build time on the built encoder.
-    run_overhead_tokens: int | None = None
+    # front door: one documented default (repository.budget.RUN_OVERHEAD_TOKENS), never a build-time timing;
+    # `embtrt tune` measures the serving host's.
+    run_overhead_tokens: int = RUN_OVERHEAD_TOKENS
     opset: int = 17
     # The repository carries the wheels its Python models import, built for this server Python.
     bundle_deps: bool = True
@@ -138,8 +141,13 @@ class BuildSpec:
             raise _fail("router_encoder", self.router_encoder, ", ".join(ROUTER_ENCODERS))
         if self.router_encoder == "local" and self.target not in LOCAL_TARGETS:
             raise _fail("router_encoder", self.router_encoder, f"auto or bls for target {self.target}")
-        if self.ort_device not in ORT_DEVICES:
-            raise _fail("ort_device", self.ort_device, ", ".join(ORT_DEVICES))
+        if self.device not in DEVICES:
+            raise _fail("device", self.device, ", ".join(DEVICES))
+        if self.device == "cuda" and self.target not in DEVICE_TARGETS:
+            raise _fail("device", self.device, f"cpu for target {self.target} (cuda: {', '.join(DEVICE_TARGETS)}; "
+                        "tensorrt always runs on the GPU)")
+        if self.target == "python-torch" and self.precision == "fp16" and self.device != "cuda":
+            raise _fail("precision", self.precision, "fp32, bf16 for python-torch on the CPU (fp16: --device cuda)")
         if self.max_seq_length < 2:
             raise _fail("max_seq_length", self.max_seq_length, "an integer >= 2")
         b = self.buckets
@@ -172,8 +180,8 @@ class BuildSpec:
             raise _fail("ort_threads", self.ort_threads, "0 (ONNX Runtime's default) .. 256")
         if not 0 <= self.builder_opt_level <= 5:
             raise _fail("builder_opt_level", self.builder_opt_level, "0 .. 5")
-        if self.run_overhead_tokens is not None and not 0 <= self.run_overhead_tokens <= 100_000:
-            raise _fail("run_overhead_tokens", self.run_overhead_tokens, "0 .. 100000 (or auto: measured at build time)")
+        if not 0 <= self.run_overhead_tokens <= 100_000:
+            raise _fail("run_overhead_tokens", self.run_overhead_tokens, f"0 .. 100000 (default {RUN_OVERHEAD_TOKENS})")
         if self.max_queue_size < 0:
             raise _fail("max_queue_size", self.max_queue_size, "0 (unbounded) or more")
         if self.queue_timeout_us < 0:
@@ -252,6 +260,32 @@ class BuildSpec:
     @property
     def fused(self) -> bool:
         return self.pooler == "fused"
+
+    @property
+    def gpu(self) -> bool:
+        """Does the encoder run on the GPU (tensorrt, or --device cuda)?"""
+        return self.target == "tensorrt" or self.device == "cuda"
+
+    @property
+    def front_on_gpu(self) -> bool:
+        """Does the front door itself run the encoder on the GPU (python-torch --device cuda, local)?
+        Its instance group is then KIND_GPU."""
+        return self.device == "cuda" and self.router_mode == "local"
+
+    @property
+    def pad_to_bucket(self) -> bool:
+        """Fixed-shape encoders: TensorRT plans, and python-torch's CUDA graphs. Every row is padded to
+        its bucket, so the front door's chunks are as large as allowed (no run overhead to weigh)."""
+        return self.target == "tensorrt" or (self.target == "python-torch" and self.device == "cuda" and self.cuda_graphs)
+
+    def graph_shapes(self, buckets: tuple[int, ...] | None = None) -> dict[int, tuple[int, ...]]:
+        """python-torch on CUDA with graphs: the batch sizes captured per bucket (powers of two up to
+        the bucket's max batch, and the max); {} where nothing is captured."""
+        from embtrt_backend.torch_graphs import graph_batch_sizes
+
+        if not (self.target == "python-torch" and self.device == "cuda" and self.cuda_graphs):
+            return {}
+        return {b: graph_batch_sizes(self.bucket_max_batch(b)) for b in (buckets or self.buckets)}
 
     def with_(self, **changes: object) -> "BuildSpec":
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -341,6 +375,16 @@ def spec_from_options(
             raise _fail("prompt", item, "NAME=TEXT, e.g. --prompt 'query=query: '")
         overrides[key] = text
     default_name = None if default_prompt is None or default_prompt.lower() == "none" else default_prompt
+    ort_device = rest.pop("ort_device", None)
+    if ort_device is not None:   # --ort-device, the older name of --device for --target onnxruntime
+        if ort_device not in ("cpu", "gpu"):
+            raise _fail("ort_device", ort_device, "cpu, gpu (the same as --device cpu, cuda)")
+        alias = "cuda" if ort_device == "gpu" else "cpu"
+        if rest.get("device", "cpu") not in ("cpu", alias):
+            raise _fail("ort_device", ort_device, f"the same device as --device {rest['device']} (or leave it out)")
+        rest["device"] = alias
+    if rest.get("run_overhead_tokens") is None:
+        rest.pop("run_overhead_tokens", None)   # the documented default (the CLI's None)
     in_graph = bool(rest.pop("active_dims_in_graph", False))   # checked once the folder says its kind and K
     rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
     if name is None:

@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
-from ..repository.budget import budget_models, budget_values
+from ..repository.budget import RUN_OVERHEAD_TOKENS, budget_models, budget_values
 from ..repository.manifest import Manifest
 
 BUDGET = "budget.max_batch_tokens"   # the token budget: batch sizes of every bucket model and the front door's chunking
+# The fixed cost of one encoder run the front door's chunking weighs against padding, in tokens: a
+# property of the serving host's speed, so measured here by throughput, never timed at build time.
+RUN_OVERHEAD_VALUES = (2, 8, 32, 128)
 
 
 @dataclass(frozen=True)
@@ -27,9 +30,14 @@ def knobs_for(manifest: Manifest, repo: Path) -> list[Knob]:
     spec = manifest.spec
     mb = manifest.max_batch_size
     front = (name,)
-    out = [Knob("front.instances", front, (1, 2, 3)),
-           Knob("front.max_queue_delay_us", front, (0, 500, 2000, 5000)),
-           Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb)))]
+    out: list[Knob] = []
+    pads = manifest.target == "tensorrt" or (manifest.target == "python-torch" and spec.get("device") == "cuda"
+                                             and spec.get("cuda_graphs", True))
+    if not pads:   # fixed shapes (TensorRT plans, CUDA graphs) pad every row to its bucket: nothing to weigh
+        out.append(Knob("front.run_overhead_tokens", front, RUN_OVERHEAD_VALUES))
+    out += [Knob("front.instances", front, (1, 2, 3)),
+            Knob("front.max_queue_delay_us", front, (0, 500, 2000, 5000)),
+            Knob("front.preferred_batch_sizes", front, (tuple(spec["preferred_batch_sizes"]), (mb,), (max(1, mb // 4), mb)))]
     bls = manifest.router_encoder == "bls" or manifest.target in ("tensorrt", "onnxruntime")
     if not bls:   # encoder threads matter where the front door runs the encoder itself
         out.append(Knob("front.intra_op_threads", front, (0, 1, 2)))
@@ -58,8 +66,8 @@ def apply_setting(cfg: dict, knob: str, value: Any) -> dict:
     elif what == "preferred_batch_sizes":
         mb = int(cfg.get("max_batch_size", 0))
         cfg.setdefault("dynamic_batching", {})["preferred_batch_size"] = [int(v) for v in value if int(v) <= mb] or [mb]
-    elif what == "intra_op_threads":
-        cfg.setdefault("parameters", {})["intra_op_threads"] = {"string_value": str(int(value))}
+    elif what in ("intra_op_threads", "run_overhead_tokens"):
+        cfg.setdefault("parameters", {})[what] = {"string_value": str(int(value))}
     else:
         raise SpecError(f"unknown knob {knob}")
     return cfg
@@ -83,4 +91,6 @@ def baseline(knobs: list[Knob], manifest: Manifest, base: dict[str, dict]) -> di
             out[k.name] = tuple(int(v) for v in db.get("preferred_batch_size", []))
         elif what == "intra_op_threads":
             out[k.name] = int(cfg.get("parameters", {}).get("intra_op_threads", {}).get("string_value", "0"))
+        elif what == "run_overhead_tokens":
+            out[k.name] = int(cfg.get("parameters", {}).get(what, {}).get("string_value", str(RUN_OVERHEAD_TOKENS)))
     return out

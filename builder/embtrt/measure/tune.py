@@ -35,7 +35,7 @@ from ..repository.budget import manifest_with_budget, with_budget
 from ..repository.manifest import read_manifest, write_manifest
 from .knobs import BUDGET, Knob, apply_setting, baseline, knobs_for  # noqa: F401 (Knob: a name of this module)
 from .reload import load_configs, model_configs
-from .report import fmt_settings, write_tune
+from .report import fmt_settings, machine, write_tune
 
 write_report = write_tune  # the name this module had for it
 
@@ -289,7 +289,7 @@ def report(spec: TuneSpec, trials: list[Trial], winner: Trial | None) -> dict:
                        else spec.slo_p99_ms), "slo": slo_text(spec.slo_p99_ms),
         "concurrency": list(spec.concurrency), "budget_min": spec.budget_min,
         "scenario": f"mixed-length real texts, {spec.requests} requests per concurrency after {spec.warmup} warm-up",
-        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
+        "machine": {**machine(), "host": platform.node(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         "trials": [{"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in t.settings.items()},
                     "results": {str(c): r for c, r in t.results.items()}, "seconds": t.seconds,
                     "bands": {x: {str(c): r for c, r in v.items()} for x, v in t.bands.items()},
@@ -305,7 +305,7 @@ def report(spec: TuneSpec, trials: list[Trial], winner: Trial | None) -> dict:
 def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print) -> Path:
     """Write the winner as a repository (a copy, or in place with force), checked with embtrt check."""
     from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2 as mc
+    from ..repository.proto import model_config_pb2 as mc
 
     from ..repository.check import check_repository
 
@@ -314,10 +314,14 @@ def apply(spec: TuneSpec, configs: dict[str, dict], doc: dict, log: Log = print)
         raise SpecError(f"invalid apply_to: {dst} exists", "pass --force to replace it")
     tmp = dst.with_name(f".{dst.name}.tune-{int(time.time())}")
     shutil.copytree(src, tmp, copy_function=shutil.copy2)
+    mach = doc.get("machine", {})
+    where = (f"{mach.get('host', '?')} ({mach.get('cpu', '?')}, {mach.get('cpus', '?')} CPUs), {mach.get('date', '?')}; "
+             "settings measured by throughput on that host")
     for name, cfg in configs.items():
         msg = json_format.ParseDict(cfg, mc.ModelConfig(), ignore_unknown_fields=True)
         path = tmp / name / "config.pbtxt"
-        path.write_text(f"# Tuned by embtrt tune (SLO {slo_text(spec.slo_p99_ms)}).\n" + text_format.MessageToString(msg))
+        path.write_text(f"# Tuned by embtrt tune (SLO {slo_text(spec.slo_p99_ms)}) on {where}.\n"
+                        + text_format.MessageToString(msg))
     man = read_manifest(tmp)
     budget = doc["trials"][doc["winner"]]["settings"].get(BUDGET)
     if budget is not None and budget != man.max_batch_tokens:  # the record follows the configs (embtrt check)

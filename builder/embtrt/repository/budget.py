@@ -8,6 +8,12 @@ chunks each bucket's rows by it (`encoder_max_batch_sizes`). So a repository who
 take any batch (ONNX Runtime, OpenVINO, PyTorch) can change its budget by configuration alone:
 `with_budget` rewrites the configs (Triton's JSON form, as the repository API loads them);
 TensorRT engines fix their batch range at build time and need a rebuild instead.
+
+Beside it, the front door's chunking weighs padding against the fixed cost of one encoder run,
+in tokens of compute (`run_overhead_tokens`). A build writes one documented value, never a timing
+of the build machine: the same folder and flags give the same repository, and a value that depends
+on the serving host's speed belongs to that host (`embtrt tune` measures it there, knob
+`front.run_overhead_tokens`). How the default was chosen: docs/bench.md ("Chunking").
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import math
 
 from ..errors import SpecError
 from .manifest import Manifest
+
+# The front doors' own fallback, so a config without the parameter plans as a built one.
+from embtrt_backend.routing import RUN_OVERHEAD_TOKENS  # noqa: E402,F401 (one value, re-exported for the builder)
 
 
 def bucket_batch(budget: int, bucket: int, cap: int) -> int:

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tritonclient.grpc import model_config_pb2 as mc
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+else:
+    from .proto import model_config_pb2 as mc   # without needing gRPC
 
 from ..errors import RepositoryError
 from .budget import bucket_batch, bucket_models

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2 as mc
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+else:
+    from .proto import model_config_pb2 as mc   # without needing gRPC
 
 from ..errors import RepositoryError
 

@@ -1,0 +1,40 @@
+"""Triton's model_config.proto as Python, for every config embtrt writes or reads.
+
+tritonclient ships it generated (`tritonclient.grpc.model_config_pb2`). It is imported through
+`tritonclient.grpc` where gRPC is installed; where it is not (a GPU host with the build extras
+and no gRPC client, such as the one the GPU kit runs on), that package refuses to import, and the
+generated module, which needs protobuf only, is loaded from its file on its own, under the same
+name, so it is never registered twice in protobuf's descriptor pool."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+NAME = "tritonclient.grpc.model_config_pb2"
+
+
+def _load() -> ModuleType:
+    try:
+        from tritonclient.grpc import model_config_pb2
+
+        return model_config_pb2
+    except RuntimeError:   # tritonclient.grpc without gRPC: "The installation does not include grpc support"
+        pass
+    if NAME in sys.modules:
+        return sys.modules[NAME]
+    root = importlib.util.find_spec("tritonclient")
+    if root is None or not root.submodule_search_locations:
+        raise ImportError("tritonclient is not installed (embtrt reads Triton's model_config.proto from it)")
+    path = f"{list(root.submodule_search_locations)[0]}/grpc/model_config_pb2.py"
+    spec = importlib.util.spec_from_file_location(NAME, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[NAME] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+model_config_pb2 = _load()
