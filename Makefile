@@ -41,12 +41,15 @@ lint: $(STAMP) ## ruff, import layers, mypy (the TensorRT module against tensorr
 gpu-check: $(STAMP) ## on a GPU host: GPU tests (TensorRT build, serve, parity) and the benchmark, short table
 	bash benchmarks/gpu_check.sh
 
+gpu-kit: $(STAMP) ## pack .gpukit/ for a lent GPU machine (tritonserver with the 3.12 stub, numpy 1.x, build wheels, tokenizer; benchmarks/gpukit/README.md)
+	$(BIN)/python benchmarks/gpukit/pack.py
+
 bench: $(STAMP) ## CPU benchmark: Triton vs sentence-transformers in process (and infinity-emb with BENCH_INFINITY=1)
 	bash benchmarks/run_cpu.sh
 
-bench-ab: $(STAMP) ## A/B of the serving hot path: the working tree against BASE=<commit>, interleaved rounds (ROUNDS, REQUESTS, OUT)
-	@test -n "$(BASE)" || { echo "usage: make bench-ab BASE=<commit> [ROUNDS=3] [REQUESTS=1000] [OUT=dir]"; exit 2; }
-	$(BIN)/python benchmarks/ab.py $(BASE) --rounds $(or $(ROUNDS),3) --requests $(or $(REQUESTS),1000) $(if $(OUT),--out $(OUT))
+bench-ab: $(STAMP) ## A/B of the serving hot path: the working tree against BASE=<commit>, interleaved rounds; MODE=own (each side's own default build, default) or pinned (the code only); ROUNDS, REQUESTS, OUT
+	@test -n "$(BASE)" || { echo "usage: make bench-ab BASE=<commit> [MODE=own|pinned] [ROUNDS=3] [REQUESTS=1000] [OUT=dir]"; exit 2; }
+	$(BIN)/python benchmarks/ab.py $(BASE) --mode $(or $(MODE),own) --rounds $(or $(ROUNDS),3) --requests $(or $(REQUESTS),1000) $(if $(OUT),--out $(OUT))
 
 # Images (deploy/): the pool image FROM NGC's tritonserver, the gateway image from embtrt's wheel.
 # Default names are what `embtrt k8s` renders; tag and push them to the cluster's registry.
@@ -77,4 +80,4 @@ deploy-test: $(STAMP) ## as root: podman + runc, stand-in images, `podman kube p
 clean: ## remove built repositories and caches (keeps .venv)
 	rm -rf repo .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install demo test test-all lint gpu-check bench bench-ab gateway-wheels images deploy-test clean
+.PHONY: help install demo test test-all lint gpu-check gpu-kit bench bench-ab gateway-wheels images deploy-test clean

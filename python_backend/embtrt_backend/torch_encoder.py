@@ -1,48 +1,107 @@
-"""PyTorch encoder for the python-torch target: fp32, or bf16 autocast (AMX on recent Xeons).
+"""PyTorch encoder for the python-torch target: on the CPU fp32, or bf16 autocast (AMX on recent
+Xeons); on CUDA (`device` cuda) the model in fp32, fp16 or bf16 with CUDA graphs per (bucket,
+batch size) (embtrt_backend.torch_graphs).
 
 One class per kind of model, each running the Hugging Face folder `hf_dir` as the ONNX graph of
 the other targets would: the embedder's last hidden states (pooled when fused), a reranker's
 classifier logits [rows, labels], a sparse encoder's SPLADE weights [rows, vocab] (MLM logits,
 masked, log1p(relu) (twice for log1p_relu), max or sum over the sequence, with a graph top-K
-when the front door was built with --active-dims-in-graph).
+when the front door was built with --active-dims-in-graph). Outputs are float32.
+
+On CUDA the whole forward, pooling and normalisation included, runs on the device (one small
+fp32 tensor per row comes back), the model's weights cast to the precision (as
+`SentenceTransformer.half()` does; fp32 keeps TF32 off, PyTorch's default for matmuls).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
 from .pooling import pool_and_normalize
 
 
+DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
+
+
 class _Torch:
-    """What every kind shares: the precision, the thread count, and the autocast run."""
+    """What every kind shares: the device and precision, the thread count, the run (CPU autocast;
+    CUDA graphs where captured, eager otherwise)."""
 
     auto_class = "AutoModel"
 
-    def __init__(self, hf_dir: str, precision: str, intra_threads: int, trust_remote_code: bool = False) -> None:
+    def __init__(self, hf_dir: str, precision: str, intra_threads: int, trust_remote_code: bool = False,
+                 device: str = "cpu") -> None:
         import torch
         import transformers
 
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"python-torch runs fp32 or bf16, not {precision}")
+        if precision not in DEVICE_PRECISIONS.get(device, ()):
+            raise ValueError(f"python-torch on {device} runs {' or '.join(DEVICE_PRECISIONS.get(device, ('nothing',)))}, "
+                             f"not {precision}")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("this model was built for --device cuda, and PyTorch sees no CUDA device here "
+                               f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
         # 0 = every core: the stub's environment sets OMP_NUM_THREADS=1, which torch would follow.
         torch.set_num_threads(intra_threads if intra_threads > 0 else (os.cpu_count() or 1))
-        self.torch = torch
+        self.torch, self.device = torch, device
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32) if device == "cuda" \
+            else torch.float32
         self.model = getattr(transformers, self.auto_class).from_pretrained(
-            hf_dir, dtype=torch.float32, trust_remote_code=trust_remote_code).eval()
-        self.bf16 = precision == "bf16"
+            hf_dir, dtype=torch.float32, trust_remote_code=trust_remote_code).eval().to(device=device, dtype=dtype)
+        self.autocast_bf16 = device == "cpu" and precision == "bf16"
         self.input_names = ("input_ids", "attention_mask", "token_type_ids")
+        self.graphs = None
 
-    def forward(self, inputs: dict) -> np.ndarray:
+    def forward(self, inputs: dict):
+        """inputs (tensors on the device) -> the float32 output tensor on the device."""
         raise NotImplementedError
+
+    def capture(self, shapes: dict[int, tuple[int, ...]], input_names: tuple[str, ...], capture: bool | None = None) -> None:
+        """Static shapes for these (bucket: batch sizes): CUDA graphs on CUDA, the eager stand-in on
+        the CPU (capture=False); every shape warmed up before this returns."""
+        from .torch_graphs import GraphSet
+
+        def forward(inputs):
+            with self.torch.inference_mode():
+                return self.forward(inputs)
+
+        capture = self.device == "cuda" if capture is None else capture
+        self.graphs = GraphSet(self.torch, forward, shapes, tuple(input_names), self.device, capture)
+        from .torch_graphs import format_graph_shapes
+
+        print(f"embtrt python-torch: {len(self.graphs.graphs)} static shapes ready on {self.device} "
+              f"({'CUDA graphs, captured and replayed once' if capture else 'eager stand-in without CUDA'}): "
+              f"{format_graph_shapes(self.graphs.shapes)}", file=sys.stderr, flush=True)
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         torch = self.torch
-        inputs = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            return self.forward(inputs)
+        if self.graphs is not None:
+            out = self.graphs.run(feeds)
+            if out is not None:
+                return out
+        inputs = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in feeds.items()}
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast_bf16):
+            return self.forward(inputs).cpu().numpy()
+
+
+def torch_pool(torch, hidden, mask, mode: str, normalize: bool):
+    """embtrt_backend.pooling.pool_and_normalize in torch, on the device: hidden [B, S, H] (any
+    float dtype) and mask [B, S] -> [B, H] float32."""
+    h = hidden.float()
+    rows = torch.arange(h.shape[0], device=h.device)
+    if mode == "cls":   # the first attended position
+        out = h[rows, (mask != 0).to(torch.int64).argmax(dim=1)]
+    elif mode == "mean":
+        m = mask.to(torch.float32).unsqueeze(-1)
+        out = (h * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+    elif mode == "last-token":   # the last attended position, left or right padding
+        pos = torch.arange(mask.shape[1], device=h.device).unsqueeze(0)
+        out = h[rows, (mask.to(torch.int64) * pos).argmax(dim=1)]
+    else:
+        raise ValueError(f"unknown pooling {mode!r}")
+    return torch.nn.functional.normalize(out, p=2, dim=1, eps=1e-12) if normalize else out
 
 
 class TorchEncoder(_Torch):
@@ -50,15 +109,18 @@ class TorchEncoder(_Torch):
     separate pooler."""
 
     def __init__(self, hf_dir: str, precision: str, intra_threads: int, pooling: str, normalize: bool,
-                 fused: bool, trust_remote_code: bool = False) -> None:
-        super().__init__(hf_dir, precision, intra_threads, trust_remote_code)
+                 fused: bool, trust_remote_code: bool = False, device: str = "cpu") -> None:
+        super().__init__(hf_dir, precision, intra_threads, trust_remote_code, device)
         self.pooling, self.normalize, self.fused = pooling, normalize, fused
 
-    def forward(self, inputs: dict) -> np.ndarray:
-        hidden = self.model(**inputs).last_hidden_state.float().numpy()
+    def forward(self, inputs: dict):
+        hidden = self.model(**inputs).last_hidden_state
         if not self.fused:
-            return hidden
-        return pool_and_normalize(hidden, inputs["attention_mask"].numpy(), self.pooling, self.normalize)
+            return hidden.float()
+        if self.device == "cpu":   # numpy's pooling, as before (the CPU targets' reference)
+            return self.torch.from_numpy(pool_and_normalize(hidden.float().numpy(), inputs["attention_mask"].numpy(),
+                                                            self.pooling, self.normalize))
+        return torch_pool(self.torch, hidden, inputs["attention_mask"], self.pooling, self.normalize)
 
 
 class TorchClassifier(_Torch):
@@ -66,8 +128,8 @@ class TorchClassifier(_Torch):
 
     auto_class = "AutoModelForSequenceClassification"
 
-    def forward(self, inputs: dict) -> np.ndarray:
-        return self.model(**inputs).logits.float().numpy()
+    def forward(self, inputs: dict):
+        return self.model(**inputs).logits.float()
 
 
 def splade_weights(torch, logits, attention_mask, pooling: str, double: bool, top_k: int = 0):
@@ -90,27 +152,36 @@ class TorchSplade(_Torch):
     auto_class = "AutoModelForMaskedLM"
 
     def __init__(self, hf_dir: str, precision: str, intra_threads: int, pooling: str, activation: str,
-                 top_k: int = 0, trust_remote_code: bool = False) -> None:
+                 top_k: int = 0, trust_remote_code: bool = False, device: str = "cpu") -> None:
         if pooling not in ("max", "sum") or activation not in ("relu", "log1p_relu"):
             raise ValueError(f"SPLADE pooling {pooling!r} / activation {activation!r}: must be max or sum / "
                              "relu or log1p_relu")
-        super().__init__(hf_dir, precision, intra_threads, trust_remote_code)
+        super().__init__(hf_dir, precision, intra_threads, trust_remote_code, device)
         self.pooling, self.double, self.top_k = pooling, activation == "log1p_relu", top_k
 
-    def forward(self, inputs: dict) -> np.ndarray:
+    def forward(self, inputs: dict):
         logits = self.model(**inputs).logits.float()
-        return splade_weights(self.torch, logits, inputs["attention_mask"], self.pooling, self.double, self.top_k).numpy()
+        return splade_weights(self.torch, logits, inputs["attention_mask"], self.pooling, self.double, self.top_k)
 
 
 def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_code: bool = False) -> _Torch:
-    """The python-torch encoder of a model's parameters, by its kind."""
-    kind = p.get("kind", "embedder")
+    """The python-torch encoder of a model's parameters, by its kind, on its device; with static
+    shapes (CUDA graphs on CUDA) where the parameters list them (`graph_shapes`) and `cuda_graphs`
+    is not false."""
+    kind, device = p.get("kind", "embedder"), p.get("device", "cpu")
+    enc: _Torch
     if kind == "reranker":
-        return TorchClassifier(hf_dir, p["precision"], threads, trust_remote_code)
-    if kind == "sparse":
-        return TorchSplade(hf_dir, p["precision"], threads, p["splade_pooling"], p["splade_activation"],
-                           int(p.get("graph_max_active_dims") or 0), trust_remote_code)
-    if kind != "embedder":
+        enc = TorchClassifier(hf_dir, p["precision"], threads, trust_remote_code, device)
+    elif kind == "sparse":
+        enc = TorchSplade(hf_dir, p["precision"], threads, p["splade_pooling"], p["splade_activation"],
+                          int(p.get("graph_max_active_dims") or 0), trust_remote_code, device)
+    elif kind == "embedder":
+        enc = TorchEncoder(hf_dir, p["precision"], threads, p["pooling"], p["normalize"] == "true",
+                           p["pooler"] == "fused", trust_remote_code, device)
+    else:
         raise ValueError(f"kind {kind!r}: python-torch runs an embedder, reranker or sparse encoder")
-    return TorchEncoder(hf_dir, p["precision"], threads, p["pooling"], p["normalize"] == "true",
-                        p["pooler"] == "fused", trust_remote_code)
+    if p.get("graph_shapes") and p.get("cuda_graphs", "true") == "true":
+        from .torch_graphs import parse_graph_shapes
+
+        enc.capture(parse_graph_shapes(p["graph_shapes"]), tuple(p["input_names"].split(",")))
+    return enc

@@ -120,6 +120,10 @@ def rebuild_command(spec: BuildSpec) -> str:
              "--queue-timeout-us", str(spec.queue_timeout_us), "--ort-threads", str(spec.ort_threads),
              "--router-encoder", spec.router_mode, "--run-overhead-tokens", str(spec.run_overhead_tokens)]
     parts += ["--max-batch-tokens", str(spec.max_batch_tokens), "--server-python", spec.server_python]
+    if spec.target in ("onnxruntime", "python-torch"):
+        parts += ["--device", spec.device]
+    if spec.target == "python-torch" and spec.device == "cuda" and not spec.cuda_graphs:
+        parts.append("--no-cuda-graphs")
     for name, text in spec.prompts:
         parts += ["--prompt", shlex.quote(f"{name}={text}")]
     parts += ["--default-prompt", spec.default_prompt_name or "none"]
@@ -137,10 +141,6 @@ def rebuild_command(spec: BuildSpec) -> str:
         parts += ["--fp32-layers"] if spec.fp32_layers else []
         if spec.calibration_file is not None:
             parts += ["--calibration-file", str(spec.calibration_file)]
-    if spec.target in ("onnxruntime", "python-torch"):
-        parts += ["--device", spec.device]
-    if spec.target == "python-torch" and spec.device == "cuda" and not spec.cuda_graphs:
-        parts.append("--no-cuda-graphs")
     if spec.target == "onnxruntime" and spec.ort_trt_fp16:
         parts.append("--ort-trt-fp16")
     return " ".join(parts)
