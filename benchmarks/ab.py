@@ -95,14 +95,6 @@ def build(tree: Path, out: Path, extra: list[str], log: Path) -> None:
         sys.exit(f"ab: the build by {tree} failed (exit {r.returncode}); see {log}")
 
 
-def pinned_overhead(options: list[str]) -> int | None:
-    """--run-overhead-tokens given as a build option, if any."""
-    for o in options:
-        if o.startswith("--run-overhead-tokens="):
-            return int(o.split("=", 1)[1])
-    return None
-
-
 def chunking(repo: Path) -> dict[str, str]:
     """The front door's chunking parameters as a side's build wrote them."""
     text = (repo / NAME / "config.pbtxt").read_text()
@@ -236,6 +228,9 @@ def main() -> None:
     args = ap.parse_args()
     if not args.base and not args.variant:
         ap.error("give at least one BASE or --variant")
+    if args.mode == "pinned" and any(o.startswith("--run-overhead-tokens") for o in args.base_build_option):
+        ap.error("--mode pinned gives the bases HEAD's run overhead: a --base-build-option=--run-overhead-tokens "
+                 "contradicts it (use --mode own)")
     work = Path(tempfile.mkdtemp(prefix="embtrt-ab-"))
     try:
         trees: dict[str, Path] = {"head": ROOT}

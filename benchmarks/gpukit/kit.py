@@ -89,7 +89,7 @@ def unpack_wheel(wheel: Path, dest: Path) -> None:
         z.extractall(dest)
 
 
-def setup(kit: Kit, kit_dir: Path, work: Path) -> dict:
+def setup(kit: Kit, kit_dir: Path, work: Path, force_venv: bool = False) -> dict:
     """Unpack the kit and check what the stub and the build need; -> server settings."""
     ver = f"{sys.version_info.major}.{sys.version_info.minor}"
     kit.doc["setup"]["python"] = sys.version.split()[0]
@@ -133,21 +133,35 @@ def setup(kit: Kit, kit_dir: Path, work: Path) -> dict:
     import numpy as np
 
     python_env = None
-    if int(np.__version__.split(".")[0]) >= 2:
-        if "numpy" not in wheels:
+    numpy2 = int(np.__version__.split(".")[0]) >= 2
+    if numpy2 or force_venv:
+        if numpy2 and "numpy" not in wheels:
             fail(kit, f"numpy {np.__version__} here and no numpy 1.x in the kit", "pack it: benchmarks/gpukit/pack.py")
         python_env = work / "stubenv"
-        venv.create(python_env, system_site_packages=True, with_pip=False, symlinks=True)
+        venv.create(python_env, system_site_packages=False, with_pip=False, symlinks=True)
         sp = next((python_env / "lib").glob("python*/site-packages"))
-        unpack_wheel(wheels["numpy"], sp)
+        # This Python may itself be a venv (the GPU host's python3 is /opt/torch/.venv/bin/python3): a
+        # venv made from it sees the base interpreter's packages, not these. Its packages are added
+        # after the stub venv's own, so the numpy 1.x unpacked here comes first.
+        import site
+        import sysconfig
+
+        host = [d for d in dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"],
+                                          sysconfig.get_paths()["platlib"]]) if Path(d).is_dir()]
+        (sp / "embtrt_host_packages.pth").write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in host))
+        if numpy2:
+            unpack_wheel(wheels["numpy"], sp)
         r = subprocess.run([str(python_env / "bin" / "python3"), "-c",
-                            "import numpy, torch, tokenizers, transformers; print(numpy.__version__, torch.__version__)"],
+                            "import numpy, torch, tokenizers, transformers; print(numpy.__version__, torch.__version__, "
+                            "torch.cuda.is_available())"],
                            capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         if r.returncode != 0:
             fail(kit, "the stub's Python (numpy 1.x over the host's packages) does not import numpy, torch, tokenizers, "
                  f"transformers: {r.stderr.strip()[-400:]}", "see kit.log; the host's packages may need numpy 2")
-        kit.log(f"[ok] the stub's Python: numpy, torch = {r.stdout.strip()} (the host's numpy is {np.__version__})")
-    kit.doc["setup"]["stub_numpy"] = "1.26.4 (kit)" if python_env else np.__version__
+        kit.log(f"[ok] the stub's Python (a venv over this Python's packages): numpy, torch, CUDA = {r.stdout.strip()} "
+                f"(this Python's numpy is {np.__version__})")
+    kit.doc["setup"]["stub_numpy"] = "1.26.4 (kit)" if numpy2 else np.__version__
+    kit.doc["setup"]["stub_python"] = str(python_env) if python_env else sys.executable
     from embtrt.serve import server
 
     return {"tritonserver": root / "bin" / "tritonserver", "backend_directory": server._pytriton_backends(root),
@@ -163,6 +177,9 @@ def build_model(kit: Kit, key: str, folder: Path, repo: Path, device: str, bucke
 
     tried = []
     for precision in (("fp16", "bf16", "fp32") if device == "cuda" else ("fp32",)):
+        if tried and kit.left() < 60:
+            raise RuntimeError(f"{kit.left():.0f} s left: no time to build {key} in {precision} after "
+                               + ", ".join(t["precision"] for t in tried) + " was refused")
         t0 = time.monotonic()
         lines: list[str] = []
         try:
@@ -177,7 +194,7 @@ def build_model(kit: Kit, key: str, folder: Path, repo: Path, device: str, bucke
         gate = [x for x in lines if x.startswith(("[ok]", "[x]"))]
         kit.log(f"[ok] {key} built for {device} {precision} in {time.monotonic() - t0:.0f} s; gate: " + " | ".join(gate[:4]))
         return {"precision": precision, "refused": tried, "build_s": round(time.monotonic() - t0, 1), "gate": gate}
-    raise SystemExit(f"gpu-kit: every precision of {key} failed its gate")
+    raise RuntimeError(f"every precision of {key} failed its gate")
 
 
 def main() -> None:
@@ -187,6 +204,9 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (--device cpu), few requests")
     ap.add_argument("--deadline-s", type=float, default=285.0, help="stop measuring after this long. Default 285.")
     ap.add_argument("--models", default=None, help="comma-separated model shapes. Default: every one, MiniLM first.")
+    ap.add_argument("--stub-venv", action="store_true",
+                    help="give the stub its own venv over this Python's packages even where numpy is below 2 (the dry run "
+                         "checks the GPU host's path with it)")
     args = ap.parse_args()
     kit = Kit(args.out.resolve(), args.deadline_s)
     device = "cpu" if args.dry_run else "cuda"
@@ -201,10 +221,14 @@ def main() -> None:
         kit.write()
         sys.exit(1)
     finally:
-        for log in work.glob("tritonserver-*.log"):
-            lines = log.read_text(errors="replace").splitlines()[-150:]
-            (kit.out / log.name).write_text("\n".join(lines) + "\n")
         shutil.rmtree(work, ignore_errors=True)
+
+
+def copy_log_tail(work: Path, out: Path, name: str, lines: int = 150) -> None:
+    """The tail of one model's tritonserver log into the results, as soon as that model is done."""
+    for log in work.glob(f"tritonserver-{name}*.log"):
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        (out / log.name).write_text("\n".join(tail) + "\n")
 
 
 def run(kit: Kit, args: argparse.Namespace, device: str, work: Path) -> None:
@@ -213,12 +237,12 @@ def run(kit: Kit, args: argparse.Namespace, device: str, work: Path) -> None:
     from models import SHAPES, TINY, make_model
 
     kit.doc["device"] = device
-    kit.doc["gpu"] = torch.cuda.get_device_name(0) if device == "cuda" else None
     kit.doc["versions"] = {"torch": torch.__version__, "cuda": torch.version.cuda}
     if device == "cuda" and not torch.cuda.is_available():
         fail(kit, "PyTorch sees no CUDA device", "run the kit on the GPU host, or --dry-run on a CPU")
+    kit.doc["gpu"] = torch.cuda.get_device_name(0) if device == "cuda" else None
     kit.log(f"device {device}: {kit.doc['gpu'] or 'CPU dry run'}; torch {torch.__version__}")
-    server_settings = setup(kit, args.kit, work)
+    server_settings = setup(kit, args.kit, work, args.stub_venv)
     kit.write()
     shapes = TINY if args.dry_run else SHAPES
     keys = [k for k in (args.models.split(",") if args.models else shapes) if k in shapes]
@@ -228,20 +252,27 @@ def run(kit: Kit, args: argparse.Namespace, device: str, work: Path) -> None:
     corpus = load_corpus()
     gate_corpus = work / "gate-corpus.json"
     gate_corpus.write_text(json.dumps(corpus[::4]))
-    for key in keys:
-        if kit.left() < 30:
+    from serving import serve_and_measure
+
+    for i, key in enumerate(keys):
+        if kit.left() < 45:
             kit.log(f"[skip] {key}: {kit.left():.0f} s left")
             continue
-        folder = make_model(work / "models" / key, shapes[key], args.kit / "tokenizer", buckets[-1])
         rec: dict = {"shape": shapes[key]}
         kit.doc["models"][key] = rec
-        repo = work / "repos" / key
-        rec["build"] = build_model(kit, key, folder, repo, device, buckets, gate_corpus)
-        kit.write()
-        from serving import serve_and_measure
-
-        serve_and_measure(kit, rec, key.replace("-", "_"), folder, repo, work, server_settings, device, buckets, corpus,
-                          args.dry_run)
+        try:   # one model's failure is its own result: the next model still runs
+            folder = make_model(work / "models" / key, shapes[key], args.kit / "tokenizer", buckets[-1])
+            repo = work / "repos" / key
+            rec["build"] = build_model(kit, key, folder, repo, device, buckets, gate_corpus)
+            kit.write()
+            # the models after this one keep 100 s each for their build and the concurrency-4 cells
+            serve_and_measure(kit, rec, key.replace("-", "_"), folder, repo, work, server_settings, device, buckets,
+                              corpus, args.dry_run, reserve_s=100.0 * (len(keys) - i - 1))
+        except Exception as exc:
+            rec["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            kit.log(f"[x] {key}: {rec['error']}\n{traceback.format_exc()[-2000:]}")
+        finally:
+            copy_log_tail(work, kit.out, key.replace("-", "_"))
         kit.write()
     kit.log("done")
     kit.write()

@@ -1,4 +1,4 @@
-"""The GPU kit's client side, standard library only (the GPU host has no tritonclient or gRPC):
+"""The GPU kit's client side, standard library only (the GPU host has no tritonclient):
 Triton's HTTP/REST inference protocol, a closed-loop load of single-text requests from threads,
 model reloads with a config override (Triton's repository API), and sentence-transformers in
 process on the same device and dtype for comparison."""

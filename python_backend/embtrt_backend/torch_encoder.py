@@ -24,6 +24,7 @@ from .pooling import pool_and_normalize
 
 
 DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
+REPORT_EVERY = 1000   # static shapes: a count line in the server log after 1, 10, 100 and every this many runs
 
 
 class _Torch:
@@ -64,7 +65,8 @@ class _Torch:
         from .torch_graphs import GraphSet
 
         def forward(inputs):
-            with self.torch.inference_mode():
+            with self.torch.inference_mode(), self.torch.autocast("cpu", dtype=self.torch.bfloat16,
+                                                                  enabled=self.autocast_bf16):
                 return self.forward(inputs)
 
         capture = self.device == "cuda" if capture is None else capture
@@ -79,6 +81,10 @@ class _Torch:
         torch = self.torch
         if self.graphs is not None:
             out = self.graphs.run(feeds)
+            runs = self.graphs.replays + self.graphs.eager
+            if runs in (1, 10, 100) or runs % REPORT_EVERY == 0:   # evidence in the server log that the static shapes serve
+                print(f"embtrt python-torch: {runs} runs, {self.graphs.replays} on static shapes, "
+                      f"{self.graphs.eager} eager", file=sys.stderr, flush=True)
             if out is not None:
                 return out
         inputs = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in feeds.items()}

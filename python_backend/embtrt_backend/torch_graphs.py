@@ -78,8 +78,11 @@ class StaticShape:
         self.inputs["attention_mask"][:, 0] = 1   # warm-up and capture attend one token per row
         self.graph = None
         if capture:
+            # the buffers above (and the model's cast to the device) were queued on the current
+            # stream; a side stream does not wait for it by itself
+            torch.cuda.synchronize()
             side = torch.cuda.Stream()
-            side.wait_stream(stream or torch.cuda.current_stream())
+            side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):   # warm-up off the capture stream, as torch requires
                 for _ in range(2):
                     forward(self.inputs)
@@ -126,7 +129,8 @@ class GraphSet:
             for rows in sorted(self.shapes[length], reverse=True):
                 self.graphs[(length, rows)] = StaticShape(torch, forward, rows, length, input_names, device,
                                                           capture, pool, self.stream)
-        self.replays = 0   # runs served by a static shape (the rest ran eagerly)
+        self.replays = 0   # runs served by a static shape
+        self.eager = 0     # runs no static shape covers (run eagerly by the caller)
 
     def covers(self, rows: int, length: int) -> tuple[int, int] | None:
         """The static shape a run of (rows, length) is padded to, or None (it runs eagerly)."""
@@ -140,6 +144,7 @@ class GraphSet:
         rows, length = feeds["attention_mask"].shape
         key = self.covers(rows, length)
         if key is None:
+            self.eager += 1
             return None
         self.replays += 1
         if self.stream is None:

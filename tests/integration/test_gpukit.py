@@ -26,7 +26,7 @@ def test_the_gpu_kit_packs_unpacks_and_runs_its_whole_script_on_the_cpu(tmp_path
     assert "tokenizer/tokenizer.json" in packed["files"] and not any(f.endswith(".safetensors") for f in packed["files"])
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpukit/kit.py"), "--dry-run", "--kit", str(kit),
-                        "--out", str(out), "--deadline-s", "400"], cwd=tmp_path, capture_output=True, text=True,
+                        "--out", str(out), "--deadline-s", "400", "--stub-venv"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     doc = json.loads((out / "results.json").read_text())
@@ -38,10 +38,15 @@ def test_the_gpu_kit_packs_unpacks_and_runs_its_whole_script_on_the_cpu(tmp_path
         cells = {(c["bucket"], c["graphs"], c["concurrency"]): c for c in rec["cells"]}
         assert len(cells) == 16 and all(c["errors"] == 0 and c["req_per_s"] > 0 for c in cells.values()), cells
         assert set(rec["in_process"]) == {"<=16", "<=64"}
+        # the graphs-on cells ran on the static shapes: the instances counted their runs in the server log
+        assert any(" runs, " in line and " on static shapes, 0 eager" in line and " 0 on static" not in line
+                   for line in rec["static_shapes"]), rec["static_shapes"]
     table = (out / "table.md").read_text()
     assert "| <=16 | on | 4 |" in table and "| <=64 | off | 64 |" in table and "in process: single p50" in table
     log = (out / "kit.log").read_text()
     assert "[ok] tritonserver unpacked, stub for Python 3.11" in log and "done" in log
+    # the stub ran its own venv over this Python's packages, as on the GPU host (whose python3 is a venv)
+    assert "[ok] the stub's Python (a venv over this Python's packages)" in log and doc["setup"]["stub_python"].endswith("stubenv")
     assert len([p for p in out.iterdir() if p.is_file()]) <= 8   # what the device tool brings back
     # the graphs-on cells ran the static shapes: each front-door instance reported them at load
     served = (out / "tritonserver-minilm.log").read_text()

@@ -70,6 +70,7 @@ def test_a_build_does_not_depend_on_the_clock(tiny_models, tiny_repos, tmp_path,
     clock = _JitteryClock(7)
     monkeypatch.setattr(time, "perf_counter", clock)
     monkeypatch.setattr(time, "perf_counter_ns", clock.ns)
+    monkeypatch.setattr(time, "monotonic", _JitteryClock(8))
     again = tmp_path / "bert-cls"
     build(spec_from_options(tiny_models["bert-cls"], again, name="bert_cls"), log=lambda m: None)
     monkeypatch.undo()

@@ -118,3 +118,44 @@ def test_tune_measures_the_run_overhead_for_every_kind_where_chunks_are_not_padd
     assert tuned["parameters"]["run_overhead_tokens"] == {"string_value": "32"}
     assert tuned["parameters"]["encoder_max_batch_sizes"] == cfg["parameters"]["encoder_max_batch_sizes"]
     assert baseline([knob], m, {"m": tuned}) == {"front.run_overhead_tokens": 32}
+
+
+def test_a_budget_change_moves_python_torch_cuda_graphs_with_the_batches_and_the_run_overhead_knob_is_absent(tmp_path):
+    """python-torch on CUDA captures a graph per bucket and batch size up to each bucket's max batch:
+    a new budget rewrites those sizes with the batches (front door: every bucket; a bucket's encoder:
+    its own), and there is no run overhead to tune where rows are padded to the bucket."""
+    from embtrt.measure.knobs import BUDGET, knobs_for
+
+    m = Manifest.from_dict({**DOC, "target": "python-torch", "schema_version": 3, "kind": "embedder",
+                            "spec": {**DOC["spec"], "device": "cuda", "cuda_graphs": True}})
+    cfgs = _configs()
+    cfgs["m"]["parameters"]["graph_shapes"] = {"string_value": "32:1,2,4,8,16,32;512:1,2,4,8,16"}
+    cfgs["m_512_encoder"]["parameters"] = {"graph_shapes": {"string_value": "512:1,2,4,8,16"}}
+    out = with_budget(m, cfgs, 1024)
+    assert out["m"]["parameters"]["graph_shapes"]["string_value"] == "32:1,2,4,8,16,32;512:1,2"
+    assert out["m_512_encoder"]["parameters"]["graph_shapes"]["string_value"] == "512:1,2"
+    assert "parameters" not in out["m_32_encoder"]   # a config without graphs gains none
+    names = {k.name for k in knobs_for(m, tmp_path)}
+    assert BUDGET in names and "front.run_overhead_tokens" not in names
+
+
+def test_the_repository_check_catches_cuda_graphs_that_no_longer_match_the_budget(tmp_path):
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from embtrt.repository.check import CheckReport, check_token_budget
+
+    m = Manifest.from_dict({**DOC, "target": "python-torch", "schema_version": 3, "kind": "embedder"})
+    cfgs = _configs()
+    cfgs["m"]["parameters"]["graph_shapes"] = {"string_value": "32:1,2,4,8,16,32;512:1,2,4,8,16"}
+    cfgs["m_512_encoder"]["parameters"] = {"graph_shapes": {"string_value": "512:1,2,4,8,16"}}
+
+    def check(configs: dict) -> list[str]:
+        rep = CheckReport()
+        protos = {k: json_format.ParseDict(v, mc.ModelConfig(), ignore_unknown_fields=True) for k, v in configs.items()}
+        check_token_budget(tmp_path, m, protos, rep)
+        return rep.failures()
+
+    assert check(cfgs) == []
+    cfgs["m_512_encoder"]["parameters"]["graph_shapes"] = {"string_value": "512:1,2"}
+    assert check(cfgs) == ["m_512_encoder: graph_shapes '512:1,2', the budget gives '512:1,2,4,8,16'"]

@@ -531,3 +531,20 @@ def test_a_reranker_and_a_sparse_encoder_get_one_pool_each_beside_an_embedder(re
     if len(buckets) > 1:
         with pytest.raises(SpecError, match="one pool"):
             rendered(rr, tmp_path / "o2", pools=(buckets[0],))
+
+
+def test_pools_of_a_repository_built_for_cuda_request_a_gpu_as_tensorrt_pools_do():
+    from embtrt.repository.manifest import Manifest
+    from embtrt.scale.k8s.pools import wants_gpu
+
+    base = {"schema_version": 3, "identity": {}, "name": "m", "kind": "embedder",
+            "models": {"front_door": "m", "ensembles": ["m_32"], "encoders": ["m_32_encoder"]},
+            "pooling": "mean", "normalize": True, "dim": 8, "buckets": [32], "max_seq_length": 32,
+            "overflow": "truncate", "precision": "fp16", "backend_profile": "x", "pooler": "fused",
+            "input_names": ["input_ids", "attention_mask"], "encoder_output": "embedding", "pad_id": 0,
+            "max_batch_size": 8, "max_batch_tokens": 256, "bucket_max_batch": {"32": 8}, "server_python": "3.12"}
+    assert wants_gpu(Manifest.from_dict({**base, "target": "python-torch", "spec": {"device": "cuda"}}))
+    assert wants_gpu(Manifest.from_dict({**base, "target": "onnxruntime", "spec": {"device": "cuda"}}))
+    assert wants_gpu(Manifest.from_dict({**base, "target": "tensorrt", "spec": {}}))
+    assert not wants_gpu(Manifest.from_dict({**base, "target": "python-torch", "spec": {"device": "cpu"}}))
+    assert not wants_gpu(Manifest.from_dict({**base, "target": "python-ort", "spec": {}}))

@@ -48,6 +48,12 @@ def reference_vectors(spec: BuildSpec, texts: list[str], log: Log) -> np.ndarray
     return ref.embed([prompt + t for t in texts] if prompt else texts, max_batch_tokens=spec.max_batch_tokens)
 
 
+def torch_gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
 def require_device(spec: BuildSpec) -> None:
     """A python-torch build for CUDA runs its gate on the GPU it will be served on: refused at once
     on a machine where PyTorch sees none."""
@@ -131,7 +137,11 @@ def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildRe
     if art is not None and spec.target in ("python-ort", "onnxruntime"):
         encoder_onnx, graph_record = ort_graph(spec, art.path, work, texts, tok_json, pad_id, log)
     if spec.target == "python-torch":
-        log(f"PyTorch {spec.precision}" + (" autocast (AMX/AVX-512 bf16 where the CPU has it)" if spec.precision == "bf16" else ""))
+        if spec.device == "cuda":
+            log(f"PyTorch {spec.precision} on CUDA ({torch_gpu_name()}), weights cast, "
+                + (f"CUDA graphs per bucket and batch size: {spec.graph_shapes()}" if spec.cuda_graphs else "no CUDA graphs"))
+        else:
+            log(f"PyTorch {spec.precision}" + (" autocast (AMX/AVX-512 bf16 where the CPU has it)" if spec.precision == "bf16" else ""))
     onnx_by_bucket: dict[int, Path | None] = {b: encoder_onnx for b in spec.buckets}
     prec = None
     if spec.target == "tensorrt" and art is not None:

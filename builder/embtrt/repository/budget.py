@@ -26,6 +26,7 @@ from .manifest import Manifest
 
 # The front doors' own fallback, so a config without the parameter plans as a built one.
 from embtrt_backend.routing import RUN_OVERHEAD_TOKENS  # noqa: E402,F401 (one value, re-exported for the builder)
+from embtrt_backend.torch_graphs import format_graph_shapes, graph_batch_sizes  # noqa: E402
 
 
 def bucket_batch(budget: int, bucket: int, cap: int) -> int:
@@ -88,6 +89,7 @@ def with_budget(manifest: Manifest, configs: dict[str, dict], budget: int) -> di
             if cfg is None:
                 continue
             cfg["max_batch_size"] = mb
+            _set_graph_shapes(cfg, {b: graph_batch_sizes(mb)})
             db = cfg.get("dynamic_batching")
             if db is not None and "preferred_batch_size" in db:
                 db["preferred_batch_size"] = [p for p in preferred if p <= mb] or [mb]
@@ -107,7 +109,24 @@ def with_budget(manifest: Manifest, configs: dict[str, dict], budget: int) -> di
         params["encoder_max_batch_sizes"] = {"string_value": ",".join(str(bucket_batch(budget, b, cap))
                                                                       for b in manifest.buckets)}
         params["max_batch_tokens"] = {"string_value": str(int(budget))}
+        _set_graph_shapes(front, {b: graph_batch_sizes(bucket_batch(budget, b, cap)) for b in manifest.buckets})
     return out
+
+
+def _set_graph_shapes(cfg: dict, shapes: dict[int, tuple[int, ...]]) -> None:
+    """python-torch on CUDA captures a graph per bucket and batch size up to the bucket's max batch:
+    where a config lists them (`graph_shapes`), they follow the budget's max batches."""
+    params = cfg.get("parameters") or {}
+    if "graph_shapes" in params:
+        params["graph_shapes"] = {"string_value": format_graph_shapes(shapes)}
+
+
+def expected_graph_shapes(manifest: Manifest, model: str, budget: int) -> str:
+    """The graph_shapes a python-torch CUDA model of this repository has under the budget: every
+    bucket for the front door, its own bucket for a bucket's model."""
+    cap, name = manifest.max_batch_size, manifest.name
+    buckets = manifest.buckets if model == name else [b for b in manifest.buckets if model in bucket_models(name, b)]
+    return format_graph_shapes({b: graph_batch_sizes(bucket_batch(budget, b, cap)) for b in buckets})
 
 
 def manifest_with_budget(manifest: Manifest, budget: int) -> Manifest:

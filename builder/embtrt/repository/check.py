@@ -14,7 +14,7 @@ else:
     from .proto import model_config_pb2 as mc   # without needing gRPC
 
 from ..errors import RepositoryError
-from .budget import bucket_batch, bucket_models
+from .budget import bucket_batch, bucket_models, expected_graph_shapes
 from .bundle_record import BUNDLE_META, EXPECTED, MODEL_DEPS, bundle_python_tags, python_tag
 from .config import parse_config
 from .manifest import Manifest, has_manifest, read_manifest
@@ -180,6 +180,11 @@ def check_token_budget(repo: Path, manifest: Manifest, configs: dict, rep: Check
                 errors.append(f"{recipe.parent.name}: recipe batch {r.get('min_batch')}..{r.get('max_batch')} "
                               f"(opt {r.get('opt_batch')}, budget {r.get('max_batch_tokens')}) disagrees with the "
                               f"budget {budget}: max batch {mb}")
+    for model, cfg in configs.items():   # python-torch on CUDA: its graphs follow the budget too
+        if "graph_shapes" in cfg.parameters:
+            got, exp = cfg.parameters["graph_shapes"].string_value, expected_graph_shapes(manifest, model, int(budget))
+            if got != exp:
+                errors.append(f"{model}: graph_shapes {got!r}, the budget gives {exp!r}")
     front = configs.get(name)
     if front is not None and "encoder_max_batch_sizes" in front.parameters:
         got = front.parameters["encoder_max_batch_sizes"].string_value

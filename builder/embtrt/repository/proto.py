@@ -1,10 +1,10 @@
 """Triton's model_config.proto as Python, for every config embtrt writes or reads.
 
 tritonclient ships it generated (`tritonclient.grpc.model_config_pb2`). It is imported through
-`tritonclient.grpc` where gRPC is installed; where it is not (a GPU host with the build extras
-and no gRPC client, such as the one the GPU kit runs on), that package refuses to import, and the
-generated module, which needs protobuf only, is loaded from its file on its own, under the same
-name, so it is never registered twice in protobuf's descriptor pool."""
+`tritonclient.grpc` where tritonclient's gRPC client imports; where it does not (no grpcio, or a
+dependency of the client missing, as where the GPU kit carries tritonclient's files alone), that
+package refuses to import, and the generated module, which needs protobuf only, is loaded from its
+file on its own, under the same name, so it is never registered twice in protobuf's descriptor pool."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def _load() -> ModuleType:
         from tritonclient.grpc import model_config_pb2
 
         return model_config_pb2
-    except RuntimeError:   # tritonclient.grpc without gRPC: "The installation does not include grpc support"
-        pass
+    except (RuntimeError, ImportError):   # tritonclient.grpc without a working gRPC ("The installation does not
+        pass                              # include grpc support"): the generated module alone
     if NAME in sys.modules:
         return sys.modules[NAME]
     root = importlib.util.find_spec("tritonclient")

@@ -77,6 +77,13 @@ def triton_args(models: list[str], tls: bool) -> list[str]:
     return args + [f"--load-model={x}" for x in models]
 
 
+def wants_gpu(m: Manifest) -> bool:
+    """Does a pool of this repository need a GPU: TensorRT plans, or an encoder built for --device cuda
+    (python-torch, onnxruntime)?"""
+    spec = m.spec or {}
+    return m.target == "tensorrt" or spec.get("device") == "cuda" or spec.get("ort_device") == "gpu"   # (older manifests)
+
+
 def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, common: dict, files: dict,
                 several: bool, admin_secret: str) -> list[str]:
     """One model's length pools into `files`; returns the gateway's --pool arguments."""
@@ -141,7 +148,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             "livenessProbe": {"exec": {"command": live}, "periodSeconds": 10, "timeoutSeconds": 5,
                               "failureThreshold": 3},
             "volumeMounts": mounts, "securityContext": container_security(),
-            "resources": resources("4", "16Gi", spec.gpus if tensorrt else 0, scratch=add_gi(models_size, "1Gi")),
+            "resources": resources("4", "16Gi", spec.gpus if wants_gpu(m) else 0, scratch=add_gi(models_size, "1Gi")),
         }
         deploy = {
             "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": pool, "labels": labels},
