@@ -24,6 +24,11 @@ from .admission import Admission, AdmissionConfig
 from .served import Served
 from .upstream import Upstream
 
+# --route auto: a replica that answered "not ready" is asked again after this long; where none answered
+# (the server busy or restarting: a failed ask is no answer), after this long
+ROUTE_RECHECK_S = 5.0
+ROUTE_RETRY_S = 0.25
+
 
 class Gateway:
     """The gateway of one model (repository): routing, tokenizing, coalescing, pooling."""
@@ -41,7 +46,7 @@ class Gateway:
         # auto with one pool: the front door once a replica says it is ready (a pool server may load the bucket
         # models only, as `embtrt k8s` pools do); token ids until then, and for good with length pools
         self.route = cfg.route if cfg.route != "auto" or len(self.pools) == 1 else "ids"
-        self._route_checked = -1e9
+        self._route_next = -1e9   # --route auto: when the front door's readiness may be asked again
         # auto on one pool, once the front door is ready: while other requests are in flight, texts go to the front
         # door (its batching makes it the cheapest path per request under load); a request that arrives alone goes
         # the lowest-latency way, token ids to its buckets' encoders (measured at concurrency 1: benchmarks/README.md)
@@ -79,20 +84,27 @@ class Gateway:
 
     async def _text_route(self) -> str:
         """The route of text input: --route, or for auto the front door once a replica of the (only) pool
-        reports it ready; until then token ids, asking again at most every 5 s."""
+        reports it ready; until then token ids. A replica that answers "not ready" is asked again after
+        ROUTE_RECHECK_S; where no replica answered at all (busy, restarting), the next request after
+        ROUTE_RETRY_S asks again. One ask at a time: requests meanwhile take token ids."""
         if self.route != "auto":
             return self.route
         now = time.monotonic()
-        if now - self._route_checked < 5.0:
+        if now < self._route_next:
             return "ids"
-        self._route_checked = now
+        self._route_next = now + ROUTE_RECHECK_S
+        answered = False
         for url in self.pools[0].urls:
             try:
-                if await self.upstream.client(url).is_model_ready(self.served.name):
-                    self.route = "frontdoor"
-                    return self.route
-            except Exception:  # an unreachable replica: ask the next one
+                ready = await self.upstream.client(url).is_model_ready(self.served.name)
+            except Exception:  # an unreachable or overloaded replica: ask the next one
                 continue
+            answered = True
+            if ready:
+                self.route = "frontdoor"
+                return self.route
+        if not answered:
+            self._route_next = time.monotonic() + ROUTE_RETRY_S
         return "ids"
 
     async def _frontdoor(self, texts: list[str], prompt_name: str | None,
