@@ -128,7 +128,7 @@ def test_the_device_is_cpu_or_cuda_for_the_targets_that_run_on_either_and_fp16_n
         base(target="python-torch", device="tpu")
     with pytest.raises(SpecError, match="cpu for target python-ort"):
         base(target="python-ort", device="cuda")
-    with pytest.raises(SpecError, match=r"fp32, bf16 for python-torch on the CPU \(fp16: --device cuda\)"):
+    with pytest.raises(SpecError, match=r"fp32, bf16 for target python-torch \(fp16: --device cuda\)"):
         base(target="python-torch", precision="fp16")
     with pytest.raises(SpecError, match="fp32, int8 for target python-ort"):
         base(target="python-ort", precision="fp16")

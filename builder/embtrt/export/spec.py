@@ -32,10 +32,13 @@ KINDS = ("embedder", "reranker", "sparse")
 TARGET_PRECISIONS = {
     "python-ort": ("fp32", "int8"),
     "python-openvino": ("fp32", "bf16"),
-    "python-torch": ("fp32", "bf16", "fp16"),   # fp16: --device cuda only
+    "python-torch": ("fp32", "bf16"),
     "onnxruntime": ("fp32", "fp16", "int8"),
     "tensorrt": PRECISIONS,
 }
+
+# python-torch on CUDA casts the model's weights (no autocast): fp16 too.
+CUDA_TORCH_PRECISIONS = ("fp32", "fp16", "bf16")
 
 # From this max sequence length on, ONNX Runtime sessions run without the memory arena.
 LONG_INPUT = 4096
@@ -124,11 +127,12 @@ class BuildSpec:
             raise _fail("pooling", self.pooling, ", ".join(POOLINGS))
         if self.precision not in PRECISIONS:
             raise _fail("precision", self.precision, ", ".join(PRECISIONS))
-        if self.precision not in TARGET_PRECISIONS[self.target]:
-            raise _fail(
-                "precision", self.precision,
-                f"{', '.join(TARGET_PRECISIONS[self.target])} for target {self.target}",
-            )
+        allowed = CUDA_TORCH_PRECISIONS if (self.target, self.device) == ("python-torch", "cuda") \
+            else TARGET_PRECISIONS[self.target]
+        if self.precision not in allowed:
+            where = f"target {self.target}" + (" on --device cuda" if allowed is CUDA_TORCH_PRECISIONS else "")
+            hint = " (fp16: --device cuda)" if (self.target, self.precision) == ("python-torch", "fp16") else ""
+            raise _fail("precision", self.precision, f"{', '.join(allowed)} for {where}{hint}")
         if self.calibration_file is not None and not Path(self.calibration_file).is_file():
             raise _fail("calibration_file", str(self.calibration_file), "a readable file of real texts, one per line")
         if self.pooler not in POOLER_PLACES:
@@ -146,8 +150,6 @@ class BuildSpec:
         if self.device == "cuda" and self.target not in DEVICE_TARGETS:
             raise _fail("device", self.device, f"cpu for target {self.target} (cuda: {', '.join(DEVICE_TARGETS)}; "
                         "tensorrt always runs on the GPU)")
-        if self.target == "python-torch" and self.precision == "fp16" and self.device != "cuda":
-            raise _fail("precision", self.precision, "fp32, bf16 for python-torch on the CPU (fp16: --device cuda)")
         if self.max_seq_length < 2:
             raise _fail("max_seq_length", self.max_seq_length, "an integer >= 2")
         b = self.buckets
