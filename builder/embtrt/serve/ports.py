@@ -3,21 +3,43 @@ our own child, not an orphan of an earlier run or another program (Linux /proc).
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import socket
+import threading
 
 from ..errors import ServerError
 
 
+_HANDED: collections.deque[int] = collections.deque(maxlen=512)   # ports free_port gave out lately, newest last
+_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on now, never one this process was given in its last 512 calls: the
+    kernel may hand the same free port to two binds in a row, and a server given it for two of its
+    endpoints (seen: HTTP and metrics on 127.0.0.1:46865) refuses to start."""
+    with _LOCK:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+            if port not in _HANDED:
+                _HANDED.append(port)
+                return port
+    raise ServerError(f"no free port on {host} that this process was not given lately (100 tries)")
 
 
 def refuse_taken(host: str, ports: dict[str, int]) -> None:
-    """ServerError naming the first port (by its flag) that something already listens on or holds."""
+    """ServerError naming the first port (by its flag) that something already listens on or holds, or
+    two flags given the same port (tritonserver would print its whole help and exit)."""
+    seen: dict[int, str] = {}
+    for flag, port in ports.items():
+        if port and port in seen:
+            raise ServerError(f"{seen[port]} and {flag} are both {port}: each endpoint needs its own port",
+                              f"pass another {flag} (0 picks a free one)")
+        seen[port] = flag
     for flag, port in ports.items():
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as s:
