@@ -28,6 +28,14 @@ demo: $(STAMP) ## main job: build the bundled all-MiniLM-L6-v2, serve it, embed 
 test: $(STAMP) ## the test suite (unit + integration against a real tritonserver); slow and deploy cases excluded
 	$(BIN)/python -m pytest -m "not slow and not deploy" -q --durations=40
 
+# The edit-test loop: the unit tests and one end-to-end gRPC parity test per kind on a real tritonserver.
+QUICK_E2E := tests/integration/test_serve_e2e.py::test_front_door_equals_sentence_transformers_on_every_bucket \
+	"tests/integration/test_rerank.py::test_served_scores_and_ranks_equal_cross_encoder[bert-ce]" \
+	"tests/integration/test_sparse.py::test_served_vectors_equal_sparse_encoder[document]"
+
+test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind (embedder, reranker, sparse): about 3 min
+	$(BIN)/python -m pytest -m "not slow and not deploy" -q --durations=10 tests/unit $(QUICK_E2E)
+
 test-all: $(STAMP) ## every test, slow ones too (not the deploy test: make deploy-test)
 	$(BIN)/python -m pytest -m "not deploy" -q
 
@@ -80,4 +88,4 @@ deploy-test: $(STAMP) ## as root: podman + runc, stand-in images, `podman kube p
 clean: ## remove built repositories and caches (keeps .venv)
 	rm -rf repo .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install demo test test-all lint gpu-check gpu-kit bench bench-ab gateway-wheels images deploy-test clean
+.PHONY: help install demo test test-quick test-all lint gpu-check gpu-kit bench bench-ab gateway-wheels images deploy-test clean

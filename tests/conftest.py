@@ -121,7 +121,7 @@ def rerank_server(rerank_repos, tmp_path_factory):
     repos = list(rerank_repos.values())
     spec = ServerSpec(repos[0], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                       log_file=tmp_path_factory.mktemp("rerank_srv") / "tritonserver.log",
-                      more_repositories=tuple(repos[1:]))
+                      more_repositories=tuple(repos[1:]), graceful_exit=False)
     with TritonServer(spec) as srv:
         yield srv
 
@@ -202,7 +202,7 @@ def splade_server(splade, splade_if, splade_k, splade_kg, tmp_path_factory):
 
     spec = ServerSpec(splade[1], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                       log_file=tmp_path_factory.mktemp("splade_srv") / "tritonserver.log",
-                      more_repositories=(splade_if[1], splade_k[1], splade_kg))
+                      more_repositories=(splade_if[1], splade_k[1], splade_kg), graceful_exit=False)
     with TritonServer(spec) as srv:
         yield srv
 
@@ -211,7 +211,7 @@ def start_server(repo: Path, tmp_path: Path):
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     spec = ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=tmp_path / "tritonserver.log")
+                      log_file=tmp_path / "tritonserver.log", graceful_exit=False)
     return TritonServer(spec)
 
 

@@ -104,7 +104,7 @@ def serve_and_measure(kit, rec: dict, name: str, folder: Path, repo: Path, work:
     def spec() -> ServerSpec:
         return ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                           tritonserver=srv["tritonserver"], backend_directory=srv["backend_directory"],
-                          python_env=srv["python_env"], models=(name,), log_file=log,
+                          python_env=srv["python_env"], models=(name,), log_file=log, graceful_exit=False,
                           startup_timeout_s=max(60.0, min(300.0, kit.left() - reserve_s - 20)))
 
     cells: list[dict] = []

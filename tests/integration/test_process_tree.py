@@ -236,3 +236,27 @@ def test_a_busy_server_whose_probe_times_out_is_not_restarted(serve, corpus):
     log = s.text()
     assert "while the server is busy" in log, log
     assert "recovering" not in log, log
+
+
+def test_a_server_stopped_without_a_graceful_exit_leaves_no_process_or_shared_memory(minilm_repo, tmp_path):
+    """graceful_exit=False (the tests' and measurements' servers): stop() kills tritonserver at once
+    instead of letting it unload model by model; the reaper still removes every stub and its /dev/shm
+    region, and the server's ports are free again."""
+    from embtrt.serve.server import ServerSpec, TritonServer
+
+    spec = ServerSpec(minilm_repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                      log_file=tmp_path / "tritonserver.log", graceful_exit=False)
+    srv = TritonServer(spec).__enter__()
+    group = srv.pids()
+    stubs = _stubs(group)
+    regions = _regions(stubs)
+    assert len(stubs) >= 4 and regions and all(r.exists() for r in regions)
+    srv.__exit__(None, None, None)
+    assert srv.proc.returncode is not None
+    _until(lambda: not any(_alive(p) for p in group), 30, f"every process of {sorted(group)} gone")
+    _until(lambda: not any(r.exists() for r in regions), 10, "the stubs' /dev/shm regions removed")
+    assert "successfully unloaded" not in (tmp_path / "tritonserver.log").read_text()   # no per-model unload
+    for port in (spec.grpc_port, spec.http_port):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))

@@ -47,6 +47,10 @@ class ServerSpec:
     # SIGTERM: wait at most this long for in-flight requests to finish before telling tritonserver to
     # stop (it then refuses new requests, the BLS calls of front-door requests still running included)
     drain_s: float = 10.0
+    # False: stop() kills tritonserver at once (SIGKILL; the reaper then removes its stubs and their
+    # shared memory) instead of letting it unload model by model, a second or more per Python model.
+    # For servers whose callers have had every answer when they stop them: tests, measurements.
+    graceful_exit: bool = True
     extra_args: tuple[str, ...] = ()
     # Serve with this Python environment (a venv or prefix with bin/python3) instead of embtrt's
     # own: its bin/ first on PATH and none of embtrt's packages on PYTHONPATH, as a stock
@@ -334,6 +338,17 @@ class TritonServer:
             return None
         if drain and self.proc.poll() is None:
             self.drain(self.spec.drain_s)
+        if not self.spec.graceful_exit and self.proc.poll() is None:
+            pid = self.server_pid()
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)   # the reaper sees it exit and removes what it leaves
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
         if self.proc.poll() is None:
             # SIGTERM to tritonserver alone: its Python stubs share the process group and must
             # keep running until the server has drained in-flight requests and unloaded them.
