@@ -58,7 +58,8 @@ def gateway(repo: Path, log: Path, *args: str, env: dict | None = None):
 
 def pool_server(repo: Path, tmp: Path, models: tuple[str, ...], grpc_port: int | None = None) -> TritonServer:
     return TritonServer(ServerSpec(repo, grpc_port=grpc_port or free_port(), http_port=free_port(),
-                                   metrics_port=free_port(), log_file=tmp / f"pool-{time.time_ns()}.log", models=models))
+                                   metrics_port=free_port(), log_file=tmp / f"pool-{time.time_ns()}.log", models=models,
+                                   graceful_exit=False))
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ def torch_server(cross_encoders, splade_if, remote_bert, tmp_path_factory):
     build(spec_from_options(splade_if[0], base / "sp", name="sp_torch", target="python-torch", router_encoder="bls"),
           log=_quiet)
     spec = ServerSpec(base / "ce", grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=base / "tritonserver.log", more_repositories=(base / "sp", base / "rc"))
+                      log_file=base / "tritonserver.log", more_repositories=(base / "sp", base / "rc"), graceful_exit=False)
     with TritonServer(spec) as srv:
         yield srv, base
 

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.integration
 
 def _server(repos, tmp_path):
     return TritonServer(ServerSpec(repos[0], more_repositories=tuple(repos[1:]), grpc_port=free_port(),
-                                   http_port=free_port(), metrics_port=free_port(), log_file=tmp_path / "triton.log"))
+                                   http_port=free_port(), metrics_port=free_port(), log_file=tmp_path / "triton.log",
+                                   graceful_exit=False))
 
 
 def _check(*repos):

@@ -40,7 +40,8 @@ def _server(repo: Path, tmp_path: Path, python_env: Path):
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     return TritonServer(ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                                   log_file=tmp_path / "tritonserver.log", startup_timeout_s=120, python_env=python_env))
+                                   log_file=tmp_path / "tritonserver.log", startup_timeout_s=120, python_env=python_env,
+                                   graceful_exit=False))
 
 
 def test_bundled_repository_serves_real_text_equal_to_sentence_transformers_on_a_numpy_only_python(
