@@ -39,11 +39,13 @@ def torch_server(cross_encoders, splade_if, remote_bert, tmp_path_factory):
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     base = tmp_path_factory.mktemp("kind_torch")
-    build(spec_from_options(remote_bert, base / "rc", name="rc_torch", target="python-torch", trust_remote_code=True),
+    one = dict(front_door_instances=1, encoder_instances=1)   # the tests call serially: 7 PyTorch stubs, not 13
+    build(spec_from_options(remote_bert, base / "rc", name="rc_torch", target="python-torch", trust_remote_code=True,
+                            **one), log=_quiet)
+    build(spec_from_options(cross_encoders["bert-ce"], base / "ce", name="ce_torch", target="python-torch", **one),
           log=_quiet)
-    build(spec_from_options(cross_encoders["bert-ce"], base / "ce", name="ce_torch", target="python-torch"), log=_quiet)
-    build(spec_from_options(splade_if[0], base / "sp", name="sp_torch", target="python-torch", router_encoder="bls"),
-          log=_quiet)
+    build(spec_from_options(splade_if[0], base / "sp", name="sp_torch", target="python-torch", router_encoder="bls",
+                            **one), log=_quiet)
     spec = ServerSpec(base / "ce", grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                       log_file=base / "tritonserver.log", more_repositories=(base / "sp", base / "rc"), graceful_exit=False)
     with TritonServer(spec) as srv:

@@ -8,7 +8,6 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import start_server
 from embtrt.serve.client import AsyncEmbeddingClient, EmbeddingClient
 from embtrt.errors import ClientError
 from embtrt.reference.parity import cosine_rows
@@ -21,6 +20,19 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def st_reference(minilm_path, corpus):
     return st_embed(minilm_path, corpus)
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_repos, tmp_path_factory):
+    """One tritonserver serving the three tiny repositories (models bert_cls, xlmr_mean, qwen3_last)."""
+    from embtrt.serve.server import ServerSpec, TritonServer, free_port
+
+    repos = list(tiny_repos.values())
+    spec = ServerSpec(repos[0], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                      log_file=tmp_path_factory.mktemp("tiny_srv") / "tritonserver.log",
+                      more_repositories=tuple(repos[1:]), graceful_exit=False)
+    with TritonServer(spec) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +124,7 @@ def test_cli_embed_unknown_model_fails_with_a_hint(minilm_server):
 
 
 @pytest.mark.parametrize("key", ["bert-cls", "xlmr-mean", "qwen3-last"])
-def test_tiny_models_served_equal_pytorch(key, tiny_models, tiny_repos, corpus, tmp_path):
+def test_tiny_models_served_equal_pytorch(key, tiny_models, tiny_server, corpus, tmp_path):
     from embtrt.export.spec import spec_from_options
 
     spec = spec_from_options(tiny_models[key], tmp_path / "unused")
@@ -122,14 +134,13 @@ def test_tiny_models_served_equal_pytorch(key, tiny_models, tiny_repos, corpus, 
     if (tiny_models[key] / "modules.json").exists():
         assert_discriminating(tiny_models[key], corpus[:64])
         assert_rows_equal(st_embed(tiny_models[key], corpus), ref, what=f"{key}: PyTorch reference vs encode")
-    name = key.replace("-", "_")
-    with start_server(tiny_repos[key], tmp_path) as srv:
-        with EmbeddingClient(srv.grpc_url, name) as c:
-            got = c.embed(corpus)
-        _gate(ref, got, name)
-        # and through the largest bucket's ensemble (tokenizer -> encoder [-> python pooler])
-        with EmbeddingClient(srv.grpc_url, f"{name}_{spec.buckets[-1]}") as c:
-            _gate(ref[:50], c.embed(corpus[:50]), f"{name}_{spec.buckets[-1]}")
+    name, srv = key.replace("-", "_"), tiny_server
+    with EmbeddingClient(srv.grpc_url, name) as c:
+        got = c.embed(corpus)
+    _gate(ref, got, name)
+    # and through the largest bucket's ensemble (tokenizer -> encoder [-> python pooler])
+    with EmbeddingClient(srv.grpc_url, f"{name}_{spec.buckets[-1]}") as c:
+        _gate(ref[:50], c.embed(corpus[:50]), f"{name}_{spec.buckets[-1]}")
 
 
 def test_cli_embed_takes_each_request_option(minilm_server, minilm_path, corpus, token_counts):

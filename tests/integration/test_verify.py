@@ -15,10 +15,12 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def broken_server(tmp_path_factory):
-    """A tritonserver with a deliberately wrong MiniLM build: cls pooling."""
+def broken_server(tmp_path_factory, small_corpus):
+    """A tritonserver with a deliberately wrong MiniLM build: cls pooling. Its build gates the 80 texts
+    of small_corpus against a cls-pooled reference (what these tests check is `verify`, not that gate)."""
     base = tmp_path_factory.mktemp("broken")
-    build(spec_from_options(None, base / "cls", name="minilm_cls", pooling="cls", target="python-ort"), log=lambda m: None)
+    build(spec_from_options(None, base / "cls", name="minilm_cls", pooling="cls", target="python-ort"),
+          corpus=small_corpus, log=lambda m: None)
     with start_server(base / "cls", base) as srv:
         yield srv
 
