@@ -116,13 +116,8 @@ def rerank_repo(cross_encoders, rerank_repos) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def rerank_server(rerank_repos, tmp_path_factory):
     """One tritonserver serving every tiny reranker repository (models bert_ce, xlmr_ce3, qwen3_ce)."""
-    from embtrt.serve.server import ServerSpec, TritonServer, free_port
-
-    repos = list(rerank_repos.values())
-    spec = ServerSpec(repos[0], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=tmp_path_factory.mktemp("rerank_srv") / "tritonserver.log",
-                      more_repositories=tuple(repos[1:]), graceful_exit=False)
-    with TritonServer(spec) as srv:
+    first, *more = rerank_repos.values()
+    with start_server(first, tmp_path_factory.mktemp("rerank_srv"), *more) as srv:
         yield srv
 
 
@@ -198,20 +193,17 @@ def splade_server(splade, splade_if, splade_k, splade_kg, tmp_path_factory):
     """One tritonserver serving the SPLADE (model splade), the inference-free SPLADE (splade_if),
     the SPLADE with a folder max_active_dims (splade_k) and that one with its top-K in the graph
     (splade_kg)."""
-    from embtrt.serve.server import ServerSpec, TritonServer, free_port
-
-    spec = ServerSpec(splade[1], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=tmp_path_factory.mktemp("splade_srv") / "tritonserver.log",
-                      more_repositories=(splade_if[1], splade_k[1], splade_kg), graceful_exit=False)
-    with TritonServer(spec) as srv:
+    with start_server(splade[1], tmp_path_factory.mktemp("splade_srv"), splade_if[1], splade_k[1], splade_kg) as srv:
         yield srv
 
 
-def start_server(repo: Path, tmp_path: Path):
+def start_server(repo: Path, tmp_path: Path, *more: Path):
+    """A tritonserver (not yet started) on free loopback ports serving `repo` and the repositories
+    `more`, logging to tmp_path/tritonserver.log, stopped without a graceful unload."""
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
     spec = ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=tmp_path / "tritonserver.log", graceful_exit=False)
+                      log_file=tmp_path / "tritonserver.log", more_repositories=tuple(more), graceful_exit=False)
     return TritonServer(spec)
 
 

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import start_server
 from embtrt.errors import ParityError
 from embtrt.export import build
 from embtrt.export.spec import spec_from_options
@@ -36,8 +37,6 @@ def remote_bert(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def torch_server(cross_encoders, splade_if, remote_bert, tmp_path_factory):
-    from embtrt.serve.server import ServerSpec, TritonServer, free_port
-
     base = tmp_path_factory.mktemp("kind_torch")
     one = dict(front_door_instances=1, encoder_instances=1)   # the tests call serially: 7 PyTorch stubs, not 13
     build(spec_from_options(remote_bert, base / "rc", name="rc_torch", target="python-torch", trust_remote_code=True,
@@ -46,9 +45,7 @@ def torch_server(cross_encoders, splade_if, remote_bert, tmp_path_factory):
           log=_quiet)
     build(spec_from_options(splade_if[0], base / "sp", name="sp_torch", target="python-torch", router_encoder="bls",
                             **one), log=_quiet)
-    spec = ServerSpec(base / "ce", grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=base / "tritonserver.log", more_repositories=(base / "sp", base / "rc"), graceful_exit=False)
-    with TritonServer(spec) as srv:
+    with start_server(base / "ce", base, base / "sp", base / "rc") as srv:
         yield srv, base
 
 

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import start_server
 from embtrt.serve.client import AsyncEmbeddingClient, EmbeddingClient
 from embtrt.errors import ClientError
 from embtrt.reference.parity import cosine_rows
@@ -25,13 +26,8 @@ def st_reference(minilm_path, corpus):
 @pytest.fixture(scope="module")
 def tiny_server(tiny_repos, tmp_path_factory):
     """One tritonserver serving the three tiny repositories (models bert_cls, xlmr_mean, qwen3_last)."""
-    from embtrt.serve.server import ServerSpec, TritonServer, free_port
-
-    repos = list(tiny_repos.values())
-    spec = ServerSpec(repos[0], grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=tmp_path_factory.mktemp("tiny_srv") / "tritonserver.log",
-                      more_repositories=tuple(repos[1:]), graceful_exit=False)
-    with TritonServer(spec) as srv:
+    first, *more = tiny_repos.values()
+    with start_server(first, tmp_path_factory.mktemp("tiny_srv"), *more) as srv:
         yield srv
 
 
