@@ -18,6 +18,25 @@ def _quiet(_msg: str) -> None:
     pass
 
 
+def pytest_configure(config):
+    """Every run starts with an empty reference cache of its own (embtrt/reference/cache.py): a
+    PyTorch reference is computed once per run and reused by the later builds, verify runs and
+    parity checks of the same model, texts and options (subprocesses inherit the variable); the
+    user's ~/.cache/embtrt/references is never read or written, so a run is as cold as a fresh machine."""
+    import os
+    import tempfile
+
+    config._embtrt_ref_cache = tempfile.mkdtemp(prefix="embtrt-test-references-")
+    os.environ["EMBTRT_REFERENCE_CACHE"] = config._embtrt_ref_cache
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    if getattr(config, "_embtrt_ref_cache", None):
+        shutil.rmtree(config._embtrt_ref_cache, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def corpus() -> list[str]:
     from embtrt.common.corpus import load_corpus

@@ -107,9 +107,27 @@ def require_trusted(path: Path, trust_remote_code: bool) -> None:
 
 
 def inspect_model(path: Path, trust_remote_code: bool = False) -> ModelInfo:
+    """What the folder is (checked: a config with a hidden size, trusted code, supported modules, a fast
+    tokenizer, the inputs the model's forward takes); kept in the reference cache by the folder's bytes."""
+    from dataclasses import asdict
+
+    from .cache import cached_json
+
     path = Path(path)
     if not path.is_dir():
         raise ModelError(f"model folder {path} does not exist", "pass a Hugging Face model folder")
+    require_trusted(path, trust_remote_code)
+
+    def compute() -> dict:
+        doc = asdict(_inspect_model(path, trust_remote_code))
+        del doc["path"]
+        return doc
+
+    doc = cached_json("model-info", path, {"trust_remote_code": trust_remote_code}, compute)
+    return ModelInfo(path=path, **dict(doc, input_names=tuple(doc["input_names"])))
+
+
+def _inspect_model(path: Path, trust_remote_code: bool) -> ModelInfo:
     config = _read_json(path / "config.json")
     if not config:
         raise ModelError(f"{path} has no config.json", "pass a Hugging Face model folder")

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelError
+from .cache import cached
 from .modelinfo import inspect_model
 
 
@@ -51,13 +52,36 @@ class TorchReference:
 
     def __init__(self, model_dir: Path, pooling: str, normalize: bool, max_length: int,
                  input_names: tuple[str, ...], trust_remote_code: bool = False) -> None:
-        self.tok, self.model = load_hf(model_dir, trust_remote_code)
+        self.model_dir, self.trust_remote_code = Path(model_dir), trust_remote_code
         self.pooling, self.normalize, self.max_length = pooling, normalize, max_length
         self.input_names = input_names
+        self._loaded: tuple | None = None
+
+    @property
+    def tok(self):
+        return self._load()[0]
+
+    @property
+    def model(self):
+        return self._load()[1]
+
+    def _load(self) -> tuple:
+        """(tokenizer, model), loaded on first use: a cached reference never loads the model."""
+        if self._loaded is None:
+            self._loaded = load_hf(self.model_dir, self.trust_remote_code)
+        return self._loaded
 
     def embed(self, texts: list[str], batch_size: int = 16, max_batch_tokens: int = 16384) -> np.ndarray:
         """Length-sorted batches of at most batch_size rows and max_batch_tokens padded tokens, so a
-        16K-token text runs alone instead of padding 15 others to 16K."""
+        16K-token text runs alone instead of padding 15 others to 16K. Kept in the reference cache
+        (reference/cache.py), keyed by the folder, the texts and these options."""
+        options = {"pooling": self.pooling, "normalize": self.normalize, "max_length": self.max_length,
+                   "input_names": list(self.input_names), "batch_size": batch_size,
+                   "max_batch_tokens": max_batch_tokens, "trust_remote_code": self.trust_remote_code}
+        return cached("torch-fp32", self.model_dir, texts, options,
+                      lambda: self._embed(texts, batch_size, max_batch_tokens))
+
+    def _embed(self, texts: list[str], batch_size: int, max_batch_tokens: int) -> np.ndarray:
         import torch
         import torch.nn.functional as F
 
@@ -87,13 +111,21 @@ def st_embed(model_dir: Path, texts: list[str], batch_size: int = 32, max_seq_le
              trust_remote_code: bool = False, **encode_options) -> np.ndarray:
     """sentence-transformers' own encode, for folders that are sentence-transformers models.
     `encode_options` go to encode() as they are (prompt_name, prompt, truncate_dim,
-    normalize_embeddings, ...); without them encode() applies the model's default prompt."""
-    from sentence_transformers import SentenceTransformer
+    normalize_embeddings, ...); without them encode() applies the model's default prompt. Kept in
+    the reference cache (reference/cache.py), keyed by the folder, the texts and these options."""
 
-    m = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=trust_remote_code)
-    if max_seq_length is not None:
-        m.max_seq_length = max_seq_length
-    return np.asarray(m.encode(texts, batch_size=batch_size, convert_to_numpy=True, **encode_options), dtype=np.float32)
+    def compute() -> np.ndarray:
+        from sentence_transformers import SentenceTransformer
+
+        m = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=trust_remote_code)
+        if max_seq_length is not None:
+            m.max_seq_length = max_seq_length
+        return np.asarray(m.encode(texts, batch_size=batch_size, convert_to_numpy=True, **encode_options),
+                          dtype=np.float32)
+
+    options = {"batch_size": batch_size, "max_seq_length": max_seq_length, "trust_remote_code": trust_remote_code,
+               "encode": encode_options}
+    return cached("sentence-transformers", Path(model_dir), texts, options, compute)
 
 
 class Reference:

@@ -1,0 +1,138 @@
+"""Reference results kept on disk, keyed by everything they are computed from.
+
+A PyTorch reference over the gate's corpus is the slowest part of a build's gate and of
+`embtrt verify` (MiniLM: 8-9 s of 2 CPU cores for 370 texts; minutes for a large model), and
+the same model is gated again for every target it is built for (python-ort, OpenVINO, TensorRT)
+and verified after each deployment. The result depends only on the model folder's bytes, the
+texts, the reference's options and the versions of the libraries that compute it, so those are
+the key: a changed weight, tokenizer file, text, option or library version is a different entry,
+never a stale one.
+
+Where: $EMBTRT_REFERENCE_CACHE (a folder; `off` turns the cache off), else
+$XDG_CACHE_HOME/embtrt/references (~/.cache/embtrt/references). Each entry is one .npy file
+(MiniLM over the corpus: 0.6 MB); deleting the folder is always safe. What a folder is
+(reference/modelinfo.py's ModelInfo, which needs transformers and the model class: 4-5 s of
+imports in a fresh process) is kept beside them as JSON, so `embtrt verify` with a cached
+reference imports neither transformers nor PyTorch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from ..common.files import sha256_file
+
+ENV = "EMBTRT_REFERENCE_CACHE"
+SCHEMA = 1
+_LIBRARIES = ("torch", "transformers", "sentence-transformers", "tokenizers")
+_digests: dict[tuple, str] = {}
+
+
+def cache_dir() -> Path | None:
+    """The cache folder, or None when $EMBTRT_REFERENCE_CACHE turns it off."""
+    value = os.environ.get(ENV)
+    if value is not None:
+        return None if value.strip().lower() in ("", "0", "off", "no", "false") else Path(value)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embtrt" / "references"
+
+
+def folder_digest(path: Path) -> str:
+    """sha256 over every file of a model folder (relative name and bytes), in sorted order; remembered
+    per process for as long as no file's inode, size, modification or change time moves
+    (a folder with a file changed in the last 2 s is hashed again each time)."""
+    path = Path(path).resolve()
+    files = sorted(f for f in path.rglob("*") if f.is_file() and ".git" not in f.relative_to(path).parts)
+    stats = [(str(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for f in files for st in (f.stat(),)]
+    stamp = (str(path), *stats)
+    if stamp in _digests:
+        return _digests[stamp]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(path)).encode() + b"\0")
+        h.update(bytes.fromhex(sha256_file(f)))
+    # as git's racily-clean rule: a file changed in the last seconds may change again within the
+    # filesystem's timestamp granularity, unseen by its stat, so such a folder is hashed every time
+    if all(max(mtime, ctime) < time.time_ns() - 2_000_000_000 for _, _, _, mtime, ctime in stats):
+        _digests[stamp] = h.hexdigest()
+    return h.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in _LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def entry_key(what: str, model_dir: Path, texts: list[str], options: dict) -> str:
+    """The entry's name: sha256 of what computes it, the folder's digest, the texts, the options and the versions."""
+    doc = {"schema": SCHEMA, "what": what, "model": folder_digest(model_dir),
+           "texts": hashlib.sha256(json.dumps(texts, ensure_ascii=False, default=repr).encode()).hexdigest(),
+           "options": options, "versions": _versions()}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached(what: str, model_dir: Path, texts: list[str], options: dict,
+           compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """compute()'s array for this (what, folder, texts, options), from the cache when it holds it;
+    a computed result is written atomically, an unreadable entry is computed again."""
+    folder = cache_dir()
+    if folder is None:
+        return compute()
+    entry = folder / f"{entry_key(what, model_dir, texts, options)}.npy"
+    try:
+        got = np.load(entry, allow_pickle=False)
+        if got.shape[0] == len(texts):
+            return got
+    except (OSError, ValueError, EOFError):
+        pass
+    out = compute()
+    tmp = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ref-", suffix=".npy", dir=folder)
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, out, allow_pickle=False)
+        os.replace(tmp, entry)
+    except OSError:   # a read-only or full cache costs the next run the computation, nothing else
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return out
+
+
+def cached_json(what: str, model_dir: Path, options: dict, compute: Callable[[], dict]) -> dict:
+    """compute()'s JSON document for this (what, folder, options), from the cache when it holds it."""
+    folder = cache_dir()
+    if folder is None:
+        return compute()
+    entry = folder / f"{entry_key(what, model_dir, [], options)}.json"
+    try:
+        got = json.loads(entry.read_text(encoding="utf-8"))
+        if isinstance(got, dict):
+            return got
+    except (OSError, ValueError):
+        pass
+    out = compute()
+    tmp = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ref-", suffix=".json", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(out, fh)
+        os.replace(tmp, entry)
+    except OSError:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return out
