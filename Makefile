@@ -25,8 +25,14 @@ install: $(STAMP) ## create .venv and install embtrt with the server, test and l
 demo: $(STAMP) ## main job: build the bundled all-MiniLM-L6-v2, serve it, embed texts over gRPC, stop
 	$(BIN)/embtrt demo --out repo
 
-test: $(STAMP) ## the test suite (unit + integration against a real tritonserver); slow and deploy cases excluded
-	$(BIN)/python -m pytest -m "not slow and not deploy" -q --durations=40
+# Test files run on JOBS worker processes (pytest-xdist, a whole file per worker: module fixtures are
+# built once); each worker builds the session fixtures it needs, takes its own port range and shares
+# the run's reference cache. JOBS=1 runs serially.
+JOBS ?= 2
+XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
+
+test: $(STAMP) ## the test suite (unit + integration against a real tritonserver) on JOBS=2 workers; slow and deploy cases excluded
+	$(BIN)/python -m pytest -m "not slow and not deploy" -q $(XDIST) --durations=40
 
 # The edit-test loop: the unit tests and one end-to-end gRPC parity test per kind on a real tritonserver.
 QUICK_E2E := tests/integration/test_serve_e2e.py::test_front_door_equals_sentence_transformers_on_every_bucket \
@@ -34,7 +40,7 @@ QUICK_E2E := tests/integration/test_serve_e2e.py::test_front_door_equals_sentenc
 	"tests/integration/test_sparse.py::test_served_vectors_equal_sparse_encoder[document]"
 
 test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind (embedder, reranker, sparse): about 3 min
-	$(BIN)/python -m pytest -m "not slow and not deploy" -q --durations=10 tests/unit $(QUICK_E2E)
+	$(BIN)/python -m pytest -m "not slow and not deploy" -q $(XDIST) --durations=10 tests/unit $(QUICK_E2E)
 
 test-all: $(STAMP) ## every test, slow ones too (not the deploy test: make deploy-test)
 	$(BIN)/python -m pytest -m "not deploy" -q

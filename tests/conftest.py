@@ -26,6 +26,11 @@ def pytest_configure(config):
     import os
     import tempfile
 
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:   # a parallel worker (make test): the controller's cache, shared; ports of this worker's own
+        n = int(worker.removeprefix("gw"))
+        os.environ["EMBTRT_PORT_RANGE"] = f"{20000 + 2000 * n}-{21999 + 2000 * n}"
+        return
     config._embtrt_ref_cache = tempfile.mkdtemp(prefix="embtrt-test-references-")
     os.environ["EMBTRT_REFERENCE_CACHE"] = config._embtrt_ref_cache
 

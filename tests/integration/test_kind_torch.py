@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import start_server
+from conftest import _sparse_corpus, start_server
 from embtrt.errors import ParityError
 from embtrt.export import build
 from embtrt.export.spec import spec_from_options
@@ -44,7 +44,7 @@ def torch_server(cross_encoders, splade_if, remote_bert, tmp_path_factory):
     build(spec_from_options(cross_encoders["bert-ce"], base / "ce", name="ce_torch", target="python-torch", **one),
           log=_quiet)
     build(spec_from_options(splade_if[0], base / "sp", name="sp_torch", target="python-torch", router_encoder="bls",
-                            **one), log=_quiet)
+                            **one), corpus=_sparse_corpus(base), log=_quiet)   # splade_if's texts: its reference, cached
     with start_server(base / "ce", base, base / "sp", base / "rc") as srv:
         yield srv, base
 

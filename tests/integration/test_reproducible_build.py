@@ -27,9 +27,14 @@ def _manifest(repo: Path) -> dict:
 
 def repository_differences(a: Path, b: Path) -> list[str]:
     """Every file of repository a against b: the paths only one has, the files whose bytes differ
-    (embtrt.json: apart from built_at and the output paths)."""
-    files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
+    (embtrt.json: apart from built_at and the output paths). A served repository also holds the
+    bytecode its stubs wrote on import (model.py's): bytecode only `a` has is not the build's. The
+    build's own (the bundle's) must be hash-based, so its bytes depend on the sources alone."""
     files_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
+    timed = [p for p in files_b if p.suffix == ".pyc" and (b / p).read_bytes()[4:8] == bytes(4)]
+    assert not timed, f"timestamp-based bytecode in the build: {timed[:3]}"
+    files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
+    files_a -= {p for p in files_a - files_b if "__pycache__" in p.parts}
     out = [f"only in the first: {p}" for p in sorted(files_a - files_b)]
     out += [f"only in the second: {p}" for p in sorted(files_b - files_a)]
     for rel in sorted(files_a & files_b):

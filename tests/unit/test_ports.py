@@ -38,6 +38,7 @@ class _Kernel:
 
 
 def test_a_port_the_kernel_gives_twice_in_a_row_is_not_handed_out_twice(monkeypatch):
+    monkeypatch.delenv(ports.PORT_RANGE_ENV, raising=False)   # the kernel's choice, not a range's
     monkeypatch.setattr(ports, "_HANDED", ports.collections.deque(maxlen=512))
     monkeypatch.setattr(ports.socket, "socket", _Kernel([40001, 40001, 40001, 40002, 40003]))
     assert [ports.free_port(), ports.free_port(), ports.free_port()] == [40001, 40002, 40003]
@@ -54,3 +55,26 @@ def test_free_ports_are_distinct_and_bindable():
     assert len(set(got)) == 50
     with socket.socket() as s:
         s.bind(("127.0.0.1", got[-1]))
+
+
+def test_a_port_range_keeps_two_processes_apart_and_skips_taken_ports(monkeypatch):
+    """$EMBTRT_PORT_RANGE: every port from the range, none handed twice, one something listens on skipped;
+    two processes given disjoint ranges (the suite's parallel workers) cannot pick the same port."""
+    monkeypatch.setattr(ports, "_HANDED", ports.collections.deque(maxlen=512))
+    with socket.socket() as held:   # below the kernel's ephemeral range: only explicit binds use these
+        taken = next(p for p in range(15002, 15900, 7) if ports._bindable("127.0.0.1", p))
+        held.bind(("127.0.0.1", taken))
+        held.listen(1)
+        low = taken - 2
+        monkeypatch.setenv(ports.PORT_RANGE_ENV, f"{low}-{low + 5}")
+        got = [ports.free_port() for _ in range(5)]
+        with pytest.raises(ServerError, match="no free port .* in EMBTRT_PORT_RANGE"):
+            ports.free_port()
+    assert len(set(got)) == 5 and all(low <= p <= low + 5 for p in got) and taken not in got
+
+
+@pytest.mark.parametrize("value", ["20000", "b-c", "80-90", "30000-20000", "60000-70000"])
+def test_a_bad_port_range_is_refused_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv(ports.PORT_RANGE_ENV, value)
+    with pytest.raises(ServerError, match="EMBTRT_PORT_RANGE"):
+        ports.free_port()

@@ -160,3 +160,37 @@ def test_inspect_model_is_read_back_without_transformers_and_still_refuses_untru
     cfg.write_text(json.dumps(dict(doc, model_type="qwen3x", auto_map={"AutoModel": "modeling_x.X"})))
     with pytest.raises(ModelError, match="runs its own code"):
         modelinfo.inspect_model(tmp_path / "remote")
+
+
+def test_a_sparse_entry_is_stored_by_its_non_zeros_and_read_back_exactly(folder, tmp_path):
+    rng = np.random.default_rng(3)
+    dense = np.where(rng.random((6, 30522)) < 0.01, rng.random((6, 30522)), 0).astype(np.float32)
+    dense[4] = 0   # a text with no active dimension
+    f = lambda: dense   # noqa: E731
+    first = cache.cached("sparse", folder, list("abcdef"), {}, f, sparse=True)
+    again = cache.cached("sparse", folder, list("abcdef"), {}, pytest.fail, sparse=True)
+    (entry,) = (tmp_path / "refs").glob("*.npz")
+    assert entry.stat().st_size < dense.nbytes / 20
+    assert np.array_equal(first, dense) and np.array_equal(again, dense) and again.dtype == np.float32
+    entry.write_bytes(b"PK not a zip")
+    assert np.array_equal(cache.cached("sparse", folder, list("abcdef"), {}, f, sparse=True), dense)
+
+
+def test_the_sparse_reference_is_cached_per_side_and_top_k(tmp_path, monkeypatch):
+    """SparseEncoder.encode_document / encode_query through the cache equal them computed afresh, and a
+    changed default top-k (max_active_dims) is a new entry."""
+    import tiny_models
+
+    from embtrt.reference.sparse_ref import _se_encode, load_sparse_encoder, se_encode
+
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "refs"))
+    folder = tiny_models.make_bert_splade(tmp_path / "splade")
+    se = load_sparse_encoder(folder)
+    texts = ["a short text", "another text about sparse vectors", "query: third one"]
+    for which in ("document", "query"):
+        assert np.array_equal(se_encode(se, texts, which), _se_encode(se, texts, which, None))
+        assert np.array_equal(se_encode(se, texts, which), _se_encode(se, texts, which, None))
+    assert len(list((tmp_path / "refs").glob("*.npz"))) == 2
+    se.max_active_dims = 2
+    top2 = se_encode(se, texts, "document")
+    assert (top2 > 0).sum(axis=1).max() <= 2 and len(list((tmp_path / "refs").glob("*.npz"))) == 3

@@ -11,7 +11,8 @@ model.py puts the folder first on sys.path and refuses, with both versions named
 built for another Python.
 
 Bundles are cached per (packages, Python, platform) under ~/.cache/embtrt/bundles and
-hard-linked into each repository.
+hard-linked into each repository. Their bytecode is hash-based (or absent for another Python), so a
+repository's bytes do not depend on when its bundle was installed.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _cache_root() -> Path:
 
 
 def _install(pins: dict[str, str], py: str, machine: str, dest: Path) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-compile",
            "--only-binary=:all:", "--target", str(dest), "--python-version", py, "--implementation", "cp"]
     for tag in MANYLINUX:
         cmd += ["--platform", f"{tag}_{machine}"]
@@ -66,6 +67,19 @@ def _install(pins: dict[str, str], py: str, machine: str, dest: Path) -> None:
                               "--no-bundle-deps and install the packages into the server's Python yourself")
 
 
+def _compile(dest: Path, py: str) -> bool:
+    """Bytecode for the bundle when the server's Python is this one: hash-based (PEP 552, checked), so
+    it depends on the sources alone and two builds anywhere write the same bytes; pip's own would
+    carry each source file's install time. For another Python: none (its stubs compile at import)."""
+    if py != f"{sys.version_info.major}.{sys.version_info.minor}":
+        return False
+    import compileall
+    import py_compile
+
+    return bool(compileall.compile_dir(str(dest), quiet=2, workers=1,
+                                       invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH))
+
+
 def _tree_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -75,7 +89,7 @@ def make_bundle(target: str, server_python: str, dest: Path, log: Log = print) -
     py = parse_python(server_python)
     machine = platform.machine() or "x86_64"
     pins = _pins(packages_for(target))
-    key = hashlib.sha256(json.dumps([pins, py, machine, MANYLINUX]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([pins, py, machine, MANYLINUX, "pyc:checked-hash"]).encode()).hexdigest()[:16]
     cached = _cache_root() / f"{python_tag(py)}-{key}"
     if not (cached / BUNDLE_META).is_file():
         log(f"bundling {', '.join(f'{n} {v}' for n, v in pins.items())} for Python {py} ({machine}) with pip")
@@ -84,6 +98,7 @@ def make_bundle(target: str, server_python: str, dest: Path, log: Log = print) -
         try:
             _install(pins, py, machine, tmp)
             shutil.rmtree(tmp / "bin", ignore_errors=True)  # console scripts: nothing runs them in the stub
+            _compile(tmp, py)
             meta = {"python": py, "python_tag": python_tag(py), "platform": f"manylinux_{machine}",
                     "packages": pins, "size_bytes": _tree_size(tmp), "cache_key": key}
             (tmp / BUNDLE_META).write_text(json.dumps(meta, indent=2) + "\n")

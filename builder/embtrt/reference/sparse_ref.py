@@ -4,12 +4,14 @@ log(1 + relu(logits)) pooled over the sequence), and whether a folder is one."""
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ModelError
+from .cache import cached
 
 
 def sparse_modules(path: Path) -> list[str] | None:
@@ -39,14 +41,19 @@ class SpladeInfo:
     query_max_length: int = 0       # inference-free: the static query side's max length (0: not inference-free)
 
 
+_SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # encoder -> (its folder, trust_remote_code)
+
+
 def load_sparse_encoder(path: Path, trust_remote_code: bool = False):
     from sentence_transformers import SparseEncoder
 
     try:
-        return SparseEncoder(str(path), device="cpu", trust_remote_code=trust_remote_code)
+        se = SparseEncoder(str(path), device="cpu", trust_remote_code=trust_remote_code)
     except Exception as exc:  # sentence-transformers / transformers raise many types
         raise ModelError(f"sentence-transformers cannot load {path} as a SparseEncoder: {exc}",
                          "a sparse folder loads with sentence_transformers.SparseEncoder") from exc
+    _SOURCES[se] = (str(path), trust_remote_code)   # se_encode's reference-cache key
+    return se
 
 
 def _router_info(se, path: Path) -> SpladeInfo:
@@ -89,7 +96,21 @@ def static_query_weights(se) -> np.ndarray:
 
 
 def se_encode(se, texts: list[str], which: str = "document", prompt_name: str | None = None) -> np.ndarray:
-    """SparseEncoder.encode_query / encode_document as dense float32 [texts, vocab]."""
+    """SparseEncoder.encode_query / encode_document as dense float32 [texts, vocab]; for an encoder
+    loaded by load_sparse_encoder, kept in the reference cache (stored sparse), keyed by its folder,
+    the texts, the side, the prompt and the lengths and default top-k it runs with now."""
+    source = _SOURCES.get(se)
+    if source is None:
+        return _se_encode(se, texts, which, prompt_name)
+    doc = se[0].sub_modules["document"][0] if type(se[0]).__name__ == "Router" else se[0]
+    options = {"which": which, "prompt_name": prompt_name, "trust_remote_code": source[1],
+               "max_seq_length": se.max_seq_length, "document_max_seq_length": getattr(doc, "max_seq_length", None),
+               "max_active_dims": getattr(se, "max_active_dims", None)}
+    return cached("sparse-encoder", Path(source[0]), texts, options, lambda: _se_encode(se, texts, which, prompt_name),
+                  sparse=True)
+
+
+def _se_encode(se, texts: list[str], which: str, prompt_name: str | None) -> np.ndarray:
     fn = se.encode_query if which == "query" else se.encode_document
     kw = {"prompt_name": prompt_name} if prompt_name else {}
     out = fn(texts, batch_size=32, convert_to_tensor=True, show_progress_bar=False, **kw)

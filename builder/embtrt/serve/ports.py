@@ -16,11 +16,50 @@ _HANDED: collections.deque[int] = collections.deque(maxlen=512)   # ports free_p
 _LOCK = threading.Lock()
 
 
+PORT_RANGE_ENV = "EMBTRT_PORT_RANGE"
+
+
+def _port_range() -> tuple[int, int] | None:
+    """$EMBTRT_PORT_RANGE as (low, high), e.g. 20000-24999; None when unset."""
+    value = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        low, high = (int(x) for x in value.split("-"))
+    except ValueError:
+        raise ServerError(f"{PORT_RANGE_ENV}={value!r} is not a port range", "write it as LOW-HIGH, e.g. 20000-24999") from None
+    if not 1024 <= low <= high <= 65535:
+        raise ServerError(f"{PORT_RANGE_ENV}={value!r} is not a range of ports 1024-65535", "write it as LOW-HIGH")
+    return low, high
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now, never one this process was given in its last 512 calls: the
     kernel may hand the same free port to two binds in a row, and a server given it for two of its
-    endpoints (seen: HTTP and metrics on 127.0.0.1:46865) refuses to start."""
+    endpoints (seen: HTTP and metrics on 127.0.0.1:46865) refuses to start. With $EMBTRT_PORT_RANGE
+    (LOW-HIGH) the port comes from that range, so processes given disjoint ranges (the test suite's
+    parallel workers, several measurement harnesses on one host) never pick the same one."""
+    span = _port_range()
     with _LOCK:
+        if span is not None:
+            low, high = span
+            start = (_HANDED[-1] + 1) if _HANDED and low <= _HANDED[-1] < high else low + os.getpid() % (high - low + 1)
+            for i in range(high - low + 1):
+                port = low + (start - low + i) % (high - low + 1)
+                if port not in _HANDED and _bindable(host, port):
+                    _HANDED.append(port)
+                    return port
+            raise ServerError(f"no free port on {host} in {PORT_RANGE_ENV}={low}-{high} that this process was not "
+                              "given lately", f"widen {PORT_RANGE_ENV}")
         for _ in range(100):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.bind((host, 0))
