@@ -33,6 +33,11 @@ class Counted:
         return np.random.default_rng(self.calls).standard_normal((self.rows, 4)).astype(np.float32)
 
 
+def test_the_code_digest_covers_the_reference_modules():
+    assert all((cache.Path(cache.__file__).parent / name).is_file() for name in cache._CODE)
+    assert "torch_ref.py" in cache._CODE and len(cache._code_digest()) == 64
+
+
 def test_a_second_call_is_read_back_bit_for_bit(folder, tmp_path):
     f = Counted(2)
     a = cache.cached("st", folder, ["a", "b"], {"x": 1}, f)
@@ -43,7 +48,7 @@ def test_a_second_call_is_read_back_bit_for_bit(folder, tmp_path):
 
 
 @pytest.mark.parametrize("change", ["texts", "order", "options", "what", "weights", "nested file", "new file",
-                                    "library version"])
+                                    "library version", "embtrt reference code"])
 def test_whatever_the_reference_depends_on_makes_a_new_entry(folder, change, monkeypatch):
     f = Counted(2)
     args = ["st", folder, ["a", "b"], {"x": 1}]
@@ -63,9 +68,11 @@ def test_whatever_the_reference_depends_on_makes_a_new_entry(folder, change, mon
     elif change == "new file":
         (folder / "2_Normalize").mkdir()
         (folder / "2_Normalize" / "marker").write_text("")
-    else:
+    elif change == "library version":
         real = cache._versions()
         monkeypatch.setattr(cache, "_versions", lambda: dict(real, torch="0.0.0"))
+    else:   # as an embtrt whose pooling code differs: its digest over the reference modules moves
+        monkeypatch.setattr(cache, "_code_digest", lambda: "another embtrt")
     cache.cached(*args, f)
     assert f.calls == 2, change
 

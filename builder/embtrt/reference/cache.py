@@ -18,6 +18,7 @@ reference imports neither transformers nor PyTorch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ from ..common.files import sha256_file
 ENV = "EMBTRT_REFERENCE_CACHE"
 SCHEMA = 1
 _LIBRARIES = ("torch", "transformers", "sentence-transformers", "tokenizers")
+_CODE = ("torch_ref.py", "sparse_ref.py", "modelinfo.py", "cache.py")   # in this folder
 _digests: dict[tuple, str] = {}
 
 
@@ -77,11 +79,22 @@ def _versions() -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """sha256 of embtrt's own reference code (pooling, the encode wrappers, what a folder is, this
+    module): an embtrt that computes a reference differently never reads an older one's entries."""
+    h = hashlib.sha256()
+    for name in _CODE:
+        h.update(name.encode() + b"\0" + (Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()
+
+
 def entry_key(what: str, model_dir: Path, texts: list[str], options: dict) -> str:
-    """The entry's name: sha256 of what computes it, the folder's digest, the texts, the options and the versions."""
+    """The entry's name: sha256 of what computes it, the folder's digest, the texts, the options, the
+    libraries' versions and embtrt's reference code."""
     doc = {"schema": SCHEMA, "what": what, "model": folder_digest(model_dir),
            "texts": hashlib.sha256(json.dumps(texts, ensure_ascii=False, default=repr).encode()).hexdigest(),
-           "options": options, "versions": _versions()}
+           "options": options, "versions": _versions(), "code": _code_digest()}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
