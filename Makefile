@@ -26,11 +26,10 @@ demo: $(STAMP) ## main job: build the bundled all-MiniLM-L6-v2, serve it, embed 
 	$(BIN)/embtrt demo --out repo
 
 # Test files run on JOBS worker processes (pytest-xdist, a whole file per worker: module fixtures are
-# built once; files sharing an expensive session fixture together, tests/conftest.py); each worker
-# builds the session fixtures it needs, takes its own port range and shares the run's reference
-# cache. JOBS=1 runs serially.
+# built once); each worker builds the session fixtures it needs, takes its own port range and shares
+# the run's reference cache. JOBS=1 runs serially.
 JOBS ?= 2
-XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadgroup)
+XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 
 test: $(STAMP) ## the test suite (unit + integration against a real tritonserver) on JOBS=2 workers; slow and deploy cases excluded
 	$(BIN)/python -m pytest -m "not slow and not deploy" -q $(XDIST) --durations=40

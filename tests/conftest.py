@@ -253,21 +253,10 @@ def ov_server(tmp_path_factory):
         yield srv
 
 
-# Test files that share an expensive session fixture run on one parallel worker (make test: --dist
-# loadgroup; every other file is a group of its own, as --dist loadfile would make it): the OpenVINO
-# build and server, the four SPLADE builds and their server, the three rerankers' server.
-_SHARED = {"test_python_openvino": "openvino", "test_verify": "openvino", "test_several_models": "openvino",
-           "test_sparse": "splade", "test_gateway_sparse": "splade", "test_kind_torch": "splade",
-           "test_rerank": "rerank", "test_gateway_rerank": "rerank"}
-
-
 def pytest_collection_modifyitems(config, items):
-    """Parallel workers' groups (above). The deploy test (tests/deploy) runs only when asked for (`-m
-    deploy`, make deploy-test): it builds images and starts pods with podman as root, for minutes. (A
-    tests/deploy/conftest.py would shadow this conftest module for the tests that import from it.)"""
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(_SHARED.get(item.path.stem, str(item.path))))
+    """The deploy test (tests/deploy) runs only when asked for (`-m deploy`, make deploy-test): it builds
+    images and starts pods with podman as root, for minutes. (A tests/deploy/conftest.py would shadow this
+    conftest module for the tests that import from it.)"""
     if "deploy" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="the deploy test runs only with -m deploy (make deploy-test)")
