@@ -27,19 +27,49 @@ def pytest_configure(config):
     import tempfile
 
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker:   # a parallel worker (make test): the controller's cache, shared; ports of this worker's own
+    if worker:   # a parallel worker (make test): the controller's cache and built fixtures, shared; its own ports
         n = int(worker.removeprefix("gw"))
         os.environ["EMBTRT_PORT_RANGE"] = f"{20000 + 2000 * n}-{21999 + 2000 * n}"
         return
     config._embtrt_ref_cache = tempfile.mkdtemp(prefix="embtrt-test-references-")
     os.environ["EMBTRT_REFERENCE_CACHE"] = config._embtrt_ref_cache
+    config._embtrt_shared = tempfile.mkdtemp(prefix="embtrt-test-shared-")
+    os.environ[SHARED_ENV] = config._embtrt_shared
 
 
 def pytest_unconfigure(config):
     import shutil
 
-    if getattr(config, "_embtrt_ref_cache", None):
-        shutil.rmtree(config._embtrt_ref_cache, ignore_errors=True)
+    for attr in ("_embtrt_ref_cache", "_embtrt_shared"):
+        if getattr(config, attr, None):
+            shutil.rmtree(getattr(config, attr), ignore_errors=True)
+
+
+SHARED_ENV = "EMBTRT_TEST_SHARED"
+
+
+def _once(name: str, fill) -> Path:
+    """A run-wide folder `name`, filled by fill(folder) once per test run: the first parallel worker to
+    ask builds it under a lock while the other waits, then both use the same files (the session's
+    models and repositories are read-only to the tests). A failed fill leaves nothing behind."""
+    import fcntl
+    import os
+    import shutil
+
+    root = Path(os.environ[SHARED_ENV])
+    base = root / name
+    with open(root / f".{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        if not (root / f".{name}.done").exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir(parents=True)
+            try:
+                fill(base)
+            except BaseException:
+                shutil.rmtree(base, ignore_errors=True)
+                raise
+            (root / f".{name}.done").write_text("")
+    return base
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +90,8 @@ def minilm_path() -> Path:
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
     from tiny_models import MAKERS
 
-    base = tmp_path_factory.mktemp("tiny_models")
-    return {k: make(base / k) for k, make in MAKERS.items()}
+    base = _once("tiny_models", lambda b: [make(b / k) for k, make in MAKERS.items()])
+    return {k: base / k for k in MAKERS}
 
 
 @pytest.fixture(scope="session")
@@ -70,9 +100,7 @@ def minilm_repo(tmp_path_factory) -> Path:
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
-    out = tmp_path_factory.mktemp("minilm") / "repo"
-    build(spec_from_options(None, out), log=_quiet)
-    return out
+    return _once("minilm", lambda b: build(spec_from_options(None, b / "repo"), log=_quiet)) / "repo"
 
 
 @pytest.fixture(scope="session")
@@ -82,13 +110,13 @@ def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
-    base = tmp_path_factory.mktemp("tiny_repos")
-    out = {}
-    for key, path in tiny_models.items():
-        extra = {"xlmr-mean": {"pooler": "python"}, "qwen3-last": {"router_encoder": "bls"}}.get(key, {})
-        out[key] = base / key
-        build(spec_from_options(path, out[key], name=key.replace("-", "_"), **extra), log=_quiet)
-    return out
+    def fill(base: Path) -> None:
+        for key, path in tiny_models.items():
+            extra = {"xlmr-mean": {"pooler": "python"}, "qwen3-last": {"router_encoder": "bls"}}.get(key, {})
+            build(spec_from_options(path, base / key, name=key.replace("-", "_"), **extra), log=_quiet)
+
+    base = _once("tiny_repos", fill)
+    return {key: base / key for key in tiny_models}
 
 
 @pytest.fixture(scope="session")
@@ -96,8 +124,8 @@ def cross_encoders(tmp_path_factory) -> dict[str, Path]:
     """Tiny random cross-encoders (tests/tiny_models.py CROSS_ENCODERS), as CrossEncoder.save writes them."""
     from tiny_models import CROSS_ENCODERS
 
-    base = tmp_path_factory.mktemp("cross_encoders")
-    return {k: make(base / k) for k, make in CROSS_ENCODERS.items()}
+    base = _once("cross_encoders", lambda b: [make(b / k) for k, make in CROSS_ENCODERS.items()])
+    return {k: base / k for k in CROSS_ENCODERS}
 
 
 @pytest.fixture(scope="session")
@@ -108,10 +136,12 @@ def minilm_cross_encoder(tmp_path_factory) -> tuple[Path, Path]:
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
-    base = tmp_path_factory.mktemp("minilm_ce")
-    folder = make_minilm_cross_encoder(base / "minilm-ce")
-    build(spec_from_options(folder, base / "repo", name="minilm_ce"), log=_quiet)
-    return folder, base / "repo"
+    def fill(base: Path) -> None:
+        build(spec_from_options(make_minilm_cross_encoder(base / "minilm-ce"), base / "repo", name="minilm_ce"),
+              log=_quiet)
+
+    base = _once("minilm_ce", fill)
+    return base / "minilm-ce", base / "repo"
 
 
 @pytest.fixture(scope="session")
@@ -122,13 +152,13 @@ def rerank_repos(tmp_path_factory, cross_encoders) -> dict[str, Path]:
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
-    base = tmp_path_factory.mktemp("rerank_repos")
-    out = {}
-    for key, path in cross_encoders.items():
-        out[key] = base / key
-        extra = {"qwen3-ce": {"router_encoder": "bls"}}.get(key, {})
-        build(spec_from_options(path, out[key], name=key.replace("-", "_"), **extra), log=_quiet)
-    return out
+    def fill(base: Path) -> None:
+        for key, path in cross_encoders.items():
+            extra = {"qwen3-ce": {"router_encoder": "bls"}}.get(key, {})
+            build(spec_from_options(path, base / key, name=key.replace("-", "_"), **extra), log=_quiet)
+
+    base = _once("rerank_repos", fill)
+    return {key: base / key for key in cross_encoders}
 
 
 @pytest.fixture(scope="session")
@@ -153,11 +183,13 @@ def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options:
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
-    base = tmp_path_factory.mktemp(name)
-    path = getattr(tiny_models, maker)(base / folder, **kw)
-    build(spec_from_options(path, base / "repo", name=name, **(options or {})),
-          corpus=None if full_corpus else _sparse_corpus(base), log=_quiet)
-    return path, base / "repo"
+    def fill(base: Path) -> None:
+        path = getattr(tiny_models, maker)(base / folder, **kw)
+        build(spec_from_options(path, base / "repo", name=name, **(options or {})),
+              corpus=None if full_corpus else _sparse_corpus(base), log=_quiet)
+
+    base = _once(name, fill)
+    return base / folder, base / "repo"
 
 
 def _sparse_corpus(base: Path) -> Path:
@@ -206,10 +238,11 @@ def splade_kg(splade_k, tmp_path_factory) -> Path:
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
-    repo = tmp_path_factory.mktemp("splade_kg") / "repo"
-    build(spec_from_options(splade_k[0], repo, name="splade_kg", active_dims_in_graph=True),
-          corpus=_sparse_corpus(repo.parent), log=_quiet)
-    return repo
+    def fill(base: Path) -> None:
+        build(spec_from_options(splade_k[0], base / "repo", name="splade_kg", active_dims_in_graph=True),
+              corpus=_sparse_corpus(base), log=_quiet)
+
+    return _once("splade_kg", fill) / "repo"
 
 
 @pytest.fixture(scope="session")
@@ -245,10 +278,9 @@ def ov_server(tmp_path_factory):
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
 
-    base = tmp_path_factory.mktemp("ov")
-    build(spec_from_options(None, base / "repo", name="minilm_ov", target="python-openvino", precision="fp32"),
-          log=_quiet)
-    with start_server(base / "repo", base) as srv:
+    base = _once("ov", lambda b: build(spec_from_options(None, b / "repo", name="minilm_ov", target="python-openvino",
+                                                         precision="fp32"), log=_quiet))
+    with start_server(base / "repo", tmp_path_factory.mktemp("ov")) as srv:
         srv.repository = base / "repo"
         yield srv
 
