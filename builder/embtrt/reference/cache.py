@@ -64,7 +64,8 @@ def folder_digest(path: Path) -> str:
         h.update(bytes.fromhex(sha256_file(f)))
     # as git's racily-clean rule: a file changed in the last seconds may change again within the
     # filesystem's timestamp granularity, unseen by its stat, so such a folder is hashed every time
-    if all(max(mtime, ctime) < time.time_ns() - 2_000_000_000 for _, _, _, mtime, ctime in stats):
+    settled = time.time_ns() - 2_000_000_000
+    if all(max(mtime, ctime) < settled for _, _, _, mtime, ctime in stats):
         _digests[stamp] = h.hexdigest()
     return h.hexdigest()
 
@@ -133,17 +134,23 @@ def cached(what: str, model_dir: Path, texts: list[str], options: dict,
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
         pass
     out = compute()
+    _write(entry, lambda fh: _save(fh, out, sparse))
+    return out
+
+
+def _write(entry: Path, write: Callable) -> None:
+    """write(file) into a temporary file beside `entry`, then renamed onto it: readers see a whole
+    entry or none. A read-only or full cache costs the next run the computation, nothing else."""
     tmp = None
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".ref-", suffix=entry.suffix, dir=folder)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ref-", suffix=entry.suffix, dir=entry.parent)
         with os.fdopen(fd, "wb") as fh:
-            _save(fh, out, sparse)
+            write(fh)
         os.replace(tmp, entry)
-    except OSError:   # a read-only or full cache costs the next run the computation, nothing else
+    except OSError:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-    return out
 
 
 def cached_json(what: str, model_dir: Path, options: dict, compute: Callable[[], dict]) -> dict:
@@ -159,14 +166,5 @@ def cached_json(what: str, model_dir: Path, options: dict, compute: Callable[[],
     except (OSError, ValueError):
         pass
     out = compute()
-    tmp = None
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".ref-", suffix=".json", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(out, fh)
-        os.replace(tmp, entry)
-    except OSError:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+    _write(entry, lambda fh: fh.write(json.dumps(out).encode("utf-8")))
     return out
