@@ -38,6 +38,12 @@ class BucketEncoder:
         self.models = dict(zip(buckets, names))
         self.pb = pb_utils
 
+    @property
+    def thread_safe(self) -> bool:
+        """May two threads call it at once (a BLS call, an ONNX Runtime session; not OpenVINO's infer
+        requests or a PyTorch module)?"""
+        return self.local is None or bool(getattr(self.local, "thread_safe", False))
+
     def __call__(self, bucket: int, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """One chunk of one bucket through its encoder (synchronous BLS: measured steadier than an
         async execute under the Python backend)."""

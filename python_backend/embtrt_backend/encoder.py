@@ -31,6 +31,8 @@ def make_session(onnx_path: str, intra_threads: int = 0, inter_threads: int = 1,
 
 
 class OrtEncoder:
+    thread_safe = True   # InferenceSession.run may be called from several threads at once
+
     def __init__(self, onnx_path: str, intra_threads: int = 0, spinning: bool = False, optimize: bool = True,
                  arena: bool = True) -> None:
         self.session = make_session(onnx_path, intra_threads, spinning=spinning, optimize=optimize, arena=arena)

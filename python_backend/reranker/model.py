@@ -19,6 +19,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.drain import Drain, refusals  # noqa: E402
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
 from embtrt_backend.pairs import PairCore, PairRequest  # noqa: E402
@@ -32,12 +33,21 @@ def _error(exc):
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.drain = Drain(track=True)
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
         self.core = PairCore.from_folder(here, p)
         self.encode = BucketEncoder(here, p, self.core.cfg.buckets, pb_utils)
 
     def execute(self, requests):
+        if not self.drain.begin():   # draining (embtrt_backend.drain): refused, retried elsewhere
+            return refusals(pb_utils, len(requests))
+        try:
+            return self._execute(requests)
+        finally:
+            self.drain.end()
+
+    def _execute(self, requests):
         responses = [None] * len(requests)
         work, where = [], []
         limit = self.core.cfg.max_text_bytes

@@ -10,6 +10,7 @@ The encoder runs here (encoder_mode local) or in each bucket's encoder model ove
 (embtrt_backend.bucket_encoder).
 """
 
+import json
 import os
 import sys
 
@@ -22,6 +23,8 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.drain import Drain, refusals  # noqa: E402
+from embtrt_backend.long_rows import DEFAULT_TOKENS, LongLane, LongRowGate, LongRowsBusy  # noqa: E402
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.core import Request, RequestCore  # noqa: E402
 from embtrt_backend.options import OUTPUTS, load_calibration, parse_request_parameters  # noqa: E402
@@ -32,19 +35,72 @@ VECTOR_OUTPUTS = {name for name, _ in OUTPUTS.values()}
 
 
 def _error(exc):
-    """A request's error: INVALID_ARGUMENT for bad input or options (the caller's to fix), INTERNAL otherwise."""
-    code = pb_utils.TritonError.INVALID_ARG if isinstance(exc, InputError) else pb_utils.TritonError.INTERNAL
+    """A request's error: INVALID_ARGUMENT for bad input or options (the caller's to fix), UNAVAILABLE
+    when the long-text lane is full (retry), INTERNAL otherwise."""
+    code = (pb_utils.TritonError.INVALID_ARG if isinstance(exc, InputError) else
+            pb_utils.TritonError.UNAVAILABLE if isinstance(exc, LongRowsBusy) else pb_utils.TritonError.INTERNAL)
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), code))
+
+
+def _send(request, response):
+    request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def _instances(model_config: dict) -> int:
+    return sum(int(g.get("count", 1)) for g in model_config.get("instance_group", [])) or 1
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.drain = Drain(track=True)
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
         self.core = RequestCore.from_folder(here, p, load_calibration(here))
         self.encode = BucketEncoder(here, p, self.core.cfg.buckets, pb_utils)
+        # long texts run off this instance, on its lane (embtrt_backend.long_rows), where the model
+        # takes texts that long and its encoder may run from two threads
+        tokens = int(p.get("long_row_tokens", DEFAULT_TOKENS))
+        self.lane = None
+        if int(p["max_seq_length"]) > tokens and self.encode.thread_safe:
+            gate = LongRowGate(args["model_name"], _instances(json.loads(args["model_config"])))
+            self.lane = LongLane(gate, self._answer, _send, self.drain, tokens=tokens)
 
     def execute(self, requests):
+        if not self.drain.begin():   # draining (embtrt_backend.drain): refused, retried elsewhere
+            return refusals(pb_utils, len(requests))
+        try:
+            if self.lane is None:
+                return self._execute(requests)
+            return self._split(requests)
+        finally:
+            self.drain.end()
+
+    def _split(self, requests):
+        """Long requests to the lane, the rest answered here; every answer through the request's
+        response sender, so that execute() returns None and the instance is free at once."""
+        long, short = [], []
+        for r in requests:
+            t = pb_utils.get_input_tensor_by_name(r, "TEXT")
+            (long if t is not None and self.lane.is_long(t.as_numpy().ravel()) else short).append(r)
+        if not long:
+            return self._execute(requests)
+        for r in self.lane.submit(long):
+            _send(r, _error(self.lane.busy()))
+        for r, resp in zip(short, self._answer(short)):
+            _send(r, resp)
+        return None
+
+    def _answer(self, requests):
+        """_execute, with an unexpected failure made each request's INTERNAL error (a lane's requests
+        must each get an answer)."""
+        if not requests:
+            return []
+        try:
+            return self._execute(requests)
+        except Exception as exc:  # noqa: BLE001 (reported to each caller)
+            return [_error(exc) for _ in requests]
+
+    def _execute(self, requests):
         responses = [None] * len(requests)
         work, where = [], []
         for i, request in enumerate(requests):

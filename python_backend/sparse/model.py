@@ -21,6 +21,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.drain import Drain, refusals  # noqa: E402
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.core import Request, RequestCore  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
@@ -35,6 +36,7 @@ def _error(exc):
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.drain = Drain(track=True)
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
         self.core = RequestCore.from_folder(here, p)
@@ -51,6 +53,14 @@ class TritonPythonModel:
                                       np.load(os.path.join(here, "embtrt_query_weights.npy")), int(p["query_max_length"]))
 
     def execute(self, requests):
+        if not self.drain.begin():   # draining (embtrt_backend.drain): refused, retried elsewhere
+            return refusals(pb_utils, len(requests))
+        try:
+            return self._execute(requests)
+        finally:
+            self.drain.end()
+
+    def _execute(self, requests):
         responses = [None] * len(requests)
         work, where, active = [], [], []
         for i, request in enumerate(requests):

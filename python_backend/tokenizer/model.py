@@ -13,6 +13,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.drain import Drain, refusals  # noqa: E402
 from embtrt_backend.options import OPTION_NAMES, ModelOptions, parse_request_parameters  # noqa: E402
 from embtrt_backend.pooling import exclude_prefix  # noqa: E402
 from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
@@ -20,6 +21,7 @@ from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.drain = Drain(track=True)
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
         self.bucket = int(p["bucket"])
@@ -38,6 +40,14 @@ class TritonPythonModel:
         self.front_door = p.get("front_door", "the front-door model")
 
     def execute(self, requests):
+        if not self.drain.begin():   # draining (embtrt_backend.drain): refused, retried elsewhere
+            return refusals(pb_utils, len(requests))
+        try:
+            return self._execute(requests)
+        finally:
+            self.drain.end()
+
+    def _execute(self, requests):
         responses = []
         for request in requests:
             try:

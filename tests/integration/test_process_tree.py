@@ -156,9 +156,13 @@ def test_sigkill_of_serve_leaves_no_tritonserver_stub_or_shared_memory(serve_tin
     stubs = _stubs(group)
     regions = _regions(stubs)
     assert len(stubs) >= 4 and regions and all(r.exists() for r in regions)
+    env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{min(group)}/environ").read_bytes().split(b"\0") if b"=" in kv)
+    run_dir = Path(env[b"EMBTRT_DRAIN_FILE"].decode()).parent   # serve's drain-marker folder
+    assert run_dir.name.startswith("embtrt-run-") and run_dir.is_dir()
     os.kill(s.proc.pid, signal.SIGKILL)
     _until(lambda: not any(_alive(p) for p in group), 60, f"every process of {sorted(group)} gone")
     _until(lambda: not any(r.exists() for r in regions), 10, "the stubs' /dev/shm regions removed")
+    assert not run_dir.exists()   # the orphaned reaper removed it too
 
 
 def test_a_killed_tritonserver_is_noticed_at_once_and_leaves_nothing(serve_tiny):

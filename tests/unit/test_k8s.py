@@ -548,3 +548,40 @@ def test_pools_of_a_repository_built_for_cuda_request_a_gpu_as_tensorrt_pools_do
     assert wants_gpu(Manifest.from_dict({**base, "target": "tensorrt", "spec": {}}))
     assert not wants_gpu(Manifest.from_dict({**base, "target": "python-torch", "spec": {"device": "cpu"}}))
     assert not wants_gpu(Manifest.from_dict({**base, "target": "python-ort", "spec": {}}))
+
+
+def test_pool_pods_drain_before_tritonserver_stops(repos, tmp_path):
+    """The pool container's preStop serves --drain-grace, raises the drain flag its Python models
+    read (EMBTRT_DRAIN_FILE, on the /tmp emptyDir), then waits for the calls they are running;
+    kubelet's grace period covers all of it and tritonserver's exit. The command itself is run
+    here in sh against the models' own drain marker."""
+    import os
+    import threading
+    import time
+
+    from embtrt.scale.k8s.pools import DRAIN_WAIT_S, TRITON_EXIT_S, pre_stop
+    from embtrt_backend.drain import Drain
+
+    pod = by_kind(rendered(repos["cpu"], tmp_path / "out", drain_grace_s=7))["Deployment"]["bert-pool-32"]
+    pod = pod["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["EMBTRT_DRAIN_FILE"].startswith("/tmp/") and {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    cmd = c["lifecycle"]["preStop"]["exec"]["command"]
+    assert cmd == pre_stop(7) and cmd[2].startswith("sleep 7;")
+    assert pod["terminationGracePeriodSeconds"] >= 7 + DRAIN_WAIT_S + TRITON_EXIT_S
+
+    flag = tmp_path / "drain"
+    os.environ["EMBTRT_DRAIN_FILE"] = str(flag)
+    try:
+        model = Drain(track=True)          # a Python model of the pod, one call running
+        assert model.begin()
+        t0 = time.monotonic()
+        threading.Timer(1.0, model.end).start()   # the call returns a second later
+        p = subprocess.run(pre_stop(0), env={**os.environ}, capture_output=True, text=True, timeout=DRAIN_WAIT_S + 10)
+        took = time.monotonic() - t0
+    finally:
+        del os.environ["EMBTRT_DRAIN_FILE"]
+    assert p.returncode == 0, p.stderr
+    assert flag.exists() and not model.begin()   # new calls refused from the flag on
+    assert 0.9 <= took < 5, took                 # it waited for the running call, and no longer

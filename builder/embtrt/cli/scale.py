@@ -74,6 +74,7 @@ def k8s(
     replicas: int = typer.Option(1, help="Minimum replicas per pool. Default 1."),
     max_replicas: int = typer.Option(8, help="HPA maximum per pool. Default 8."),
     target_queue_ms: float = typer.Option(50.0, help="HPA target: average Triton queue time per request, ms. Default 50."),
+    drain_grace: int = typer.Option(10, help="Seconds a terminating pool pod keeps serving (preStop) while endpoints and the gateway move to other replicas; then its Python models refuse new requests with UNAVAILABLE and the calls in flight finish before tritonserver stops. Default 10."),
     repo_pvc: Optional[str] = typer.Option(None, help="PersistentVolumeClaim holding the repository. Default <name>-repository."),
     namespace: Optional[str] = typer.Option(None, help="Namespace set in kustomization.yaml. Default: none."),
 ) -> None:
@@ -85,5 +86,5 @@ def k8s(
                    server_python=server_python, tls_secret=tls_secret, gateway_replicas=gateway_replicas,
                    engines_image=engines_image, gpus=gpus,
                    replicas=replicas, max_replicas=max_replicas, target_queue_ms=target_queue_ms,
-                   repo_pvc=repo_pvc, namespace=namespace)
+                   drain_grace_s=drain_grace, repo_pvc=repo_pvc, namespace=namespace)
     write(spec, log=say)

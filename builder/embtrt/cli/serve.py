@@ -27,7 +27,8 @@ def serve(
     backend_directory: Optional[Path] = typer.Option(None, help="--backend-directory for tritonserver. Default: prepared for the wheel's server."),
     probe_interval: float = typer.Option(5.0, help="Seconds between inference probes (readiness: a probe that fails while the server is busy never restarts it); 0 disables them. Liveness (the server process and every Python stub, no inference) is checked every second regardless. Default 5."),
     probe_timeout: float = typer.Option(10.0, help="Seconds an inference probe may take. Default 10."),
-    drain_timeout: float = typer.Option(10.0, help="On SIGTERM, seconds to wait for in-flight requests before tritonserver is told to stop. Default 10."),
+    drain_grace: float = typer.Option(5.0, help="On SIGTERM, seconds to keep serving as usual while balancers take the server out (its /ready is 503 from SIGTERM on); then new requests are refused with UNAVAILABLE, which clients retry on another replica. Ctrl-C (SIGINT) skips it. Default 5."),
+    drain_timeout: float = typer.Option(10.0, help="After the grace period, seconds to wait for in-flight requests to finish before tritonserver's own shutdown takes over; when they finish sooner, it is stopped at once. Default 10."),
     startup_timeout: float = typer.Option(300.0, help="Seconds to wait for every model to be ready. Default 300."),
     failures_to_recover: int = typer.Option(2, help="Consecutive failed probes of an idle server before tritonserver is restarted. Default 2."),
     python_env: Optional[Path] = typer.Option(None, help="Run the Python-backend stubs with this environment's python3 (a venv or prefix) and none of embtrt's packages, as a stock tritonserver image does. Default: embtrt's own environment."),
@@ -42,7 +43,8 @@ def serve(
                       backend_directory=backend_directory, startup_timeout_s=startup_timeout, python_env=python_env,
                       drain_s=drain_timeout)
     Supervisor(spec, probe_interval_s=probe_interval, failures_to_recover=failures_to_recover, log=say,
-               probe_timeout_s=probe_timeout, health_port=None if health_port < 0 else health_port).run()
+               probe_timeout_s=probe_timeout, health_port=None if health_port < 0 else health_port,
+               drain_grace_s=drain_grace).run()
 
 
 @app.command()

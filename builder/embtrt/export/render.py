@@ -21,6 +21,10 @@ from ..repository.bundle_record import DEPS_DIR, model_requires, python_tag
 from .spec import LONG_INPUT, BuildSpec
 
 MAX_TEXT_BYTES = 1 << 20  # texts above 1 MiB are rejected, never truncated silently by bytes
+# rows over this many tokens are "long" for the front door's reserve rule (embtrt_backend.long_rows:
+# at most instances - 1 front-door instances run them at once); its DEFAULT_TOKENS, rendered so that
+# an operator sees and can edit it in config.pbtxt
+LONG_ROW_TOKENS = 1024
 CALIBRATION_FILE = "embtrt_calibration.npy"  # the front door's calibration vectors (int8 / uint8 ranges)
 GPU_TARGETS = ("tensorrt",)
 
@@ -219,6 +223,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         ("pad_to_bucket", str(spec.pad_to_bucket).lower()),
         ("encoder_mode", spec.router_mode),
         ("run_overhead_tokens", str(spec.run_overhead_tokens)),
+        ("long_row_tokens", str(LONG_ROW_TOKENS)),
         ("dimensions", ",".join(map(str, spec.dimensions)) if spec.dimensions is not None else ""),
     ] + prompt_params
     front_files = {"1/tokenizer.json": tokenizer_json}

@@ -2,7 +2,9 @@
 
 Large lists are split into requests of at most `batch_size` texts. Only failures that are
 safe to retry (the server was unavailable or its queue was full) are retried, with
-exponential backoff; a bad request fails at once with the server's message.
+exponential backoff; a bad request fails at once with the server's message. Given several
+replicas (`url="host1:8001,host2:8001"` or a list), a retry goes to the next one, so a replica
+that is draining (it refuses with UNAVAILABLE) or gone costs one backoff, not a failed call.
 """
 
 from __future__ import annotations
@@ -18,6 +20,14 @@ from .wire import backoff, output_name, outputs, retryable, text_input
 
 # the wire's pieces under the names this module's callers import (tests/integration/test_request_options.py)
 _text_input, _output_name, _retryable, _backoff = text_input, output_name, retryable, backoff
+
+
+def replicas(url: str | list[str] | tuple[str, ...]) -> list[str]:
+    """The replica addresses of `url`: a list, or one string with commas between them."""
+    urls = [u.strip() for u in (url.split(",") if isinstance(url, str) else url) if u.strip()]
+    if not urls:
+        raise ClientError(f"no server address in url={url!r}", "give host:port, or several joined by commas")
+    return urls
 
 
 def request_options(prompt_name: str | None = None, input_type: str | None = None, dimensions: int | None = None,
@@ -60,19 +70,32 @@ class ModelIdentity:
 
 
 class EmbeddingClient:
-    def __init__(self, url: str = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *, batch_size: int | None = None,
-                 timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
+    def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *,
+                 batch_size: int | None = None, timeout_s: float = 60.0, retries: int = 4,
+                 backoff_s: float = 0.05) -> None:
         import tritonclient.grpc as grpcclient
 
-        self.url, self.model = url, model
+        self.urls, self.model = replicas(url), model
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._c = grpcclient.InferenceServerClient(url)
+        self._cs = [grpcclient.InferenceServerClient(u) for u in self.urls]
+        self._at = 0
         self._meta: ModelIdentity | None = None
         self._batch_size = batch_size
 
+    @property
+    def url(self) -> str:
+        return self.urls[self._at]
+
+    @property
+    def _c(self):
+        return self._cs[self._at]
+
+    def _next_replica(self) -> None:
+        self._at = (self._at + 1) % len(self._cs)
+
     def metadata(self) -> ModelIdentity:
         if self._meta is None:
-            cfg, params = model_config(self._c, self.model, self.url)
+            cfg, params = self._config()
             if params.get("embtrt.kind", "embedder") != "embedder":
                 raise ClientError(f"model {self.model!r} at {self.url} is a {params['embtrt.kind']}, not an embedder",
                                   "rank with RerankClient / `embtrt rerank` (docs/rerankers.md)")
@@ -80,6 +103,16 @@ class EmbeddingClient:
             dim = int(params["embtrt.dim"]) if params.get("embtrt.dim") else int(dims[-1])
             self._meta = ModelIdentity(self.model, dim, int(cfg.get("max_batch_size", 0)), params)
         return self._meta
+
+    def _config(self) -> tuple[dict, dict[str, str]]:
+        for k in range(len(self._cs)):   # a replica that cannot answer: the next one
+            try:
+                return model_config(self._c, self.model, self.url)
+            except ClientError as exc:
+                if k == len(self._cs) - 1 or not retryable(str(exc)):
+                    raise
+                self._next_replica()
+        raise AssertionError("unreachable")
 
     @property
     def batch_size(self) -> int:
@@ -91,7 +124,7 @@ class EmbeddingClient:
         return wire.with_retries(
             lambda: self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s,
                                   outputs=outputs(out), parameters=params or None).as_numpy(out),
-            self.retries, self.backoff_s, lambda exc: _failure(self.model, exc))
+            self.retries, self.backoff_s, lambda exc: _failure(self.model, exc), self._next_replica)
 
     def embed(self, texts: list[str], *, prompt_name: str | None = None, input_type: str | None = None,
               dimensions: int | None = None, truncate: str | None = None, embedding_type: str | None = None) -> np.ndarray:
@@ -110,7 +143,8 @@ class EmbeddingClient:
         return np.concatenate(parts)
 
     def close(self) -> None:
-        self._c.close()
+        for c in self._cs:
+            c.close()
 
     def __enter__(self) -> "EmbeddingClient":
         return self
@@ -122,13 +156,22 @@ class EmbeddingClient:
 class AsyncEmbeddingClient:
     """asyncio variant: requests of one embed() call run concurrently."""
 
-    def __init__(self, url: str = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *, batch_size: int = 32,
-                 timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
+    def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *,
+                 batch_size: int = 32, timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
         import tritonclient.grpc.aio as aioclient
 
-        self.url, self.model, self.batch_size = url, model, batch_size
+        self.urls, self.model, self.batch_size = replicas(url), model, batch_size
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._c = aioclient.InferenceServerClient(url)
+        self._cs = [aioclient.InferenceServerClient(u) for u in self.urls]
+        self._at = 0
+
+    @property
+    def url(self) -> str:
+        return self.urls[self._at]
+
+    @property
+    def _c(self):
+        return self._cs[self._at]
 
     async def identity(self) -> dict[str, str]:
         cfg = await self._c.get_model_config(self.model, as_json=True)
@@ -146,6 +189,7 @@ class AsyncEmbeddingClient:
                 return r.as_numpy(out)
             except Exception as exc:  # InferenceServerException; decide retry or fail
                 if attempt < self.retries and retryable(exc):
+                    self._at = (self._at + 1) % len(self._cs)   # the next replica
                     await asyncio.sleep(backoff(delay))
                     delay *= 2
                     continue
@@ -164,7 +208,8 @@ class AsyncEmbeddingClient:
         return np.concatenate(parts)
 
     async def close(self) -> None:
-        await self._c.close()
+        for c in self._cs:
+            await c.close()
 
     async def __aenter__(self) -> "AsyncEmbeddingClient":
         return self

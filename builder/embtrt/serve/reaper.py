@@ -12,6 +12,8 @@ Started in a session of its own (one process group: the reaper, tritonserver and
   are killed and the shared-memory regions they used are removed from /dev/shm (a killed
   tritonserver leaves both: orphaned stubs live on for minutes holding their memory). The stubs'
   regions are noted while they run, since a dead stub's command line is gone.
+- Orphaned (its parent killed), it also removes the parent's run folder (the drain marker's
+  `embtrt-run-*` folder named by EMBTRT_DRAIN_FILE), which the parent would have removed.
 - The reaper exits with tritonserver's exit code (128 + N for signal N), so its parent sees one
   process that stands for the server.
 Standard library only; run by file path, so it needs no installed package.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,6 +105,9 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             pass
     _clean(seen)
+    flag = os.environ.get("EMBTRT_DRAIN_FILE")
+    if flag and os.getppid() != parent and os.path.basename(os.path.dirname(flag)).startswith("embtrt-run-"):
+        shutil.rmtree(os.path.dirname(flag), ignore_errors=True)
     code = child.returncode
     return 128 - code if code < 0 else code
 

@@ -27,6 +27,7 @@ from typing import IO
 from ..errors import ServerError
 from ..repository.check import repositories_conflicts
 from ..repository.manifest import has_manifest
+from .drain import ENV as DRAIN_ENV, Drained, counters, drain as drain_requests, marker
 from .ports import free_port, group_pids, listening_pids, refuse_taken
 
 __all__ = ["ServerSpec", "TritonServer", "free_port", "find_tritonserver", "stub_environment"]
@@ -44,8 +45,8 @@ class ServerSpec:
     log_file: Path | None = None
     startup_timeout_s: float = 180.0
     exit_timeout_s: int = 30
-    # SIGTERM: wait at most this long for in-flight requests to finish before telling tritonserver to
-    # stop (it then refuses new requests, the BLS calls of front-door requests still running included)
+    # SIGTERM: after the grace period, new requests are refused (UNAVAILABLE) and in-flight ones get
+    # at most this long to finish before tritonserver is stopped (serve.drain)
     drain_s: float = 10.0
     # False: stop() kills tritonserver at once (SIGKILL; the reaper then removes its stubs and their
     # shared memory) instead of letting it unload model by model, a second or more per Python model.
@@ -178,6 +179,8 @@ class TritonServer:
         self.install = find_tritonserver(spec.tritonserver, spec.backend_directory, spec.python_env)
         self._log_fh: IO[bytes] | None = None
         self.log_path = spec.log_file
+        self._run_dir: Path | None = None   # the drain marker's folder (serve.drain), made by start()
+        self.drained: Drained | None = None
 
     @property
     def grpc_url(self) -> str:
@@ -229,10 +232,13 @@ class TritonServer:
         elif Path(self.log_path).is_file() and Path(self.log_path).stat().st_size > MAX_LOG_BYTES:
             Path(self.log_path).replace(Path(f"{self.log_path}.1"))
         self._log_fh = open(self.log_path, "ab")
+        if self._run_dir is None:
+            self._run_dir = Path(tempfile.mkdtemp(prefix="embtrt-run-"))
+        env = {**self.install.env, DRAIN_ENV: str(self.drain_flag)}
         # tritonserver under the reaper, in a session of its own: it dies with this process (even on
         # SIGKILL), and when it exits its stubs and their /dev/shm regions go with it
         self.proc = subprocess.Popen([sys.executable, str(REAPER), str(os.getpid()), "--", *self.command()],
-                                     stdout=self._log_fh, stderr=subprocess.STDOUT, env=self.install.env,
+                                     stdout=self._log_fh, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
         return self
 
@@ -296,49 +302,28 @@ class TritonServer:
         raise ServerError(f"tritonserver was not ready after {timeout_s or self.spec.startup_timeout_s:.0f} s:\n"
                           f"{self.log_tail()}", f"full log: {self.log_path}")
 
+    @property
+    def drain_flag(self) -> Path:
+        """The file whose existence makes the entry models refuse new requests (serve.drain)."""
+        assert self._run_dir is not None, "start() first"
+        return marker(self._run_dir)
+
     def activity(self) -> tuple[float, float] | None:
         """(pending requests, finished requests) summed over models, from the metrics endpoint."""
-        try:
-            with urllib.request.urlopen(self.metrics_url, timeout=2) as r:
-                text = r.read().decode()
-        except (urllib.error.URLError, OSError):
-            return None
-        pending = done = 0.0
-        for line in text.splitlines():
-            if line.startswith("nv_inference_pending_request_count{"):
-                pending += float(line.rsplit(" ", 1)[1])
-            elif line.startswith(("nv_inference_request_success{", "nv_inference_request_failure{")):
-                done += float(line.rsplit(" ", 1)[1])
-        return pending, done
+        c = counters(self.metrics_url)
+        return None if c is None else (c[0], c[1] + c[2])
 
-    def drain(self, timeout_s: float, quiet_s: float = 1.0, step_s: float = 0.2) -> bool:
-        """Wait until no request is pending and none finished for `quiet_s` (nothing in flight).
-
-        Triton's own SIGTERM handling refuses new requests at once, including the BLS calls a
-        front-door request in flight still has to make; so we drain before signalling it.
-        """
-        deadline = time.time() + timeout_s
-        last = self.activity()
-        quiet_since = time.time()
-        while time.time() < deadline:
-            time.sleep(step_s)
-            now = self.activity()
-            if now is None:
-                return False
-            if last is None or now[0] > 0 or now[1] != last[1]:
-                quiet_since = time.time()
-            elif time.time() - quiet_since >= quiet_s:
-                return True
-            last = now
-        return False
-
-    def stop(self, timeout_s: float | None = None, drain: bool = False) -> int | None:
-        """Optionally drain in-flight requests, then SIGTERM, then SIGKILL after the exit timeout."""
+    def stop(self, timeout_s: float | None = None, drain: bool = False, grace_s: float = 0.0) -> int | None:
+        """Stop tritonserver. drain: serve `grace_s` longer, refuse new requests and let the ones in
+        flight finish (serve.drain), then kill it; when they outlast spec.drain_s, or without drain on a
+        graceful_exit server, SIGTERM (tritonserver's own shutdown), SIGKILL after the exit timeout."""
         if self.proc is None:
             return None
+        kill = not self.spec.graceful_exit
         if drain and self.proc.poll() is None:
-            self.drain(self.spec.drain_s)
-        if not self.spec.graceful_exit and self.proc.poll() is None:
+            self.drained = drain_requests(self.drain_flag, grace_s, self.spec.drain_s)
+            kill = kill or self.drained.idle
+        if kill and self.proc.poll() is None:
             pid = self.server_pid()
             if pid is not None:
                 try:
@@ -366,6 +351,9 @@ class TritonServer:
         if self._log_fh:
             self._log_fh.close()
             self._log_fh = None
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
         return self.proc.returncode
 
     def __enter__(self) -> "TritonServer":

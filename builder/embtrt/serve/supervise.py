@@ -49,8 +49,10 @@ class Supervisor:
 
     def __init__(self, spec: ServerSpec, probe_interval_s: float = 5.0, failures_to_recover: int = 2,
                  log: Callable[[str], None] = print, liveness_s: float = 1.0, probe_timeout_s: float = 10.0,
-                 health_port: int | None = None) -> None:
+                 health_port: int | None = None, drain_grace_s: float = 5.0) -> None:
         self.spec = spec
+        self.drain_grace_s = drain_grace_s
+        self._grace = 0.0   # the grace of the signal that stops it: SIGTERM's drain_grace_s, none on Ctrl-C
         self.health = Health()
         self.health_port = health_port
         self.probe_timeout_s = probe_timeout_s
@@ -124,8 +126,10 @@ class Supervisor:
             self.health.update(True)
         return dead
 
-    def request_stop(self, *_: object) -> None:
+    def request_stop(self, signum: int = signal.SIGTERM, *_: object) -> None:
         self.health.draining()   # not ready before anything else: the balancer stops sending while we drain
+        if not self._stop.is_set():
+            self._grace = self.drain_grace_s if signum == signal.SIGTERM else 0.0
         self._stop.set()
 
     def run(self) -> None:
@@ -142,8 +146,15 @@ class Supervisor:
                 raise
         finally:
             if self.server is not None:
-                self.log("stopping: draining in-flight requests")
-                code = self.server.stop(drain=True)
+                self.log(f"stopping: serving {self._grace:g} s more while balancers update, then refusing new "
+                         "requests (UNAVAILABLE) until those in flight have finished")
+                code = self.server.stop(drain=True, grace_s=self._grace)
+                d = self.server.drained
+                if d is not None:
+                    self.log(f"drained: refused new requests for {d.refusing_s:.1f} s; "
+                             + ("nothing left in flight, tritonserver stopped at once" if d.idle else
+                                f"requests still in flight after {self.spec.drain_s:g} s "
+                                f"({d.busy_left} models still running a call): tritonserver's own shutdown finishes them"))
                 self.log(f"tritonserver exited with code {code}")
             self.health.close()
 

@@ -110,16 +110,20 @@ def backoff(delay: float) -> float:
     return min(MAX_BACKOFF_S, delay) * (0.5 + random.random())
 
 
-def with_retries(call: Callable[[], T], retries: int, backoff_s: float, fail: Callable[[Exception], Exception]) -> T:
+def with_retries(call: Callable[[], T], retries: int, backoff_s: float, fail: Callable[[Exception], Exception],
+                 on_retry: Callable[[], None] | None = None) -> T:
     """call(), retried up to `retries` times with exponential backoff where the failure is safe to
     retry (the server unavailable, its queue full); any other failure, or the last, is raised as
-    fail(exc) (the blocking clients' one retry loop; the asyncio ones await the same backoff)."""
+    fail(exc) (the blocking clients' one retry loop; the asyncio ones await the same backoff).
+    on_retry() runs before each retry (a client of several replicas moves to the next one)."""
     delay = backoff_s
     for attempt in range(retries + 1):
         try:
             return call()
         except Exception as exc:  # InferenceServerException; decide retry or fail
             if attempt < retries and retryable(exc):
+                if on_retry is not None:
+                    on_retry()
                 time.sleep(backoff(delay))
                 delay *= 2
                 continue

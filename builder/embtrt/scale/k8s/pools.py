@@ -23,6 +23,28 @@ WRITABLE_ENV = (("HOME", "/tmp"), ("HF_HOME", "/tmp/huggingface"), ("HF_HUB_OFFL
                 ("TRANSFORMERS_OFFLINE", "1"))
 
 
+# A terminating pod's drain (docs/reliability.md): preStop keeps serving for the grace while the
+# endpoints and the gateway move away, then touches DRAIN_FILE (the pool's Python models refuse new
+# requests with UNAVAILABLE from then on, never "unknown model"), then waits at most
+# DRAIN_WAIT_S for the calls they are running; only then does kubelet send tritonserver SIGTERM.
+DRAIN_ENV, DRAIN_FILE, DRAIN_WAIT_S = "EMBTRT_DRAIN_FILE", "/tmp/embtrt-drain", 30
+TRITON_EXIT_S = 30   # tritonserver's --exit-timeout-secs (its default), after SIGTERM
+
+
+def pre_stop(grace_s: int) -> list[str]:
+    """The preStop command: sleep the grace, raise the drain flag, wait until no Python model of
+    the pod lists a call in flight (their markers under DRAIN_FILE.busy) or DRAIN_WAIT_S passed."""
+    polls = DRAIN_WAIT_S * 10
+    return ["sh", "-c", f'sleep {grace_s}; touch "${DRAIN_ENV}"; sleep 0.2; i=0; '
+                        f'while [ "$i" -lt {polls} ] && [ -n "$(ls -A "${DRAIN_ENV}.busy" 2>/dev/null)" ]; '
+                        f'do sleep 0.1; i=$((i+1)); done']
+
+
+def termination_grace_s(grace_s: int) -> int:
+    """kubelet's bound on the whole stop: the preStop (grace, flag, wait) and tritonserver's exit."""
+    return grace_s + 1 + DRAIN_WAIT_S + TRITON_EXIT_S + 5
+
+
 def writable_env() -> list[dict]:
     """WRITABLE_ENV as a container's env entries (fresh dicts per container: YAML would alias shared ones)."""
     return [{"name": k, "value": v} for k, v in WRITABLE_ENV]
@@ -135,7 +157,8 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             "name": "tritonserver", **image_fields(spec.image),
             "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)),
             "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret, "key": "key"}}},
-                    *writable_env()],
+                    *writable_env(), {"name": DRAIN_ENV, "value": DRAIN_FILE}],
+            "lifecycle": {"preStop": {"exec": {"command": pre_stop(spec.drain_grace_s)}}},
             "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
                       {"name": "metrics", "containerPort": METRICS}],
             # plan builds happen in the init container; this covers model load and warm-up
@@ -156,7 +179,8 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
                      "template": {"metadata": {"labels": labels,
                                                "annotations": {"prometheus.io/scrape": "true",
                                                                "prometheus.io/port": str(METRICS)}},
-                                  "spec": pod_spec([container], volumes, init)}},
+                                  "spec": {**pod_spec([container], volumes, init),
+                                           "terminationGracePeriodSeconds": termination_grace_s(spec.drain_grace_s)}}},
         }
         svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": pool, "labels": labels},
                "spec": {"selector": {"app.kubernetes.io/name": pool},

@@ -63,6 +63,9 @@ class K8sSpec:
     # to the pools. Its certificate must name the gateway's and every pool's Service.
     tls_secret: str | None = None
     gateway_replicas: int = 2
+    # Seconds a terminating pool pod keeps serving before its Python models refuse new requests
+    # (UNAVAILABLE) while endpoints and the gateway's connections move to other replicas.
+    drain_grace_s: int = 10
 
     def __post_init__(self) -> None:
         for field_, ref in (("image", self.image), ("gateway_image", self.gateway_image),
@@ -73,7 +76,8 @@ class K8sSpec:
         if self.server_python is not None:
             parse_python(self.server_python)
         for field_, n, low in (("gpus", self.gpus, 0), ("replicas", self.replicas, 1),
-                               ("max_replicas", self.max_replicas, 1), ("gateway_replicas", self.gateway_replicas, 1)):
+                               ("max_replicas", self.max_replicas, 1), ("gateway_replicas", self.gateway_replicas, 1),
+                               ("drain_grace_s", self.drain_grace_s, 0)):
             if n < low:
                 raise SpecError(f"invalid {field_}: {n}", f"at least {low}")
         if self.tls_secret is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.tls_secret):

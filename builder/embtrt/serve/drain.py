@@ -1,0 +1,99 @@
+"""Stopping a serving tritonserver without failing a client that sends meanwhile.
+
+Left to itself, tritonserver 2.51 on SIGTERM stops its schedulers and unloads every model while its
+gRPC endpoint still answers: requests sent meanwhile get NOT_FOUND ("Request for unknown model"),
+which clients do not retry, then the connection is refused; and the BLS calls of front-door requests
+still running are refused as well. `embtrt serve` stops it in three steps instead:
+
+1. grace: served as usual for `grace_s` (balancers see /ready 503 and update their endpoints);
+2. refuse: the marker file (EMBTRT_DRAIN_FILE, embtrt_backend.drain) makes the entry models answer
+   every new request UNAVAILABLE, which clients retry on another replica, while the calls in flight
+   finish: a model running one lists itself under `<marker>.busy/`. A request still queued (not
+   started) when refusing begins is refused too: nothing was computed for it, and it is retried;
+3. stop: once nothing is in flight (no model has listed a running call for `quiet_s`),
+   tritonserver is killed at once: its models hold no state, and a closed port is
+   UNAVAILABLE too. When `timeout_s` passes first, tritonserver's own shutdown finishes what is left.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from embtrt_backend.drain import ENV, POLL_S, busy_dir  # noqa: F401 (ENV: the variable the stubs read)
+
+
+@dataclass
+class Drained:
+    """How a drain went: whether nothing was left in flight, and how long each step took."""
+    idle: bool
+    grace_s: float
+    refusing_s: float
+    busy_left: int
+
+
+def marker(run_dir: Path) -> Path:
+    return Path(run_dir) / "draining"
+
+
+def busy(flag: Path) -> int:
+    """How many front-door stubs are still running a call that began before the marker."""
+    try:
+        return len(os.listdir(busy_dir(str(flag))))
+    except FileNotFoundError:
+        return 0
+
+
+def counters(metrics_url: str) -> tuple[float, float, float] | None:
+    """(queued requests, successful requests, failed requests) summed over models; None when the
+    metrics endpoint does not answer."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=2) as r:
+            text = r.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    pending = ok = failed = 0.0
+    for line in text.splitlines():
+        if line.startswith("nv_inference_pending_request_count{"):
+            pending += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("nv_inference_request_success{"):
+            ok += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("nv_inference_request_failure{"):
+            failed += float(line.rsplit(" ", 1)[1])
+    return pending, ok, failed
+
+
+def wait_idle(flag: Path, timeout_s: float, quiet_s: float = 0.5, step_s: float = 0.02) -> bool:
+    """Until no model has listed a running call for `quiet_s` (the gap between an ensemble's steps is
+    shorter); False when `timeout_s` passes first. Triton's metrics cannot say it: they count queued
+    requests, not running ones, and a refusal counts as a success."""
+    deadline = time.monotonic() + timeout_s
+    quiet_since: float | None = None   # when nothing running was first seen
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if busy(flag):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= quiet_s:
+            return True
+        time.sleep(step_s)
+    return False
+
+
+def drain(flag: Path, grace_s: float, timeout_s: float, quiet_s: float = 0.5, sleep=time.sleep) -> Drained:
+    """Steps 1 and 2 of the module's doc: serve for `grace_s`, then refuse new requests and wait (at
+    most `timeout_s`) until the ones in flight have finished. The caller then stops tritonserver."""
+    t0 = time.monotonic()
+    if grace_s > 0:
+        sleep(grace_s)
+    t1 = time.monotonic()
+    flag.parent.mkdir(parents=True, exist_ok=True)
+    flag.touch()
+    sleep(3 * POLL_S)   # the front doors' watchers list the calls they are running
+    idle = wait_idle(flag, timeout_s, quiet_s)
+    return Drained(idle, t1 - t0, time.monotonic() - t1, busy(flag))

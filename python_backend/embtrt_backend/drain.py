@@ -1,0 +1,104 @@
+"""Draining a server without a single "unknown model": the models clients call first refuse new
+requests with UNAVAILABLE once a marker file exists, and say which of their calls are still running.
+
+Triton 2.51's own SIGTERM handling stops the schedulers, then unloads every model while its gRPC
+endpoint still answers: a client that sends meanwhile gets NOT_FOUND ("Request for unknown model"),
+which clients do not retry, and the BLS calls of a front-door request in flight are refused as well.
+So whoever stops the server (`embtrt serve`, a pod's preStop hook) creates the file named by
+EMBTRT_DRAIN_FILE first:
+
+- every entry model (the front doors, the bucket ensembles' tokenizers) answers each new request
+  UNAVAILABLE "draining", which EmbeddingClient, the gateway and gRPC clients retry elsewhere;
+- an entry model whose execute() was running when the file appeared, and the ensembles' poolers
+  (the last step of a request in flight) while they run, write `<file>.busy/<pid>` until the call
+  returns, so the stopper knows when nothing is left in flight (Triton's metrics count queued
+  requests, not running ones, and a refusal counts as a success) and can stop tritonserver
+  without unloading anything.
+
+The check is one stat() per execute() call and a 50 ms poll in one daemon thread per model instance.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+ENV = "EMBTRT_DRAIN_FILE"
+MESSAGE = "the server is draining (shutting down): retry the request on another replica"
+POLL_S = 0.05
+
+
+def refusals(pb_utils, n: int) -> list:
+    """The responses of an entry model's call refused while draining: UNAVAILABLE, in MESSAGE's words."""
+    return [pb_utils.InferenceResponse(error=pb_utils.TritonError(MESSAGE, pb_utils.TritonError.UNAVAILABLE))
+            for _ in range(n)]
+
+
+def busy_dir(flag: str) -> str:
+    return flag + ".busy"
+
+
+class Drain:
+    """The marker file's state for one model instance. `path` None (EMBTRT_DRAIN_FILE unset): never draining."""
+
+    def __init__(self, path: str | None = None, track: bool = False) -> None:
+        self.path = path if path is not None else (os.environ.get(ENV) or None)
+        self._busy = 0
+        self._marked: str | None = None
+        self._lock = threading.Lock()
+        if track and self.path is not None:
+            threading.Thread(target=self._watch, name="embtrt-drain", daemon=True).start()
+
+    def draining(self) -> bool:
+        return self.path is not None and os.path.exists(self.path)
+
+    def begin(self) -> bool:
+        """At the start of an entry model's execute() call: False when draining (refuse the call's
+        requests). Busy is set before the marker is looked at, so a call the watcher sees idle has not
+        begun."""
+        with self._lock:
+            self._busy += 1
+        if self.draining():
+            with self._lock:
+                self._busy -= 1
+            return False
+        return True
+
+    def enter(self) -> None:
+        """At the start of a call that is never refused (an ensemble's last step: its request is in
+        flight): busy, and listed at once when the marker is already there."""
+        with self._lock:
+            self._busy += 1
+            if self._marked is None and self.draining():
+                self._mark()
+
+    def end(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            if self._busy == 0 and self._marked is not None:
+                _remove(self._marked)
+                self._marked = None
+
+    def _mark(self) -> None:
+        d = busy_dir(self.path)
+        os.makedirs(d, exist_ok=True)
+        self._marked = os.path.join(d, str(os.getpid()))
+        with open(self._marked, "w"):
+            pass
+
+    def _watch(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(POLL_S):
+            if not self.draining():
+                continue
+            with self._lock:
+                if self._busy > 0 and self._marked is None:
+                    self._mark()
+            return  # draining is for good: a later call is refused, or lists itself (enter)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,136 @@
+"""The drain marker (embtrt_backend.drain) and the stopper's side of it (embtrt.serve.drain), without Triton."""
+
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from embtrt.serve import drain as serve_drain
+from embtrt_backend import drain as backend_drain
+from embtrt_backend.drain import POLL_S, Drain, busy_dir
+
+
+def _wait(cond, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+def test_both_sides_read_one_variable():
+    assert serve_drain.ENV == backend_drain.ENV == "EMBTRT_DRAIN_FILE"
+
+
+def test_without_a_marker_path_nothing_is_ever_refused(monkeypatch):
+    monkeypatch.delenv("EMBTRT_DRAIN_FILE", raising=False)
+    d = Drain(track=True)
+    assert d.path is None and not d.draining() and d.begin()
+    d.end()
+
+
+def test_new_calls_are_refused_once_the_marker_exists(tmp_path, monkeypatch):
+    flag = tmp_path / "draining"
+    monkeypatch.setenv("EMBTRT_DRAIN_FILE", str(flag))
+    d = Drain()
+    assert d.path == str(flag) and d.begin()
+    d.end()
+    flag.touch()
+    assert d.draining() and not d.begin()
+    assert d._busy == 0   # a refused call is not work in flight
+
+
+def test_a_call_running_when_the_marker_appears_is_listed_until_it_returns(tmp_path):
+    flag = tmp_path / "draining"
+    d = Drain(str(flag), track=True)
+    assert d.begin()   # a call in flight
+    flag.touch()
+    mine = os.path.join(busy_dir(str(flag)), str(os.getpid()))
+    assert _wait(lambda: os.path.exists(mine)), "the watcher did not list the running call"
+    assert serve_drain.busy(flag) == 1
+    d.end()
+    assert not os.path.exists(mine) and serve_drain.busy(flag) == 0
+
+
+def test_an_idle_instance_lists_nothing(tmp_path):
+    flag = tmp_path / "draining"
+    d = Drain(str(flag), track=True)
+    flag.touch()
+    time.sleep(4 * POLL_S)
+    assert serve_drain.busy(flag) == 0 and not d.begin()
+
+
+class _Metrics:
+    """A metrics endpoint whose counters the test moves: pending, successes, failures."""
+
+    def __init__(self):
+        self.values = {"pending": 0, "ok": 0, "failed": 0}
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                v = outer.values
+                body = (f'nv_inference_pending_request_count{{model="m",version="1"}} {v["pending"]}\n'
+                        f'nv_inference_request_success{{model="m",version="1"}} {v["ok"]}\n'
+                        f'nv_inference_request_failure{{model="m",version="1"}} {v["failed"]}\n').encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_counters_sum_queued_successes_and_failures():
+    m = _Metrics()
+    try:
+        m.values.update(pending=2, ok=7, failed=3)
+        assert serve_drain.counters(m.url) == (2.0, 7.0, 3.0)
+    finally:
+        m.close()
+    assert serve_drain.counters(m.url) is None   # nobody answers
+
+
+def test_a_listed_call_holds_the_drain_until_it_returns_then_the_quiet_period_ends_it(tmp_path):
+    flag = tmp_path / "draining"
+    flag.touch()
+    os.makedirs(busy_dir(str(flag)))
+    marker = os.path.join(busy_dir(str(flag)), "123")
+    open(marker, "w").close()
+    t0 = time.monotonic()
+    threading.Timer(0.8, os.unlink, (marker,)).start()
+    assert serve_drain.wait_idle(flag, timeout_s=5, quiet_s=0.3)
+    waited = time.monotonic() - t0
+    assert 0.8 + 0.3 <= waited < 3, waited
+    open(marker, "w").close()   # a call that never returns: the drain gives up at its timeout
+    assert not serve_drain.wait_idle(flag, timeout_s=0.6, quiet_s=0.2)
+
+
+def test_a_pooler_step_starting_while_draining_lists_itself_at_once(tmp_path):
+    flag = tmp_path / "draining"
+    d = Drain(str(flag), track=True)
+    flag.touch()
+    time.sleep(3 * POLL_S)   # the watcher has seen the marker with nothing running, and stopped
+    d.enter()
+    assert serve_drain.busy(flag) == 1
+    d.end()
+    assert serve_drain.busy(flag) == 0
+
+
+def test_drain_serves_the_grace_period_then_writes_the_marker(tmp_path):
+    flag = tmp_path / "run" / "draining"
+    slept = []
+    d = serve_drain.drain(flag, grace_s=7.0, timeout_s=2, quiet_s=0.2,
+                          sleep=lambda s: (slept.append(s), time.sleep(min(s, 0.2))))
+    assert slept[0] == 7.0 and flag.exists()
+    assert d.idle and d.busy_left == 0
