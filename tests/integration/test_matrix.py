@@ -81,6 +81,8 @@ def test_a_long_text_under_concurrency_64_load_gives_its_unloaded_vector(repo16k
         load = c["extra"]["load"]
         assert load["ok"] == load["sent"] > 64 and load["errors"] == 0  # the load really ran, and all of it answered
         assert load["cos_min"] >= COSINE_MIN
+        assert 0 < load["p50_ms"] <= load["p99_ms"] <= load["max_ms"] and c["extra"]["passed"], load
+    assert doc["preempt_passed"]
 
 
 def test_band_texts_are_real_text_of_the_band_and_errors_are_classified(repo16k):

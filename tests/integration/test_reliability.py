@@ -234,8 +234,8 @@ def _ready(port: int) -> tuple[int, dict]:
 
 def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, minilm_path, corpus):
     """A killed stub is recovered (readiness 503 meanwhile is allowed, 200 after); SIGTERM with
-    requests in flight: /ready answers 503 while the drain still runs, every request completes,
-    exit 0."""
+    requests in flight: /ready answers 503 while the drain still runs, every request is answered
+    right or (still queued after the grace) refused as draining, exit 0."""
     ports = [free_port() for _ in range(4)]
     url = f"127.0.0.1:{ports[0]}"
     proc = subprocess.Popen([sys.executable, "-u", "-m", "embtrt.cli", "serve", str(minilm_repo), "--grpc-port",
@@ -282,9 +282,14 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
         (code, body), running = while_draining[0]
         assert running is None and code == 503 and body["reason"].startswith("draining"), while_draining
         assert len(results) == 40
-        assert all(isinstance(r, np.ndarray) and r.shape == (8, 384) for r in results), \
-            [str(r)[:200] for r in results if not isinstance(r, np.ndarray)]
-        assert_rows_equal(st_embed(minilm_path, corpus)[:320], np.concatenate(results),   # the corpus' cached reference
+        # served during the grace (5 s) or, still queued after it, refused in the drain's words (retried
+        # elsewhere; tests/integration/test_serve_drain.py): never cut off, never another error
+        served = [k for k, r in enumerate(results) if isinstance(r, np.ndarray)]
+        assert all(isinstance(r, np.ndarray) and r.shape == (8, 384) or "the server is draining" in str(r)
+                   for r in results), [str(r)[:200] for r in results if not isinstance(r, np.ndarray)]
+        assert served, "none served: the grace did not serve what was in flight"
+        ref = st_embed(minilm_path, corpus)[:320].reshape(40, 8, -1)   # the corpus' cached reference
+        assert_rows_equal(ref[served].reshape(-1, ref.shape[-1]), np.concatenate([results[k] for k in served]),
                           what="drained on SIGTERM")
     finally:
         if proc.poll() is None:

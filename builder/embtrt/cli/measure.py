@@ -203,7 +203,8 @@ def matrix(
 ) -> None:
     """The stress matrix of one repository: per token budget, every length band x concurrency cell on real
     texts of that band (memory, errors by kind, the cosine of every vector against the text embedded alone),
-    plus a preemption cell and a mixed-traffic cell."""
+    plus a preemption cell (exit 1 when a short request beside the long text failed or a vector was off)
+    and a mixed-traffic cell."""
     from ..measure.matrix import MatrixSpec, markdown, run_matrix
     from ..repository.manifest import read_manifest
 
@@ -214,6 +215,10 @@ def matrix(
                       pools=pools or pool_server is not None, pool_url=pool_server)
     doc = run_matrix(spec, log=lambda m: err.print(m, markup=False))
     sys.stdout.write(json.dumps(doc, indent=2) + "\n" if as_json else markdown(doc))
+    if not doc.get("preempt_passed", True):
+        err.print("the preemption cell failed: a short request failed beside the long text, or a vector was off "
+                  "(its row in the table says which)", markup=False)
+        raise typer.Exit(1)
 
 
 @app.command()

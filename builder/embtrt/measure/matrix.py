@@ -294,8 +294,16 @@ class Matrix:
             short = _fill(Cell(budget, "load", f"<={min(self.bands)}", spec.preempt_concurrency), load, load_secs)
             cell.peak_rss_mib, cell.gpu_peak_mib = mem.mib().get("server"), gpu.mib()
             cell.extra = {"long_tokens": long_tokens[0], "load": {k: getattr(short, k) for k in
-                          ("sent", "ok", "errors", "error_kinds", "req_per_s", "p95_ms", "cos_min")}}
+                          ("sent", "ok", "errors", "error_kinds", "req_per_s", "p50_ms", "p95_ms", "p99_ms", "cos_min")}}
+            cell.extra["load"]["max_ms"] = round(max(load.lat) * 1e3, 2) if load.lat else float("nan")
+            # the cell's promise (#54): every short request answered and right, every long vector within
+            # COSINE_MIN of the text embedded alone
+            cell.extra["passed"] = (short.errors == 0 and short.ok > 0 and cell.errors == 0 and cell.ok > 0
+                                    and (cell.cos_min or 0.0) >= COSINE_MIN and (short.cos_min or 0.0) >= COSINE_MIN)
             self._add(cell)
+            if not cell.extra["passed"]:
+                self.log(f"preemption cell FAILED ({model}): short {short.ok}/{short.sent} ok "
+                         f"{short.error_kinds or ''}, long {cell.ok}/{cell.sent} ok, long cos min {cell.cos_min}")
 
     def _mixed(self, url, pids, budget, short_band, short_ref, long_band, long_ref) -> None:
         """The shortest band's latency alone, then with long requests running beside it (2 streams, until
@@ -349,6 +357,7 @@ class Matrix:
                 "preempt_concurrency": self.spec.preempt_concurrency,
                 "machine": machine(), "python": platform.python_version(),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "preempt_passed": all(c.extra.get("passed", True) for c in self.cells if c.kind == "preempt"),
                 "cells": [asdict(c) for c in self.cells]}
 
 

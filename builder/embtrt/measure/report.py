@@ -138,8 +138,10 @@ def matrix_markdown(doc: dict) -> str:
             notes = ""
             if c["kind"] == "preempt":
                 ld = c["extra"]["load"]
-                notes = (f"{c['extra']['long_tokens']}-token text under short load: load {ld['ok']}/{ld['sent']} ok, "
-                         f"{ld['req_per_s']:.0f} req/s")
+                notes = (f"{'passed' if c['extra'].get('passed', True) else 'FAILED'}: {c['extra']['long_tokens']}-token "
+                         f"text under short load: load {ld['ok']}/{ld['sent']} ok, {ld['req_per_s']:.0f} req/s, "
+                         f"p50 {ld.get('p50_ms', float('nan')):.1f} ms, p99 {ld.get('p99_ms', float('nan')):.1f} ms, "
+                         f"max {ld.get('max_ms', float('nan')):.0f} ms")
             elif c["kind"] == "pools":
                 lg = c["extra"]["long"]
                 notes = f"long beside it: {lg['ok']} ok, {lg['req_per_s']:.1f} req/s, p95 {lg['p95_ms']:.0f} ms"
