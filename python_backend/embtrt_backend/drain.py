@@ -64,6 +64,16 @@ class Drain:
             return False
         return True
 
+    def guard(self, pb_utils, requests, run):
+        """An entry model's execute(): run(requests) while listed as running, or every request refused
+        while draining (retried elsewhere)."""
+        if not self.begin():
+            return refusals(pb_utils, len(requests))
+        try:
+            return run(requests)
+        finally:
+            self.end()
+
     def enter(self) -> None:
         """At the start of a call that is never refused (an ensemble's last step: its request is in
         flight): busy, and listed at once when the marker is already there."""

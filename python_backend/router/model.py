@@ -23,7 +23,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
-from embtrt_backend.drain import Drain, refusals  # noqa: E402
+from embtrt_backend.drain import Drain  # noqa: E402
 from embtrt_backend.long_rows import DEFAULT_TOKENS, LongLane, LongRowGate, LongRowsBusy  # noqa: E402
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.core import Request, RequestCore  # noqa: E402
@@ -66,14 +66,8 @@ class TritonPythonModel:
             self.lane = LongLane(gate, self._answer, _send, self.drain, tokens=tokens)
 
     def execute(self, requests):
-        if not self.drain.begin():   # draining (embtrt_backend.drain): refused, retried elsewhere
-            return refusals(pb_utils, len(requests))
-        try:
-            if self.lane is None:
-                return self._execute(requests)
-            return self._split(requests)
-        finally:
-            self.drain.end()
+        # refused while draining (embtrt_backend.drain); long requests to the lane where there is one
+        return self.drain.guard(pb_utils, requests, self._execute if self.lane is None else self._split)
 
     def _split(self, requests):
         """Long requests to the lane, the rest answered here; every answer through the request's

@@ -21,7 +21,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
-from embtrt_backend.drain import Drain, refusals  # noqa: E402
+from embtrt_backend.drain import Drain  # noqa: E402
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.core import Request, RequestCore  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
@@ -53,12 +53,7 @@ class TritonPythonModel:
                                       np.load(os.path.join(here, "embtrt_query_weights.npy")), int(p["query_max_length"]))
 
     def execute(self, requests):
-        if not self.drain.begin():   # draining (embtrt_backend.drain): refused, retried elsewhere
-            return refusals(pb_utils, len(requests))
-        try:
-            return self._execute(requests)
-        finally:
-            self.drain.end()
+        return self.drain.guard(pb_utils, requests, self._execute)   # refused while draining (embtrt_backend.drain)
 
     def _execute(self, requests):
         responses = [None] * len(requests)

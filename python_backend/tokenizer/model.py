@@ -13,7 +13,7 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
-from embtrt_backend.drain import Drain, refusals  # noqa: E402
+from embtrt_backend.drain import Drain  # noqa: E402
 from embtrt_backend.options import OPTION_NAMES, ModelOptions, parse_request_parameters  # noqa: E402
 from embtrt_backend.pooling import exclude_prefix  # noqa: E402
 from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
@@ -40,12 +40,7 @@ class TritonPythonModel:
         self.front_door = p.get("front_door", "the front-door model")
 
     def execute(self, requests):
-        if not self.drain.begin():   # draining (embtrt_backend.drain): refused, retried elsewhere
-            return refusals(pb_utils, len(requests))
-        try:
-            return self._execute(requests)
-        finally:
-            self.drain.end()
+        return self.drain.guard(pb_utils, requests, self._execute)   # refused while draining (embtrt_backend.drain)
 
     def _execute(self, requests):
         responses = []

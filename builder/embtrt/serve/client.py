@@ -30,6 +30,26 @@ def replicas(url: str | list[str] | tuple[str, ...]) -> list[str]:
     return urls
 
 
+class _Replicas:
+    """The replica clients of `urls`, one current: a retry moves to the next (both clients' rotation)."""
+
+    def _connect(self, url, make) -> None:
+        self.urls = replicas(url)
+        self._cs = [make(u) for u in self.urls]
+        self._at = 0
+
+    @property
+    def url(self) -> str:
+        return self.urls[self._at]
+
+    @property
+    def _c(self):
+        return self._cs[self._at]
+
+    def _next_replica(self) -> None:
+        self._at = (self._at + 1) % len(self._cs)
+
+
 def request_options(prompt_name: str | None = None, input_type: str | None = None, dimensions: int | None = None,
                     truncate: str | None = None, embedding_type: str | None = None) -> dict:
     """The Triton request parameters of the front door's per-request options (None: not sent)."""
@@ -69,29 +89,17 @@ class ModelIdentity:
         return {k: v for k, v in self.parameters.items() if k.startswith("embtrt.")}
 
 
-class EmbeddingClient:
+class EmbeddingClient(_Replicas):
     def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *,
                  batch_size: int | None = None, timeout_s: float = 60.0, retries: int = 4,
                  backoff_s: float = 0.05) -> None:
         import tritonclient.grpc as grpcclient
 
-        self.urls, self.model = replicas(url), model
+        self.model = model
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._cs = [grpcclient.InferenceServerClient(u) for u in self.urls]
-        self._at = 0
+        self._connect(url, grpcclient.InferenceServerClient)
         self._meta: ModelIdentity | None = None
         self._batch_size = batch_size
-
-    @property
-    def url(self) -> str:
-        return self.urls[self._at]
-
-    @property
-    def _c(self):
-        return self._cs[self._at]
-
-    def _next_replica(self) -> None:
-        self._at = (self._at + 1) % len(self._cs)
 
     def metadata(self) -> ModelIdentity:
         if self._meta is None:
@@ -153,25 +161,16 @@ class EmbeddingClient:
         self.close()
 
 
-class AsyncEmbeddingClient:
+class AsyncEmbeddingClient(_Replicas):
     """asyncio variant: requests of one embed() call run concurrently."""
 
     def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *,
                  batch_size: int = 32, timeout_s: float = 60.0, retries: int = 4, backoff_s: float = 0.05) -> None:
         import tritonclient.grpc.aio as aioclient
 
-        self.urls, self.model, self.batch_size = replicas(url), model, batch_size
+        self.model, self.batch_size = model, batch_size
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._cs = [aioclient.InferenceServerClient(u) for u in self.urls]
-        self._at = 0
-
-    @property
-    def url(self) -> str:
-        return self.urls[self._at]
-
-    @property
-    def _c(self):
-        return self._cs[self._at]
+        self._connect(url, aioclient.InferenceServerClient)
 
     async def identity(self) -> dict[str, str]:
         cfg = await self._c.get_model_config(self.model, as_json=True)
@@ -189,7 +188,7 @@ class AsyncEmbeddingClient:
                 return r.as_numpy(out)
             except Exception as exc:  # InferenceServerException; decide retry or fail
                 if attempt < self.retries and retryable(exc):
-                    self._at = (self._at + 1) % len(self._cs)   # the next replica
+                    self._next_replica()
                     await asyncio.sleep(backoff(delay))
                     delay *= 2
                     continue
