@@ -51,6 +51,7 @@ class LongRowGate:
         os.makedirs(folder, exist_ok=True)
 
     def _open(self, k: int) -> int:
+        os.makedirs(self.folder, exist_ok=True)   # a sibling instance that unloaded first removed it
         return os.open(os.path.join(self.folder, f"slot-{k}"), os.O_RDWR | os.O_CREAT, 0o600)
 
     def take(self, wait: bool = False) -> bool:
@@ -78,6 +79,28 @@ class LongRowGate:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+    def remove(self) -> None:
+        """At unload: the slot files no instance holds, then the folder once it is empty, so a plain
+        tritonserver leaves nothing in the temporary folder."""
+        self.release()
+        for k in range(self.slots):
+            path = os.path.join(self.folder, f"slot-{k}")
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.unlink(path)
+            except BlockingIOError:
+                pass   # another instance's lane holds it: that instance removes it
+            finally:
+                os.close(fd)
+        try:
+            os.rmdir(self.folder)
+        except OSError:
+            pass
 
 
 class LongLane:

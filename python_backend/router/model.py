@@ -65,6 +65,10 @@ class TritonPythonModel:
             gate = LongRowGate(args["model_name"], _instances(json.loads(args["model_config"])))
             self.lane = LongLane(gate, self._answer, _send, self.drain, tokens=tokens)
 
+    def finalize(self):
+        if self.lane is not None:
+            self.lane.gate.remove()
+
     def execute(self, requests):
         # refused while draining (embtrt_backend.drain); long requests to the lane where there is one
         return self.drain.guard(pb_utils, requests, self._execute if self.lane is None else self._split)

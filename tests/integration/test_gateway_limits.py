@@ -133,7 +133,7 @@ def test_a_large_request_does_not_hold_up_small_ones(minilm_repo, minilm_server,
                  "--request-timeout", "600") as u:
         done: dict[str, float] = {}
         errors: list[BaseException] = []
-        t = _big(u, 512, corpus, done, "big", errors)   # 16 front-door calls of 32 texts of 256 tokens
+        t = _big(u, 192, corpus, done, "big", errors)   # 6 front-door calls of 32 texts of 256 tokens
         _until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the big request admitted")
         small = []
         for i in range(5):
@@ -150,7 +150,7 @@ def test_over_the_concurrency_cap_is_429_with_retry_after(minilm_repo, minilm_se
                  "--max-concurrent-requests", "2", "--request-timeout", "600") as u:
         done: dict[str, float] = {}
         errors: list[BaseException] = []
-        threads = [_big(u, 96, corpus, done, f"big{i}", errors) for i in range(2)]
+        threads = [_big(u, 48, corpus, done, f"big{i}", errors) for i in range(2)]
         _until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 2 or errors, 60, "both large requests in")
         r = httpx.post(u + "/v1/embeddings", json={"model": NAME, "input": "one too many"}, timeout=60)
         in_flight = _metric(u, "embtrt_gateway_requests_in_flight")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import _sparse_corpus
 from embtrt.common.files import sha256_file
 from embtrt.export import build
 from embtrt.export.spec import spec_from_options
@@ -87,8 +88,10 @@ def test_int8_ships_only_behind_the_kinds_reduced_precision_gate(kind, cross_enc
 
     folder = cross_encoders["bert-ce"] if kind == "reranker" else splade[0]
     out = tmp_path / "int8"
+    # the sparse gate on the texts the splade fixture's build gated (their reference is cached)
+    corpus = _sparse_corpus(tmp_path) if kind == "sparse" else None
     try:
-        build(spec_from_options(folder, out, name="k_int8", precision="int8"), log=lambda m: None)
+        build(spec_from_options(folder, out, name="k_int8", precision="int8"), corpus=corpus, log=lambda m: None)
     except ParityError as exc:
         assert f"python-ort/int8 {'reranker' if kind == 'reranker' else 'sparse encoder'} fails the gate" in exc.message
         assert "int8 changes the" in exc.hint and "--precision fp32" in exc.hint

@@ -73,7 +73,8 @@ class Serve:
         self.grpc, self.http, self.metrics = free_port(), free_port(), free_port()
         self.log = tmp / f"serve-{self.grpc}.log"
         self.proc = subprocess.Popen([EMBTRT, "serve", str(repo), "--grpc-port", str(self.grpc), "--http-port",
-                                      str(self.http), "--metrics-port", str(self.metrics), "--health-port", "0", *args],
+                                      str(self.http), "--metrics-port", str(self.metrics), "--health-port", "0",
+                                      "--log-file", str(tmp / f"tritonserver-{self.grpc}.log"), *args],
                                      stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def text(self) -> str:
@@ -243,8 +244,7 @@ def test_a_busy_server_whose_probe_times_out_is_not_restarted(serve, corpus):
 
     def run() -> None:
         try:
-            for _ in range(2):   # 2 x 32 x 256 tokens per thread: some 20 probe deadlines on 2 cores
-                big()
+            big()   # 32 x 256 tokens per thread: some 10 probe deadlines on 2 cores
         except BaseException as exc:  # collected, not swallowed
             errors.append(exc)
 
@@ -254,7 +254,7 @@ def test_a_busy_server_whose_probe_times_out_is_not_restarted(serve, corpus):
     for t in threads:
         t.join(timeout=600)
     assert not any(t.is_alive() for t in threads) and not errors, errors
-    assert len(done) == 6 and all(np.isfinite(d).all() for d in done)
+    assert len(done) == 3 and all(np.isfinite(d).all() for d in done)
     log = s.text()
     assert "while the server is busy" in log, log
     assert "recovering" not in log, log

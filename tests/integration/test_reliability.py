@@ -232,7 +232,7 @@ def _ready(port: int) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, minilm_path, corpus):
+def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, minilm_path, corpus, tmp_path):
     """A killed stub is recovered (readiness 503 meanwhile is allowed, 200 after); SIGTERM with
     requests in flight: /ready answers 503 while the drain still runs, every request is answered
     right or (still queued after the grace) refused as draining, exit 0."""
@@ -240,11 +240,13 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
     url = f"127.0.0.1:{ports[0]}"
     proc = subprocess.Popen([sys.executable, "-u", "-m", "embtrt.cli", "serve", str(minilm_repo), "--grpc-port",
                              str(ports[0]), "--http-port", str(ports[1]), "--metrics-port", str(ports[2]),
-                             "--health-port", str(ports[3]), "--probe-interval", "1"],
+                             "--health-port", str(ports[3]), "--probe-interval", "1", "--drain-grace", "1",
+                             "--log-file", str(tmp_path / "tritonserver.log")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out = "".join(_wait_line(proc, "Ctrl-C", 180))
         assert f"gRPC    {url}" in out and f"health  http://127.0.0.1:{ports[3]}/ready" in out
+        assert f"log     {tmp_path / 'tritonserver.log'}" in out
         assert _ready(ports[3]) == (200, {"ready": True})
         with EmbeddingClient(url, MODEL) as c:
             before = c.embed(corpus[:40])
@@ -259,6 +261,8 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
             after = c.embed(corpus[:40])
         assert _ready(ports[3])[0] == 200
         np.testing.assert_allclose(after, before, atol=1e-6)  # a restarted server serves identical vectors
+        # --log-file: the restarted tritonserver appends to the same log
+        assert (tmp_path / "tritonserver.log").read_text().count(f"Started GRPCInferenceService at {url}") == 2
         # SIGTERM while requests are in flight: every one completes, then the process exits 0
         results = []
 
@@ -282,7 +286,7 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
         (code, body), running = while_draining[0]
         assert running is None and code == 503 and body["reason"].startswith("draining"), while_draining
         assert len(results) == 40
-        # served during the grace (5 s) or, still queued after it, refused in the drain's words (retried
+        # served during the grace (1 s) or, still queued after it, refused in the drain's words (retried
         # elsewhere; tests/integration/test_serve_drain.py): never cut off, never another error
         served = [k for k, r in enumerate(results) if isinstance(r, np.ndarray)]
         assert all(isinstance(r, np.ndarray) and r.shape == (8, 384) or "the server is draining" in str(r)

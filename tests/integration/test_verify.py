@@ -49,7 +49,8 @@ def small_corpus(corpus, tmp_path_factory):
 
 
 def test_correct_build_passes_verify_with_a_table_and_json(minilm_server, minilm_path, small_corpus):
-    p = _cli("--url", minilm_server.grpc_url, "--model", "all_minilm_l6_v2", "--reference", str(minilm_path))
+    p = _cli("--url", minilm_server.grpc_url, "--model", "all_minilm_l6_v2", "--reference", str(minilm_path),
+             "--corpus", str(small_corpus))
     assert p.returncode == 0, p.stdout + p.stderr
     for needle in ("[ok] bucket     <=32", "[ok] bucket     over", "[ok] top-10 neighbour overlap",
                    "[ok] recall@10", "PASSED"):
@@ -105,7 +106,7 @@ def test_against_gates_two_deployments_of_one_model_and_catches_two_models(minil
     and the identity diff says which vectors need re-embedding."""
     ov = ov_server
     p = _cli("--url", minilm_server.grpc_url, "--model", "all_minilm_l6_v2",
-             "--against", f"{ov.grpc_url}/minilm_ov", "--json")
+             "--against", f"{ov.grpc_url}/minilm_ov", "--json", "--corpus", str(small_corpus))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     doc = json.loads(p.stdout)
     assert doc["passed"] and doc["reference"] == f"minilm_ov@{ov.grpc_url}"

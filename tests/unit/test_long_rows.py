@@ -60,6 +60,20 @@ def test_instances_minus_one_slots_shared_across_processes_and_freed_by_release_
     assert LongRowGate("m", 1, str(tmp_path / "one")).slots == 1   # one instance: its lane still runs
 
 
+def test_unloading_instances_leave_no_slot_folder_and_never_take_a_held_slot(tmp_path):
+    folder = tmp_path / "slots3"
+    a, b = LongRowGate("m", 3, str(folder)), LongRowGate("m", 3, str(folder))
+    assert a.take() and b.take()
+    a.remove()                                      # b still holds its slot: its file stays
+    assert sorted(p.name for p in folder.iterdir()) == ["slot-1"]
+    c = LongRowGate("m", 3, str(folder))
+    assert c.take() and not LongRowGate("m", 3, str(folder)).take()   # two slots again, one held by b
+    c.remove()
+    b.remove()
+    assert not folder.exists()
+    assert LongRowGate("m", 3, str(folder)).take()   # a later load makes it again
+
+
 def test_a_lane_answers_each_request_it_takes_in_its_thread_and_refuses_beyond_its_bound(tmp_path):
     flag = tmp_path / "draining"
     drain = Drain(str(flag), track=True)

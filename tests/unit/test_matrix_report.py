@@ -23,3 +23,18 @@ def test_the_preemption_row_shows_the_short_latencies_and_its_verdict():
     assert "p50 31.5 ms, p99 84.2 ms, max 577 ms" in ok
     bad = matrix_markdown(_doc(False))
     assert "FAILED: 16084-token text" in bad and "load 855/900 ok" in bad
+
+
+def test_embtrt_matrix_exits_1_and_says_why_when_the_preemption_cell_failed(monkeypatch, tmp_path):
+    """The CLI's verdict follows the document run_matrix returns (the run itself is measured by
+    test_matrix's integration test): a failed preemption cell is exit 1 with a message, a passed one 0."""
+    from typer.testing import CliRunner
+
+    import embtrt.measure.matrix as matrix
+    from embtrt.cli import app
+
+    for passed, code in ((True, 0), (False, 1)):
+        monkeypatch.setattr(matrix, "run_matrix", lambda spec, log, p=passed: _doc(p))
+        r = CliRunner().invoke(app, ["matrix", str(tmp_path), "--max-batch-tokens", "16384"])
+        assert r.exit_code == code, r.output
+        assert ("the preemption cell failed" in r.output) is (not passed), r.output

@@ -31,6 +31,7 @@ def serve(
     drain_timeout: float = typer.Option(10.0, help="After the grace period, seconds to wait for in-flight requests to finish before tritonserver's own shutdown takes over; when they finish sooner, it is stopped at once. Default 10."),
     startup_timeout: float = typer.Option(300.0, help="Seconds to wait for every model to be ready. Default 300."),
     failures_to_recover: int = typer.Option(2, help="Consecutive failed probes of an idle server before tritonserver is restarted. Default 2."),
+    log_file: Optional[Path] = typer.Option(None, help="tritonserver's log, appended to across restarts (moved to FILE.1 past 64 MiB). Default: a new embtrt-tritonserver-*.log in the temporary folder per start; serve prints its path."),
     python_env: Optional[Path] = typer.Option(None, help="Run the Python-backend stubs with this environment's python3 (a venv or prefix) and none of embtrt's packages, as a stock tritonserver image does. Default: embtrt's own environment."),
 ) -> None:
     """Serve a repository with tritonserver; restart it when it dies (process, stub) or stops answering while idle; stop on Ctrl-C/SIGTERM."""
@@ -41,7 +42,7 @@ def serve(
                       grpc_port=grpc_port or free_port(host), http_port=http_port or free_port(host),
                       metrics_port=metrics_port or free_port(host), tritonserver=tritonserver,
                       backend_directory=backend_directory, startup_timeout_s=startup_timeout, python_env=python_env,
-                      drain_s=drain_timeout)
+                      drain_s=drain_timeout, log_file=log_file)
     Supervisor(spec, probe_interval_s=probe_interval, failures_to_recover=failures_to_recover, log=say,
                probe_timeout_s=probe_timeout, health_port=None if health_port < 0 else health_port,
                drain_grace_s=drain_grace).run()

@@ -179,6 +179,7 @@ class TritonServer:
         self.install = find_tritonserver(spec.tritonserver, spec.backend_directory, spec.python_env)
         self._log_fh: IO[bytes] | None = None
         self.log_path = spec.log_file
+        self._temp_log = False   # a log start() made in the temporary folder: removed after a clean exit
         self._run_dir: Path | None = None   # the drain marker's folder (serve.drain), made by start()
         self.drained: Drained | None = None
 
@@ -228,7 +229,7 @@ class TritonServer:
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="embtrt-tritonserver-", suffix=".log")
             os.close(fd)
-            self.log_path = Path(name)
+            self.log_path, self._temp_log = Path(name), True
         elif Path(self.log_path).is_file() and Path(self.log_path).stat().st_size > MAX_LOG_BYTES:
             Path(self.log_path).replace(Path(f"{self.log_path}.1"))
         self._log_fh = open(self.log_path, "ab")
@@ -365,5 +366,9 @@ class TritonServer:
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.stop()
+        if exc_type is None and self._temp_log and self.log_path is not None:
+            # nothing went wrong: a log no one asked for is not left behind (a failure keeps it, and
+            # its message names it)
+            Path(self.log_path).unlink(missing_ok=True)
