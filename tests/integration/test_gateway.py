@@ -172,6 +172,25 @@ def test_bad_requests_get_openais_envelope_and_status(two_pools):
     assert np.allclose(a, b[::-1], atol=1e-6)
 
 
+def test_an_unknown_route_names_the_routes_served_and_a_wrong_method_is_405_with_allow(two_pools):
+    """The route table (#50): an embedder-only gateway's 404 names its routes (not the rerank or sparse
+    ones, which no model here serves), in the gateway's envelope; a known path asked with another
+    method is a 405 naming the methods it takes."""
+    u = two_pools
+    err = _envelope(httpx.post(u + "/v1/embedding", json={"model": NAME, "input": "x"}), 404,
+                    "no route POST /v1/embedding; this gateway serves POST /v1/embeddings, GET /v1/models, "
+                    "GET /health/live, GET /health/ready, GET /metrics")
+    assert err["code"] == "unknown_route" and "rerank" not in err["message"] and "sparse" not in err["message"]
+    r = httpx.get(u + "/v1/embeddings")
+    assert _envelope(r, 405, "/v1/embeddings takes POST, not GET")["code"] == "method_not_allowed"
+    assert r.headers["allow"] == "POST"
+    r = httpx.delete(u + "/v1/models")
+    _envelope(r, 405, "/v1/models takes GET, not DELETE")
+    assert r.headers["allow"] == "GET"
+    assert httpx.get(u + "/health/live").status_code == 200
+    assert httpx.get(u + "/v1/models").json()["data"][0]["id"] == NAME
+
+
 def test_api_key_and_body_limit(minilm_repo, minilm_server, tmp_path):
     with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url, "--api-key-env", "EMBTRT_KEY",
                  "--max-body-bytes", "2000", env={"EMBTRT_KEY": "s3cret"}) as u:

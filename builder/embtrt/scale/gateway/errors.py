@@ -12,6 +12,7 @@ class ApiError(Exception):
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
         self.retry_after = retry_after  # seconds, sent as Retry-After (429, 503)
         self.served: str | None = None   # the served model the request named, once known (metrics by model)
+        self.headers: list[tuple[bytes, bytes]] = []   # sent with the error (405's Allow)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}

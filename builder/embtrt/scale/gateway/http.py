@@ -1,8 +1,10 @@
-"""The gateway's ASGI layer: POST /v1/embeddings as a plain ASGI handler (key, body limit, JSON,
-the schema, the model's embedding, OpenAI's response), the rerank routes the same way (POST
-/v1/rerank, /v2/rerank, /rerank, /v1/ranking: rerank_schema's shapes, the reranker's scores) and the
-sparse routes (POST /v1/sparse, /embed_sparse: sparse_schema's shapes, the sparse encoder's vectors),
-and the rest of the HTTP surface (/v1/models, health, metrics) by FastAPI; `run` serves it with uvicorn.
+"""The gateway's ASGI layer. Requests go by the route table (routes.py) to their operation's
+handler: POST /v1/embeddings as a plain ASGI handler (key, body limit, JSON, the schema, the model's
+embedding, OpenAI's response), the rerank routes the same way (POST /v1/rerank, /v2/rerank, /rerank,
+/v1/ranking: rerank_schema's shapes, the reranker's scores) and the sparse routes (POST /v1/sparse,
+/embed_sparse: sparse_schema's shapes, the sparse encoder's vectors); the gateway's own GET routes
+(/v1/models, health, metrics) by FastAPI. An unknown path is a 404 naming the routes served, a known
+one asked with another method a 405 with Allow. `run` serves it with uvicorn.
 
 No `from __future__ import annotations` here: FastAPI reads the routes' annotations (`request: Request`,
 imported where the app is made) at run time.
@@ -25,6 +27,7 @@ from .errors import ApiError
 from .registry import MultiGateway
 from .rerank_schema import ROUTES as RERANK_ROUTES
 from .rerank_schema import parse_rerank, render
+from .routes import Routes
 from .sparse_schema import ROUTES as SPARSE_ROUTES
 from .sparse_schema import parse_sparse
 from .sparse_schema import render as render_sparse
@@ -45,6 +48,15 @@ def _dumps(doc: dict) -> bytes:
     except ImportError:
         return json.dumps(doc, default=lambda a: a.tolist()).encode()
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+async def _answer(send, exc: ApiError) -> None:
+    """An error the table gives before any handler runs (404 / 405), in the gateway's envelope."""
+    payload = _dumps(exc.body())
+    await send({"type": "http.response.start", "status": exc.status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            *exc.headers]})
+    await send({"type": "http.response.body", "body": payload})
 
 
 async def _within(seconds: float, coro):
@@ -224,8 +236,9 @@ class _Sparse(_Embeddings):
 
 
 class GatewayApp:
-    """The gateway's ASGI app: POST /v1/embeddings by `_Embeddings`, the rerank routes by `_Rerank`, the
-    sparse routes by `_Sparse`, everything else (models, health, metrics, lifespan, 404 / 405) by FastAPI."""
+    """The gateway's ASGI app: each request to its operation's handler by the route table (`embed` by
+    `_Embeddings`, `rank` by `_Rerank`, `embed_sparse` by `_Sparse`, the gateway's own GET routes and the
+    lifespan by FastAPI); 404 / 405 by the table."""
 
     def __init__(self, cfg: GatewayConfig) -> None:
         from contextlib import asynccontextmanager
@@ -276,15 +289,21 @@ class GatewayApp:
 
             return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+        served = {op for op, models in (("embed", gw.embedders), ("rank", gw.rerankers), ("embed_sparse", gw.sparse))
+                  if models}
+        self.routes = Routes({"embed": self.embeddings, "rank": self.rerank, "embed_sparse": self.sparse,
+                              "models": api, "live": api, "ready": api, "metrics": api}, served)
+
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/v1/embeddings" and scope["method"] == "POST":
-            await self.embeddings(scope, receive, send)
-        elif scope["type"] == "http" and scope["path"] in RERANK_ROUTES and scope["method"] == "POST":
-            await self.rerank(scope, receive, send)
-        elif scope["type"] == "http" and scope["path"] in SPARSE_ROUTES and scope["method"] == "POST":
-            await self.sparse(scope, receive, send)
-        else:
+        if scope["type"] != "http":   # the lifespan
             await self.api(scope, receive, send)
+            return
+        try:
+            handler = self.routes.find(scope["method"], scope["path"])
+        except ApiError as exc:
+            await _answer(send, exc)
+            return
+        await handler(scope, receive, send)
 
 
 def create_app(cfg: GatewayConfig) -> GatewayApp:

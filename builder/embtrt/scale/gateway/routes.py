@@ -1,0 +1,76 @@
+"""The gateway's HTTP surface as one table of operations (#50).
+
+A route is (method, path, operation, dialect): the operation is what a served model does for it
+(`embed`, `rank`, `embed_sparse`; the gateway's own `models`, `live`, `ready`, `metrics`), the
+dialect is the API shape its body and response speak (the parsers and renderers of
+embeddings_schema, rerank_schema and sparse_schema). `Routes.find` picks the handler of an
+operation for a request, or the error a client gets:
+
+- a known path asked with another method: 405 with `Allow` naming the methods it takes;
+- an unknown path: 404 in the gateway's JSON envelope naming the routes this gateway serves (the
+  operations of the models it fronts, and its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import ApiError
+from .rerank_schema import ROUTES as RERANK_ROUTES
+from .sparse_schema import ROUTES as SPARSE_ROUTES
+
+# the operations served models take; the rest are the gateway's own
+MODEL_OPERATIONS = ("embed", "rank", "embed_sparse")
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    operation: str
+    dialect: str
+
+
+TABLE: tuple[Route, ...] = (
+    Route("POST", "/v1/embeddings", "embed", "openai"),
+    *(Route("POST", path, "rank", dialect) for path, dialect in RERANK_ROUTES.items()),
+    *(Route("POST", path, "embed_sparse", dialect) for path, dialect in SPARSE_ROUTES.items()),
+    Route("GET", "/v1/models", "models", "openai"),
+    Route("GET", "/health/live", "live", "embtrt"),
+    Route("GET", "/health/ready", "ready", "embtrt"),
+    Route("GET", "/metrics", "metrics", "prometheus"),
+)
+
+
+class Routes:
+    """`table`'s routes; `handlers` maps each operation to its ASGI handler; `served` is the set of
+    model operations some model behind the gateway takes (the 404 names only those routes)."""
+
+    def __init__(self, handlers: dict[str, Callable], served: set[str], table: tuple[Route, ...] = TABLE) -> None:
+        missing = {r.operation for r in table} - set(handlers)
+        if missing:
+            raise ValueError(f"no handler for the operations {sorted(missing)}")
+        self.table = table
+        self._by_key = {(r.method, r.path): handlers[r.operation] for r in table}
+        self._allow: dict[str, list[str]] = {}
+        for r in table:
+            self._allow.setdefault(r.path, []).append(r.method)
+        self.served = [r for r in table if r.operation not in MODEL_OPERATIONS or r.operation in served]
+
+    def find(self, method: str, path: str) -> Callable:
+        """The handler of `method path`; ApiError 405 (known path) or 404 (unknown) otherwise."""
+        handler = self._by_key.get((method, path))
+        if handler is not None:
+            return handler
+        allow = self._allow.get(path)
+        if allow is not None:
+            err = ApiError(405, f"{path} takes {' or '.join(allow)}, not {method}",
+                           code="method_not_allowed")
+            err.headers = [(b"allow", ", ".join(allow).encode())]
+            raise err
+        raise ApiError(404, f"no route {method} {path}; this gateway serves " + self.describe(), code="unknown_route")
+
+    def describe(self) -> str:
+        """`POST /v1/embeddings, POST /v1/rerank, ...`: the routes served, in the table's order."""
+        return ", ".join(f"{r.method} {r.path}" for r in self.served)

@@ -1,0 +1,52 @@
+"""The gateway's route table (#50): every request to its operation's handler, 405 with Allow for a
+known path asked with another method, 404 naming the routes served for an unknown one."""
+
+import pytest
+
+from embtrt.scale.gateway.errors import ApiError
+from embtrt.scale.gateway.rerank_schema import ROUTES as RERANK_ROUTES
+from embtrt.scale.gateway.routes import TABLE, Routes
+from embtrt.scale.gateway.sparse_schema import ROUTES as SPARSE_ROUTES
+
+OPS = ("embed", "rank", "embed_sparse", "models", "live", "ready", "metrics")
+
+
+def _routes(served):
+    return Routes({op: op for op in OPS}, set(served))   # each handler stands for its operation's name
+
+
+def test_every_route_goes_to_its_operation():
+    r = _routes({"embed", "rank", "embed_sparse"})
+    assert r.find("POST", "/v1/embeddings") == "embed"
+    assert {r.find("POST", p) for p in RERANK_ROUTES} == {"rank"}
+    assert {r.find("POST", p) for p in SPARSE_ROUTES} == {"embed_sparse"}
+    assert r.find("GET", "/v1/models") == "models" and r.find("GET", "/health/ready") == "ready"
+    assert len({(x.method, x.path) for x in TABLE}) == len(TABLE) == 1 + len(RERANK_ROUTES) + len(SPARSE_ROUTES) + 4
+
+
+def test_a_route_of_an_operation_no_model_serves_still_reaches_its_handler():
+    """Its parser answers (a 400 naming the model's own routes, as before the table): the table only
+    leaves such routes out of the 404's list."""
+    r = _routes({"rank"})
+    assert r.find("POST", "/v1/embeddings") == "embed"
+    with pytest.raises(ApiError) as e:
+        r.find("POST", "/nope")
+    assert e.value.status == 404 and e.value.code == "unknown_route"
+    assert "POST /v1/rerank, POST /v2/rerank, POST /rerank, POST /v1/ranking, GET /v1/models" in e.value.message
+    assert "/v1/embeddings" not in e.value.message and "sparse" not in e.value.message
+
+
+def test_a_wrong_method_is_405_with_allow():
+    r = _routes({"embed"})
+    with pytest.raises(ApiError) as e:
+        r.find("GET", "/v1/embeddings")
+    assert e.value.status == 405 and e.value.headers == [(b"allow", b"POST")]
+    assert e.value.message == "/v1/embeddings takes POST, not GET"
+    with pytest.raises(ApiError) as e:
+        r.find("POST", "/metrics")
+    assert e.value.headers == [(b"allow", b"GET")] and "takes GET, not POST" in e.value.message
+
+
+def test_an_operation_without_a_handler_is_refused_at_start():
+    with pytest.raises(ValueError, match="embed_sparse"):
+        Routes({op: op for op in OPS if op != "embed_sparse"}, set())
