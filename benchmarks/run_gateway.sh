@@ -11,6 +11,8 @@
 # the same texts, alternating targets, with the CPU time per request of the tritonserver process
 # tree and of each gateway (--cpu-pid), and of the load generator itself. The tritonserver is never
 # paused (the gateways need it); each gateway is paused while the others are measured.
+# A GATEWAYS entry may start with @DIR (a checkout of another commit, e.g. `git worktree add DIR BASE`): that
+# gateway runs DIR's code (PYTHONPATH), the A/B of a gateway change against its base on one server.
 # Environment: OUT (results folder), CONCURRENCY (default 1,32), REQUESTS (default 400), ONLY (default <=32,mixed),
 # ROUNDS (default 1: each scenario's requests in that many interleaved rounds, targets taking turns, pooled),
 # EXTRA_BUILD (more `embtrt build` options).
@@ -32,14 +34,17 @@ i=0
 for opts in "${GWS[@]}"; do
   i=$((i + 1))
   P=$(port)
+  code=""
+  if [[ $opts == @* ]]; then code=${opts%% *}; code=${code#@}; opts=${opts#"@$code"}; fi
   # shellcheck disable=SC2086
-  "$BIN/embtrt" gateway "$WORK/repo" --triton "127.0.0.1:$G" --port "$P" $opts > "$WORK/gateway-$i.log" 2>&1 &
+  PYTHONPATH=${code:+$code/builder:$code/python_backend} \
+    "$BIN/embtrt" gateway "$WORK/repo" --triton "127.0.0.1:$G" --port "$P" $opts > "$WORK/gateway-$i.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$P/health/ready" > /dev/null && break; sleep 0.5; done
   curl -sf "http://127.0.0.1:$P/health/ready"; echo
   PEERS+=(--openai-url "http://127.0.0.1:$P/v1" --openai-model "$NAME" --openai-pid "${PIDS[-1]}"
           --cpu-pid "gateway$i=${PIDS[-1]}")
-  echo "gateway$i: embtrt gateway $opts"
+  echo "gateway$i: embtrt gateway $opts${code:+ (the code of $code)}"
 done
 mkdir -p "$OUT"
 CMD=("$BIN/embtrt" bench --model "$NAME@127.0.0.1:$G" "${PEERS[@]}" --no-inprocess

@@ -15,12 +15,12 @@ import time
 from typing import Callable, TypeVar
 
 import numpy as np
+from embtrt_backend.options import OUTPUTS as TYPED_OUTPUTS
 
 T = TypeVar("T")
 
-# request option embedding_type -> the front door's output tensor
-OUTPUTS = {"float": "EMBEDDING", "int8": "EMBEDDING_INT8", "binary": "EMBEDDING_INT8",
-           "uint8": "EMBEDDING_UINT8", "ubinary": "EMBEDDING_UINT8"}
+# request option embedding_type -> the front door's output tensor: the front door's own table
+OUTPUTS = {etype: name for etype, (name, _dtype) in TYPED_OUTPUTS.items()}
 
 # what a failed call was, for the caller to act on
 BAD = "bad"                  # the request is at fault (INVALID_ARGUMENT): never retried, the caller's 400

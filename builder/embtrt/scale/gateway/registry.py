@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from embtrt_backend.options import EMBEDDING_TYPES
+
 from ...errors import SpecError
 from .admission import Admission
 from .config import GatewayConfig
@@ -109,6 +111,6 @@ class MultiGateway:
             out.append({"id": g.served.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": "embedder",
                         "embtrt": g.served.identity, "prompts": o.prompts, "default_prompt_name": o.default_prompt_name,
                         "include_prompt": o.include_prompt, "dimensions": o.widths_text(),
-                        "embedding_types": ["float", "int8", "uint8", "binary", "ubinary"],
+                        "embedding_types": list(EMBEDDING_TYPES),
                         "aliases": [f"{g.served.name}-{x}" for x in model_suffixes(o)]})
         return out
