@@ -28,10 +28,9 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-BIN = Path(sys.executable).parent
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "builder"))
-from embtrt.serve.server import free_port  # noqa: E402
-from embtrt.serve.wire import text_input  # noqa: E402
+from serve_run import BIN, start_serve
+
+from embtrt.serve.wire import text_input
 
 NAME = "all_minilm_l6_v2"
 TEXTS = [f"query {i}: how do I keep a retrieval service up during a rolling update" for i in range(64)]
@@ -50,20 +49,10 @@ def kind(status: str, message: str) -> str:
 
 
 def run_once(repo: Path, work: Path, clients: int, grace: float) -> dict:
-    g, h, m = free_port(), free_port(), free_port()
-    log = work / f"serve-{g}.log"
-    serve = subprocess.Popen([str(BIN / "embtrt"), "serve", str(repo), "--grpc-port", str(g), "--http-port", str(h),
-                              "--metrics-port", str(m), "--health-port", "0", "--drain-grace", str(grace)],
-                             stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    url, stop, lock = f"127.0.0.1:{g}", threading.Event(), threading.Lock()
+    serve, url, log = start_serve(repo, work, "--drain-grace", str(grace))
+    stop, lock = threading.Event(), threading.Lock()
     done: list[tuple[str, float, str]] = []
     try:
-        deadline = time.monotonic() + 300
-        while "ready: model" not in log.read_text():
-            if serve.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"serve did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
-
         def send(k: int) -> None:
             c, i = grpcclient.InferenceServerClient(url), k
             while not stop.is_set():

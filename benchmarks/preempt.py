@@ -33,7 +33,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "builder"), str(ROOT / "tests")]
-BIN = Path(sys.executable).parent
 
 
 def _p(xs: list[float], q: float) -> float:
@@ -111,7 +110,7 @@ def main() -> None:
     from embtrt.export import build
     from embtrt.export.spec import spec_from_options
     from embtrt.reference.torch_ref import st_embed
-    from embtrt.serve.server import free_port
+    from serve_run import start_serve
     from tiny_models import long_texts, make_bert_16k
 
     work = args.work or Path(tempfile.mkdtemp(prefix="embtrt-preempt-"))
@@ -135,22 +134,13 @@ def main() -> None:
             '\nparameters { key: "long_row_tokens" value: { string_value: "1000000000" } }\n'
         cfg.write_text(text)
     shorts = [t for t in load_corpus() if len(t) < 120][:200]
-    g, h, m = free_port(), free_port(), free_port()
-    log = work / f"serve-{g}.log"
-    serve = subprocess.Popen([str(BIN / "embtrt"), "serve", str(served), "--grpc-port", str(g), "--http-port", str(h),
-                              "--metrics-port", str(m), "--health-port", "0", "--probe-interval", "0"],
-                             stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    serve, url, _log = start_serve(served, work, "--probe-interval", "0")
     doc = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": "),
            "cores": os.cpu_count(), "gate": args.gate, "longs": args.longs, "short_clients": args.short_clients,
            "command": " ".join(["benchmarks/preempt.py", *sys.argv[1:]]), "runs": []}
     try:
-        deadline = time.monotonic() + 300
-        while "ready: model" not in log.read_text():
-            if serve.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"serve did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
         for k in range(args.runs):
-            r = asyncio.run(one_run(f"127.0.0.1:{g}", "b16k", shorts, long_text, ref, args.longs, args.short_clients))
+            r = asyncio.run(one_run(url, "b16k", shorts, long_text, ref, args.longs, args.short_clients))
             doc["runs"].append(r)
             print(f"run {k + 1}: short {r['short_sent']} sent, {r['short_failed']} failed, p50 {r['short_p50_ms']} ms, "
                   f"p99 {r['short_p99_ms']} ms, max {r['short_max_ms']} ms; long: {r['long_refusals']} refusals, "
