@@ -15,6 +15,7 @@ from ..reference.modelinfo import POOLINGS as _P
 from ..reference.modelinfo import default_buckets, default_model_path, inspect_model, read_st_prompts
 from ..repository.bundle_record import parse_python
 from ..repository.gate import Gate
+from ..repository.manifest import KINDS  # the kinds a repository may hold: one list
 
 TARGETS = ("python-ort", "python-openvino", "python-torch", "onnxruntime", "tensorrt")
 POOLINGS = ("cls", "mean", "last-token")
@@ -25,7 +26,6 @@ DEVICES = ("cpu", "cuda")
 DEVICE_TARGETS = ("python-torch", "onnxruntime")   # the targets that run on either device
 ROUTER_ENCODERS = ("auto", "local", "bls")
 LOCAL_TARGETS = ("python-ort", "python-openvino", "python-torch")
-KINDS = ("embedder", "reranker", "sparse")
 
 # Which precisions each target can build, for every kind of model (int8 for python-ort/onnxruntime
 # is ORT dynamic quantization; reduced precision ships only behind the kind's gate).
