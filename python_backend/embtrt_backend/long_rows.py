@@ -30,6 +30,8 @@ import tempfile
 import threading
 from typing import Callable
 
+from .drain import ENV as DRAIN_ENV
+
 DEFAULT_TOKENS = 1024
 
 
@@ -41,10 +43,10 @@ class LongRowGate:
     """`instances - 1` (at least 1) slots shared by the front-door instances of one server."""
 
     def __init__(self, model: str, instances: int, folder: str | None = None) -> None:
-        self.instances, self.slots = instances, max(1, instances - 1)
+        self.slots = max(1, instances - 1)
         self._fd: int | None = None
         if folder is None:
-            flag = os.environ.get("EMBTRT_DRAIN_FILE")
+            flag = os.environ.get(DRAIN_ENV)   # serve's run folder, removed when it stops
             base = os.path.dirname(flag) if flag else tempfile.gettempdir()
             folder = os.path.join(base, f"embtrt-long-rows-{os.getppid()}-{model}")
         self.folder = folder
@@ -106,8 +108,8 @@ class LongRowGate:
 class LongLane:
     """One front-door instance's worker for its long requests. `serve(requests)` -> their responses
     (never raises: a failure is each request's error response); `send(request, response)` answers
-    one request through its response sender; `refuse(n)` -> n UNAVAILABLE responses; `drain` (an
-    embtrt_backend.drain.Drain) lists the lane's work as running until it is answered."""
+    one request through its response sender; `drain` (an embtrt_backend.drain.Drain) lists the
+    lane's work as running until it is answered."""
 
     def __init__(self, gate: LongRowGate, serve: Callable, send: Callable, drain=None, max_pending: int = 16,
                  tokens: int = DEFAULT_TOKENS) -> None:

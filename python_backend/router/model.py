@@ -76,35 +76,43 @@ class TritonPythonModel:
     def _split(self, requests):
         """Long requests to the lane, the rest answered here; every answer through the request's
         response sender, so that execute() returns None and the instance is free at once."""
-        long, short = [], []
+        long, short, arrays = [], [], []   # arrays: the short requests' TEXT, read once
         for r in requests:
             t = pb_utils.get_input_tensor_by_name(r, "TEXT")
-            (long if t is not None and self.lane.is_long(t.as_numpy().ravel()) else short).append(r)
+            a = None if t is None else t.as_numpy()
+            if a is not None and self.lane.is_long(a.ravel()):
+                long.append(r)
+            else:
+                short.append(r)
+                arrays.append(a)
         if not long:
-            return self._execute(requests)
+            return self._execute(requests, arrays)
         for r in self.lane.submit(long):
             _send(r, _error(self.lane.busy()))
-        for r, resp in zip(short, self._answer(short)):
+        for r, resp in zip(short, self._answer(short, arrays)):
             _send(r, resp)
         return None
 
-    def _answer(self, requests):
+    def _answer(self, requests, arrays=None):
         """_execute, with an unexpected failure made each request's INTERNAL error (a lane's requests
         must each get an answer)."""
         if not requests:
             return []
         try:
-            return self._execute(requests)
+            return self._execute(requests, arrays)
         except Exception as exc:  # noqa: BLE001 (reported to each caller)
             return [_error(exc) for _ in requests]
 
-    def _execute(self, requests):
+    def _execute(self, requests, arrays=None):
+        """The requests' responses; `arrays`: their TEXT tensors' arrays where _split read them already."""
         responses = [None] * len(requests)
         work, where = [], []
         for i, request in enumerate(requests):
             try:
-                texts = decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(),
-                                     self.core.cfg.max_text_bytes)
+                text = arrays[i] if arrays is not None else None
+                if text is None:
+                    text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+                texts = decode_texts(text, self.core.cfg.max_text_bytes)
                 if not texts:
                     raise InputError("TEXT holds no rows")
                 opts = self.core.options.resolve(parse_request_parameters(request.parameters()))

@@ -6,6 +6,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from embtrt.serve import drain as serve_drain
+from embtrt.serve.server import counters
 from embtrt_backend import drain as backend_drain
 from embtrt_backend.drain import POLL_S, Drain, busy_dir
 
@@ -95,10 +96,10 @@ def test_counters_sum_queued_successes_and_failures():
     m = _Metrics()
     try:
         m.values.update(pending=2, ok=7, failed=3)
-        assert serve_drain.counters(m.url) == (2.0, 7.0, 3.0)
+        assert counters(m.url) == (2.0, 7.0, 3.0)
     finally:
         m.close()
-    assert serve_drain.counters(m.url) is None   # nobody answers
+    assert counters(m.url) is None   # nobody answers
 
 
 def test_a_listed_call_holds_the_drain_until_it_returns_then_the_quiet_period_ends_it(tmp_path):

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,25 +44,6 @@ def busy(flag: Path) -> int:
         return len(os.listdir(busy_dir(str(flag))))
     except FileNotFoundError:
         return 0
-
-
-def counters(metrics_url: str) -> tuple[float, float, float] | None:
-    """(queued requests, successful requests, failed requests) summed over models; None when the
-    metrics endpoint does not answer."""
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=2) as r:
-            text = r.read().decode()
-    except (urllib.error.URLError, OSError):
-        return None
-    pending = ok = failed = 0.0
-    for line in text.splitlines():
-        if line.startswith("nv_inference_pending_request_count{"):
-            pending += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("nv_inference_request_success{"):
-            ok += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("nv_inference_request_failure{"):
-            failed += float(line.rsplit(" ", 1)[1])
-    return pending, ok, failed
 
 
 def wait_idle(flag: Path, timeout_s: float, quiet_s: float = 0.5, step_s: float = 0.02) -> bool:

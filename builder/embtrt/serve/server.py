@@ -27,7 +27,7 @@ from typing import IO
 from ..errors import ServerError
 from ..repository.check import repositories_conflicts
 from ..repository.manifest import has_manifest
-from .drain import ENV as DRAIN_ENV, Drained, counters, drain as drain_requests, marker
+from .drain import ENV as DRAIN_ENV, Drained, drain as drain_requests, marker
 from .ports import free_port, group_pids, listening_pids, refuse_taken
 
 __all__ = ["ServerSpec", "TritonServer", "free_port", "find_tritonserver", "stub_environment"]
@@ -168,6 +168,25 @@ def stub_environment(python_env: Path | None = None) -> dict[str, str]:
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
+
+
+def counters(metrics_url: str) -> tuple[float, float, float] | None:
+    """(queued requests, successful requests, failed requests) summed over models; None when the
+    metrics endpoint does not answer."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=2) as r:
+            text = r.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    pending = ok = failed = 0.0
+    for line in text.splitlines():
+        if line.startswith("nv_inference_pending_request_count{"):
+            pending += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("nv_inference_request_success{"):
+            ok += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("nv_inference_request_failure{"):
+            failed += float(line.rsplit(" ", 1)[1])
+    return pending, ok, failed
 
 
 class TritonServer:

@@ -50,12 +50,11 @@ def _dumps(doc: dict) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-async def _answer(send, exc: ApiError) -> None:
-    """An error the table gives before any handler runs (404 / 405), in the gateway's envelope."""
-    payload = _dumps(exc.body())
-    await send({"type": "http.response.start", "status": exc.status,
+async def _respond(send, status: int, payload: bytes, headers: list) -> None:
+    """A JSON response: the status, its length, `headers` beside them, the payload."""
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            *exc.headers]})
+                            *headers]})
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -123,11 +122,7 @@ class _Embeddings:
         self.gw.metrics.of(self.gw.metrics.requests, self.route, str(status)).inc()
         if status == 200:
             self.latency().observe(time.perf_counter() - t0)
-        payload = await adm.offload(out_size, _dumps, doc)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                                *extra]})
-        await send({"type": "http.response.body", "body": payload})
+        await _respond(send, status, await adm.offload(out_size, _dumps, doc), extra)
 
     async def json_body(self, receive):
         """The request body, decoded (large ones off the event loop); 400 where it is not JSON."""
@@ -300,8 +295,8 @@ class GatewayApp:
             return
         try:
             handler = self.routes.find(scope["method"], scope["path"])
-        except ApiError as exc:
-            await _answer(send, exc)
+        except ApiError as exc:   # 404 / 405, before any handler runs
+            await _respond(send, exc.status, _dumps(exc.body()), exc.headers)
             return
         await handler(scope, receive, send)
 

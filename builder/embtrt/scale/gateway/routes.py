@@ -51,7 +51,6 @@ class Routes:
         missing = {r.operation for r in table} - set(handlers)
         if missing:
             raise ValueError(f"no handler for the operations {sorted(missing)}")
-        self.table = table
         self._by_key = {(r.method, r.path): handlers[r.operation] for r in table}
         self._allow: dict[str, list[str]] = {}
         for r in table:
