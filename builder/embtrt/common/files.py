@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ..errors import SpecError
+
 
 def link_or_copy(src: Path, dst: Path) -> None:
     """Hard-link src to dst (same filesystem), else copy it; parent folders are created."""
@@ -23,3 +25,12 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def check_out(out: Path, force: bool) -> None:
+    """The repository folder may be written: not a file, and empty unless --force replaces it."""
+    out = Path(out)
+    if out.is_file() or (out.exists() and not out.is_dir()):
+        raise SpecError(f"invalid out: {out} is a file", "pass a folder for the repository")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise SpecError(f"invalid out: {out} exists and is not empty", "pass --force to replace it")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.corpus import load_corpus
-from ..common.files import sha256_file
+from ..common.files import check_out, sha256_file
 from ..common.log import Log
 from ..errors import DependencyError, ParityError, RepositoryError
 from ..reference.modelinfo import inspect_model, model_hash
@@ -29,7 +29,7 @@ from .onnx2trt import recipes_and_plans
 from .result import BuildResult
 from .render import CALIBRATION_FILE, attach_deps, bundle_dir, model_names, plan_repository, write_repository
 from .served import encoder_vectors
-from .spec import BuildSpec, check_out
+from .spec import BuildSpec
 from .tokenizer import check_tokenizer, save_tokenizer
 
 

@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..common.files import check_out
 from ..common.gpu import tensorrt_available
 from ..common.options import parse_int_list
 from ..errors import SpecError
@@ -318,15 +319,6 @@ def resolve_target(target: str) -> str:
         return target
     ok, _ = tensorrt_available()
     return "tensorrt" if ok else "python-ort"
-
-
-def check_out(out: Path, force: bool) -> None:
-    """The repository folder may be written: not a file, and empty unless --force replaces it."""
-    out = Path(out)
-    if out.is_file() or (out.exists() and not out.is_dir()):
-        raise SpecError(f"invalid out: {out} is a file", "pass a folder for the repository")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise SpecError(f"invalid out: {out} exists and is not empty", "pass --force to replace it")
 
 
 def spec_from_options(
