@@ -89,6 +89,32 @@ def unpack_wheel(wheel: Path, dest: Path) -> None:
         z.extractall(dest)
 
 
+# What the stub's Python does not see of the host's packages (besides numpy, where the kit's 1.26 replaces
+# it): optional imports of transformers that are built for numpy 2 on the host. transformers imports
+# scikit-learn whenever importlib finds it (generation/candidate_generator.py), and the host's scikit-learn
+# and SciPy fail to import under numpy 1.26: the H200 host (2026-12-04) answered every model load with
+# "ModuleNotFoundError: Could not import module 'AutoModel'". Hidden, transformers takes them as absent.
+STUB_HIDDEN = ("scipy", "sklearn", "scikit_learn")
+# What the stub imports before its first request: numpy, torch on the device, the tokenizer and the
+# AutoModel classes the backend loads (embtrt_backend.torch_encoder), each one's model module.
+STUB_CHECK = ("import numpy, torch, tokenizers, transformers\n"
+              "from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForMaskedLM\n"
+              "import transformers.models.bert.modeling_bert, transformers.models.xlm_roberta.modeling_xlm_roberta\n"
+              "print(numpy.__version__, torch.__version__, torch.cuda.is_available())")
+
+
+def host_view(packages: Path, view: Path, hidden: tuple[str, ...]) -> Path:
+    """A folder of links to every entry of `packages` except the distributions named in `hidden`
+    (the package, its NAME-x.y.dist-info and NAME.libs); -> the folder."""
+    view.mkdir(parents=True)
+    for entry in packages.iterdir():
+        name = entry.name.lower()
+        if any(name == h or name.startswith((h + "-", h + ".")) for h in hidden):
+            continue
+        (view / entry.name).symlink_to(entry)
+    return view
+
+
 def setup(kit: Kit, kit_dir: Path, work: Path, force_venv: bool = False) -> dict:
     """Unpack the kit and check what the stub and the build need; -> server settings."""
     ver = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -148,16 +174,17 @@ def setup(kit: Kit, kit_dir: Path, work: Path, force_venv: bool = False) -> dict
 
         host = [d for d in dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"],
                                           sysconfig.get_paths()["platlib"]]) if Path(d).is_dir()]
-        (sp / "embtrt_host_packages.pth").write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in host))
+        hidden = ("numpy", *STUB_HIDDEN) if numpy2 else STUB_HIDDEN
+        views = [host_view(Path(d), work / "hostview" / str(i), hidden) for i, d in enumerate(host)]
+        (sp / "embtrt_host_packages.pth").write_text("".join(f"import site; site.addsitedir({str(v)!r})\n" for v in views))
         if numpy2:
             unpack_wheel(wheels["numpy"], sp)
-        r = subprocess.run([str(python_env / "bin" / "python3"), "-c",
-                            "import numpy, torch, tokenizers, transformers; print(numpy.__version__, torch.__version__, "
-                            "torch.cuda.is_available())"],
+        r = subprocess.run([str(python_env / "bin" / "python3"), "-c", STUB_CHECK],
                            capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         if r.returncode != 0:
-            fail(kit, "the stub's Python (numpy 1.x over the host's packages) does not import numpy, torch, tokenizers, "
-                 f"transformers: {r.stderr.strip()[-400:]}", "see kit.log; the host's packages may need numpy 2")
+            fail(kit, "the stub's Python (numpy 1.x over the host's packages) does not import what the backend "
+                 f"imports (numpy, torch, tokenizers, transformers' AutoModel classes): {r.stderr.strip()[-1500:]}",
+                 f"a host package built for numpy 2 is imported on the way: add it to STUB_HIDDEN ({', '.join(STUB_HIDDEN)})")
         kit.log(f"[ok] the stub's Python (a venv over this Python's packages): numpy, torch, CUDA = {r.stdout.strip()} "
                 f"(this Python's numpy is {np.__version__})")
     kit.doc["setup"]["stub_numpy"] = "1.26.4 (kit)" if numpy2 else np.__version__

@@ -108,9 +108,12 @@ def percentiles(seconds: list[float]) -> dict:
 
 def in_process(model, texts: list[str], singles: int, batch: int, seconds: float, sync) -> dict:
     """SentenceTransformer.encode in process: one text per call (p50 / p99, as a client at
-    concurrency 1 sees it) and batches of `batch` texts (texts/s)."""
-    for t in texts[:3]:
+    concurrency 1 sees it) and batches of `batch` texts (texts/s). Every text is encoded once before
+    timing: eager PyTorch on CUDA pays for each new sequence length on first sight (the 2026-12-04 H200
+    run warmed 3 texts and timed 16-43 calls of mostly unseen lengths: single p50 8-81 ms, p99 62-103 ms)."""
+    for t in texts:
         model.encode([t])
+    sync()
     model.encode(texts[:batch], batch_size=batch)
     lat: list[float] = []
     deadline = time.perf_counter() + seconds / 2
