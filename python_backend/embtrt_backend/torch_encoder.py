@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 
+from .kinds import KINDS, kind_of
 from .pooling import pool_and_normalize
 
 
@@ -32,6 +33,11 @@ class _Torch:
     CUDA graphs where captured, eager otherwise)."""
 
     auto_class = "AutoModel"
+
+    @classmethod
+    def from_params(cls, p: dict[str, str], hf_dir: str, threads: int, trust_remote_code: bool, device: str) -> "_Torch":
+        """The encoder a front door's (or bucket encoder's) parameters describe."""
+        return cls(hf_dir, p["precision"], threads, trust_remote_code, device)
 
     def __init__(self, hf_dir: str, precision: str, intra_threads: int, trust_remote_code: bool = False,
                  device: str = "cpu") -> None:
@@ -119,6 +125,11 @@ class TorchEncoder(_Torch):
         super().__init__(hf_dir, precision, intra_threads, trust_remote_code, device)
         self.pooling, self.normalize, self.fused = pooling, normalize, fused
 
+    @classmethod
+    def from_params(cls, p, hf_dir, threads, trust_remote_code, device):
+        return cls(hf_dir, p["precision"], threads, p["pooling"], p["normalize"] == "true", p["pooler"] == "fused",
+                   trust_remote_code, device)
+
     def forward(self, inputs: dict):
         hidden = self.model(**inputs).last_hidden_state
         if not self.fused:
@@ -165,6 +176,11 @@ class TorchSplade(_Torch):
         super().__init__(hf_dir, precision, intra_threads, trust_remote_code, device)
         self.pooling, self.double, self.top_k = pooling, activation == "log1p_relu", top_k
 
+    @classmethod
+    def from_params(cls, p, hf_dir, threads, trust_remote_code, device):
+        return cls(hf_dir, p["precision"], threads, p["splade_pooling"], p["splade_activation"],
+                   int(p.get("graph_max_active_dims") or 0), trust_remote_code, device)
+
     def forward(self, inputs: dict):
         logits = self.model(**inputs).logits.float()
         return splade_weights(self.torch, logits, inputs["attention_mask"], self.pooling, self.double, self.top_k)
@@ -174,18 +190,12 @@ def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_cod
     """The python-torch encoder of a model's parameters, by its kind, on its device; with static
     shapes (CUDA graphs on CUDA) where the parameters list them (`graph_shapes`) and `cuda_graphs`
     is not false."""
-    kind, device = p.get("kind", "embedder"), p.get("device", "cpu")
-    enc: _Torch
-    if kind == "reranker":
-        enc = TorchClassifier(hf_dir, p["precision"], threads, trust_remote_code, device)
-    elif kind == "sparse":
-        enc = TorchSplade(hf_dir, p["precision"], threads, p["splade_pooling"], p["splade_activation"],
-                          int(p.get("graph_max_active_dims") or 0), trust_remote_code, device)
-    elif kind == "embedder":
-        enc = TorchEncoder(hf_dir, p["precision"], threads, p["pooling"], p["normalize"] == "true",
-                           p["pooler"] == "fused", trust_remote_code, device)
-    else:
-        raise ValueError(f"kind {kind!r}: python-torch runs an embedder, reranker or sparse encoder")
+    device = p.get("device", "cpu")
+    try:
+        kind = kind_of(p.get("kind"))   # the kind's Kind names its class here (Kind.torch_encoder)
+    except ValueError as exc:
+        raise ValueError(f"{exc}: python-torch runs {', '.join(k.label for k in KINDS)}") from None
+    enc: _Torch = globals()[kind.torch_encoder].from_params(p, hf_dir, threads, trust_remote_code, device)
     if p.get("graph_shapes") and p.get("cuda_graphs", "true") == "true":
         from .torch_graphs import parse_graph_shapes
 

@@ -5,12 +5,13 @@ routes through a real gateway and tritonserver: tests/integration/test_gateway_r
 
 import numpy as np
 import pytest
+from embtrt_backend.kinds import EMBEDDER
 
 from embtrt.scale.gateway import ApiError, RerankModel, parse_rerank
 from embtrt.scale.gateway.rerank_schema import render
 
 MODELS = {"ce": RerankModel(num_labels=1, max_text_bytes=64), "ce3": RerankModel(num_labels=3, max_text_bytes=64)}
-EMBEDDERS = ("emb",)
+EMBEDDERS = {"emb": EMBEDDER}   # the gateway's other models' kinds by name
 
 
 def _parse(api: str, body, models=None, max_items: int = 4):

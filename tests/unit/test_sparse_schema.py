@@ -5,6 +5,7 @@ through the real gateway: tests/integration/test_gateway_sparse.py."""
 
 import numpy as np
 import pytest
+from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 from embtrt_backend.options import ModelOptions
 
 from embtrt.scale.gateway import ApiError, parse_embeddings, parse_rerank
@@ -13,11 +14,11 @@ from embtrt.scale.gateway.sparse_schema import SparseModel, SparseRequest, parse
 MAX_BYTES = 16
 MODELS = {"sp": SparseModel(ModelOptions(dim=100, normalize=False, prompts={"query": "query: ", "document": ""}),
                             MAX_BYTES)}
-EMBEDDERS, RERANKERS = ("emb",), ("rr",)
+KINDS = {"emb": EMBEDDER, "rr": RERANKER, "sp": SPARSE}   # the gateway's kinds by model name
 
 
 def _parse(api: str, body, models=None, max_items: int = 4) -> SparseRequest:
-    return parse_sparse(api, body, MODELS if models is None else models, max_items, EMBEDDERS, RERANKERS)
+    return parse_sparse(api, body, MODELS if models is None else models, max_items, KINDS)
 
 
 def _refused(api: str, body, status: int, message: str, param: str | None, models=None) -> ApiError:
@@ -117,11 +118,11 @@ def test_an_unknown_model_is_404_and_the_other_kinds_are_400_naming_their_routes
 def test_the_embeddings_and_rerank_schemas_refuse_a_sparse_encoder_naming_the_sparse_routes():
     message = "'sp' is a sparse encoder, not {}: POST /v1/sparse or /embed_sparse (TEI) serves it"
     with pytest.raises(ApiError) as info:
-        parse_embeddings({"model": "sp", "input": "a"}, {}, 4, (), ("sp",))
+        parse_embeddings({"model": "sp", "input": "a"}, {}, 4, {"sp": SPARSE})
     assert (info.value.status, info.value.message, info.value.code) == (400, message.format("an embedder"),
                                                                          "wrong_model_kind")
     with pytest.raises(ApiError) as info:
-        parse_rerank("cohere", {"model": "sp", "query": "q", "documents": ["a"]}, {}, (), 4, ("sp",))
+        parse_rerank("cohere", {"model": "sp", "query": "q", "documents": ["a"]}, {}, {"sp": SPARSE}, 4)
     assert (info.value.status, info.value.message) == (400, message.format("a reranker"))
 
 

@@ -10,6 +10,8 @@ from typing import Optional
 
 import typer
 
+from embtrt_backend.kinds import EMBEDDER
+
 from ..common.options import parse_int_list
 from ..errors import SpecError, require_extra
 from .app import app, err, out, progress_log, say
@@ -47,7 +49,7 @@ def verify(
     from ..serve.rerank_client import model_kind
 
     kind = model_kind(url, model)
-    if kind in ("reranker", "sparse"):
+    if kind != EMBEDDER.name:
         from .rerank import verify_reranker_cli
 
         verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, as_json, log, kind,

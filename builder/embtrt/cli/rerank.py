@@ -8,13 +8,15 @@ from pathlib import Path
 
 import typer
 
+from embtrt_backend.kinds import RERANKER, kind_of
+
 from ..common.options import parse_int_list
 from ..errors import SpecError, require_extra
 from .app import err, out, say
 
 
 def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Path | None, under_load: bool,
-                        concurrency: int, against: str | None, as_json: bool, log, kind: str = "reranker",
+                        concurrency: int, against: str | None, as_json: bool, log, kind: str = RERANKER.name,
                         trust_remote_code: bool = False) -> None:
     """verify on a reranker (or, kind sparse, a sparse encoder): the kind's gate on the deployment."""
     from ..common.corpus import load_corpus
@@ -26,12 +28,11 @@ def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Pa
         other_url, _, other_model = against.partition("/")
         other = (other_url, other_model or model)
     elif reference is None:
-        what = "CrossEncoder" if kind == "reranker" else "SparseEncoder"
-        raise SpecError(f"{model} is a {kind}: its gate needs the {what} folder it was built from",
+        raise SpecError(f"{model} is a {kind}: its gate needs the {kind_of(kind).reference} folder it was built from",
                         "pass --reference MODEL_DIR (or --against HOST:PORT[/MODEL] to gate two deployments)")
     else:
         require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
-    run = verify_reranker if kind == "reranker" else verify_sparse
+    run = verify_reranker if kind == RERANKER.name else verify_sparse
     rep = run(url, model, reference, load_corpus(corpus), under_load=under_load, concurrency=concurrency,
               against=other, log=log, trust_remote_code=trust_remote_code)
     if as_json:
@@ -79,7 +80,7 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
     for u, m in zip(http_urls, http_models):
         rows += bench_http_reranker(u, m, texts, docs, conc, requests, warmup,
                                     progress=lambda msg: err.print(msg, markup=False))
-    doc = {"kind": "reranker", "results": rows}
+    doc = {"kind": RERANKER.name, "results": rows}
     _emit(doc, markdown(doc), out_dir, as_json)
 
 

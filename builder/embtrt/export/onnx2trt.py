@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from embtrt_backend.kinds import EMBEDDER, RERANKER
 
 from ..common.files import link_or_copy as _link
 from ..common.files import sha256_file
@@ -120,7 +121,7 @@ def write_recipes(spec, art, repo: Path, log: Log = print) -> list[Path]:
                          precision=spec.precision, input_names=tuple(spec.input_names), min_batch=1,
                          opt_batch=max(spec.bucket_preferred(b)), max_batch=mb, max_batch_tokens=spec.max_batch_tokens,
                          builder_opt_level=spec.builder_opt_level, workspace_bytes=WORKSPACE_BYTES,
-                         tf32=not (spec.kind != "embedder" and spec.precision == "fp32"))
+                         tf32=not (spec.kind != EMBEDDER.name and spec.precision == "fp32"))
         doc = asdict(r)
         doc["trtexec"] = r.trtexec(f"../{TIMING_CACHE}")
         (d / RECIPE).write_text(json.dumps(doc, indent=2) + "\n")
@@ -306,7 +307,7 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
         want.append(ort.run(feeds))
     runner.close()
     g, w = np.concatenate(got), np.concatenate(want)
-    if m.kind != "embedder":
+    if m.kind != EMBEDDER.name:
         worst, limit, what = kind_plan_difference(m, g, w)
         ok = worst <= limit
         log(f"{'[ok]' if ok else '[x]'} {model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on "
@@ -335,7 +336,7 @@ def kind_plan_difference(m, got: np.ndarray, want: np.ndarray) -> tuple[float, f
     from ..reference.rerank_gate import tolerance_for
     from ..reference.sparse_gate import limits_for, weight_error
 
-    if m.kind == "reranker":
+    if m.kind == RERANKER.name:
         if m.activation == "sigmoid":
             got, want = 1 / (1 + np.exp(-got.astype(np.float64))), 1 / (1 + np.exp(-want.astype(np.float64)))
         return float(np.abs(got - want).max()), tolerance_for(m.precision), "score"

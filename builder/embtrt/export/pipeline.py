@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from embtrt_backend.kinds import RERANKER, SPARSE
 
 from ..common.corpus import load_corpus
 from ..common.files import check_out, sha256_file
@@ -77,11 +78,11 @@ def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, l
     texts = load_corpus(corpus)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.embtrt-", dir=out.parent))
     try:
-        if spec.kind == "reranker":
+        if spec.kind == RERANKER.name:
             from .rerank import build_reranker_in
 
             result = build_reranker_in(spec, tmp, texts, log)
-        elif spec.kind == "sparse":
+        elif spec.kind == SPARSE.name:
             from .sparse import build_sparse_in
 
             result = build_sparse_in(spec, tmp, texts, log)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from embtrt_backend.kinds import SPARSE, kind_of
 
 from ..common.files import sha256_file
 from ..errors import DependencyError, SpecError
@@ -278,10 +279,10 @@ def make_precision_onnx(spec, fp32_onnx: Path, work: Path, texts: list[str], tok
 
         cal_texts = load_corpus(spec.calibration_file)
     tokens = AUTOCAST_TOKENS if p in ("fp16", "bf16") else QUANTIZE_TOKENS
-    pairs = spec.kind == "reranker"
+    pairs = kind_of(spec.kind).pairs
     cal = calibration_feeds(cal_texts, tokenizer_json, spec.max_seq_length, pad_id, spec.buckets, spec.input_names, tokens,
                             pairs=pairs,
-                            prompt=spec.default_prompt if spec.kind != "sparse" else "")  # sparse: per route
+                            prompt=spec.default_prompt if spec.kind != SPARSE.name else "")  # sparse: per route
     src = "--calibration-file " + str(spec.calibration_file) if spec.calibration_file else "the bundled corpus"
     if pairs:
         src += " (query-passage pairs, tokenized as CrossEncoder.predict)"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from embtrt_backend.kinds import EMBEDDER, SPARSE
 
 from .. import __version__
 from ..common.files import link_or_copy
@@ -183,10 +184,10 @@ def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:
     """A reranker's or sparse encoder's kind, and SPLADE's pooling, activation and graph top-K: what
     its python-torch encoder computes in place of the graph (embtrt_backend.torch_encoder); the
     sparse front door also reads graph_max_active_dims (a request may ask for at most that K)."""
-    if spec.kind == "embedder":
+    if spec.kind == EMBEDDER.name:
         return []
     out = [("kind", spec.kind)]
-    if spec.kind == "sparse":
+    if spec.kind == SPARSE.name:
         out += [("splade_pooling", spec.splade_pooling), ("splade_activation", spec.activation)]
         if spec.active_dims_in_graph:
             out.append(("graph_max_active_dims", str(spec.sparse_max_active_dims)))

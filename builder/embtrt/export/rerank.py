@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from embtrt_backend.kinds import RERANKER
 
 from .. import __version__
 from ..common.log import Log
@@ -61,8 +62,8 @@ def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Head(model), args, str(path), input_names=list(input_names), output_names=["logits"],
-                          dynamic_axes={**{n: {0: "rows", 1: "length"} for n in input_names}, "logits": {0: "rows"}},
+        torch.onnx.export(Head(model), args, str(path), input_names=list(input_names), output_names=[RERANKER.encoder_output],
+                          dynamic_axes={**{n: {0: "rows", 1: "length"} for n in input_names}, RERANKER.encoder_output: {0: "rows"}},
                           opset_version=17, do_constant_folding=True, dynamo=False)
     import onnx
     import onnxruntime as ort
@@ -76,7 +77,7 @@ def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[
                   max_length=ce.max_seq_length, return_tensors="pt")
         with torch.inference_mode():
             want = Head(served)(*(enc[n] for n in input_names)).numpy()
-        got = sess.run(["logits"], {n: enc[n].numpy() for n in input_names})[0]
+        got = sess.run([RERANKER.encoder_output], {n: enc[n].numpy() for n in input_names})[0]
         worst = max(worst, float(np.abs(got - want).max()))
     if worst > SCORE_TOLERANCE:
         raise ParityError(f"the exported ONNX classifier differs from PyTorch by {worst:.2e} in its logits",
@@ -89,7 +90,7 @@ def front_params(spec: BuildSpec, pad_id: int) -> dict[str, str]:
     """The front door's parameters: what the pair core and the encoder are built from."""
     from ..repository.budget import bucket_batch
 
-    p = dict(runtime_params(spec, "logits"))
+    p = dict(runtime_params(spec, RERANKER.encoder_output))
     p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
               "buckets": ",".join(map(str, spec.buckets)),
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
@@ -167,8 +168,8 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
         log("[x] gate failed; kept because --allow-mismatch was given")
 
     log(f"[5/{steps}] rendering the front door {spec.name}")
-    ident = {**identity(spec, msha), "embtrt.kind": "reranker"}
-    pair_in = [_t("QUERY", "TYPE_STRING", [1]), _t("DOCUMENT", "TYPE_STRING", [1])]
+    ident = {**identity(spec, msha), "embtrt.kind": RERANKER.name}
+    pair_in = [_t(name, "TYPE_STRING", [1]) for name in RERANKER.inputs]
     plan = ModelPlan(
         name=spec.name, template="router.pbtxt.j2", kind="front door",
         context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
@@ -178,8 +179,8 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
                  "params": sorted(params.items()) + sorted(ident.items()),
                  "warmup": front_warmup(spec, pair_in)},
         files={"1/tokenizer.json": tok_json, **local_files(spec, graph)},
-        backend_code="reranker", data=warmup_data(spec))
-    encoders = bucket_encoders(spec, graph, "logits", spec.num_labels, ident)
+        backend_code=RERANKER.front_door, data=warmup_data(spec))
+    encoders = bucket_encoders(spec, graph, RERANKER.encoder_output, spec.num_labels, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
     from ..repository.budget import bucket_batch
 
@@ -188,11 +189,11 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
         pooling="none", normalize=False, dim=spec.num_labels, buckets=spec.buckets, max_seq_length=spec.max_seq_length, overflow="truncate",
         overflow_stride=0, precision=spec.precision, target=spec.target,
         backend_profile=ident["embtrt.backend_profile"], pooler="none", input_names=tuple(spec.input_names),
-        encoder_output="logits", pad_id=pad_id, max_batch_size=spec.max_batch_size,
+        encoder_output=RERANKER.encoder_output, pad_id=pad_id, max_batch_size=spec.max_batch_size,
         max_batch_tokens=spec.max_batch_tokens,
         bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
         router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle,
-        kind="reranker", num_labels=spec.num_labels, activation=spec.activation, prompts=spec.prompt_map,
+        kind=RERANKER.name, num_labels=spec.num_labels, activation=spec.activation, prompts=spec.prompt_map,
         default_prompt_name=spec.default_prompt_name,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},

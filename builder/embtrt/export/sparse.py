@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from embtrt_backend.kinds import SPARSE
 
 from .. import __version__
 from ..common.log import Log
@@ -63,8 +64,8 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(Head(), tuple(sample[n] for n in names), str(path), input_names=list(names),
-                          output_names=["sparse"], dynamic_axes={**{n: {0: "rows", 1: "length"} for n in names},
-                                                                  "sparse": {0: "rows"}},
+                          output_names=[SPARSE.encoder_output],
+                          dynamic_axes={**{n: {0: "rows", 1: "length"} for n in names}, SPARSE.encoder_output: {0: "rows"}},
                           opset_version=17, do_constant_folding=True, dynamo=False)
     import onnx
     import onnxruntime as ort
@@ -73,7 +74,7 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     batch = texts[5:13]
     enc = tok(batch, padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="np")
-    got = sess.run(["sparse"], {n: enc[n].astype(np.int64) for n in names})[0]
+    got = sess.run([SPARSE.encoder_output], {n: enc[n].astype(np.int64) for n in names})[0]
     from embtrt_backend.sparse import keep_largest
 
     got = keep_largest(got, spec.sparse_max_active_dims or None)   # as the front door keeps them
@@ -88,7 +89,7 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
 def front_params(spec: BuildSpec, pad_id: int) -> dict[str, str]:
     import json
 
-    p = dict(runtime_params(spec, "sparse"))
+    p = dict(runtime_params(spec, SPARSE.encoder_output))
     p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
               "overflow": "truncate", "overflow_stride": "0", "buckets": ",".join(map(str, spec.buckets)),
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
@@ -203,7 +204,7 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         log("[x] gate failed; kept because --allow-mismatch was given")
 
     log(f"[5/{steps}] rendering the front door {spec.name}")
-    ident = {**identity(spec, msha), "embtrt.kind": "sparse"}
+    ident = {**identity(spec, msha), "embtrt.kind": SPARSE.name}
     params.pop("embtrt.dim")   # in the identity
     plan = ModelPlan(
         name=spec.name, template="router.pbtxt.j2", kind="front door",
@@ -217,8 +218,8 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         files={"1/tokenizer.json": tok_json, **local_files(spec, graph),
                **({"1/query_tokenizer.json": work / "query_tokenizer.json",
                    "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
-        backend_code="sparse", data=warmup_data(spec))
-    encoders = bucket_encoders(spec, graph, "sparse", spec.hidden_size, ident)
+        backend_code=SPARSE.front_door, data=warmup_data(spec))
+    encoders = bucket_encoders(spec, graph, SPARSE.encoder_output, spec.hidden_size, ident)
     bundle = write_front_door(spec, [plan, *encoders], repo, log)
     manifest = Manifest(
         name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)),
@@ -226,10 +227,10 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
         normalize=False, dim=spec.hidden_size, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
         overflow="truncate", overflow_stride=0, precision=spec.precision, target=spec.target,
         backend_profile=ident["embtrt.backend_profile"], pooler="fused", input_names=tuple(spec.input_names),
-        encoder_output="sparse", pad_id=pad_id, max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
+        encoder_output=SPARSE.encoder_output, pad_id=pad_id, max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
         bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
         router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle, prompts=spec.prompt_map,
-        default_prompt_name=spec.default_prompt_name, kind="sparse", activation=spec.activation,
+        default_prompt_name=spec.default_prompt_name, kind=SPARSE.name, activation=spec.activation,
         extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
                "versions": versions(), "onnx": onnx_record(onnx_path, graph, validation, prec), "precision_onnx": prec_record,

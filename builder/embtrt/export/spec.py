@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
+
 from ..common.files import check_out
 from ..common.gpu import tensorrt_available
 from ..common.options import parse_int_list
@@ -110,7 +112,7 @@ class BuildSpec:
     include_prompt: bool = True
     dimensions: tuple[int, ...] | None = None
     # the kind of model (docs/rerankers.md): a reranker's classifier labels and default activation
-    kind: str = "embedder"
+    kind: str = EMBEDDER.name
     num_labels: int = 0
     activation: str = "identity"      # reranker: sigmoid | identity; sparse: relu | log1p_relu
     splade_pooling: str = "max"       # sparse: max | sum over the sequence
@@ -207,10 +209,10 @@ class BuildSpec:
             raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
         if self.kind not in KINDS:
             raise _fail("kind", self.kind, "auto, " + ", ".join(KINDS))
-        if self.active_dims_in_graph and not (self.kind == "sparse" and self.sparse_max_active_dims > 0):
+        if self.active_dims_in_graph and not (self.kind == SPARSE.name and self.sparse_max_active_dims > 0):
             raise _fail("active_dims_in_graph", True, "a sparse encoder whose folder sets max_active_dims (the K the "
-                        "graph keeps); this one " + ("sets none" if self.kind == "sparse" else f"is {_a(self.kind)} {self.kind}"))
-        if self.kind in ("reranker", "sparse"):
+                        "graph keeps); this one " + ("sets none" if self.kind == SPARSE.name else f"is {_a(self.kind)} {self.kind}"))
+        if self.kind != EMBEDDER.name:
             if self.overflow != "truncate":
                 raise _fail("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
                             "sentence-transformers cuts it, or refused per request)")
@@ -407,10 +409,10 @@ def spec_from_options(
                         f"build it as {_a(found)} {found} (leave --kind out), or point at {_a(kind)} {kind} folder")
     from .spec_kinds import reranker_fields, sparse_fields
 
-    if found == "reranker":
+    if found == RERANKER.name:
         return given.with_(**reranker_fields(model_dir, max_seq_length, bucket_t, given.trust_remote_code),
                            active_dims_in_graph=in_graph)
-    if found == "sparse":
+    if found == SPARSE.name:
         return given.with_(**sparse_fields(model_dir, max_seq_length, bucket_t, overrides, default_prompt, default_name,
                                            given.trust_remote_code), active_dims_in_graph=in_graph)
     info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
@@ -450,4 +452,4 @@ def spec_from_options(
 
 
 def _a(kind: str) -> str:
-    return "an" if kind == "embedder" else "a"
+    return "an" if kind == EMBEDDER.name else "a"

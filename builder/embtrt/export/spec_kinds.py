@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from embtrt_backend.kinds import RERANKER, SPARSE
+
 from ..reference.modelinfo import default_buckets
 
 
@@ -17,7 +19,7 @@ def reranker_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple
     ce = load_cross_encoder(model_dir, max_seq_length, trust_remote_code)
     info = cross_info(ce)
     seq = int(max_seq_length or info.max_length)
-    return dict(kind="reranker", num_labels=info.num_labels, activation=info.activation,
+    return dict(kind=RERANKER.name, num_labels=info.num_labels, activation=info.activation,
                 max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.num_labels,
                 input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
                 prompts=tuple((str(k), str(v)) for k, v in (ce.prompts or {}).items()),
@@ -38,7 +40,7 @@ def sparse_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[i
     prompts.update(overrides)
     if default_prompt is not None:
         model_default = default_name
-    return dict(kind="sparse", activation=info.activation, splade_pooling=info.pooling,
+    return dict(kind=SPARSE.name, activation=info.activation, splade_pooling=info.pooling,
                 sparse_encoder_dir=info.encoder_dir, sparse_query_max_length=info.query_max_length,
                 sparse_max_active_dims=int(getattr(se, "max_active_dims", None) or 0),
                 max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.vocab,

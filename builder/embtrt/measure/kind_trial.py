@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+from embtrt_backend.kinds import RERANKER, SPARSE
+
 from ..errors import EmbtrtError
 
 RERANK_DOCUMENTS = 10
@@ -28,10 +30,10 @@ def kind_trial(kind: str, url: str, model: str, texts: list[str], concurrency: t
 
     out: dict[int, dict] = {}
     for conc in concurrency:
-        if kind == "reranker":
+        if kind == RERANKER.name:
             reqs = rerank.bench_requests(texts, RERANK_DOCUMENTS, requests + warmup, seed=conc)
             load = asyncio.run(rerank.measure_load(url, model, reqs, warmup, conc))
-        elif kind == "sparse":
+        elif kind == SPARSE.name:
             batches = sparse_bench.bench_requests(texts, 1, requests + warmup, seed=conc)
             load = asyncio.run(sparse_bench.measure_load(url, model, batches, warmup, conc, "document"))
         else:

@@ -21,6 +21,8 @@ from typing import Callable
 
 import numpy as np
 
+from embtrt_backend.kinds import RERANKER
+
 from ..reference.cross_ref import corpus_pairs
 from ..reference.rerank_gate import REDUCED_OVERLAP, TOP_K, judge, tolerance_for
 from .driver import Load, drive
@@ -75,7 +77,7 @@ class RerankReport:
         self.figures["gate"] = res
 
     def as_dict(self) -> dict:
-        return {"kind": "reranker", "passed": self.passed, "failures": self.failures, "lines": self.lines,
+        return {"kind": RERANKER.name, "passed": self.passed, "failures": self.failures, "lines": self.lines,
                 **self.figures}   # a sparse encoder's report has kind sparse in its figures
 
 

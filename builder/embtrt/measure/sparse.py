@@ -12,6 +12,8 @@ from typing import Callable
 
 import numpy as np
 
+from embtrt_backend.kinds import SPARSE
+
 from ..reference.sparse_gate import judge, limits_for, weight_error
 from .driver import Load
 from .rerank import RerankReport
@@ -66,7 +68,7 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
                   log: Callable[[str], None] = print, trust_remote_code: bool = False) -> RerankReport:
     from ..serve.sparse_client import SparseClient
 
-    rep = RerankReport(figures={"kind": "sparse"})
+    rep = RerankReport(figures={"kind": SPARSE.name})
     with SparseClient(url, model) as c:
         params = c.parameters()
         buckets = tuple(int(b) for b in params["embtrt.buckets"].split(","))

@@ -16,6 +16,8 @@ from typing import Callable
 
 import numpy as np
 
+from embtrt_backend.kinds import SPARSE
+
 from .driver import Load
 from .texts import length_buckets
 
@@ -130,7 +132,7 @@ def bench_sparse(url: str, models: list[str], texts: list[str], *, edges: tuple[
     if reference is not None:
         rows += inprocess_rows(reference, scenarios, input_type, max(requests * per_request, 64), trust_remote_code,
                                progress)
-    return {"kind": "sparse", "input_type": input_type, "models": models, "url": url,
+    return {"kind": SPARSE.name, "input_type": input_type, "models": models, "url": url,
             "scenarios": {k: len(v) for k, v in scenarios.items()}, "results": rows}
 
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from embtrt_backend.kinds import EMBEDDER
+
 from ..errors import EmbtrtError, SpecError
 from ..repository.budget import manifest_with_budget, with_budget
 from ..repository.manifest import read_manifest, write_manifest
@@ -105,7 +107,7 @@ class Tuner:
     def __init__(self, spec: TuneSpec, log: Log = print) -> None:
         self.spec, self.log = spec, log
         self.manifest = read_manifest(spec.repository)
-        if self.manifest.kind != "embedder" and isinstance(spec.slo_p99_ms, dict):
+        if self.manifest.kind != EMBEDDER.name and isinstance(spec.slo_p99_ms, dict):
             raise SpecError(f"invalid slo_p99_ms for {self.manifest.name}, a {self.manifest.kind}: per-bucket SLOs are "
                             "for embedders (whose bands are measured on their own)", "give one p99 in ms, e.g. 200")
         self.knobs = knobs_for(self.manifest, spec.repository)
@@ -134,7 +136,7 @@ class Tuner:
     def _measure(self, url: str, texts: list[str], counts) -> tuple[dict[int, dict], dict[str, dict[int, dict]]]:
         from .bench import Target, run_bench
 
-        if self.manifest.kind != "embedder":   # a reranker's or sparse encoder's own requests (measure.kind_trial)
+        if self.manifest.kind != EMBEDDER.name:   # a reranker's or sparse encoder's own requests (measure.kind_trial)
             from .kind_trial import kind_trial
 
             return kind_trial(self.manifest.kind, url, self.manifest.name, texts, self.spec.concurrency,

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
+from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
+
 from ..errors import ModelError
 
 
 def detect_kind(path: Path) -> tuple[str, str]:
-    """(kind, why) of a model folder: "reranker" or "embedder", and what said so."""
+    """(kind, why) of a model folder: a kind's name (embtrt_backend.kinds), and what said so."""
     path = Path(path)
 
     def read(name: str) -> dict:
@@ -31,16 +33,16 @@ def detect_kind(path: Path) -> tuple[str, str]:
     from .sparse_ref import sparse_modules
 
     if st.get("model_type") == "SparseEncoder" or sparse_modules(path):
-        return "sparse", "a sentence-transformers SparseEncoder folder (SPLADE)"
+        return SPARSE.name, "a sentence-transformers SparseEncoder folder (SPLADE)"
     if st.get("model_type") == "CrossEncoder":
-        return "reranker", "config_sentence_transformers.json says model_type CrossEncoder"
+        return RERANKER.name, "config_sentence_transformers.json says model_type CrossEncoder"
     archs = [a for a in read("config.json").get("architectures") or [] if isinstance(a, str)]
     seq = [a for a in archs if a.endswith("ForSequenceClassification")]
     if seq:
-        return "reranker", f"config.json names the architecture {seq[0]} (a cross-encoder)"
+        return RERANKER.name, f"config.json names the architecture {seq[0]} (a cross-encoder)"
     if st.get("model_type") == "SentenceTransformer" or (path / "modules.json").is_file():
-        return "embedder", "a sentence-transformers SentenceTransformer folder"
-    return "embedder", f"config.json names {', '.join(archs) or 'no architecture'} (an encoder)"
+        return EMBEDDER.name, "a sentence-transformers SentenceTransformer folder"
+    return EMBEDDER.name, f"config.json names {', '.join(archs) or 'no architecture'} (an encoder)"
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from embtrt_backend.kinds import DEFAULT, EMBEDDER, NAMES, RERANKER, Kind, kind_of
+
 from ..errors import RepositoryError
 from .gate import Gate
 
 MANIFEST = "embtrt.json"
 SCHEMA_VERSION = 3
-KINDS = ("embedder", "reranker", "sparse")
+KINDS = NAMES   # embtrt_backend.kinds: the registry of kinds
 OLDEST_READABLE = 1
 
 
@@ -72,7 +74,7 @@ class Manifest:
     dimensions: tuple[int, ...] | None = None   # allowed Matryoshka widths; None: any 1 .. dim
     quant_ranges: list[list[float]] | None = None  # int8/uint8 per-dimension [min row, max row]
     # the kind of model (schema 3): what the front door takes and returns, which routes serve it
-    kind: str = "embedder"
+    kind: str = DEFAULT.name
     num_labels: int | None = None      # rerankers: the classifier's labels (SCORES width)
     activation: str | None = None      # rerankers: what CrossEncoder applies by default (sigmoid, identity)
     schema_version: int = SCHEMA_VERSION
@@ -155,7 +157,7 @@ class Manifest:
                 include_prompt=bool(doc.get("include_prompt", True)),
                 dimensions=(tuple(int(d) for d in doc["dimensions"]) if doc.get("dimensions") else None),
                 quant_ranges=doc.get("quant_ranges"),
-                kind=_kind(doc.get("kind", "embedder"), where),
+                kind=_kind(doc.get("kind", DEFAULT.name), where),
                 num_labels=(int(doc["num_labels"]) if doc.get("num_labels") is not None else None),
                 activation=doc.get("activation"),
                 schema_version=SCHEMA_VERSION,  # read as (and written back as) the current schema
@@ -166,12 +168,17 @@ class Manifest:
                                   "rebuild the repository with `embtrt build`") from None
 
     @property
+    def model_kind(self) -> Kind:
+        """The registry's Kind of this repository's model."""
+        return kind_of(self.kind)
+
+    @property
     def is_reranker(self) -> bool:
-        return self.kind == "reranker"
+        return self.kind == RERANKER.name
 
     def require_embedder(self, command: str) -> "Manifest":
         """This manifest, or a clear error where `command` does not take this kind of model yet."""
-        if self.kind != "embedder":
+        if self.kind != EMBEDDER.name:
             raise RepositoryError(f"{self.name} is a {self.kind}: `{command}` takes embedder repositories only in this "
                                   "embtrt", "docs/rerankers.md lists what serves rerankers (serve, check, rerank, the "
                                   "gateway's rerank routes)")

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass
 
 import numpy as np
+from embtrt_backend.kinds import EMBEDDER
 
 from ..errors import BadRequestError, ClientError
 from . import wire
@@ -104,9 +105,9 @@ class EmbeddingClient(_Replicas):
     def metadata(self) -> ModelIdentity:
         if self._meta is None:
             cfg, params = self._config()
-            if params.get("embtrt.kind", "embedder") != "embedder":
-                raise ClientError(f"model {self.model!r} at {self.url} is a {params['embtrt.kind']}, not an embedder",
-                                  "rank with RerankClient / `embtrt rerank` (docs/rerankers.md)")
+            if params.get("embtrt.kind", EMBEDDER.name) != EMBEDDER.name:
+                raise ClientError(f"model {self.model!r} at {self.url} is a {params['embtrt.kind']}, not {EMBEDDER.label}",
+                                  EMBEDDER.client_hint)
             dims = cfg["output"][0].get("dims", ["0"])
             dim = int(params["embtrt.dim"]) if params.get("embtrt.dim") else int(dims[-1])
             self._meta = ModelIdentity(self.model, dim, int(cfg.get("max_batch_size", 0)), params)

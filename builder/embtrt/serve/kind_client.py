@@ -5,20 +5,19 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
+from embtrt_backend.kinds import DEFAULT, kind_of
+
 from ..errors import ClientError
 from .client import _failure, model_config
 from .wire import with_retries
 
 T = TypeVar("T")
-HINTS = {"reranker": "embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
-         "sparse": "embed with EmbeddingClient, rank with RerankClient"}
 
 
 class KindClient:
-    """A gRPC client of one front door whose config says `embtrt.kind == KIND`."""
+    """A gRPC client of one front door whose config says `embtrt.kind == KIND` (a kind's name)."""
 
     KIND = ""
-    WHAT = ""
 
     def __init__(self, url: str, model: str, *, batch_size: int | None = None, timeout_s: float = 60.0,
                  retries: int = 4, backoff_s: float = 0.05) -> None:
@@ -35,8 +34,9 @@ class KindClient:
         if self._params is None:
             cfg, params = model_config(self._c, self.model, self.url)
             if params.get("embtrt.kind") != self.KIND:
-                raise ClientError(f"model {self.model!r} is not {self.WHAT} (kind {params.get('embtrt.kind', 'embedder')})",
-                                  HINTS[self.KIND])
+                kind = kind_of(self.KIND)
+                raise ClientError(f"model {self.model!r} is not {kind.label} (kind {params.get('embtrt.kind', DEFAULT.name)})",
+                                  kind.client_hint)
             params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
             self._params = params
         return self._params

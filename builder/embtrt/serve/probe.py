@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from embtrt_backend.kinds import BY_NAME, DEFAULT, Kind
 
 from .wire import text_input
 
@@ -45,8 +46,8 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
             return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
         if not expand:
             buckets = []
-        kind = cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value")
-        if kind in ("reranker", "sparse"):
+        kind = BY_NAME.get(cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value"), DEFAULT)
+        if kind is not DEFAULT:
             return _probe_kind(c, model, kind, timeout_s, t0)
         vecs: dict[str, np.ndarray] = {}
         for name in [model] + [f"{model}_{b}" for b in buckets] + list(also):
@@ -70,14 +71,11 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
     return ProbeResult(not errors, (time.perf_counter() - t0) * 1e3, errors, checked)
 
 
-def _probe_kind(c, model: str, kind: str, timeout_s: float, t0: float) -> ProbeResult:
+def _probe_kind(c, model: str, kind: Kind, timeout_s: float, t0: float) -> ProbeResult:
     """A reranker's front door scores one (query, document) pair (finite SCORES); a sparse encoder's
     encodes one text (finite SPARSE_VALUES)."""
     try:
-        if kind == "reranker":
-            inputs, out = [text_input([PROBE_TEXT], "QUERY"), text_input([PROBE_TEXT], "DOCUMENT")], "SCORES"
-        else:
-            inputs, out = [text_input([PROBE_TEXT])], "SPARSE_VALUES"
+        inputs, out = [text_input([PROBE_TEXT], name) for name in kind.inputs], kind.probe_output
         v = c.infer(model, inputs, client_timeout=timeout_s).as_numpy(out)
         if v is None or not np.all(np.isfinite(v)):
             raise ValueError(f"no finite {out} in the response")

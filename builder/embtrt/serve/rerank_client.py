@@ -8,6 +8,7 @@ equal CrossEncoder.predict, ranks CrossEncoder.rank (highest score first, ties i
 from __future__ import annotations
 
 import numpy as np
+from embtrt_backend.kinds import RERANKER, kind_of
 
 from ..errors import ClientError
 from .client import model_config
@@ -25,9 +26,10 @@ def rank_order(scores: np.ndarray, top_n: int | None = None) -> list[int]:
 
 
 class RerankClient(KindClient):
-    KIND, WHAT = "reranker", "a reranker"
+    KIND = RERANKER.name
 
-    def __init__(self, url: str = "127.0.0.1:8001", model: str = "reranker", **options) -> None:
+    # the model's default name: its kind's, as docs/rerankers.md builds it
+    def __init__(self, url: str = "127.0.0.1:8001", model: str = RERANKER.name, **options) -> None:
         super().__init__(url, model, **options)
 
     def _infer(self, query: str, docs: list[str], params: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -84,4 +86,4 @@ def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:
         _, params = model_config(c, model, url, timeout_s)
     finally:
         c.close()
-    return params.get("embtrt.kind") or "embedder"
+    return kind_of(params.get("embtrt.kind")).name

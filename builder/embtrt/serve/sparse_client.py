@@ -8,6 +8,7 @@ document, prompt_name, truncate, max_active_dims).
 from __future__ import annotations
 
 import numpy as np
+from embtrt_backend.kinds import SPARSE
 
 from ..errors import ClientError
 from .kind_client import KindClient
@@ -15,7 +16,7 @@ from .wire import text_input
 
 
 class SparseClient(KindClient):
-    KIND, WHAT = "sparse", "a sparse encoder"
+    KIND = SPARSE.name
 
     def __init__(self, url: str = "127.0.0.1:8001", model: str = "splade", **options) -> None:
         super().__init__(url, model, **options)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from embtrt_backend.core import Chunk, Request
+from embtrt_backend.kinds import EMBEDDER
 
 from ...errors import SpecError
 from ...serve import wire
@@ -32,6 +33,8 @@ ROUTE_RETRY_S = 0.25
 
 class Gateway:
     """The gateway of one model (repository): routing, tokenizing, coalescing, pooling."""
+
+    kind = EMBEDDER
 
     def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: Metrics | None = None,
                  upstream: Upstream | None = None, several: bool = False, admission: Admission | None = None) -> None:

@@ -10,11 +10,13 @@ a list of strings, a list of token ids, or a list of token-id lists; token ids a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ApiError, wrong_kind
+from embtrt_backend.kinds import EMBEDDER, Kind
+
+from .errors import NO_KINDS, ApiError, refuse_other_kind
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -69,7 +71,7 @@ def _alias(model: str, name: str, options: ModelOptions) -> dict | None:
 
 
 def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
-                  rerankers: Collection[str] = (), sparse: Collection[str] = ()) -> tuple[str, dict]:
+                  kinds: Mapping[str, Kind] = NO_KINDS) -> tuple[str, dict]:
     """The body's `model` -> (the served model's name, the options its name carries); 400 where it is
     missing, not a string, a reranker or a sparse encoder (`rerankers`, `sparse`: their names), 404 where
     no model answers to it."""
@@ -77,10 +79,7 @@ def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
         raise ApiError(400, "you must provide a model parameter", param="model")
     if not isinstance(model, str):
         raise ApiError(400, "model must be a string", param="model")
-    if model in rerankers:
-        raise wrong_kind(model, "reranker", "embedder")
-    if model in sparse:
-        raise wrong_kind(model, "sparse", "embedder")
+    refuse_other_kind(model, kinds, EMBEDDER)
     if model in models:
         return model, {}
     for name, m in models.items():
@@ -94,13 +93,13 @@ def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
 
 
 def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items: int,
-                     rerankers: Collection[str] = (), sparse: Collection[str] = ()) -> EmbeddingsRequest:
+                     kinds: Mapping[str, Kind] = NO_KINDS) -> EmbeddingsRequest:
     """A decoded JSON body -> EmbeddingsRequest, or ApiError (400, or 404 for an unknown model) naming
     the parameter at fault; a reranker's or sparse encoder's name (`rerankers`, `sparse`) is a 400 naming
     the routes that serve it."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    name, raw = resolve_model(body.get("model"), models, rerankers, sparse)
+    name, raw = resolve_model(body.get("model"), models, kinds)
     model: str = body["model"]  # a string: resolve_model refused anything else
     m = models[name]
     fmt = body.get("encoding_format", "float")

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import Mapping
+
+from embtrt_backend.kinds import Kind
+
+NO_KINDS: Mapping[str, Kind] = MappingProxyType({})   # no model of another kind to refuse
+
 
 class ApiError(Exception):
     """An error answered in OpenAI's envelope with its HTTP status."""
@@ -18,15 +25,15 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-# the routes that serve each kind of model (the manifest's kind): a model named on another kind's route
-# is refused with a 400 that names its own
-KIND_ROUTES = {"embedder": "POST /v1/embeddings",
-               "reranker": "POST /v1/rerank (Cohere, Jina, vLLM), /v2/rerank, /rerank (TEI) or /v1/ranking (NIM)",
-               "sparse": "POST /v1/sparse or /embed_sparse (TEI)"}
-_A = {"embedder": "an embedder", "reranker": "a reranker", "sparse": "a sparse encoder"}
-
-
-def wrong_kind(model: str, kind: str, wanted: str) -> ApiError:
-    """The 400 for `model` (of `kind`) named on a route of the `wanted` kind: it names the routes that serve it."""
-    return ApiError(400, f"{model!r} is {_A[kind]}, not {_A[wanted]}: {KIND_ROUTES[kind]} serves it", param="model",
+def wrong_kind(model: str, kind: Kind, wanted: Kind) -> ApiError:
+    """The 400 for `model` (of `kind`) named on a route of the `wanted` kind: it names the routes that
+    serve it (Kind.served_routes)."""
+    return ApiError(400, f"{model!r} is {kind.label}, not {wanted.label}: {kind.served_routes} serves it", param="model",
                     code="wrong_model_kind")
+
+
+def refuse_other_kind(model: str, kinds: Mapping[str, Kind], wanted: Kind) -> None:
+    """wrong_kind's 400 where `kinds` (served models' kinds by name) says `model` is not of `wanted`'s kind."""
+    kind = kinds.get(model)
+    if kind is not None and kind is not wanted:
+        raise wrong_kind(model, kind, wanted)

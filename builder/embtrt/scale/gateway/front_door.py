@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from embtrt_backend.kinds import Kind
+
 from ...errors import SpecError
 from .admission import Admission, AdmissionConfig
 from .config import GatewayConfig, model_pools
@@ -20,8 +22,7 @@ _ROW = re.compile(r"\brow (\d+): (.*)$", re.S)   # the front door's refusal of o
 
 
 class FrontDoorModel:
-    kind = ""
-    label = ""          # "a reranker"
+    kind: Kind          # its kind (embtrt_backend.kinds)
     does = ""           # what its front door does for every item ("scores every pair")
 
     def __init__(self, cfg: GatewayConfig, served: Any, metrics: Metrics | None = None,
@@ -32,7 +33,7 @@ class FrontDoorModel:
         name = served.name
         self.pools = model_pools(cfg, name, served.buckets, several)
         if len(self.pools) > 1:
-            raise SpecError(f"{name} is {self.label}: its front door {self.does}, so all its buckets must be "
+            raise SpecError(f"{name} is {self.kind.label}: its front door {self.does}, so all its buckets must be "
                             f"in one pool, not {len(self.pools)}",
                             "give its buckets the same --pool replicas, or --triton HOST:PORT")
         self.pool = self.pools[0]

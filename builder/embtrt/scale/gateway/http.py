@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import numpy as np
+from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 
 from .config import GatewayConfig
 from .embeddings_schema import parse_embeddings
@@ -72,7 +73,7 @@ class _Embeddings:
     and response classes (measured: a quarter of the gateway's CPU per request went there). The rerank
     routes are handlers of the same kind (`_Rerank`): key, admission, body, deadline, envelope, metrics."""
 
-    route = "embeddings"   # the label of embtrt_gateway_requests
+    route = EMBEDDER.metric_route   # the label of embtrt_gateway_requests
 
     def __init__(self, cfg: GatewayConfig, gw: MultiGateway) -> None:
         self.cfg, self.gw = cfg, gw
@@ -136,7 +137,7 @@ class _Embeddings:
         """Body -> (the response document, the served model's name, its size about, extra headers); JSON
         and tokenization of large requests off the event loop."""
         body = await self.json_body(receive)
-        req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items, self.gw.rerankers, self.gw.sparse)
+        req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items, self.gw.kinds)
         model = self.gw.embedders[req.served]
         try:
             vecs, tokens = await model.embed(req.texts, req.ids, req.options)
@@ -187,15 +188,14 @@ class _Rerank(_Embeddings):
     """The rerank routes (rerank_schema.ROUTES: Cohere / Jina / vLLM, TEI, NIM) as plain ASGI handlers:
     the body of the route's shape parsed, the reranker's scores, the response in that shape."""
 
-    route = "rerank"
+    route = RERANKER.metric_route
 
     def latency(self):
         return self.gw.metrics.rerank_latency
 
     async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
         body = await self.json_body(receive)
-        req = parse_rerank(RERANK_ROUTES[scope["path"]], body, self.gw.rerank_schemas, self.gw.embedders,
-                           self.cfg.max_items, self.gw.sparse)
+        req = parse_rerank(RERANK_ROUTES[scope["path"]], body, self.gw.rerank_schemas, self.gw.kinds, self.cfg.max_items)
         try:
             scores, tokens = await self.gw.rerankers[req.served].rerank(req)
         except ApiError as exc:
@@ -212,15 +212,14 @@ class _Sparse(_Embeddings):
     """The sparse routes (sparse_schema.ROUTES: TEI's /embed_sparse, /v1/sparse) as plain ASGI handlers:
     the body of the route's shape parsed, the sparse encoder's vectors, the response in that shape."""
 
-    route = "sparse"
+    route = SPARSE.metric_route
 
     def latency(self):
         return self.gw.metrics.sparse_latency
 
     async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
         body = await self.json_body(receive)
-        req = parse_sparse(SPARSE_ROUTES[scope["path"]], body, self.gw.sparse_schemas, self.cfg.max_items,
-                           self.gw.embedders, self.gw.rerankers)
+        req = parse_sparse(SPARSE_ROUTES[scope["path"]], body, self.gw.sparse_schemas, self.cfg.max_items, self.gw.kinds)
         try:
             rows, tokens = await self.gw.sparse[req.served].encode(req)
         except ApiError as exc:

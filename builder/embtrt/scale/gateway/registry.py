@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE, Kind
 from embtrt_backend.options import EMBEDDING_TYPES
 
 from ...errors import SpecError
@@ -25,8 +26,8 @@ from .sparse_schema import SparseModel
 from .upstream import Upstream
 
 # the manifest's kind -> the gateway's model of that kind
-KINDS: dict[str, type[Gateway] | type[Reranker] | type[Sparse]] = {"embedder": Gateway, "reranker": Reranker,
-                                                                   "sparse": Sparse}
+KINDS: dict[str, type[Gateway] | type[Reranker] | type[Sparse]] = {EMBEDDER.name: Gateway, RERANKER.name: Reranker,
+                                                                   SPARSE.name: Sparse}
 
 
 class MultiGateway:
@@ -45,6 +46,7 @@ class MultiGateway:
         self.embedders: dict[str, Gateway] = {}
         self.rerankers: dict[str, Reranker] = {}
         self.sparse: dict[str, Sparse] = {}
+        self.kinds: dict[str, Kind] = {}   # every model's kind, by name (a model named on another kind's route is refused)
         for repo in repos:
             kind = KINDS[served_kind(repo)]
             g = kind(cfg, repo, self.metrics, self.upstream, several=len(repos) > 1, admission=self.admission)
@@ -52,6 +54,7 @@ class MultiGateway:
                 raise SpecError(f"two repositories serve a model named {g.served.name!r} ({repo})",
                                 "build one of them with another --name")
             self.models[g.served.name] = g
+            self.kinds[g.served.name] = g.kind
             if isinstance(g, Reranker):
                 self.rerankers[g.served.name] = g
             elif isinstance(g, Sparse):
@@ -108,7 +111,7 @@ class MultiGateway:
                 out.append(g.describe())
                 continue
             o = g.served.options
-            out.append({"id": g.served.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": "embedder",
+            out.append({"id": g.served.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": g.kind.name,
                         "embtrt": g.served.identity, "prompts": o.prompts, "default_prompt_name": o.default_prompt_name,
                         "include_prompt": o.include_prompt, "dimensions": o.widths_text(),
                         "embedding_types": list(EMBEDDING_TYPES),

@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 
 import numpy as np
+from embtrt_backend.kinds import RERANKER
 
 from ...serve import wire
 from .admission import Admission
@@ -28,7 +29,7 @@ PROBE = ("embtrt readiness probe", "a document")
 class Reranker(FrontDoorModel):
     """The gateway of one reranker (repository): admission, the front door's calls, usage."""
 
-    kind, label, does = "reranker", "a reranker", "scores every pair"
+    kind, does = RERANKER, "scores every pair"
 
     def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: Metrics | None = None,
                  upstream: Upstream | None = None, several: bool = False, admission: Admission | None = None) -> None:
@@ -102,6 +103,6 @@ class Reranker(FrontDoorModel):
     def describe(self) -> dict:
         """This model's /v1/models entry."""
         s = self.served
-        return {"id": s.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": self.kind,
+        return {"id": s.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": self.kind.name,
                 "embtrt": s.identity, "num_labels": s.num_labels, "activation": s.activation,
                 "max_seq_length": s.max_len, "routes": ["/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking"]}

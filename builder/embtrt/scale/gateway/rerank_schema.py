@@ -21,18 +21,20 @@ API has and this gateway does not read are ignored, as the embeddings schema ign
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .errors import KIND_ROUTES, ApiError, wrong_kind
+from embtrt_backend.kinds import EMBEDDER, RERANKER, Kind
+
+from .errors import ApiError, refuse_other_kind
 
 # POST path -> the API shape it speaks
 ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1/ranking": "nim"}
-RERANK_PATHS = KIND_ROUTES["reranker"]
-EMBED_PATH = KIND_ROUTES["embedder"]
+RERANK_PATHS = RERANKER.served_routes
+EMBED_PATH = EMBEDDER.served_routes
 DOC_FIELDS = {"cohere": "documents", "tei": "texts", "nim": "passages"}   # each shape's documents
 DIRECTIONS = ("right", "left")
 NIM_TRUNCATE = {"NONE": False, "END": True}
@@ -63,8 +65,8 @@ class RerankRequest:
     truncation_direction: str = "right"
 
 
-def resolve_reranker(model: object, models: Mapping[str, RerankModel], embedders: Collection[str],
-                     optional: bool = False, sparse: Collection[str] = ()) -> str:
+def resolve_reranker(model: object, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind],
+                     optional: bool = False) -> str:
     """The body's `model` -> the served reranker's name. 400 where it is missing (unless `optional` and
     the gateway serves one reranker), not a string, an embedder or a sparse encoder (`sparse`: their names),
     or a classifier of several labels; 404 where no model answers to it."""
@@ -75,10 +77,7 @@ def resolve_reranker(model: object, models: Mapping[str, RerankModel], embedders
         raise ApiError(400, f"you must provide a model parameter{several}", param="model")
     if not isinstance(model, str):
         raise ApiError(400, "model must be a string", param="model")
-    if model in embedders:
-        raise wrong_kind(model, "embedder", "reranker")
-    if model in sparse:
-        raise wrong_kind(model, "sparse", "reranker")
+    refuse_other_kind(model, kinds, RERANKER)
     m = models.get(model)
     if m is None:
         names = ", ".join(map(repr, models)) or "no reranker"
@@ -91,8 +90,8 @@ def resolve_reranker(model: object, models: Mapping[str, RerankModel], embedders
     return model
 
 
-def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], embedders: Collection[str],
-                 max_items: int, sparse: Collection[str] = ()) -> RerankRequest:
+def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind],
+                 max_items: int) -> RerankRequest:
     """A decoded JSON body of the `api` shape -> RerankRequest, or ApiError (400, or 404 for an unknown
     model) naming the field at fault."""
     if not isinstance(body, dict):
@@ -100,7 +99,7 @@ def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], embedde
     optional = api == "tei"   # the model is optional on /rerank, TEI's body or vLLM's
     if api == "tei" and body.get("texts") is None and "documents" in body:
         api = "cohere"        # vLLM's /rerank: the Cohere / Jina body (a body with both is TEI's: texts wins)
-    name = resolve_reranker(body.get("model"), models, embedders, optional=optional, sparse=sparse)
+    name = resolve_reranker(body.get("model"), models, kinds, optional=optional)
     m = models[name]
     model = body.get("model")
     if api == "cohere":

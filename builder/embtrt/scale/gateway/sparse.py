@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 
 import numpy as np
+from embtrt_backend.kinds import SPARSE
 
 from ...serve import wire
 from .admission import Admission
@@ -31,7 +32,7 @@ Vector = tuple[np.ndarray, np.ndarray]           # one text's (indices ascending
 class Sparse(FrontDoorModel):
     """The gateway of one sparse encoder (repository): admission, the front door's calls, usage."""
 
-    kind, label, does = "sparse", "a sparse encoder", "encodes every text"
+    kind, does = SPARSE, "encodes every text"
 
     def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: Metrics | None = None,
                  upstream: Upstream | None = None, several: bool = False, admission: Admission | None = None) -> None:
@@ -104,7 +105,7 @@ class Sparse(FrontDoorModel):
     def describe(self) -> dict:
         """This model's /v1/models entry."""
         s, o = self.served, self.served.options
-        return {"id": s.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": self.kind,
+        return {"id": s.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": self.kind.name,
                 "embtrt": s.identity, "vocab_size": s.dim, "max_seq_length": s.max_len, "prompts": o.prompts,
                 "default_prompt_name": o.default_prompt_name, "routes": ["/v1/sparse", "/embed_sparse"]}
 

@@ -20,13 +20,15 @@ are ignored, as /v1/embeddings ignores them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ApiError, wrong_kind
+from embtrt_backend.kinds import SPARSE, Kind
+
+from .errors import NO_KINDS, ApiError, refuse_other_kind
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -62,8 +64,8 @@ class SparseRequest:
     return_tokens: bool = False      # /v1/sparse: each active dimension's vocabulary token too
 
 
-def resolve_sparse(model: object, models: Mapping[str, SparseModel], embedders: Collection[str] = (),
-                   rerankers: Collection[str] = (), optional: bool = False) -> str:
+def resolve_sparse(model: object, models: Mapping[str, SparseModel], kinds: Mapping[str, Kind] = NO_KINDS,
+                   optional: bool = False) -> str:
     """The body's `model` -> the served sparse encoder's name. 400 where it is missing (unless `optional`
     and the gateway serves one sparse encoder), not a string, an embedder or a reranker; 404 where no
     model answers to it."""
@@ -76,10 +78,7 @@ def resolve_sparse(model: object, models: Mapping[str, SparseModel], embedders: 
         raise ApiError(400, f"you must provide a model parameter{several}", param="model")
     if not isinstance(model, str):
         raise ApiError(400, "model must be a string", param="model")
-    if model in embedders:
-        raise wrong_kind(model, "embedder", "sparse")
-    if model in rerankers:
-        raise wrong_kind(model, "reranker", "sparse")
+    refuse_other_kind(model, kinds, SPARSE)
     if model not in models:
         names = ", ".join(map(repr, models)) or "no sparse encoder"
         raise ApiError(404, f"the model {model!r} does not exist; this gateway encodes sparse vectors with {names}",
@@ -88,14 +87,14 @@ def resolve_sparse(model: object, models: Mapping[str, SparseModel], embedders: 
 
 
 def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_items: int,
-                 embedders: Collection[str] = (), rerankers: Collection[str] = ()) -> SparseRequest:
+                 kinds: Mapping[str, Kind] = NO_KINDS) -> SparseRequest:
     """A decoded JSON body of the `api` shape -> SparseRequest, or ApiError (400, or 404 for an unknown
     model) naming the field at fault."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     if api not in INPUT_FIELDS:
         raise ValueError(f"unknown sparse API {api!r}")
-    name = resolve_sparse(body.get("model"), models, embedders, rerankers, optional=api == "tei")
+    name = resolve_sparse(body.get("model"), models, kinds, optional=api == "tei")
     m = models[name]
     key = INPUT_FIELDS[api]
     texts = _texts(body.get(key), key, max_items)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from embtrt_backend.kinds import EMBEDDER
+
 from ...errors import SpecError
 from ...repository.manifest import Manifest
 from .pods import add_gi, container_security, image_fields, pod_spec, repository_size, resources, scratch
@@ -70,7 +72,7 @@ def pool_models(m: Manifest, buckets: tuple[int, ...]) -> list[str]:
     """The models one pool loads: an embedder's bucket models (encoder, tokenizer, ensemble, pooler);
     for a reranker or sparse encoder the front door, which tokenizes every bucket and runs it itself
     or (encoder_mode bls) through the bucket encoder models it calls."""
-    if m.kind != "embedder":
+    if m.kind != EMBEDDER.name:
         return [m.name, *m.models.encoders]
     models = [x for b in buckets for x in (f"{m.name}_{b}_encoder", f"{m.name}_{b}_tokenizer", f"{m.name}_{b}")]
     if m.pooler == "python":
@@ -115,7 +117,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
         pools = plan_pools(buckets, spec.pools)
     except SpecError as exc:
         raise SpecError(f"{name}: {exc.message}", exc.hint) from None
-    if m.kind != "embedder":
+    if m.kind != EMBEDDER.name:
         # a reranker's or sparse encoder's front door plans every bucket itself (and runs it, or calls
         # its bucket encoders), so all of its buckets are in one pool (the gateway takes no other split for these kinds)
         if len(pools) > 1 and spec.pools:

@@ -1,0 +1,37 @@
+"""What a kind of model is, as every layer asks it (#50: kinds as plug-ins).
+
+A kind is the manifest's `kind` and the front door's `embtrt.kind`: an embedder, a reranker or a
+sparse encoder today. Each kind is one module of this package declaring one `Kind`; the registry
+(`embtrt_backend.kinds`) lists them. The layers above (export, reference, serve, measure, the
+gateway) ask the kind for what differs instead of comparing its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str                 # the manifest's `kind`, the front door's `embtrt.kind` parameter
+    label: str                # "an embedder": in messages
+    reference: str            # the sentence-transformers class whose outputs it serves
+    operations: tuple[str, ...]   # what its models do behind the gateway (scale/gateway/routes.py's operations)
+    metric_route: str         # the `route` label of embtrt_gateway_requests for those requests
+    served_routes: str        # the gateway routes that serve it: told to a client that named it on another's
+    client_hint: str          # told to this kind's gRPC client that named a model of another kind
+    front_door: str           # the python_backend folder its front door's model.py comes from
+    inputs: tuple[str, ...]   # the front door's text inputs: TEXT, or QUERY and DOCUMENT
+    probe_output: str         # the front door output a readiness probe checks is finite
+    torch_encoder: str        # the embtrt_backend.torch_encoder class python-torch runs for it
+    encoder_output: str = ""  # its graph's output; "" where the export names it (an embedder's)
+
+    @property
+    def noun(self) -> str:
+        """"embedder", "sparse encoder": the label without its article."""
+        return self.label.split(" ", 1)[1]
+
+    @property
+    def pairs(self) -> bool:
+        """Its items are (query, document) pairs."""
+        return len(self.inputs) == 2

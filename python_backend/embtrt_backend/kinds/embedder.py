@@ -1,0 +1,11 @@
+"""The embedder: sentence-transformers' SentenceTransformer, one pooled vector per text."""
+
+from .base import Kind
+
+KIND = Kind(
+    name="embedder", label="an embedder", reference="SentenceTransformer",
+    operations=("embed",), metric_route="embeddings",
+    served_routes="POST /v1/embeddings",
+    client_hint="rank with RerankClient / `embtrt rerank` (docs/rerankers.md)",
+    front_door="router", inputs=("TEXT",), probe_output="EMBEDDING", torch_encoder="TorchEncoder",
+)

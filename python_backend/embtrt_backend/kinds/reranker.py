@@ -1,0 +1,12 @@
+"""The reranker: sentence-transformers' CrossEncoder, a score (or a score per label) per (query, document) pair."""
+
+from .base import Kind
+
+KIND = Kind(
+    name="reranker", label="a reranker", reference="CrossEncoder",
+    operations=("rank",), metric_route="rerank",
+    served_routes="POST /v1/rerank (Cohere, Jina, vLLM), /v2/rerank, /rerank (TEI) or /v1/ranking (NIM)",
+    client_hint="embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
+    front_door="reranker", inputs=("QUERY", "DOCUMENT"), probe_output="SCORES", torch_encoder="TorchClassifier",
+    encoder_output="logits",
+)

@@ -1,0 +1,12 @@
+"""The sparse encoder: sentence-transformers' SparseEncoder (SPLADE), a vocabulary-sized weight vector per text."""
+
+from .base import Kind
+
+KIND = Kind(
+    name="sparse", label="a sparse encoder", reference="SparseEncoder",
+    operations=("embed_sparse",), metric_route="sparse",
+    served_routes="POST /v1/sparse or /embed_sparse (TEI)",
+    client_hint="embed with EmbeddingClient, rank with RerankClient",
+    front_door="sparse", inputs=("TEXT",), probe_output="SPARSE_VALUES", torch_encoder="TorchSplade",
+    encoder_output="sparse",
+)

@@ -1,0 +1,47 @@
+"""Kinds as plug-ins (#50): a kind's name ("embedder", "reranker", "sparse") is spelled only by its
+module in embtrt_backend/kinds/; every other module of the product names a kind through the
+registry (EMBEDDER.name, kind_of(...), the Kind's own fields), so that adding a kind does not mean
+finding its siblings' names in shared code."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from embtrt_backend.kinds import BY_NAME, DEFAULT, EMBEDDER, KINDS, NAMES, RERANKER, kind_of
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = (ROOT / "builder" / "embtrt", ROOT / "python_backend")
+REGISTRY = ROOT / "python_backend" / "embtrt_backend" / "kinds"
+
+
+def kind_literals(roots, base: Path = ROOT) -> list[str]:
+    """`file:line: 'name'` for every string constant equal to a kind's name outside the registry."""
+    found = []
+    for root in roots:
+        for f in sorted(root.rglob("*.py")):
+            if REGISTRY in f.parents:
+                continue
+            for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"), str(f))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in NAMES:
+                    found.append(f"{f.relative_to(base)}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_only_the_kinds_registry_spells_a_kinds_name():
+    assert kind_literals(PRODUCT) == []
+
+
+def test_a_planted_kind_name_in_shared_code_is_found(tmp_path):
+    (tmp_path / "probe.py").write_text('def f(kind):\n    """sparse and embedder in prose are words"""\n'
+                                       '    return kind == "reranker"\n')
+    assert kind_literals([tmp_path], tmp_path) == ["probe.py:3: 'reranker'"]
+
+
+def test_the_registry_names_each_kind_once_and_an_unknown_one_is_refused():
+    assert NAMES == tuple(k.name for k in KINDS) and len(set(NAMES)) == len(KINDS) == len(BY_NAME)
+    assert kind_of(None) is kind_of("") is DEFAULT is EMBEDDER and kind_of(RERANKER.name) is RERANKER
+    assert RERANKER.pairs and not EMBEDDER.pairs and EMBEDDER.noun == "embedder"
+    with pytest.raises(ValueError, match="unknown kind of model 'colbert': one of embedder, reranker, sparse"):
+        kind_of("colbert")
