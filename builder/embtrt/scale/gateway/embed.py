@@ -13,10 +13,12 @@ import numpy as np
 
 from embtrt_backend.core import Chunk, Request
 from embtrt_backend.kinds import EMBEDDER
+from embtrt_backend.options import EMBEDDING_TYPES
 
 from ...errors import SpecError
 from ...serve import wire
 from .coalescer import PoolBatcher
+from .embeddings_schema import model_suffixes
 from .config import GatewayConfig, Pool, model_pools
 from .errors import ApiError
 from .front_door import refusal
@@ -237,3 +239,11 @@ class Gateway:
 
         await asyncio.gather(*(one(p) for p in self.pools))
         return out
+
+    def describe(self) -> dict:
+        """This model's /v1/models entry: its kind, identity and request options."""
+        o = self.served.options
+        return {"id": self.served.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": self.kind.name,
+                "embtrt": self.served.identity, "prompts": o.prompts, "default_prompt_name": o.default_prompt_name,
+                "include_prompt": o.include_prompt, "dimensions": o.widths_text(), "embedding_types": list(EMBEDDING_TYPES),
+                "aliases": [f"{self.served.name}-{x}" for x in model_suffixes(o)]}

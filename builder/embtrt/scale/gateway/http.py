@@ -283,10 +283,8 @@ class GatewayApp:
 
             return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-        served = {op for op, models in (("embed", gw.embedders), ("rank", gw.rerankers), ("embed_sparse", gw.sparse))
-                  if models}
         self.routes = Routes({"embed": self.embeddings, "rank": self.rerank, "embed_sparse": self.sparse,
-                              "models": api, "live": api, "ready": api, "metrics": api}, served)
+                              "models": api, "live": api, "ready": api, "metrics": api}, gw.operations)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":   # the lifespan

@@ -10,13 +10,12 @@ import asyncio
 import time
 
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE, Kind
-from embtrt_backend.options import EMBEDDING_TYPES
 
 from ...errors import SpecError
 from .admission import Admission
 from .config import GatewayConfig
 from .embed import Gateway
-from .embeddings_schema import EmbeddingsModel, model_suffixes
+from .embeddings_schema import EmbeddingsModel
 from .metrics import Metrics
 from .rerank import Reranker
 from .rerank_schema import RerankModel
@@ -66,6 +65,8 @@ class MultiGateway:
             raise SpecError(f"invalid --pool: no model named {', '.join(sorted(named - set(self.models)))}",
                             f"models: {', '.join(self.models)}")
         self.several = len(self.models) > 1
+        # the operations some model here serves (its kind's: Kind.operations); the route table serves those routes
+        self.operations = {op for g in self.models.values() for op in g.kind.operations}
         # what parsing a request needs of each model (embeddings_schema.parse_embeddings, rerank_schema.parse_rerank,
         # sparse_schema.parse_sparse)
         self.schemas: dict[str, EmbeddingsModel] = {
@@ -104,16 +105,5 @@ class MultiGateway:
         return out
 
     def describe(self) -> list[dict]:
-        """/v1/models entries: each model with its kind, identity and request options."""
-        out = []
-        for g in self.models.values():
-            if isinstance(g, (Reranker, Sparse)):
-                out.append(g.describe())
-                continue
-            o = g.served.options
-            out.append({"id": g.served.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": g.kind.name,
-                        "embtrt": g.served.identity, "prompts": o.prompts, "default_prompt_name": o.default_prompt_name,
-                        "include_prompt": o.include_prompt, "dimensions": o.widths_text(),
-                        "embedding_types": list(EMBEDDING_TYPES),
-                        "aliases": [f"{g.served.name}-{x}" for x in model_suffixes(o)]})
-        return out
+        """/v1/models entries: each model's own (its kind, identity and request options)."""
+        return [g.describe() for g in self.models.values()]
