@@ -33,7 +33,8 @@ def wrong_kind(model: str, kind: Kind, wanted: Kind) -> ApiError:
 
 
 def refuse_other_kind(model: str, kinds: Mapping[str, Kind], wanted: Kind) -> None:
-    """wrong_kind's 400 where `kinds` (served models' kinds by name) says `model` is not of `wanted`'s kind."""
+    """wrong_kind's 400 where `kinds` (served models' kinds by name) says `model` is of a kind that does not
+    serve the operation of `wanted`'s routes (a kind serving several operations is served on each one's)."""
     kind = kinds.get(model)
-    if kind is not None and kind is not wanted:
+    if kind is not None and wanted.operations[0] not in kind.operations:
         raise wrong_kind(model, kind, wanted)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE, Kind
 
@@ -19,6 +20,7 @@ from .embeddings_schema import EmbeddingsModel
 from .metrics import Metrics
 from .rerank import Reranker
 from .rerank_schema import RerankModel
+from .routes import MODEL_OPERATIONS
 from .served import served_kind
 from .sparse import Sparse
 from .sparse_schema import SparseModel
@@ -42,9 +44,11 @@ class MultiGateway:
         self._ready_task: asyncio.Task | None = None
         repos = (cfg.repository, *cfg.more_repositories)
         self.models: dict[str, Gateway | Reranker | Sparse] = {}   # every model, of every kind
-        self.embedders: dict[str, Gateway] = {}
-        self.rerankers: dict[str, Reranker] = {}
-        self.sparse: dict[str, Sparse] = {}
+        # each operation's models by name: a model serves its kind's operations (Kind.operations), one or several
+        self.serving: dict[str, dict[str, Any]] = {op: {} for op in MODEL_OPERATIONS}
+        self.embedders: dict[str, Gateway] = self.serving["embed"]   # the operations' handlers' typed views
+        self.rerankers: dict[str, Reranker] = self.serving["rank"]
+        self.sparse: dict[str, Sparse] = self.serving["embed_sparse"]
         self.kinds: dict[str, Kind] = {}   # every model's kind, by name (a model named on another kind's route is refused)
         for repo in repos:
             kind = KINDS[served_kind(repo)]
@@ -54,19 +58,15 @@ class MultiGateway:
                                 "build one of them with another --name")
             self.models[g.served.name] = g
             self.kinds[g.served.name] = g.kind
-            if isinstance(g, Reranker):
-                self.rerankers[g.served.name] = g
-            elif isinstance(g, Sparse):
-                self.sparse[g.served.name] = g
-            else:
-                self.embedders[g.served.name] = g
+            for op in g.kind.operations:
+                self.serving[op][g.served.name] = g
         named = {e[0] for e in cfg.pools if len(e) == 3}
         if named - set(self.models):
             raise SpecError(f"invalid --pool: no model named {', '.join(sorted(named - set(self.models)))}",
                             f"models: {', '.join(self.models)}")
         self.several = len(self.models) > 1
         # the operations some model here serves (its kind's: Kind.operations); the route table serves those routes
-        self.operations = {op for g in self.models.values() for op in g.kind.operations}
+        self.operations = {op for op, models in self.serving.items() if models}
         # what parsing a request needs of each model (embeddings_schema.parse_embeddings, rerank_schema.parse_rerank,
         # sparse_schema.parse_sparse)
         self.schemas: dict[str, EmbeddingsModel] = {
