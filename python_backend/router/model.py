@@ -1,10 +1,11 @@
-"""Front door: TEXT -> the request core (embtrt_backend.core) -> EMBEDDING (or the vector type asked for).
+"""The front door of every kind of model (embtrt_backend.kinds): an embedder's TEXT -> EMBEDDING (or
+the vector type asked for), a reranker's (QUERY, DOCUMENT) pairs -> SCORES, a sparse encoder's TEXT
+-> SPARSE_INDICES / SPARSE_VALUES; TOKENS (INT64, one per row) with each: the tokens it took, prompt
+and every window included, so that a caller (the gateway) can report usage without tokenizing again.
 
-TOKENS (INT64, one per text): the tokens embedded for it, prompt and every window included, so that
-a caller (the gateway) can report usage without tokenizing again.
-
-Only pb_utils glue: decoding, request parameters, the encoder call and the responses. What is done
-to a request (prompt, tokenize, refuse, plan, pad, pool, finish) is the core's, tested without Triton.
+Only pb_utils glue: the inputs, request parameters, the encoder call, the long-text lane and the
+responses. What is done to a request is its kind's Door (embtrt_backend.doors) over the request
+core or the pair core, tested without Triton.
 
 The encoder runs here (encoder_mode local) or in each bucket's encoder model over BLS
 (embtrt_backend.bucket_encoder).
@@ -23,15 +24,12 @@ use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own p
 
 from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
+from embtrt_backend.doors import door_for  # noqa: E402
 from embtrt_backend.drain import Drain  # noqa: E402
+from embtrt_backend.kinds import kind_of  # noqa: E402
 from embtrt_backend.long_rows import DEFAULT_TOKENS, LongLane, LongRowGate, LongRowsBusy  # noqa: E402
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
-from embtrt_backend.core import Request, RequestCore  # noqa: E402
-from embtrt_backend.options import OUTPUTS, load_calibration, parse_request_parameters  # noqa: E402
-from embtrt_backend.text import decode_texts  # noqa: E402
-
-
-VECTOR_OUTPUTS = {name for name, _ in OUTPUTS.values()}
+from embtrt_backend.options import parse_request_parameters  # noqa: E402
 
 
 def _error(exc):
@@ -46,6 +44,14 @@ def _send(request, response):
     request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
+def _response(request, outputs):
+    """The response of named output arrays; TOKENS only where the caller reads it (asks for no output
+    by name, or for TOKENS): a tensor less per response for callers that do not."""
+    asked = request.requested_output_names()
+    return pb_utils.InferenceResponse([pb_utils.Tensor(name, a) for name, a in outputs
+                                       if name != "TOKENS" or not asked or "TOKENS" in asked])
+
+
 def _instances(model_config: dict) -> int:
     return sum(int(g.get("count", 1)) for g in model_config.get("instance_group", [])) or 1
 
@@ -55,8 +61,8 @@ class TritonPythonModel:
         self.drain = Drain(track=True)
         p = parameters(args["model_config"])
         here = os.path.dirname(os.path.abspath(__file__))
-        self.core = RequestCore.from_folder(here, p, load_calibration(here))
-        self.encode = BucketEncoder(here, p, self.core.cfg.buckets, pb_utils)
+        self.door = door_for(kind_of(p.get("kind")), here, p)
+        self.encode = BucketEncoder(here, p, self.door.buckets, pb_utils)
         # long texts run off this instance, on its lane (embtrt_backend.long_rows), where the model
         # takes texts that long and its encoder may run from two threads
         tokens = int(p.get("long_row_tokens", DEFAULT_TOKENS))
@@ -76,11 +82,11 @@ class TritonPythonModel:
     def _split(self, requests):
         """Long requests to the lane, the rest answered here; every answer through the request's
         response sender, so that execute() returns None and the instance is free at once."""
-        long, short, arrays = [], [], []   # arrays: the short requests' TEXT, read once
+        long, short, arrays = [], [], []   # arrays: the short requests' inputs, read once
+        tokens = self.lane.tokens
         for r in requests:
-            t = pb_utils.get_input_tensor_by_name(r, "TEXT")
-            a = None if t is None else t.as_numpy()
-            if a is not None and self.lane.is_long(a.ravel()):
+            a = self._inputs(r)
+            if any(n > tokens for n in self.door.row_bytes(a)):
                 long.append(r)
             else:
                 short.append(r)
@@ -103,36 +109,31 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001 (reported to each caller)
             return [_error(exc) for _ in requests]
 
+    def _inputs(self, request):
+        """The request's inputs' arrays by name (None where absent)."""
+        out = {}
+        for name in self.door.inputs:
+            t = pb_utils.get_input_tensor_by_name(request, name)
+            out[name] = None if t is None else t.as_numpy()
+        return out
+
     def _execute(self, requests, arrays=None):
-        """The requests' responses; `arrays`: their TEXT tensors' arrays where _split read them already."""
+        """The requests' responses; `arrays`: their inputs where _split read them already."""
         responses = [None] * len(requests)
         work, where = [], []
         for i, request in enumerate(requests):
             try:
-                text = arrays[i] if arrays is not None else None
-                if text is None:
-                    text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-                texts = decode_texts(text, self.core.cfg.max_text_bytes)
-                if not texts:
-                    raise InputError("TEXT holds no rows")
-                opts = self.core.options.resolve(parse_request_parameters(request.parameters()))
-                asked = request.requested_output_names()  # every output when the caller names none
-                if asked and opts.output not in asked:
-                    wrong = sorted(n for n in asked if n in VECTOR_OUTPUTS)
-                    raise InputError(f"embedding_type {opts.embedding_type} comes back in {opts.output}, but the request "
-                                     f"asked for {', '.join(wrong) or ', '.join(asked)}", "embedding_type")
+                inputs = arrays[i] if arrays is not None else self._inputs(request)
+                item = self.door.parse(inputs, parse_request_parameters(request.parameters()),
+                                       request.requested_output_names())
             except InputError as exc:
                 responses[i] = _error(exc)
                 continue
-            work.append(Request(texts, None, opts))
-            where.append(i)
-        for i, r, out in zip(where, work, self.core.run(work, self.encode) if work else ()):
-            if out.error is not None:
-                responses[i] = _error(out.error)
+            if item.ready is not None:   # made without the encoder
+                responses[i] = _response(request, item.ready)
                 continue
-            tensors = [pb_utils.Tensor(r.options.output, out.vectors)]
-            asked = requests[i].requested_output_names()
-            if not asked or "TOKENS" in asked:  # a tensor less per response for callers that do not read it
-                tensors.append(pb_utils.Tensor("TOKENS", out.tokens.reshape(-1, 1)))
-            responses[i] = pb_utils.InferenceResponse(tensors)
+            work.append(item)
+            where.append(i)
+        for i, item, out in zip(where, work, self.door.run(work, self.encode) if work else ()):
+            responses[i] = _error(out.error) if out.error is not None else _response(requests[i], self.door.outputs(item, out))
         return responses

@@ -7,5 +7,5 @@ KIND = Kind(
     operations=("embed",), metric_route="embeddings",
     served_routes="POST /v1/embeddings",
     client_hint="rank with RerankClient / `embtrt rerank` (docs/rerankers.md)",
-    front_door="router", inputs=("TEXT",), probe_output="EMBEDDING", torch_encoder="TorchEncoder",
+    front_door="router", inputs=("TEXT",), probe_output="EMBEDDING", door="EmbedderDoor", torch_encoder="TorchEncoder",
 )

@@ -7,6 +7,6 @@ KIND = Kind(
     operations=("rank",), metric_route="rerank",
     served_routes="POST /v1/rerank (Cohere, Jina, vLLM), /v2/rerank, /rerank (TEI) or /v1/ranking (NIM)",
     client_hint="embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
-    front_door="reranker", inputs=("QUERY", "DOCUMENT"), probe_output="SCORES", torch_encoder="TorchClassifier",
+    front_door="router", inputs=("QUERY", "DOCUMENT"), probe_output="SCORES", door="RerankerDoor", torch_encoder="TorchClassifier",
     encoder_output="logits",
 )

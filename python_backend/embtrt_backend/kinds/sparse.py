@@ -7,6 +7,6 @@ KIND = Kind(
     operations=("embed_sparse",), metric_route="sparse",
     served_routes="POST /v1/sparse or /embed_sparse (TEI)",
     client_hint="embed with EmbeddingClient, rank with RerankClient",
-    front_door="sparse", inputs=("TEXT",), probe_output="SPARSE_VALUES", torch_encoder="TorchSplade",
+    front_door="router", inputs=("TEXT",), probe_output="SPARSE_VALUES", door="SparseDoor", torch_encoder="TorchSplade",
     encoder_output="sparse",
 )

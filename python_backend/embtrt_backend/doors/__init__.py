@@ -1,0 +1,17 @@
+"""Each kind's front door without Triton (embtrt_backend.doors.<kind>), chosen by the kind."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from ..kinds import Kind
+from .base import Door, Item, Outputs
+
+
+def door_for(kind: Kind, here: str, p: dict[str, str]) -> Door:
+    """The front door of `kind` for the model version folder `here` and its config parameters."""
+    module = import_module(f"{__name__}.{kind.name}")
+    return getattr(module, kind.door)(here, p)
+
+
+__all__ = ["Door", "Item", "Outputs", "door_for"]
