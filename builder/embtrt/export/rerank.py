@@ -27,7 +27,7 @@ from ..repository.manifest import Manifest, ModelNames
 from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
 from .encoders import identity, rebuild_command, require_openvino, versions
-from .render import (MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
+from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
                      runtime_params, warmup_data)
 from .spec import BuildSpec
 
@@ -96,7 +96,8 @@ def front_params(spec: BuildSpec, pad_id: int) -> dict[str, str]:
               "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
                                                   for b in spec.buckets),
               "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
-              **bls_params(spec), "run_overhead_tokens": str(spec.run_overhead_tokens), "num_labels": str(spec.num_labels),
+              **bls_params(spec), "run_overhead_tokens": str(spec.run_overhead_tokens),
+              "long_row_tokens": str(LONG_ROW_TOKENS), "num_labels": str(spec.num_labels),
               "activation": spec.activation,
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
     return p

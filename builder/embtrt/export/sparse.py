@@ -26,7 +26,7 @@ from ..reference.sparse_ref import load_sparse_encoder, se_encode
 from ..repository.budget import bucket_batch
 from ..repository.manifest import Manifest, ModelNames
 from .encoders import identity, rebuild_command, require_openvino, versions
-from .render import (MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
+from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
                      runtime_params, warmup_data)
 from .result import BuildResult
 from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
@@ -96,7 +96,8 @@ def front_params(spec: BuildSpec, pad_id: int) -> dict[str, str]:
                                                   for b in spec.buckets),
               "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
               **bls_params(spec),
-              "run_overhead_tokens": str(spec.run_overhead_tokens), "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
+              "run_overhead_tokens": str(spec.run_overhead_tokens), "long_row_tokens": str(LONG_ROW_TOKENS),
+              "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
               "normalize": "false", "dimensions": "",
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or "",
               "include_prompt": "true"})
