@@ -8,6 +8,7 @@ import errno
 import os
 import socket
 import threading
+import time
 
 from ..errors import ServerError
 
@@ -92,6 +93,21 @@ def refuse_taken(host: str, ports: dict[str, int]) -> None:
                 who = f" (process {', '.join(map(str, sorted(holder)))})" if holder else ""
                 raise ServerError(f"port {port} on {host} ({flag}) is already in use{who}",
                                   f"stop what holds it, or pass another {flag} (0 picks a free one)") from None
+
+
+def wait_free(host: str, ports: dict[str, int], timeout_s: float) -> None:
+    """Wait until nothing listens on any of `ports` (a server of ours that was just stopped may still
+    be closing them); ServerError naming the first one still taken after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            refuse_taken(host, ports)
+            return
+        except ServerError as exc:
+            if time.monotonic() >= deadline:
+                first = exc.message.replace("is already in use", f"is still in use after {timeout_s:g} s")
+                raise ServerError(first, "stop what holds it, or serve on other ports") from None
+        time.sleep(0.05)
 
 
 def _listen_inodes(port: int) -> set[str]:

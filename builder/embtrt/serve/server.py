@@ -333,27 +333,21 @@ class TritonServer:
         c = counters(self.metrics_url)
         return None if c is None else (c[0], c[1] + c[2])
 
-    def stop(self, timeout_s: float | None = None, drain: bool = False, grace_s: float = 0.0) -> int | None:
+    def stop(self, timeout_s: float | None = None, drain: bool = False, grace_s: float = 0.0,
+             kill: bool | None = None) -> int | None:
         """Stop tritonserver. drain: serve `grace_s` longer, refuse new requests and let the ones in
         flight finish (serve.drain), then kill it; when they outlast spec.drain_s, or without drain on a
-        graceful_exit server, SIGTERM (tritonserver's own shutdown), SIGKILL after the exit timeout."""
+        graceful_exit server, SIGTERM (tritonserver's own shutdown), SIGKILL after the exit timeout.
+        kill: SIGKILL at once (None: unless spec.graceful_exit), as for a broken server restarted.
+        Returns once no process of the server's group is left (its ports and memory let go)."""
         if self.proc is None:
             return None
-        kill = not self.spec.graceful_exit
+        kill = not self.spec.graceful_exit if kill is None else kill
         if drain and self.proc.poll() is None:
             self.drained = drain_requests(self.drain_flag, grace_s, self.spec.drain_s)
             kill = kill or self.drained.idle
         if kill and self.proc.poll() is None:
-            pid = self.server_pid()
-            if pid is not None:
-                try:
-                    os.kill(pid, signal.SIGKILL)   # the reaper sees it exit and removes what it leaves
-                except ProcessLookupError:
-                    pass
-                try:
-                    self.proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    pass
+            self._kill_server()
         if self.proc.poll() is None:
             # SIGTERM to tritonserver alone: its Python stubs share the process group and must
             # keep running until the server has drained in-flight requests and unloaded them.
@@ -361,13 +355,20 @@ class TritonServer:
             try:
                 self.proc.wait(timeout=timeout_s if timeout_s is not None else self.spec.exit_timeout_s + 10)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        # Stubs run in the server's process group; make sure none outlives it.
+                self._kill_server()
+        # Stubs run in the server's process group; make sure none outlives it, and return only when
+        # the group is gone: a killed tritonserver keeps its sockets until it has let go of its memory
+        # (seconds for a loaded one), and a restart on the same ports would find them taken.
+        pgid = self.proc.pid
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while group_pids(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         if self._log_fh:
             self._log_fh.close()
             self._log_fh = None
@@ -375,6 +376,22 @@ class TritonServer:
             shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None
         return self.proc.returncode
+
+    def _kill_server(self) -> None:
+        """SIGKILL tritonserver; the reaper sees it exit, removes its stubs and their shared memory,
+        and exits (the group is SIGKILLed after a bounded wait if it does not)."""
+        assert self.proc is not None
+        pid = self.server_pid()
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
 
     def __enter__(self) -> "TritonServer":
         try:

@@ -11,6 +11,7 @@ from typing import Callable
 from ..errors import ServerError
 from ..repository.manifest import has_manifest, read_manifest
 from .health import Health
+from .ports import wait_free
 from .probe import probe
 from .server import ServerSpec, TritonServer
 
@@ -81,7 +82,12 @@ class Supervisor:
         self.health.set(False, "recovering: restarting tritonserver", "recovering")
         t0 = time.time()
         if self.server is not None:
-            self.server.stop(timeout_s=5)
+            # a broken server is killed, not shut down (its unload may hang on dead stubs), and the
+            # new one starts once the old one has let go of the ports
+            self.server.stop(timeout_s=5, kill=True)
+        s = self.spec
+        wait_free(s.host, {"--grpc-port": s.grpc_port, "--http-port": s.http_port, "--metrics-port": s.metrics_port},
+                  timeout_s=30)
         self._start()
         self.recoveries += 1
         assert self.server is not None
