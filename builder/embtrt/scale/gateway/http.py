@@ -1,9 +1,8 @@
 """The gateway's ASGI layer. Requests go by the route table (routes.py) to their operation's
-handler: POST /v1/embeddings as a plain ASGI handler (key, body limit, JSON, the schema, the model's
-embedding, OpenAI's response), the rerank routes the same way (POST /v1/rerank, /v2/rerank, /rerank,
-/v1/ranking: rerank_schema's shapes, the reranker's scores) and the sparse routes (POST /v1/sparse,
-/embed_sparse: sparse_schema's shapes, the sparse encoder's vectors); the gateway's own GET routes
-(/v1/models, health, metrics) by FastAPI. An unknown path is a 404 naming the routes served, a known
+handler: every model operation (operations.py: POST /v1/embeddings, the rerank routes POST /v1/rerank,
+/v2/rerank, /rerank, /v1/ranking, the sparse routes POST /v1/sparse, /embed_sparse) through one plain
+ASGI `Handler` (key, admission, body limit, deadline, JSON, errors, metrics) around the operation's
+parse and answer; the gateway's own GET routes (/v1/models, health, metrics) by FastAPI. An unknown path is a 404 naming the routes served, a known
 one asked with another method a 405 with Allow. `run` serves it with uvicorn.
 
 No `from __future__ import annotations` here: FastAPI reads the routes' annotations (`request: Request`,
@@ -11,7 +10,6 @@ imported where the app is made) at run time.
 """
 
 import asyncio
-import base64
 import gc
 import hmac
 import json
@@ -19,19 +17,11 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
-
 from .config import GatewayConfig
-from .embeddings_schema import parse_embeddings
 from .errors import ApiError
+from .operations import OPERATIONS, Operation
 from .registry import MultiGateway
-from .rerank_schema import ROUTES as RERANK_ROUTES
-from .rerank_schema import parse_rerank, render
 from .routes import Routes
-from .sparse_schema import ROUTES as SPARSE_ROUTES
-from .sparse_schema import parse_sparse
-from .sparse_schema import render as render_sparse
 
 
 def _loads(raw: bytes):
@@ -68,18 +58,28 @@ async def _within(seconds: float, coro):
     return await asyncio.wait_for(coro, seconds)
 
 
-class _Embeddings:
-    """POST /v1/embeddings as a plain ASGI handler: the hot path skips FastAPI's routing, middleware
-    and response classes (measured: a quarter of the gateway's CPU per request went there). The rerank
-    routes are handlers of the same kind (`_Rerank`): key, admission, body, deadline, envelope, metrics."""
+def check_key(cfg: GatewayConfig, auth: str) -> None:
+    """401 unless the request carries the gateway's API key (where it has one) as a bearer token."""
+    if cfg.api_key is None:
+        return
+    token = auth[7:] if auth.lower().startswith("bearer ") else ""
+    if not token or not hmac.compare_digest(token.encode(), cfg.api_key.encode()):
+        raise ApiError(401, "incorrect or missing API key (send Authorization: Bearer <key>)",
+                       code="invalid_api_key")
 
-    route = EMBEDDER.metric_route   # the label of embtrt_gateway_requests
 
-    def __init__(self, cfg: GatewayConfig, gw: MultiGateway) -> None:
-        self.cfg, self.gw = cfg, gw
+class Handler:
+    """One model operation's routes (operations.py) as a plain ASGI handler: the hot path skips
+    FastAPI's routing, middleware and response classes (measured: a quarter of the gateway's CPU per
+    request went there). The envelope is the same for every operation: key, admission, body limit and
+    deadline, JSON, errors in the gateway's shape, metrics; the operation parses, answers, renders."""
+
+    def __init__(self, cfg: GatewayConfig, gw: MultiGateway, op: Operation) -> None:
+        self.cfg, self.gw, self.op = cfg, gw, op
+        self.route = op.metric_route   # the label of embtrt_gateway_requests
 
     def latency(self):
-        return self.gw.metrics.latency
+        return getattr(self.gw.metrics, self.op.latency)
 
     async def __call__(self, scope, receive, send) -> None:
         t0 = time.perf_counter()
@@ -89,7 +89,7 @@ class _Embeddings:
         adm = self.gw.admission
         try:
             headers = dict(scope.get("headers") or ())
-            self.check_key(headers.get(b"authorization", b"").decode("latin-1"))
+            check_key(self.cfg, headers.get(b"authorization", b"").decode("latin-1"))
             adm.enter()  # 429 past --max-concurrent-requests, before any work
             admitted = True
             self.gw.metrics.in_flight.inc()
@@ -137,29 +137,13 @@ class _Embeddings:
         """Body -> (the response document, the served model's name, its size about, extra headers); JSON
         and tokenization of large requests off the event loop."""
         body = await self.json_body(receive)
-        req = parse_embeddings(body, self.gw.schemas, self.cfg.max_items, self.gw.kinds)
-        model = self.gw.embedders[req.served]
+        req = self.op.parse(self.gw, self.cfg, scope["path"], body)
         try:
-            vecs, tokens = await model.embed(req.texts, req.ids, req.options)
+            doc, size, headers = await self.op.answer(self.gw, req)
         except ApiError as exc:
             exc.served = req.served  # counted per model and status
             raise
-        if req.encoding_format == "base64":  # float32 little-endian, or the raw int8 / uint8 bytes of the compact types
-            raw_vecs = vecs.astype("<f4") if vecs.dtype == np.float32 else vecs
-            data = [{"object": "embedding", "index": i,
-                     "embedding": base64.b64encode(v.tobytes()).decode("ascii")} for i, v in enumerate(raw_vecs)]
-        else:  # float: the arrays themselves (orjson writes numpy without a Python float per value)
-            data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]
-        return ({"object": "list", "data": data, "model": req.model,
-                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, req.served, len(data) * 1536, [])
-
-    def check_key(self, auth: str) -> None:
-        if self.cfg.api_key is None:
-            return
-        token = auth[7:] if auth.lower().startswith("bearer ") else ""
-        if not token or not hmac.compare_digest(token.encode(), self.cfg.api_key.encode()):
-            raise ApiError(401, "incorrect or missing API key (send Authorization: Bearer <key>)",
-                           code="invalid_api_key")
+        return doc, req.served, size, headers
 
     async def body(self, receive) -> bytes:
         """The request body, within --body-timeout (408 and the connection closed past it)."""
@@ -184,55 +168,10 @@ class _Embeddings:
                 return b"".join(parts)
 
 
-class _Rerank(_Embeddings):
-    """The rerank routes (rerank_schema.ROUTES: Cohere / Jina / vLLM, TEI, NIM) as plain ASGI handlers:
-    the body of the route's shape parsed, the reranker's scores, the response in that shape."""
-
-    route = RERANKER.metric_route
-
-    def latency(self):
-        return self.gw.metrics.rerank_latency
-
-    async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
-        body = await self.json_body(receive)
-        req = parse_rerank(RERANK_ROUTES[scope["path"]], body, self.gw.rerank_schemas, self.gw.kinds, self.cfg.max_items)
-        try:
-            scores, tokens = await self.gw.rerankers[req.served].rerank(req)
-        except ApiError as exc:
-            exc.served = req.served  # counted per model and status
-            raise
-        doc, headers = render(req, scores, tokens)
-        # the response's size, to encode it off the event loop when large: only the documents it shows
-        rows = doc if isinstance(doc, list) else doc.get("results", doc.get("rankings", []))
-        size = 64 * len(rows) + (sum(len(req.documents[r["index"]]) for r in rows) if req.return_documents else 0)
-        return doc, req.served, size, headers
-
-
-class _Sparse(_Embeddings):
-    """The sparse routes (sparse_schema.ROUTES: TEI's /embed_sparse, /v1/sparse) as plain ASGI handlers:
-    the body of the route's shape parsed, the sparse encoder's vectors, the response in that shape."""
-
-    route = SPARSE.metric_route
-
-    def latency(self):
-        return self.gw.metrics.sparse_latency
-
-    async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
-        body = await self.json_body(receive)
-        req = parse_sparse(SPARSE_ROUTES[scope["path"]], body, self.gw.sparse_schemas, self.cfg.max_items, self.gw.kinds)
-        try:
-            rows, tokens = await self.gw.sparse[req.served].encode(req)
-        except ApiError as exc:
-            exc.served = req.served  # counted per model and status
-            raise
-        doc, headers = render_sparse(req, rows, tokens, self.gw.sparse[req.served].served.token_of)
-        return doc, req.served, 32 * sum(len(ix) for ix, _ in rows), headers
-
-
 class GatewayApp:
-    """The gateway's ASGI app: each request to its operation's handler by the route table (`embed` by
-    `_Embeddings`, `rank` by `_Rerank`, `embed_sparse` by `_Sparse`, the gateway's own GET routes and the
-    lifespan by FastAPI); 404 / 405 by the table."""
+    """The gateway's ASGI app: each request to its operation's handler by the route table (a model
+    operation's by a `Handler` of it, the gateway's own GET routes and the lifespan by FastAPI); 404 /
+    405 by the table."""
 
     def __init__(self, cfg: GatewayConfig) -> None:
         from contextlib import asynccontextmanager
@@ -241,9 +180,7 @@ class GatewayApp:
         from fastapi.responses import JSONResponse, Response
 
         gw = self.gateway = MultiGateway(cfg)
-        self.embeddings = _Embeddings(cfg, gw)
-        self.rerank = _Rerank(cfg, gw)
-        self.sparse = _Sparse(cfg, gw)
+        self.handlers = {name: Handler(cfg, gw, op) for name, op in OPERATIONS.items()}
 
         @asynccontextmanager
         async def lifespan(_app):
@@ -259,7 +196,7 @@ class GatewayApp:
         @api.get("/v1/models")
         async def models(request: Request):
             try:
-                self.embeddings.check_key(request.headers.get("authorization", ""))
+                check_key(cfg, request.headers.get("authorization", ""))
             except ApiError as exc:
                 gw.metrics.requests.labels("models", str(exc.status)).inc()
                 gw.metrics.errors.labels(str(exc.status)).inc()
@@ -283,8 +220,7 @@ class GatewayApp:
 
             return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-        self.routes = Routes({"embed": self.embeddings, "rank": self.rerank, "embed_sparse": self.sparse,
-                              "models": api, "live": api, "ready": api, "metrics": api}, gw.operations)
+        self.routes = Routes({**self.handlers, "models": api, "live": api, "ready": api, "metrics": api}, gw.operations)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":   # the lifespan

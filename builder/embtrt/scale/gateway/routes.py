@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import ApiError
+from .operations import OPERATIONS
 from .rerank_schema import ROUTES as RERANK_ROUTES
 from .sparse_schema import ROUTES as SPARSE_ROUTES
 
-# the operations served models take; the rest are the gateway's own
-MODEL_OPERATIONS = ("embed", "rank", "embed_sparse")
+# the operations served models take (operations.py); the rest are the gateway's own
+MODEL_OPERATIONS = tuple(OPERATIONS)
 
 
 @dataclass(frozen=True)
