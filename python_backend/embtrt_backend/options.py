@@ -46,6 +46,9 @@ class RequestOptions:
     dimensions: int | None = None    # None: the full width
     truncate: str | None = None      # None: the build's --overflow
     embedding_type: str = "float"
+    # the prompt chosen (asked, or the model's default), named even when its text is empty: the
+    # prompt_name that, passed on (the gateway to the front door), resolves to these same options
+    prompt_choice: str | None = None
 
     @property
     def output(self) -> str:
@@ -156,7 +159,8 @@ class ModelOptions:
                              "embedding_type")
         if etype in ("int8", "uint8") and self.calibration is None:
             raise InputError(f"embedding_type {etype}: this repository has no calibration ranges (rebuild it)", "embedding_type")
-        return RequestOptions(prompt_name if prompt else None, prompt, dimensions, truncate, etype)
+        return RequestOptions(prompt_name if prompt else None, prompt, dimensions, truncate, etype,
+                              prompt_name if prompt_name in self.prompts else None)
 
     # ---- after pooling ------------------------------------------------------------------------
     def width(self, vecs: np.ndarray, opts: RequestOptions) -> np.ndarray:

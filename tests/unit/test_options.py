@@ -95,3 +95,18 @@ def test_exclude_prefix_zeroes_each_rows_prompt_positions_and_copies():
     assert exclude_prefix(mask, 2).tolist() == [[0, 0, 1, 1, 0], [0, 0, 1, 0, 0]]
     assert exclude_prefix(mask, np.array([1, 3])).tolist() == [[0, 1, 1, 1, 0], [0, 0, 0, 0, 0]]
     assert mask.tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]] and exclude_prefix(mask, 1).dtype == mask.dtype
+
+
+def test_resolved_options_name_the_prompt_to_pass_on_even_an_empty_one():
+    """The gateway passes a request's options to the front door by name (#50: resolved once, never
+    re-derived): the name it passes resolves there to the same options, an empty prompt's too (a
+    model whose default prompt is not empty, asked for its empty one)."""
+    o = _opts()
+    for raw in ({}, {"input_type": "passage"}, {"prompt_name": "document"}, {"prompt_name": "query"},
+                {"input_type": "query", "dimensions": 4}):
+        opts = o.resolve(raw)
+        again = o.resolve({k: v for k, v in (("prompt_name", opts.prompt_choice), ("dimensions", opts.dimensions))
+                           if v is not None})
+        assert again == opts, raw
+    assert o.resolve({"input_type": "passage"}).prompt_choice == "document"
+    assert _opts(default_prompt_name=None).resolve({}).prompt_choice is None

@@ -77,16 +77,6 @@ class Gateway:
         return await self._rows(Chunk(key[1], np.arange(len(rows)), [r[0] for r in rows], [r[1] for r in rows],
                                       np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))))
 
-    def _prompt_parameter(self, opts) -> str | None:
-        """The front door's prompt_name for these options: the prompt's name; for no prompt where the
-        model has a default one, the name of an empty prompt (resolved options keep no name for one)."""
-        o = self.served.options
-        if opts.prompt:
-            return opts.prompt_name
-        if not o.default.prompt:
-            return None
-        return next(n for n, t in o.prompts.items() if t == "")
-
     async def _text_route(self) -> str:
         """The route of text input: --route, or for auto the front door once a replica of the (only) pool
         reports it ready; until then token ids. A replica that answers "not ready" is asked again after
@@ -178,7 +168,7 @@ class Gateway:
         bound = self.admission.token_bound(texts, 2 + len(opts.prompt), s.max_len if cuts else None)
         if not cuts or not s.door_tokens or bound > self.admission.cfg.max_request_tokens:
             counted = sum(int(x) for c in (await self._prepare(texts, None, opts)).chunks for x in map(len, c.ids))
-        key = ("frontdoor", self._prompt_parameter(opts), opts.truncate)
+        key = ("frontdoor", opts.prompt_choice, opts.truncate)
         pool = self.pools[0]
         mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
         parts = [texts[i:i + mb] for i in range(0, len(texts), mb)]
