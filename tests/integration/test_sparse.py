@@ -212,7 +212,7 @@ def test_the_sparse_gate_fails_on_each_of_its_checks_and_is_looser_in_reduced_pr
 
     def run(doc, precision="fp32"):
         served = {"document": (doc, tokens), "query": (ref["query"], tokens)}
-        return judge(se, texts, served, (32, 64), log=lambda _m: None, precision=precision)
+        return judge(se, texts, served, (32, 64), log=lambda _m: None, precision=precision).as_dict()
 
     assert run(ref["document"].copy())["passed"]
     dropped = ref["document"].copy()
@@ -229,7 +229,7 @@ def test_the_sparse_gate_fails_on_each_of_its_checks_and_is_looser_in_reduced_pr
     assert not rep["passed"] and any("overlap" in f for f in rep["failures"])
     # a corpus under 32 texts: half of them as queries, the rest as documents (never an empty set)
     few = {w: (ref[w][:10], tokens[:10]) for w in ("document", "query")}
-    small = judge(se, texts[:10], few, (32, 64), log=lambda _m: None)
+    small = judge(se, texts[:10], few, (32, 64), log=lambda _m: None).as_dict()
     assert small["passed"] and any("5 queries x 5 documents" in line for line in small["lines"])
 
 

@@ -121,9 +121,7 @@ def gate(ce, core, encoder, texts: list[str], log: Log, precision: str = "fp32")
     """The reranker gate (reference.rerank_gate) on the served path, before anything is written."""
     queries, docs = corpus_pairs(texts)
     got, tokens = served_scores(core, encoder, queries, docs)
-    rep = judge(ce, queries, docs, got, tokens, core.cfg.buckets, log, precision=precision)
-    rep.pop("lines")
-    return rep
+    return judge(ce, queries, docs, got, tokens, core.cfg.buckets, log, precision=precision).as_dict(lines=False)
 
 
 def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):

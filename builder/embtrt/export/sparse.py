@@ -142,9 +142,7 @@ def gate(se, core, encoder, texts: list[str], log: Log, static=None, default_k: 
          precision: str = "fp32") -> dict:
     """The sparse gate (reference.sparse_gate) on the served path, before anything is written."""
     served = {which: served_weights(core, encoder, texts, which, static, default_k) for which in ("document", "query")}
-    rep = judge(se, texts, served, core.cfg.buckets, log, precision=precision)
-    rep.pop("lines")
-    return rep
+    return judge(se, texts, served, core.cfg.buckets, log, precision=precision).as_dict(lines=False)
 
 
 def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:

@@ -15,7 +15,6 @@ import asyncio
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +24,7 @@ from embtrt_backend.kinds import RERANKER
 
 from ..reference.cross_ref import corpus_pairs
 from ..reference.rerank_gate import REDUCED_OVERLAP, TOP_K, judge, tolerance_for
+from ..reference.verdict import Verdict
 from .driver import Load, drive
 
 
@@ -60,25 +60,20 @@ def buckets_of(url: str, model: str) -> tuple[tuple[int, ...], str]:
         return tuple(int(b) for b in p["buckets"].split(",")), p.get("precision", "fp32")
 
 
-@dataclass
-class RerankReport:
-    lines: list[str] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    figures: dict = field(default_factory=dict)
+class RerankReport(Verdict):
+    """`embtrt verify` of a reranker (or a sparse encoder: figures {"kind": "sparse"}): the gate's
+    verdict or the comparison with another server, and the under-load check."""
 
-    @property
-    def passed(self) -> bool:
-        return not self.failures
+    def __init__(self, figures: dict | None = None) -> None:
+        super().__init__({"kind": RERANKER.name, **(figures or {})})
 
-    def add_gate(self, res: dict) -> None:
-        """A gate's judgement (reference.rerank_gate / sparse_gate .judge): its lines, failures and figures."""
-        self.lines += res.pop("lines")
-        self.failures += res["failures"]
-        self.figures["gate"] = res
+    def add_gate(self, gate: Verdict) -> None:
+        """A gate's verdict (reference.rerank_gate / sparse_gate .judge): its lines, failures, figures."""
+        self.add(gate, "gate")
 
-    def as_dict(self) -> dict:
-        return {"kind": RERANKER.name, "passed": self.passed, "failures": self.failures, "lines": self.lines,
-                **self.figures}   # a sparse encoder's report has kind sparse in its figures
+    def as_dict(self, lines: bool = True) -> dict:
+        return {"kind": self.figures["kind"], "passed": self.passed, "failures": list(self.failures),
+                **({"lines": list(self.lines)} if lines else {}), **self.figures}
 
 
 async def _under_load(url: str, model: str, queries: list[str], docs: list[list[str]], base: np.ndarray,
@@ -135,11 +130,10 @@ def verify_reranker(url: str, model: str, reference: Path | None, texts: list[st
             precision = buckets_of(*against)[1]
         limit = tolerance_for(precision)
         worst = float(np.abs(got - other).max())
-        ok = worst <= limit and np.array_equal(tokens, tok2)
-        rep.lines.append(f"[{'ok' if ok else 'x'}] against {against[1]} at {against[0]}: max |score difference| "
-                         f"{worst:.1e} (limit {limit:.0e}), token counts {'equal' if np.array_equal(tokens, tok2) else 'differ'}")
-        if not ok:
-            rep.failures.append(f"against {against[0]}: scores differ by {worst:.2e} or token counts differ")
+        rep.check(worst <= limit and np.array_equal(tokens, tok2),
+                  f"against {against[1]} at {against[0]}: max |score difference| {worst:.1e} (limit {limit:.0e}), "
+                  f"token counts {'equal' if np.array_equal(tokens, tok2) else 'differ'}",
+                  f"against {against[0]}: scores differ by {worst:.2e} or token counts differ")
         if got.shape[1] == 1:
             from ..reference.ranking import Agreement, top_k
 
@@ -147,11 +141,10 @@ def verify_reranker(url: str, model: str, reference: Path | None, texts: list[st
             agree = Agreement.of([top_k(got[a:b, 0], TOP_K) for a, b in zip(bounds, bounds[1:])],
                                  [top_k(other[a:b, 0], TOP_K) for a, b in zip(bounds, bounds[1:])])
             same, overlap = agree.identical, agree.overlap
-            ok = agree.passes(None if precision == "fp32" else REDUCED_OVERLAP)
-            rep.lines.append(f"[{'ok' if ok else 'x'}] ranking: top {TOP_K} identical for {same} of {len(docs)} queries, "
-                             f"overlap {overlap:.3f}" + ("" if precision == "fp32" else f" (limit {REDUCED_OVERLAP}, {precision})"))
-            if not ok:
-                rep.failures.append(f"ranking against {against[0]}: {len(docs) - same} queries differ")
+            rep.check(agree.passes(None if precision == "fp32" else REDUCED_OVERLAP),
+                      f"ranking: top {TOP_K} identical for {same} of {len(docs)} queries, overlap {overlap:.3f}"
+                      + ("" if precision == "fp32" else f" (limit {REDUCED_OVERLAP}, {precision})"),
+                      f"ranking against {against[0]}: {len(docs) - same} queries differ")
         rep.figures["against"] = {"url": against[0], "model": against[1], "max_abs_diff": worst}
     else:
         from ..reference.cross_ref import load_cross_encoder
@@ -163,11 +156,10 @@ def verify_reranker(url: str, model: str, reference: Path | None, texts: list[st
     if under_load:
         worst, failed = asyncio.run(_under_load(url, model, queries, docs, got, concurrency))
         limit = tolerance_for(precision)   # bf16: another batch shape may round differently
-        ok = worst <= limit and failed == 0
-        rep.lines.append(f"[{'ok' if ok else 'x'}] under load (concurrency {concurrency}, mixed-size requests beside "
-                         f"background traffic): max |score - unloaded| {worst:.1e} (limit {limit:.0e}), {failed} failed calls")
-        if not ok:
-            rep.failures.append(f"under load: max |score difference| {worst:.2e}, {failed} failed calls")
+        rep.check(worst <= limit and failed == 0,
+                  f"under load (concurrency {concurrency}, mixed-size requests beside background traffic): "
+                  f"max |score - unloaded| {worst:.1e} (limit {limit:.0e}), {failed} failed calls",
+                  f"under load: max |score difference| {worst:.2e}, {failed} failed calls")
         rep.figures["under_load"] = {"concurrency": concurrency, "max_abs_diff": worst, "failed": failed}
     return rep
 

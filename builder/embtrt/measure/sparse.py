@@ -84,11 +84,8 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
         for which in ("document", "query"):
             other = served(against[0], against[1], texts, which)
             worst = max(worst, weight_error(got[which][0], other[0], precision))
-        ok = worst <= limit
-        rep.lines.append(f"[{'ok' if ok else 'x'}] against {against[1]} at {against[0]}: max |weight difference| "
-                         f"{worst:.1e}{unit} (limit {limit:.0e})")
-        if not ok:
-            rep.failures.append(f"against {against[0]}: weights differ by {worst:.2e}")
+        rep.check(worst <= limit, f"against {against[1]} at {against[0]}: max |weight difference| "
+                  f"{worst:.1e}{unit} (limit {limit:.0e})", f"against {against[0]}: weights differ by {worst:.2e}")
         rep.figures["against"] = {"url": against[0], "model": against[1], "max_abs_diff": worst}
     else:
         from ..reference.sparse_ref import load_sparse_encoder
@@ -99,10 +96,8 @@ def verify_sparse(url: str, model: str, reference: Path | None, texts: list[str]
         rep.add_gate(judge(se, texts, got, buckets, log=lambda _m: None, precision=precision))
     if under_load:
         worst, failed = asyncio.run(_under_load(url, model, texts, got["document"][0], vocab, concurrency, precision))
-        ok = worst <= limit and failed == 0
-        rep.lines.append(f"[{'ok' if ok else 'x'}] under load (concurrency {concurrency}, mixed-size requests): "
-                         f"max |weight - unloaded| {worst:.1e}{unit} (limit {limit:.0e}), {failed} failed calls")
-        if not ok:
-            rep.failures.append(f"under load: max |weight difference| {worst:.2e}, {failed} failed calls")
+        rep.check(worst <= limit and failed == 0, f"under load (concurrency {concurrency}, mixed-size requests): "
+                  f"max |weight - unloaded| {worst:.1e}{unit} (limit {limit:.0e}), {failed} failed calls",
+                  f"under load: max |weight difference| {worst:.2e}, {failed} failed calls")
         rep.figures["under_load"] = {"concurrency": concurrency, "max_abs_diff": worst, "failed": failed}
     return rep

@@ -14,6 +14,7 @@ import numpy as np
 
 from .cross_ref import ce_predict
 from .ranking import Agreement, top_k
+from .verdict import Verdict
 
 SCORE_TOLERANCE = 1e-4   # fp32: max |served - CrossEncoder.predict| per bucket
 TOP_K = 10               # per query, the order of CrossEncoder.rank's top 10 must be the same
@@ -27,9 +28,9 @@ def tolerance_for(precision: str) -> float:
 
 def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens: np.ndarray,
           buckets: tuple[int, ...] | list[int], log: Callable[[str], None] = print,
-          precision: str = "fp32") -> dict:
+          precision: str = "fp32") -> Verdict:
     """got: served scores [pairs, labels] of every (query, document) pair in order; tokens: each
-    pair's token count as served (its bucket). -> the report (lines logged as they are judged)."""
+    pair's token count as served (its bucket). -> the verdict (its lines logged)."""
     tolerance = tolerance_for(precision)
     pairs = [(q, d) for q, ds in zip(queries, docs) for d in ds]
     want = ce_predict(ce, pairs)
@@ -38,22 +39,20 @@ def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens
     b = np.asarray(buckets)
     bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
     diff = np.abs(got - want).max(axis=1)
-    lines, failures, per_bucket = [], [], {}
+    v, per_bucket = Verdict(), {}
     for edge in b:
         sel = bucket == edge
         if not sel.any():
             continue
         worst = float(diff[sel].max())
         per_bucket[str(int(edge))] = {"pairs": int(sel.sum()), "max_abs_diff": worst}
-        ok = worst <= tolerance
-        lines.append(f"[{'ok' if ok else 'x'}] bucket {int(edge)}: {int(sel.sum())} pairs, max |score - "
-                     f"CrossEncoder.predict| {worst:.1e} (limit {tolerance:.0e})")
-        if not ok:
-            failures.append(f"bucket {int(edge)}: max |score difference| {worst:.2e} > {tolerance:.0e}")
+        v.check(worst <= tolerance, f"bucket {int(edge)}: {int(sel.sum())} pairs, max |score - "
+                f"CrossEncoder.predict| {worst:.1e} (limit {tolerance:.0e})",
+                f"bucket {int(edge)}: max |score difference| {worst:.2e} > {tolerance:.0e}")
     same: int | None = None
     if got.shape[1] != 1:   # CrossEncoder.rank takes one-label models only: the scores are the gate
-        lines.append(f"[ok] ranking: not judged ({got.shape[1]} labels: a classifier, CrossEncoder.rank takes "
-                     "one-label models); every label's score is gated above")
+        v.check(True, f"ranking: not judged ({got.shape[1]} labels: a classifier, CrossEncoder.rank takes "
+                "one-label models); every label's score is gated above")
     else:
         theirs, ours, start = [], [], 0
         for q, ds in zip(queries, docs):
@@ -66,17 +65,15 @@ def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens
         same, overlap = agree.identical, agree.overlap
         ok = agree.passes(None if precision == "fp32" else REDUCED_OVERLAP)
         if precision == "fp32":
-            lines.append(f"[{'ok' if ok else 'x'}] ranking: top {TOP_K} of CrossEncoder.rank identical for {same} of "
-                         f"{len(queries)} queries ({len(pairs)} pairs)")
-            if not ok:
-                failures.append(f"ranking: top {TOP_K} differs for {len(queries) - same} of {len(queries)} queries")
+            v.check(ok, f"ranking: top {TOP_K} of CrossEncoder.rank identical for {same} of "
+                    f"{len(queries)} queries ({len(pairs)} pairs)",
+                    f"ranking: top {TOP_K} differs for {len(queries) - same} of {len(queries)} queries")
         else:
-            lines.append(f"[{'ok' if ok else 'x'}] ranking ({precision}): top-{TOP_K} overlap with CrossEncoder.rank "
-                         f"{overlap:.3f} (limit {REDUCED_OVERLAP}), order identical for {same} of {len(queries)} queries")
-            if not ok:
-                failures.append(f"ranking: top-{TOP_K} overlap {overlap:.3f} < {REDUCED_OVERLAP} ({precision})")
-    for line in lines:
+            v.check(ok, f"ranking ({precision}): top-{TOP_K} overlap with CrossEncoder.rank "
+                    f"{overlap:.3f} (limit {REDUCED_OVERLAP}), order identical for {same} of {len(queries)} queries",
+                    f"ranking: top-{TOP_K} overlap {overlap:.3f} < {REDUCED_OVERLAP} ({precision})")
+    for line in v.lines:
         log(line)
-    return {"pairs": len(pairs), "queries": len(queries), "buckets": per_bucket, "rank_identical": same,
-            "precision": precision, "tolerance": tolerance,
-            "max_abs_diff": float(diff.max()), "passed": not failures, "failures": failures, "lines": lines}
+    v.figures.update({"pairs": len(pairs), "queries": len(queries), "buckets": per_bucket, "rank_identical": same,
+                      "precision": precision, "tolerance": tolerance, "max_abs_diff": float(diff.max())})
+    return v

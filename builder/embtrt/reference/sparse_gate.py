@@ -23,6 +23,7 @@ import numpy as np
 
 from .ranking import Agreement, top_k
 from .sparse_ref import se_encode
+from .verdict import Verdict
 
 TOLERANCE = 1e-4   # fp32: max |served weight - SparseEncoder weight| per bucket
 TOP_K = 10
@@ -68,11 +69,11 @@ def _inactive(got: np.ndarray, want: np.ndarray, lim: Limits) -> np.ndarray:
 
 
 def judge(se, texts: list[str], served: dict[str, tuple[np.ndarray, np.ndarray]], buckets: tuple[int, ...] | list[int],
-          log: Callable[[str], None] = print, precision: str = "fp32") -> dict:
+          log: Callable[[str], None] = print, precision: str = "fp32") -> Verdict:
     """served: {"document": (weights [texts, vocab], tokens), "query": (...)} of every text in order."""
     lim = limits_for(precision)
     unit = "" if not lim.weight_relative else " of the text's largest"
-    lines, failures, per = [], [], {}
+    v, per = Verdict(), {}
     b = np.asarray(buckets)
     ref = {}
     for which in ("document", "query"):
@@ -89,39 +90,35 @@ def judge(se, texts: list[str], served: dict[str, tuple[np.ndarray, np.ndarray]]
             nnz_w, nnz_g = int((want[sel] > 0).sum()), int((got[sel] > 0).sum())
             per[f"{which}/{int(edge)}"] = {"texts": int(sel.sum()), "max_abs_diff": float(np.abs(got[sel] - want[sel]).max()),
                                            "weight_error": worst, "active": [nnz_w, nnz_g], "active_mismatch": lost}
-            ok = worst <= lim.weight and lost == 0
-            lines.append(f"[{'ok' if ok else 'x'}] {which} bucket {int(edge)}: {int(sel.sum())} texts, max |weight - "
-                         f"SparseEncoder.encode_{which}| {worst:.1e}{unit} (limit {lim.weight:.0e}); active dimensions "
-                         f"{nnz_g} served, {nnz_w} reference, {lost} above {lim.active:.0%} of the largest weight "
-                         "active on one side only")
-            if worst > lim.weight:
-                failures.append(f"{which} bucket {int(edge)}: max |weight difference| {worst:.2e}{unit} > {lim.weight:.0e}")
-            if lost:
-                failures.append(f"{which} bucket {int(edge)}: {lost} dimensions above the threshold active on one side only")
+            v.check(worst <= lim.weight and lost == 0,
+                    f"{which} bucket {int(edge)}: {int(sel.sum())} texts, max |weight - "
+                    f"SparseEncoder.encode_{which}| {worst:.1e}{unit} (limit {lim.weight:.0e}); active dimensions "
+                    f"{nnz_g} served, {nnz_w} reference, {lost} above {lim.active:.0%} of the largest weight "
+                    "active on one side only",
+                    *([f"{which} bucket {int(edge)}: max |weight difference| {worst:.2e}{unit} > {lim.weight:.0e}"]
+                      if worst > lim.weight else []),
+                    *([f"{which} bucket {int(edge)}: {lost} dimensions above the threshold active on one side only"]
+                      if lost else []))
     nq = min(QUERIES, len(texts) // 2)   # a small corpus: half its texts as queries, the rest documents
     q, d = served["query"][0][:nq], served["document"][0][nq:]
     rq, rd = ref["query"][:nq], ref["document"][nq:]
     ours, theirs = q @ d.T, rq @ rd.T
     dot = float((np.abs(ours - theirs).max(axis=1) / np.maximum(np.abs(theirs).max(axis=1), 1e-12)).max())
-    ok = dot <= lim.dot
-    lines.append(f"[{'ok' if ok else 'x'}] dot products: {len(q)} queries x {len(d)} documents, max |difference| "
-                 f"{dot:.1e} of the query's largest (limit {lim.dot:.0e})")
-    if not ok:
-        failures.append(f"dot products differ by {dot:.2e} of the largest > {lim.dot:.0e}")
+    v.check(dot <= lim.dot, f"dot products: {len(q)} queries x {len(d)} documents, max |difference| "
+            f"{dot:.1e} of the query's largest (limit {lim.dot:.0e})",
+            f"dot products differ by {dot:.2e} of the largest > {lim.dot:.0e}")
     agree = Agreement.of([top_k(r, TOP_K) for r in ours], [top_k(r, TOP_K) for r in theirs])
     same, overlap = agree.identical, agree.overlap
     ok = agree.passes(None if lim.overlap >= 1.0 else lim.overlap)
     if lim.overlap >= 1.0:
-        lines.append(f"[{'ok' if ok else 'x'}] retrieval: top {TOP_K} documents by dot product identical for {same} of "
-                     f"{len(q)} queries")
-        if not ok:
-            failures.append(f"retrieval: top {TOP_K} differs for {len(q) - same} of {len(q)} queries")
+        v.check(ok, f"retrieval: top {TOP_K} documents by dot product identical for {same} of {len(q)} queries",
+                f"retrieval: top {TOP_K} differs for {len(q) - same} of {len(q)} queries")
     else:
-        lines.append(f"[{'ok' if ok else 'x'}] retrieval ({precision}): top-{TOP_K} overlap {overlap:.3f} (limit "
-                     f"{lim.overlap}), identical for {same} of {len(q)} queries")
-        if not ok:
-            failures.append(f"retrieval: top-{TOP_K} overlap {overlap:.3f} < {lim.overlap}")
-    for line in lines:
+        v.check(ok, f"retrieval ({precision}): top-{TOP_K} overlap {overlap:.3f} (limit "
+                f"{lim.overlap}), identical for {same} of {len(q)} queries",
+                f"retrieval: top-{TOP_K} overlap {overlap:.3f} < {lim.overlap}")
+    for line in v.lines:
         log(line)
-    return {"texts": len(texts), "buckets": per, "retrieval_identical": same, "top10_overlap": overlap,
-            "dot_error": dot, "precision": precision, "passed": not failures, "failures": failures, "lines": lines}
+    v.figures.update({"texts": len(texts), "buckets": per, "retrieval_identical": same, "top10_overlap": overlap,
+                      "dot_error": dot, "precision": precision})
+    return v
