@@ -2,8 +2,9 @@
 handler: every model operation (operations.py: POST /v1/embeddings, the rerank routes POST /v1/rerank,
 /v2/rerank, /rerank, /v1/ranking, the sparse routes POST /v1/sparse, /embed_sparse) through one plain
 ASGI `Handler` (key, admission, body limit, deadline, JSON, errors, metrics) around the operation's
-parse and answer; the gateway's own GET routes (/v1/models, health, metrics) by FastAPI. An unknown path is a 404 naming the routes served, a known
-one asked with another method a 405 with Allow. `run` serves it with uvicorn.
+parse and answer; the gateway's own GET routes (/v1/models, health, metrics) by FastAPI. An
+unknown path is a 404 naming the routes served, a known one asked with another method a 405 with
+Allow. `run` serves it with uvicorn.
 
 No `from __future__ import annotations` here: FastAPI reads the routes' annotations (`request: Request`,
 imported where the app is made) at run time.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 from embtrt_backend.kinds import RERANKER
+from embtrt_backend.pairs import DEFAULT
 
 from ...serve import wire
 from .admission import Admission
@@ -69,9 +70,9 @@ class Reranker(FrontDoorModel):
         if tok is None:  # no tokenizer to count with: the bound decides
             raise ApiError(413, f"the input may be up to {bound} tokens; this gateway takes at most {cap} per request "
                            "(--max-request-tokens): split it", param="documents", code="request_too_large")
-        encs = await self.admission.offload(len(query) * len(docs) + sum(map(len, docs)), tok.encode_batch,
-                                            [(query, d) for d in docs])
-        self.admission.check_tokens(sum(len(e.ids) for e in encs), "documents")
+        enc = await self.admission.offload(len(query) * len(docs) + sum(map(len, docs)), tok.encode,
+                                           [query] * len(docs), docs, DEFAULT)
+        self.admission.check_tokens(int(enc.lengths.sum()), "documents")
 
     async def _frontdoor(self, query: str, docs: list[str], params: dict, field: str = "documents",
                          offset: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -81,15 +81,12 @@ class ServedReranker(ServedModel):
 
     @property
     def tokenizer(self):
-        """The front door's tokenizer.json with CrossEncoder's pair truncation (longest_first at the max
-        length), loaded on first use; None where the repository has none."""
+        """The front door's own pair tokenizer (embtrt_backend.pairs.PairTokenizer: CrossEncoder's pair
+        truncation), loaded on first use; None where the repository has none."""
         if self._tok is None and self._tokenizer_file.is_file():
-            from tokenizers import Tokenizer
+            from embtrt_backend.pairs import PairTokenizer
 
-            tok = Tokenizer.from_file(str(self._tokenizer_file))
-            tok.no_padding()
-            tok.enable_truncation(max_length=self.max_len, strategy="longest_first")
-            self._tok = tok
+            self._tok = PairTokenizer(str(self._tokenizer_file), self.max_len, self.manifest.pad_id)
         return self._tok
 
 
