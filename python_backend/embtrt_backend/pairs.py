@@ -25,6 +25,12 @@ from .text import Encoded, TextTokenizer
 
 ACTIVATIONS = ("default", "raw", "softmax")
 DIRECTIONS = ("right", "left")
+
+
+def truncation_direction(value: object) -> str | None:
+    """A request's truncation_direction (any case) -> right | left; None where it is neither. One
+    rule for the front door and the gateway; each refuses a None in its own words."""
+    return value.lower() if isinstance(value, str) and value.lower() in DIRECTIONS else None
 MODEL_ACTIVATIONS = ("sigmoid", "identity")
 
 
@@ -55,11 +61,11 @@ class PairOptions:
             trunc = trunc.lower() == "true"
         if not isinstance(trunc, bool):
             raise InputError(f"truncate {trunc!r}: must be true or false", "truncate")
-        direction = params.get("truncation_direction", "right")
-        if isinstance(direction, str):
-            direction = direction.lower()
-        if direction not in DIRECTIONS:
-            raise InputError(f"truncation_direction {direction!r}: must be right or left", "truncation_direction")
+        given = params.get("truncation_direction", "right")
+        direction = truncation_direction(given)
+        if direction is None:
+            shown = given.lower() if isinstance(given, str) else given
+            raise InputError(f"truncation_direction {shown!r}: must be right or left", "truncation_direction")
         name = params.get("prompt_name", default_prompt_name)
         if name is not None and (not isinstance(name, str) or name not in prompts):
             raise InputError(f"prompt_name {name!r}: this model's prompts are {', '.join(sorted(prompts)) or 'none'}",

@@ -167,3 +167,22 @@ def test_top_n_keeps_the_best_and_over_the_count_keeps_all():
     assert [r["index"] for r in two["results"]] == [1, 3] and "document" not in two["results"][0]
     many = render(_parse("cohere", {"model": "ce", "query": "q", "documents": docs, "top_n": 99}), SCORES, 1)[0]
     assert [r["index"] for r in many["results"]] == [1, 3, 0, 2]
+
+
+@pytest.mark.parametrize("given", ["right", "LEFT", "Left", "up", "", 1, None, ["left"]])
+def test_the_gateway_and_the_front_door_take_the_same_truncation_directions(given):
+    """One rule (embtrt_backend.pairs.truncation_direction) behind TEI's body and the front door's
+    request parameter: a direction one takes the other takes, as the same value; each refuses in its words."""
+    from embtrt_backend import InputError
+    from embtrt_backend.pairs import PairOptions
+
+    try:
+        door = PairOptions.parse({"truncation_direction": given}).direction
+    except InputError:
+        door = None
+    try:
+        gateway = _parse("tei", {"model": "ce", "query": "q", "texts": ["a"], "truncation_direction": given}).truncation_direction
+    except ApiError as exc:
+        assert exc.param == "truncation_direction"
+        gateway = None
+    assert gateway == door and (door is None) == (not isinstance(given, str) or given.lower() not in ("right", "left"))

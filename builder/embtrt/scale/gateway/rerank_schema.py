@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from embtrt_backend.kinds import EMBEDDER, RERANKER, Kind
+from embtrt_backend.pairs import truncation_direction
 
 from .errors import ApiError, refuse_other_kind
 
@@ -36,7 +37,6 @@ ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1
 RERANK_PATHS = RERANKER.served_routes
 EMBED_PATH = EMBEDDER.served_routes
 DOC_FIELDS = {"cohere": "documents", "tei": "texts", "nim": "passages"}   # each shape's documents
-DIRECTIONS = ("right", "left")
 NIM_TRUNCATE = {"NONE": False, "END": True}
 
 
@@ -118,13 +118,14 @@ def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], kinds: 
     elif api == "tei":
         query = _query(body.get("query"), "query")
         docs = _documents(body.get("texts"), "texts", max_items, texts_only=True)
-        direction = body.get("truncation_direction", "right")
-        if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
-            raise ApiError(400, f"truncation_direction must be 'right' or 'left', not {direction!r}",
+        given = body.get("truncation_direction", "right")
+        direction = truncation_direction(given)
+        if direction is None:
+            raise ApiError(400, f"truncation_direction must be 'right' or 'left', not {given!r}",
                            param="truncation_direction")
         req = RerankRequest(api, model, name, query, docs, None, _bool(body, "return_text", False),
                             "raw" if _bool(body, "raw_scores", False) else "default", _bool(body, "truncate", True),
-                            direction.lower())
+                            direction)
     elif api == "nim":
         q = body.get("query")
         if not isinstance(q, dict):
