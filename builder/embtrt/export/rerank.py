@@ -149,14 +149,15 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     hf_tok = ce.tokenizer
     hf_tok.backend_tokenizer.save(str(tok_json))
     pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
-    check_pair_tokenizer(hf_tok, tok_json, pad_id, spec.max_seq_length, pairs, log)
+    tok = _tokenizer(tok_json, spec, pad_id)   # the front door's, built once: checked here, then the gate's core
+    check_pair_tokenizer(hf_tok, tok, pairs, log)
     graph, prec, prec_record = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
 
     log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs"
         + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
     params = front_params(spec, pad_id)
     encoder = kind_encoder(spec, params, graph, prec)
-    core = PairCore(_config(params), _tokenizer(tok_json, spec, pad_id))
+    core = PairCore(_config(params), tok)
     report = gate(ce, core, encoder, texts, log, spec.precision)
     if not report["passed"]:
         if not spec.allow_mismatch:
@@ -217,13 +218,13 @@ def _tokenizer(tok_json: Path, spec: BuildSpec, pad_id: int):
     return PairTokenizer(str(tok_json), spec.max_seq_length, pad_id)
 
 
-def check_pair_tokenizer(hf_tok, tok_json: Path, pad_id: int, max_length: int, pairs: list[tuple[str, str]],
-                         log: Log) -> None:
-    """The serving pair tokenizer gives CrossEncoder's ids (and segment ids) on every real pair,
-    the over-long ones cut longest_first at the max length."""
-    from embtrt_backend.pairs import DEFAULT, PairTokenizer
+def check_pair_tokenizer(hf_tok, tok, pairs: list[tuple[str, str]], log: Log) -> None:
+    """The serving pair tokenizer (`tok`, embtrt_backend.pairs.PairTokenizer) gives CrossEncoder's ids
+    (and segment ids) on every real pair, the over-long ones cut longest_first at the max length."""
+    from embtrt_backend.pairs import DEFAULT
 
-    ours = PairTokenizer(str(tok_json), max_length, pad_id).encode([p[0] for p in pairs], [p[1] for p in pairs], DEFAULT)
+    max_length = tok.max_length
+    ours = tok.encode([p[0] for p in pairs], [p[1] for p in pairs], DEFAULT)
     ref = hf_tok([p[0] for p in pairs], [p[1] for p in pairs], truncation="longest_first", max_length=max_length)
     bad = [i for i, a in enumerate(ours.ids) if list(a) != list(ref["input_ids"][i])]
     if "token_type_ids" in ref:
