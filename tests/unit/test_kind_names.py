@@ -45,3 +45,23 @@ def test_the_registry_names_each_kind_once_and_an_unknown_one_is_refused():
     assert RERANKER.pairs and not EMBEDDER.pairs and EMBEDDER.noun == "embedder"
     with pytest.raises(ValueError, match="unknown kind of model 'colbert': one of embedder, reranker, sparse"):
         kind_of("colbert")
+
+
+def test_every_kind_names_its_build_and_gateway_model_and_they_resolve():
+    """The layers that differ by kind find the kind's implementation through its Kind
+    (embtrt.common.plugins), never by a branch on its name: each kind names one for each."""
+    import inspect
+    from dataclasses import replace
+
+    import pytest
+    from embtrt_backend.kinds import KINDS
+
+    from embtrt.common.plugins import implementation
+
+    for kind in KINDS:
+        build = implementation(kind, "build")
+        assert callable(build) and list(inspect.signature(build).parameters) == ["spec", "tmp", "texts", "log"], kind.name
+        model = implementation(kind, "gateway_model")
+        assert inspect.isclass(model) and model.kind is kind, kind.name   # the class serves this kind
+    with pytest.raises(LookupError, match="has no build"):
+        implementation(replace(KINDS[0], build=""), "build")

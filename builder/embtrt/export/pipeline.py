@@ -13,11 +13,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from embtrt_backend.kinds import RERANKER, SPARSE
+from embtrt_backend.kinds import kind_of
 
 from ..common.corpus import load_corpus
 from ..common.files import check_out, sha256_file
 from ..common.log import Log
+from ..common.plugins import implementation
 from ..errors import DependencyError, ParityError, RepositoryError
 from ..reference.modelinfo import inspect_model, model_hash
 from ..reference.parity import GateReport, evaluate
@@ -78,16 +79,7 @@ def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, l
     texts = load_corpus(corpus)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.embtrt-", dir=out.parent))
     try:
-        if spec.kind == RERANKER.name:
-            from .rerank import build_reranker_in
-
-            result = build_reranker_in(spec, tmp, texts, log)
-        elif spec.kind == SPARSE.name:
-            from .sparse import build_sparse_in
-
-            result = build_sparse_in(spec, tmp, texts, log)
-        else:
-            result = _build_in(spec, tmp, texts, log)
+        result = implementation(kind_of(spec.kind), "build")(spec, tmp, texts, log)
         if out.exists():
             old = out.with_name(f".{out.name}.old-{int(time.time())}")
             out.rename(old)
@@ -106,7 +98,7 @@ def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, l
     return result
 
 
-def _build_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
+def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
     work, repo = tmp / "work", tmp / "repo"
     repo.mkdir(parents=True)
     work.mkdir(parents=True)

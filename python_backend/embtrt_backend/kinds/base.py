@@ -26,6 +26,10 @@ class Kind:
     torch_encoder: str        # the embtrt_backend.torch_encoder class python-torch runs for it
     door: str                 # its front door's class in embtrt_backend.doors.<name> (python_backend/router runs it)
     encoder_output: str = ""  # its graph's output; "" where the export names it (an embedder's)
+    # its implementations in the builder's layers, "module:attribute", imported where used
+    # (embtrt.common.plugins.implementation): the names keep this package free of the builder
+    build: str = ""           # (spec, work folder, texts, log) -> BuildResult: export, gate, repository
+    gateway_model: str = ""   # the gateway's class of a served model of this kind
 
     @property
     def noun(self) -> str:

@@ -9,4 +9,5 @@ KIND = Kind(
     client_hint="embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
     front_door="router", inputs=("QUERY", "DOCUMENT"), probe_output="SCORES", door="RerankerDoor", torch_encoder="TorchClassifier",
     encoder_output="logits",
+    build="embtrt.export.rerank:build_reranker_in", gateway_model="embtrt.scale.gateway.rerank:Reranker",
 )

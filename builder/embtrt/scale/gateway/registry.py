@@ -10,8 +10,9 @@ import asyncio
 import time
 from typing import Any
 
-from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE, Kind
+from embtrt_backend.kinds import Kind, kind_of
 
+from ...common.plugins import implementation
 from ...errors import SpecError
 from .admission import Admission
 from .config import GatewayConfig
@@ -26,9 +27,6 @@ from .sparse import Sparse
 from .sparse_schema import SparseModel
 from .upstream import Upstream
 
-# the manifest's kind -> the gateway's model of that kind
-KINDS: dict[str, type[Gateway] | type[Reranker] | type[Sparse]] = {EMBEDDER.name: Gateway, RERANKER.name: Reranker,
-                                                                   SPARSE.name: Sparse}
 
 
 class MultiGateway:
@@ -51,7 +49,7 @@ class MultiGateway:
         self.sparse: dict[str, Sparse] = self.serving["embed_sparse"]
         self.kinds: dict[str, Kind] = {}   # every model's kind, by name (a model named on another kind's route is refused)
         for repo in repos:
-            kind = KINDS[served_kind(repo)]
+            kind = implementation(kind_of(served_kind(repo)), "gateway_model")
             g = kind(cfg, repo, self.metrics, self.upstream, several=len(repos) > 1, admission=self.admission)
             if g.served.name in self.models:
                 raise SpecError(f"two repositories serve a model named {g.served.name!r} ({repo})",
