@@ -63,5 +63,9 @@ def test_every_kind_names_its_build_and_gateway_model_and_they_resolve():
         assert callable(build) and list(inspect.signature(build).parameters) == ["spec", "tmp", "texts", "log"], kind.name
         model = implementation(kind, "gateway_model")
         assert inspect.isclass(model) and model.kind is kind, kind.name   # the class serves this kind
+        if kind.verify:   # the embedder's verify is the CLI's own (its cosine gate and options)
+            params = list(inspect.signature(implementation(kind, "verify")).parameters)
+            assert params[:4] == ["url", "model", "reference", "texts"] and "against" in params, kind.name
+    assert sum(bool(k.verify) for k in KINDS) == len(KINDS) - 1
     with pytest.raises(LookupError, match="has no build"):
         implementation(replace(KINDS[0], build=""), "build")

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from embtrt_backend.kinds import EMBEDDER
+from embtrt_backend.kinds import kind_of
 
 from ..common.options import parse_int_list
 from ..errors import SpecError, require_extra
@@ -49,7 +49,7 @@ def verify(
     from ..serve.rerank_client import model_kind
 
     kind = model_kind(url, model)
-    if kind != EMBEDDER.name:
+    if kind_of(kind).verify:   # its kind's verify; the embedder's is this command's own, below
         from .rerank import verify_reranker_cli
 
         verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, as_json, log, kind,

@@ -20,8 +20,7 @@ def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Pa
                         trust_remote_code: bool = False) -> None:
     """verify on a reranker (or, kind sparse, a sparse encoder): the kind's gate on the deployment."""
     from ..common.corpus import load_corpus
-    from ..measure.rerank import verify_reranker
-    from ..measure.sparse import verify_sparse
+    from ..common.plugins import implementation
 
     other = None
     if against is not None:
@@ -32,7 +31,7 @@ def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Pa
                         "pass --reference MODEL_DIR (or --against HOST:PORT[/MODEL] to gate two deployments)")
     else:
         require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
-    run = verify_reranker if kind == RERANKER.name else verify_sparse
+    run = implementation(kind_of(kind), "verify")
     rep = run(url, model, reference, load_corpus(corpus), under_load=under_load, concurrency=concurrency,
               against=other, log=log, trust_remote_code=trust_remote_code)
     if as_json:

@@ -30,6 +30,9 @@ class Kind:
     # (embtrt.common.plugins.implementation): the names keep this package free of the builder
     build: str = ""           # (spec, work folder, texts, log) -> BuildResult: export, gate, repository
     gateway_model: str = ""   # the gateway's class of a served model of this kind
+    # (url, model, reference, texts, *, under_load, concurrency, against, log, trust_remote_code) -> a
+    # Verdict: `embtrt verify` of a served model; "": the embedder's own (cli/measure.py, its cosine gate)
+    verify: str = ""
 
     @property
     def noun(self) -> str:
