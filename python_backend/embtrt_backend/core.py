@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from . import InputError
+from .batch_core import BatchCore
 from .options import DEFAULT, ModelOptions, RequestOptions
 from .pooling import exclude_prefix, pool_and_normalize
 from .routing import RUN_OVERHEAD_TOKENS, gather, plan
@@ -89,9 +90,15 @@ class Batch:
     finish: Callable[[list[np.ndarray]], list[Outcome]] = lambda vecs: []
 
 
-class RequestCore:
+class RequestCore(BatchCore):
+    outcome = Outcome
+
     def __init__(self, cfg: CoreConfig, tokenizer: TextTokenizer, options: ModelOptions) -> None:
         self.cfg, self.tokenizer, self.options = cfg, tokenizer, options
+
+    @property
+    def padder(self) -> TextTokenizer:
+        return self.tokenizer
 
     @classmethod
     def from_folder(cls, folder: str, p: dict[str, str], calibration: np.ndarray | None = None) -> "RequestCore":
@@ -189,13 +196,9 @@ class RequestCore:
 
         return Batch(outcomes, chunks, finish)
 
-    # ---- one encoder run -----------------------------------------------------------------------
-    def feeds(self, chunk: Chunk) -> dict[str, np.ndarray]:
-        """The chunk's rows right-padded: to the bucket (fixed-shape encoders) or to its longest row."""
-        width = chunk.bucket if self.cfg.pad_to_bucket else max(len(x) for x in chunk.ids)
-        lengths = np.fromiter((len(x) for x in chunk.ids), dtype=np.int64, count=len(chunk.ids))
-        return self.tokenizer.pad(Encoded(chunk.ids, chunk.type_ids, lengths), range(len(chunk.ids)), width,
-                                  self.cfg.input_names)
+    # ---- one encoder run (BatchCore.run: feeds, the encoder, after, finish) ----------------------
+    def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk: Chunk) -> np.ndarray:
+        return self.pool(output, feeds, chunk.skip)
 
     def pool(self, output: np.ndarray, feeds: dict[str, np.ndarray], skip: np.ndarray) -> np.ndarray:
         """The encoder's output -> one vector per row (already pooled when the graph is fused)."""
@@ -203,16 +206,3 @@ class RequestCore:
             return output
         return pool_and_normalize(output, exclude_prefix(feeds["attention_mask"], skip), self.cfg.pooling,
                                   self.cfg.normalize)
-
-    def run(self, requests: list[Request], encoder: Callable[[int, dict[str, np.ndarray]], np.ndarray]) -> list[Outcome]:
-        """prepare, every chunk through `encoder(bucket, feeds)`, finish. An encoder failure fails
-        every request that was to be served (the exception as their error), never the caller."""
-        batch = self.prepare(requests)
-        try:
-            vecs = []
-            for c in batch.chunks:
-                feeds = self.feeds(c)
-                vecs.append(self.pool(encoder(c.bucket, feeds), feeds, c.skip))
-        except Exception as exc:  # the encoder's failure is that of the requests it was serving
-            return [o or Outcome(error=exc) for o in batch.outcomes]
-        return batch.finish(vecs) if batch.chunks else [o or Outcome(error=RuntimeError("not served")) for o in batch.outcomes]

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from . import InputError
+from .batch_core import BatchCore
 from .routing import RUN_OVERHEAD_TOKENS, gather, plan
 from .text import Encoded, TextTokenizer
 
@@ -174,9 +175,15 @@ class PairTokenizer:
         return Encoded([e.ids for e in encs], [e.type_ids for e in encs], lengths)
 
 
-class PairCore:
+class PairCore(BatchCore):
+    outcome = PairOutcome
+
     def __init__(self, cfg: PairConfig, tokenizer: PairTokenizer) -> None:
         self.cfg, self.tokenizer = cfg, tokenizer
+
+    @property
+    def padder(self) -> TextTokenizer:
+        return self.tokenizer.text
 
     @classmethod
     def from_folder(cls, folder: str, p: dict[str, str]) -> "PairCore":
@@ -238,21 +245,3 @@ class PairCore:
 
         return PairBatch(outcomes, chunks, finish)
 
-    def feeds(self, chunk: PairChunk) -> dict[str, np.ndarray]:
-        width = chunk.bucket if self.cfg.pad_to_bucket else max(len(x) for x in chunk.ids)
-        lengths = np.fromiter((len(x) for x in chunk.ids), dtype=np.int64, count=len(chunk.ids))
-        return self.tokenizer.text.pad(Encoded(chunk.ids, chunk.type_ids, lengths), range(len(chunk.ids)), width,
-                                       self.cfg.input_names)
-
-    def run(self, requests: list[PairRequest],
-            encoder: Callable[[int, dict[str, np.ndarray]], np.ndarray]) -> list[PairOutcome]:
-        """prepare, every chunk through `encoder(bucket, feeds)`, finish; an encoder failure is the
-        error of every request it was serving, never the caller's."""
-        batch = self.prepare(requests)
-        if not batch.chunks:
-            return [o or PairOutcome(error=RuntimeError("not served")) for o in batch.outcomes]
-        try:
-            logits = [encoder(c.bucket, self.feeds(c)) for c in batch.chunks]
-        except Exception as exc:
-            return [o or PairOutcome(error=exc) for o in batch.outcomes]
-        return batch.finish(logits)
