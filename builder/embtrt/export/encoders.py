@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..common.log import Log
-from ..errors import DependencyError
+from ..errors import DependencyError, ParityError
 from .spec import BuildSpec
 
 
@@ -144,3 +144,14 @@ def rebuild_command(spec: BuildSpec) -> str:
     if spec.target == "onnxruntime" and spec.ort_trt_fp16:
         parts.append("--ort-trt-fp16")
     return " ".join(parts)
+
+
+def refuse_on_gate(spec: BuildSpec, passed: bool, failures: list[str], what: str, hint: str, log: Log) -> None:
+    """After the gate: a failed gate refuses the build (ParityError naming the failures and what to do),
+    unless --allow-mismatch keeps it (said in the log)."""
+    if passed:
+        return
+    if not spec.allow_mismatch:
+        raise ParityError(f"{spec.target}/{spec.precision} {what}: " + "; ".join(failures),
+                          hint + " (or pass --allow-mismatch to keep it)")
+    log("[x] gate failed; kept because --allow-mismatch was given")

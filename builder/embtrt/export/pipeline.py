@@ -25,7 +25,7 @@ from ..reference.parity import GateReport, evaluate
 from ..reference.torch_ref import TorchReference, st_embed
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, ModelNames, write_manifest
-from .encoders import identity, ort_graph, rebuild_command, require_openvino, versions
+from .encoders import identity, ort_graph, rebuild_command, refuse_on_gate, require_openvino, versions
 from .hf2onnx import export
 from .onnx2trt import recipes_and_plans
 from .result import BuildResult
@@ -175,10 +175,7 @@ def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) ->
                     "bf16": "bf16 loses too much for this model; use --precision fp32",
                     "fp16": "rebuild with --fp32-layers (LayerNorm, Softmax, reductions in fp32) or use --precision fp32"}.get(
                         spec.precision, "check --pooling and --normalize against the model card")
-        if not spec.allow_mismatch:
-            raise ParityError(f"{spec.target}/{spec.precision} encoders fail the quality gate: "
-                              + "; ".join(report.failures()), hint + " (or pass --allow-mismatch to keep it)")
-        log("[x] gate failed; kept because --allow-mismatch was given")
+        refuse_on_gate(spec, False, report.failures(), "encoders fail the quality gate", hint, log)
 
     log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
     ident = identity(spec, msha)

@@ -26,7 +26,7 @@ from ..reference.modelinfo import model_hash
 from ..repository.manifest import Manifest, ModelNames
 from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
-from .encoders import identity, rebuild_command, require_openvino, versions
+from .encoders import identity, rebuild_command, refuse_on_gate, require_openvino, versions
 from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
                      runtime_params, warmup_data)
 from .spec import BuildSpec
@@ -159,13 +159,9 @@ def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
     encoder = kind_encoder(spec, params, graph, prec)
     core = PairCore(_config(params), tok)
     report = gate(ce, core, encoder, texts, log, spec.precision)
-    if not report["passed"]:
-        if not spec.allow_mismatch:
-            raise ParityError(f"{spec.target}/{spec.precision} reranker fails the gate: " + "; ".join(report["failures"]),
-                              (f"{spec.precision} changes the scores beyond the reduced-precision gate for this model; "
-                               "use --precision fp32" if spec.precision != "fp32" else "report the model architecture")
-                              + " (or pass --allow-mismatch to keep it)")
-        log("[x] gate failed; kept because --allow-mismatch was given")
+    refuse_on_gate(spec, report["passed"], report["failures"], "reranker fails the gate",
+                   f"{spec.precision} changes the scores beyond the reduced-precision gate for this model; use "
+                   "--precision fp32" if spec.precision != "fp32" else "report the model architecture", log)
 
     log(f"[5/{steps}] rendering the front door {spec.name}")
     ident = {**identity(spec, msha), "embtrt.kind": RERANKER.name}

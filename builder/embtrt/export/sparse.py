@@ -25,7 +25,7 @@ from ..reference.sparse_gate import TOLERANCE, judge
 from ..reference.sparse_ref import load_sparse_encoder, se_encode
 from ..repository.budget import bucket_batch
 from ..repository.manifest import Manifest, ModelNames
-from .encoders import identity, rebuild_command, require_openvino, versions
+from .encoders import identity, rebuild_command, refuse_on_gate, require_openvino, versions
 from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
                      runtime_params, warmup_data)
 from .result import BuildResult
@@ -194,13 +194,9 @@ def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> B
     encoder = kind_encoder(spec, params, graph, prec)
     core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
     report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None, spec.precision)
-    if not report["passed"]:
-        if not spec.allow_mismatch:
-            raise ParityError(f"{spec.target}/{spec.precision} sparse encoder fails the gate: " + "; ".join(report["failures"]),
-                              (f"{spec.precision} changes the weights beyond the reduced-precision gate for this model; "
-                               "use --precision fp32" if spec.precision != "fp32" else "report the model architecture")
-                              + " (or pass --allow-mismatch to keep it)")
-        log("[x] gate failed; kept because --allow-mismatch was given")
+    refuse_on_gate(spec, report["passed"], report["failures"], "sparse encoder fails the gate",
+                   f"{spec.precision} changes the weights beyond the reduced-precision gate for this model; use "
+                   "--precision fp32" if spec.precision != "fp32" else "report the model architecture", log)
 
     log(f"[5/{steps}] rendering the front door {spec.name}")
     ident = {**identity(spec, msha), "embtrt.kind": SPARSE.name}
