@@ -59,8 +59,9 @@ class Drain:
         with self._lock:
             self._busy += 1
         if self.draining():
-            with self._lock:
-                self._busy -= 1
+            # uncounted as any call ends: the watcher may have listed it meanwhile (the marker's stat()
+            # lets its thread run), and a listing left behind holds the drain to its timeout
+            self.end()
             return False
         return True
 

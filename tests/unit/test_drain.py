@@ -135,3 +135,26 @@ def test_drain_serves_the_grace_period_then_writes_the_marker(tmp_path):
                           sleep=lambda s: (slept.append(s), time.sleep(min(s, 0.2))))
     assert slept[0] == 7.0 and flag.exists()
     assert d.idle and d.busy_left == 0
+
+
+def test_a_call_refused_while_the_watcher_lists_it_leaves_no_busy_mark(tmp_path):
+    """CI (2026-12-05, test_serve_drain): a drain waited its whole 10 s for "1 model still running a
+    call" that no one ran. begin() counts a call as running before it looks at the marker; the
+    marker's stat() lets the watcher thread run, which saw the count and listed the instance as busy;
+    begin() then refused the call and uncounted it, but left the listing behind. Replayed here
+    without threads: the watcher's step runs inside begin()'s look at the marker."""
+    flag = tmp_path / "draining"
+    flag.touch()
+    d = Drain(str(flag))
+    look = d.draining
+
+    def watcher_runs_meanwhile() -> bool:
+        with d._lock:   # what _watch does on its first sight of the marker
+            if d._busy > 0 and d._marked is None:
+                d._mark()
+        return look()
+
+    d.draining = watcher_runs_meanwhile
+    assert d.begin() is False
+    assert serve_drain.busy(flag) == 0, os.listdir(busy_dir(str(flag)))
+    assert serve_drain.wait_idle(flag, timeout_s=2, quiet_s=0.1)
