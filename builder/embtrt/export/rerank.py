@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from ..reference.cross_ref import corpus_pairs, load_cross_encoder
 from ..reference.rerank_gate import SCORE_TOLERANCE, judge
 from ..reference.modelinfo import model_hash
 from ..repository.manifest import Manifest, ModelNames
-from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
+from .single import (bls_params, bucket_encoders, export_head, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
 from .encoders import identity, rebuild_command, refuse_on_gate, require_openvino, versions
 from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
@@ -58,18 +57,7 @@ def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[
 
     sample = tok([p[0] for p in pairs[:2]], [p[1] for p in pairs[:2]], padding=True, truncation="longest_first",
                  max_length=ce.max_seq_length, return_tensors="pt")
-    args = tuple(sample[n] for n in input_names)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Head(model), args, str(path), input_names=list(input_names), output_names=[RERANKER.encoder_output],
-                          dynamic_axes={**{n: {0: "rows", 1: "length"} for n in input_names}, RERANKER.encoder_output: {0: "rows"}},
-                          opset_version=17, do_constant_folding=True, dynamo=False)
-    import onnx
-    import onnxruntime as ort
-
-    onnx.checker.check_model(str(path), full_check=False)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess = export_head(Head(model), tuple(sample[n] for n in input_names), path, input_names, RERANKER.encoder_output)
     worst = 0.0
     for rows in (1, 3, 8):
         batch = pairs[:rows] if rows > 2 else pairs[-rows:]

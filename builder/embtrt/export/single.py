@@ -63,6 +63,26 @@ class GateEncoder:
         return self.single.run(feeds)
 
 
+def export_head(head, args: tuple, path: Path, input_names, output: str):
+    """A kind's head (a torch module over the model's inputs) to ONNX as every kind exports it: rows
+    and length dynamic, opset 17, the TorchScript exporter; checked by onnx -> an ONNX Runtime CPU
+    session on it, for the kind's validation against its reference."""
+    import warnings
+
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(head, args, str(path), input_names=list(input_names), output_names=[output],
+                          dynamic_axes={**{n: {0: "rows", 1: "length"} for n in input_names}, output: {0: "rows"}},
+                          opset_version=17, do_constant_folding=True, dynamo=False)
+    onnx.checker.check_model(str(path), full_check=False)
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
 def kind_encoder(spec: BuildSpec, params: dict[str, str], graph: Path | None, prec=None) -> GateEncoder:
     """The gate's encoder: the one graph, or (tensorrt) each bucket's precision-ONNX gate graph, run
     unoptimized where it is a simulation (bf16)."""

@@ -10,7 +10,6 @@ docs/sparse.md has the contract.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from .encoders import identity, rebuild_command, refuse_on_gate, require_openvin
 from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
                      runtime_params, warmup_data)
 from .result import BuildResult
-from .single import (bls_params, bucket_encoders, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
+from .single import (bls_params, bucket_encoders, export_head, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
                      write_front_door)
 from .spec import BuildSpec
 
@@ -60,18 +59,7 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
 
     tok = doc_module(se).tokenizer
     sample = tok(texts[:2], padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="pt")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Head(), tuple(sample[n] for n in names), str(path), input_names=list(names),
-                          output_names=[SPARSE.encoder_output],
-                          dynamic_axes={**{n: {0: "rows", 1: "length"} for n in names}, SPARSE.encoder_output: {0: "rows"}},
-                          opset_version=17, do_constant_folding=True, dynamo=False)
-    import onnx
-    import onnxruntime as ort
-
-    onnx.checker.check_model(str(path), full_check=False)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess = export_head(Head(), tuple(sample[n] for n in names), path, names, SPARSE.encoder_output)
     batch = texts[5:13]
     enc = tok(batch, padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="np")
     got = sess.run([SPARSE.encoder_output], {n: enc[n].astype(np.int64) for n in names})[0]
