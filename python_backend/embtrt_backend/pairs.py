@@ -26,13 +26,13 @@ from .text import Encoded, TextTokenizer
 
 ACTIVATIONS = ("default", "raw", "softmax")
 DIRECTIONS = ("right", "left")
+MODEL_ACTIVATIONS = ("sigmoid", "identity")
 
 
 def truncation_direction(value: object) -> str | None:
     """A request's truncation_direction (any case) -> right | left; None where it is neither. One
     rule for the front door and the gateway; each refuses a None in its own words."""
     return value.lower() if isinstance(value, str) and value.lower() in DIRECTIONS else None
-MODEL_ACTIVATIONS = ("sigmoid", "identity")
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,11 @@ class ServerSpec:
     def repositories(self) -> tuple[Path, ...]:
         return (Path(self.repository), *map(Path, self.more_repositories))
 
+    @property
+    def ports(self) -> dict[str, int]:
+        """Its ports by the flag that sets each (what a taken one is named by)."""
+        return {"--grpc-port": self.grpc_port, "--http-port": self.http_port, "--metrics-port": self.metrics_port}
+
 
 REAPER = Path(__file__).with_name("reaper.py")
 MAX_LOG_BYTES = 64 << 20  # a server log past this is moved to LOG.1 when the server (re)starts
@@ -244,7 +249,7 @@ class TritonServer:
                 raise ServerError("these repositories cannot be served together: " + "; ".join(problems),
                                   "rebuild one with another --name, or with the same --server-python")
         s = self.spec
-        refuse_taken(s.host, {"--grpc-port": s.grpc_port, "--http-port": s.http_port, "--metrics-port": s.metrics_port})
+        refuse_taken(s.host, s.ports)
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="embtrt-tritonserver-", suffix=".log")
             os.close(fd)

@@ -85,9 +85,7 @@ class Supervisor:
             # a broken server is killed, not shut down (its unload may hang on dead stubs), and the
             # new one starts once the old one has let go of the ports
             self.server.stop(timeout_s=5, kill=True)
-        s = self.spec
-        wait_free(s.host, {"--grpc-port": s.grpc_port, "--http-port": s.http_port, "--metrics-port": s.metrics_port},
-                  timeout_s=30)
+        wait_free(self.spec.host, self.spec.ports, timeout_s=30)
         self._start()
         self.recoveries += 1
         assert self.server is not None
