@@ -33,18 +33,10 @@ IFS=';' read -r -a GWS <<< "${GATEWAYS:---route auto;--route ids;--route ids --c
 i=0
 for opts in "${GWS[@]}"; do
   i=$((i + 1))
-  P=$(port)
-  code=""
-  if [[ $opts == @* ]]; then code=${opts%% *}; code=${code#@}; opts=${opts#"@$code"}; fi
-  # shellcheck disable=SC2086
-  PYTHONPATH=${code:+$code/builder:$code/python_backend} \
-    "$BIN/embtrt" gateway "$WORK/repo" --triton "127.0.0.1:$G" --port "$P" $opts > "$WORK/gateway-$i.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$P/health/ready" > /dev/null && break; sleep 0.5; done
-  curl -sf "http://127.0.0.1:$P/health/ready"; echo
-  PEERS+=(--openai-url "http://127.0.0.1:$P/v1" --openai-model "$NAME" --openai-pid "${PIDS[-1]}"
+  start_gateway "$WORK/repo" "$G" "$opts" "$WORK/gateway-$i.log"
+  PEERS+=(--openai-url "http://127.0.0.1:$GP/v1" --openai-model "$NAME" --openai-pid "${PIDS[-1]}"
           --cpu-pid "gateway$i=${PIDS[-1]}")
-  echo "gateway$i: embtrt gateway $opts${code:+ (the code of $code)}"
+  echo "gateway$i: embtrt gateway $GW_OPTS${GW_CODE:+ (the code of $GW_CODE)}"
 done
 mkdir -p "$OUT"
 CMD=("$BIN/embtrt" bench --model "$NAME@127.0.0.1:$G" "${PEERS[@]}" --no-inprocess

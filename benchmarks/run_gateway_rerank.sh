@@ -28,17 +28,9 @@ PEERS=()
 i=0
 for opts in "${GWS[@]}"; do
   i=$((i + 1))
-  GP=$(port)
-  code=""
-  if [[ $opts == @* ]]; then code=${opts%% *}; code=${code#@}; opts=${opts#"@$code"}; fi
-  # shellcheck disable=SC2086
-  PYTHONPATH=${code:+$code/builder:$code/python_backend} \
-    "$BIN/embtrt" gateway "$WORK/repo" --triton "127.0.0.1:$G" --port "$GP" $opts > "$WORK/gateway-$i.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$GP/health/ready" > /dev/null && break; sleep 0.5; done
-  curl -sf "http://127.0.0.1:$GP/health/ready"; echo
+  start_gateway "$WORK/repo" "$G" "$opts" "$WORK/gateway-$i.log"
   PEERS+=(--openai-url "http://127.0.0.1:$GP/v1" --openai-model minilm_ce)
-  echo "gateway$i: embtrt gateway $opts${code:+ (the code of $code)} on http://127.0.0.1:$GP/v1"
+  echo "gateway$i: embtrt gateway $GW_OPTS${GW_CODE:+ (the code of $GW_CODE)} on http://127.0.0.1:$GP/v1"
 done
 mkdir -p "$OUT"
 CMD=("$BIN/embtrt" bench --model "minilm_ce@127.0.0.1:$G" "${PEERS[@]}" --no-inprocess --rerank-documents "$DOCS"
