@@ -217,8 +217,8 @@ def test_every_kinds_front_door_writes_the_run_overhead_given_and_the_default_wi
 
     spec = _spec() if overhead is None else _spec(run_overhead_tokens=overhead)
     want = str(RUN_OVERHEAD_TOKENS if overhead is None else overhead)
-    assert rerank.front_params(spec, 0)["run_overhead_tokens"] == want
-    assert sparse.front_params(spec, 0)["run_overhead_tokens"] == want
+    assert rerank.RerankerBuild(spec, print).params(0)["run_overhead_tokens"] == want
+    assert sparse.SparseBuild(spec, print).params(0)["run_overhead_tokens"] == want
     front = text_format.Parse((_repo(tmp_path, spec) / "emb" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert front.parameters["run_overhead_tokens"].string_value == want
 

@@ -8,28 +8,17 @@ what is served. docs/rerankers.md has the contract.
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 from embtrt_backend.kinds import RERANKER
 
-from .. import __version__
 from ..common.log import Log
 from ..errors import ParityError
 from ..reference.cross_ref import corpus_pairs, load_cross_encoder
 from ..reference.rerank_gate import SCORE_TOLERANCE, judge
-from ..reference.modelinfo import model_hash
-from ..repository.manifest import Manifest, ModelNames
-from .single import (bls_params, bucket_encoders, export_head, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
-                     write_front_door)
-from .encoders import identity, rebuild_command, refuse_on_gate, require_openvino, versions
-from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
-                     runtime_params, warmup_data)
-from .spec import BuildSpec
-
+from .render import _t
+from .single import FrontDoorBuild, export_head
 
 
 def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[tuple[str, str]], log: Log,
@@ -74,23 +63,6 @@ def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[
     return {"max_abs_logit_diff": worst, "opset": 17}
 
 
-def front_params(spec: BuildSpec, pad_id: int) -> dict[str, str]:
-    """The front door's parameters: what the pair core and the encoder are built from."""
-    from ..repository.budget import bucket_batch
-
-    p = dict(runtime_params(spec, RERANKER.encoder_output))
-    p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
-              "buckets": ",".join(map(str, spec.buckets)),
-              "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
-                                                  for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
-              **bls_params(spec), "run_overhead_tokens": str(spec.run_overhead_tokens),
-              "long_row_tokens": str(LONG_ROW_TOKENS), "num_labels": str(spec.num_labels),
-              "activation": spec.activation,
-              "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
-    return p
-
-
 def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
     """Every (query, document) pair through the front door's pair core, one request per query
     (batched together as Triton's dynamic batcher would): scores [pairs, labels], tokens per pair."""
@@ -105,101 +77,63 @@ def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> t
     return np.concatenate([o.scores for o in outs]), np.concatenate([o.tokens for o in outs])
 
 
-def gate(ce, core, encoder, texts: list[str], log: Log, precision: str = "fp32") -> dict:
-    """The reranker gate (reference.rerank_gate) on the served path, before anything is written."""
-    queries, docs = corpus_pairs(texts)
-    got, tokens = served_scores(core, encoder, queries, docs)
-    return judge(ce, queries, docs, got, tokens, core.cfg.buckets, log, precision=precision).as_dict(lines=False)
+class RerankerBuild(FrontDoorBuild):
+    """A CrossEncoder folder's build: its classifier's logits, the pair tokenizer, CrossEncoder's gate."""
+
+    kind, changes = RERANKER, "scores"
+    exporting = "the classifier to ONNX and validating against PyTorch"
+    tokenizer_noun = "pair tokenizer"
+    reference = "CrossEncoder.predict (fp32, batch 32) and CrossEncoder.rank"
+    width = property(lambda self: self.spec.num_labels)
+
+    def reading(self) -> str:
+        s = self.spec
+        return (f"a CrossEncoder (reranker: {s.num_labels} label(s), activation {s.activation}, max length "
+                f"{s.max_seq_length}, buckets {','.join(map(str, s.buckets))})")
+
+    def load(self):
+        return load_cross_encoder(self.spec.model_dir, self.spec.max_seq_length, self.spec.trust_remote_code)
+
+    def _pairs(self, texts: list[str]) -> list[tuple[str, str]]:
+        queries, docs = corpus_pairs(texts)
+        return [(q, d) for q, ds in zip(queries, docs) for d in ds]
+
+    def export(self, ce, path: Path, texts: list[str]) -> dict:
+        s = self.spec
+        return export_classifier(ce, s.input_names, path, self._pairs(texts), self.log, s.trust_remote_code)
+
+    def hf_tokenizer(self, ce):
+        return ce.tokenizer
+
+    def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None:
+        from embtrt_backend.pairs import PairTokenizer
+
+        self.tok = PairTokenizer(str(tok_json), self.spec.max_seq_length, pad_id)  # the front door's: then the gate's
+        check_pair_tokenizer(hf_tok, self.tok, self._pairs(texts), self.log)
+
+    def params(self, pad_id: int) -> dict[str, str]:
+        return {**super().params(pad_id), "num_labels": str(self.spec.num_labels), "activation": self.spec.activation}
+
+    def gating(self, texts: list[str]) -> str:
+        return f"served scores vs CrossEncoder.predict and .rank on {len(self._pairs(texts))} real pairs"
+
+    def gate(self, ce, params: dict[str, str], encoder, work: Path, texts: list[str]) -> dict:
+        from embtrt_backend.pairs import PairConfig, PairCore
+
+        core = PairCore(PairConfig.from_parameters(params), self.tok)
+        queries, docs = corpus_pairs(texts)
+        got, tokens = served_scores(core, encoder, queries, docs)
+        return judge(ce, queries, docs, got, tokens, core.cfg.buckets, self.log,
+                     precision=self.spec.precision).as_dict(lines=False)
+
+    def outputs(self) -> list[dict]:
+        return [_t("SCORES", "TYPE_FP32", [self.spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])]
+
+    def manifest_fields(self) -> dict:
+        return {"pooling": "none", "pooler": "none", "num_labels": self.spec.num_labels}
 
 
-def build_reranker_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log):
-    from embtrt_backend.pairs import PairCore
-
-    work, repo = tmp / "work", tmp / "repo"
-    repo.mkdir(parents=True)
-    work.mkdir(parents=True)
-    steps = 6
-    log(f"[1/{steps}] reading {spec.model_dir} as a CrossEncoder (reranker: {spec.num_labels} label(s), activation "
-        f"{spec.activation}, max length {spec.max_seq_length}, buckets {','.join(map(str, spec.buckets))})")
-    if spec.target == "python-openvino":
-        require_openvino(spec.precision, log)
-    msha = model_hash(spec.model_dir)
-    ce = load_cross_encoder(spec.model_dir, spec.max_seq_length, spec.trust_remote_code)
-    queries, docs = corpus_pairs(texts)
-    pairs = [(q, d) for q, ds in zip(queries, docs) for d in ds]
-
-    onnx_path = work / "onnx" / "model.onnx"
-    validation = export_step(spec, f"[2/{steps}]", "the classifier to ONNX and validating against PyTorch",
-                             lambda: export_classifier(ce, spec.input_names, onnx_path, pairs, log, spec.trust_remote_code), log)
-
-    log(f"[3/{steps}] pair tokenizer")
-    tok_json = work / "tokenizer.json"
-    hf_tok = ce.tokenizer
-    hf_tok.backend_tokenizer.save(str(tok_json))
-    pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
-    tok = _tokenizer(tok_json, spec, pad_id)   # the front door's, built once: checked here, then the gate's core
-    check_pair_tokenizer(hf_tok, tok, pairs, log)
-    graph, prec, prec_record = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
-
-    log(f"[4/{steps}] the gate: served scores vs CrossEncoder.predict and .rank on {len(pairs)} real pairs"
-        + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
-    params = front_params(spec, pad_id)
-    encoder = kind_encoder(spec, params, graph, prec)
-    core = PairCore(_config(params), tok)
-    report = gate(ce, core, encoder, texts, log, spec.precision)
-    refuse_on_gate(spec, report["passed"], report["failures"], "reranker fails the gate",
-                   f"{spec.precision} changes the scores beyond the reduced-precision gate for this model; use "
-                   "--precision fp32" if spec.precision != "fp32" else "report the model architecture", log)
-
-    log(f"[5/{steps}] rendering the front door {spec.name}")
-    ident = {**identity(spec, msha), "embtrt.kind": RERANKER.name}
-    pair_in = [_t(name, "TYPE_STRING", [1]) for name in RERANKER.inputs]
-    plan = ModelPlan(
-        name=spec.name, template="router.pbtxt.j2", kind="front door",
-        context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
-                 "inputs": pair_in,
-                 "outputs": [_t("SCORES", "TYPE_FP32", [spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])],
-                 "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
-                 "params": sorted(params.items()) + sorted(ident.items()),
-                 "warmup": front_warmup(spec, pair_in)},
-        files={"1/tokenizer.json": tok_json, **local_files(spec, graph)},
-        backend_code=RERANKER.front_door, data=warmup_data(spec))
-    encoders = bucket_encoders(spec, graph, RERANKER.encoder_output, spec.num_labels, ident)
-    bundle = write_front_door(spec, [plan, *encoders], repo, log)
-    from ..repository.budget import bucket_batch
-
-    manifest = Manifest(
-        name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)),
-        pooling="none", normalize=False, dim=spec.num_labels, buckets=spec.buckets, max_seq_length=spec.max_seq_length, overflow="truncate",
-        overflow_stride=0, precision=spec.precision, target=spec.target,
-        backend_profile=ident["embtrt.backend_profile"], pooler="none", input_names=tuple(spec.input_names),
-        encoder_output=RERANKER.encoder_output, pad_id=pad_id, max_batch_size=spec.max_batch_size,
-        max_batch_tokens=spec.max_batch_tokens,
-        bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
-        router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle,
-        kind=RERANKER.name, num_labels=spec.num_labels, activation=spec.activation, prompts=spec.prompt_map,
-        default_prompt_name=spec.default_prompt_name,
-        extra={"source": {"path": str(spec.model_dir), "sha256": msha},
-               "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
-               "versions": versions(),
-               "onnx": onnx_record(onnx_path, graph, validation, prec), "precision_onnx": prec_record,
-               "parity": {**report, "reference": "CrossEncoder.predict (fp32, batch 32) and CrossEncoder.rank",
-                          "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
-               "pending": [], "rebuild": rebuild_command(spec) + " --kind reranker",
-               "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    return finish(repo, manifest, f"[6/{steps}]", log, spec, prec, texts)
-
-
-def _config(params: dict[str, str]):
-    from embtrt_backend.pairs import PairConfig
-
-    return PairConfig.from_parameters(params)
-
-
-def _tokenizer(tok_json: Path, spec: BuildSpec, pad_id: int):
-    from embtrt_backend.pairs import PairTokenizer
-
-    return PairTokenizer(str(tok_json), spec.max_seq_length, pad_id)
+build_reranker_in = RerankerBuild.build_in
 
 
 def check_pair_tokenizer(hf_tok, tok, pairs: list[tuple[str, str]], log: Log) -> None:

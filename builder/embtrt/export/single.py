@@ -1,21 +1,30 @@
-"""What the reranker and sparse builds share: a repository of one front door that runs its own
-encoder (encoder_mode local) or calls one encoder model per bucket over BLS (the onnxruntime
-target, or --router-encoder bls) — written with its bundle, then the manifest, then checked
-before the build returns."""
+"""The build of a kind whose front door runs every bucket itself (the reranker, the sparse encoder):
+one skeleton (`FrontDoorBuild`) and what it is made of: a repository of one front door that runs
+its own encoder (encoder_mode local) or calls one encoder model per bucket over BLS (the
+onnxruntime target, or --router-encoder bls) — written with its bundle, then the manifest, then
+checked before the build returns. Each kind writes its parts (export/rerank.py, export/sparse.py)."""
 
 from __future__ import annotations
 
+import json
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from embtrt_backend.kinds import Kind
+
 from .. import __version__
+from ..common.files import sha256_file
 from ..common.log import Log
 from ..errors import RepositoryError
+from ..reference.modelinfo import model_hash
 from ..repository.check import check_repository
-from ..repository.manifest import Manifest, write_manifest
-from ..common.files import sha256_file
-from .render import (ModelPlan, _encoder_plan, _t, attach_deps, bundle_dir, encoder_dims, encoder_files, model_names,
-                     torch_dir, write_repository)
+from ..repository.manifest import Manifest, ModelNames, write_manifest
+from .encoders import identity, rebuild_command, refuse_on_gate, require_openvino, versions
+from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _encoder_plan, _group, _t, attach_deps,
+                     bundle_dir, encoder_dims, encoder_files, front_warmup, model_names, runtime_params, torch_dir,
+                     warmup_data, write_repository)
 from .result import BuildResult
 from .spec import BuildSpec
 
@@ -183,3 +192,123 @@ def finish(repo: Path, manifest: Manifest, step: str, log: Log, spec: BuildSpec 
         raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
                               "this is a bug in embtrt; please report it with the lines above")
     return BuildResult(repo, manifest.to_dict(), rep.lines(), [], pending)
+
+
+def front_params(spec: BuildSpec, pad_id: int, output: str) -> dict[str, str]:
+    """The parameters every kind's front door takes (the request core's and the encoder's); a kind
+    adds its own (`FrontDoorBuild.params`)."""
+    p = dict(runtime_params(spec, output))
+    p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
+              "buckets": ",".join(map(str, spec.buckets)),
+              "encoder_max_batch_sizes": ",".join(str(spec.bucket_max_batch(b)) for b in spec.buckets),
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
+              **bls_params(spec), "run_overhead_tokens": str(spec.run_overhead_tokens),
+              "long_row_tokens": str(LONG_ROW_TOKENS),
+              "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
+    return p
+
+
+class FrontDoorBuild:
+    """The build skeleton of a kind whose front door runs every bucket itself (the reranker, the
+    sparse encoder): read -> export the head -> tokenizer -> the precision graph -> the gate on the
+    front door's own core -> render -> manifest -> check. A kind writes its parts (the methods that
+    raise here, and the class attributes); `build_in` is what its `Kind.build` names."""
+
+    kind: Kind
+    exporting = ""       # step 2's "exporting ..."
+    tokenizer_noun = "tokenizer"
+    changes = ""         # what reduced precision changes beyond the gate: "scores", "weights"
+    reference = ""       # the manifest's parity reference
+
+    def __init__(self, spec: BuildSpec, log: Log) -> None:
+        self.spec, self.log = spec, log
+
+    @classmethod
+    def build_in(cls, spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
+        return cls(spec, log).build(tmp, texts)
+
+    # the kind's parts (each kind writes them)
+    def reading(self) -> str: raise NotImplementedError   # step 1: what the folder is read as
+    def load(self) -> Any: raise NotImplementedError   # its sentence-transformers reference
+    def export(self, ref: Any, path: Path, texts: list[str]) -> dict: raise NotImplementedError   # the head at `path`, validated -> record
+    def hf_tokenizer(self, ref: Any) -> Any: raise NotImplementedError
+    # the serving tokenizer equals the reference's on the texts (and what it serves beside)
+    def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None: raise NotImplementedError
+    def gating(self, texts: list[str]) -> str: raise NotImplementedError   # step 4: what the gate compares
+    # the kind's gate on the front door's own core over `encoder` -> its verdict as a dict
+    def gate(self, ref: Any, params: dict[str, str], encoder: GateEncoder, work: Path, texts: list[str]) -> dict: raise NotImplementedError
+    def outputs(self) -> list[dict]: raise NotImplementedError   # the front door's outputs
+    def manifest_fields(self) -> dict: raise NotImplementedError   # its Manifest fields beyond the shared ones
+    width = property(lambda self: self.spec.hidden_size)   # each row's encoder output width
+
+    def params(self, pad_id: int) -> dict[str, str]:
+        return front_params(self.spec, pad_id, self.kind.encoder_output)
+
+    def files(self, work: Path) -> dict[str, Path]:
+        """Files beside the tokenizer and the graph in the front door's folder."""
+        return {}
+
+    def build(self, tmp: Path, texts: list[str]) -> BuildResult:
+        spec, log, kind = self.spec, self.log, self.kind
+        work, repo = tmp / "work", tmp / "repo"
+        repo.mkdir(parents=True)
+        work.mkdir(parents=True)
+        steps = 6
+        log(f"[1/{steps}] reading {spec.model_dir} as {self.reading()}")
+        if spec.target == "python-openvino":
+            require_openvino(spec.precision, log)
+        msha = model_hash(spec.model_dir)
+        ref = self.ref = self.load()
+        onnx_path = work / "onnx" / "model.onnx"
+        validation = export_step(spec, f"[2/{steps}]", self.exporting, lambda: self.export(ref, onnx_path, texts), log)
+
+        log(f"[3/{steps}] {self.tokenizer_noun}")
+        tok_json = work / "tokenizer.json"
+        hf_tok = self.hf_tokenizer(ref)
+        hf_tok.backend_tokenizer.save(str(tok_json))
+        pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
+        self.check_tokenizer(hf_tok, tok_json, pad_id, work, texts)
+        graph, prec, prec_record = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
+
+        log(f"[4/{steps}] the gate: {self.gating(texts)}"
+            + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
+        params = self.params(pad_id)
+        report = self.gate(ref, params, kind_encoder(spec, params, graph, prec), work, texts)
+        refuse_on_gate(spec, report["passed"], report["failures"], f"{kind.noun} fails the gate",
+                       f"{spec.precision} changes the {self.changes} beyond the reduced-precision gate for this model; "
+                       "use --precision fp32" if spec.precision != "fp32" else "report the model architecture", log)
+
+        log(f"[5/{steps}] rendering the front door {spec.name}")
+        ident = {**identity(spec, msha), "embtrt.kind": kind.name}
+        inputs = [_t(name, "TYPE_STRING", [1]) for name in kind.inputs]
+        plan = ModelPlan(
+            name=spec.name, template="router.pbtxt.j2", kind="front door",
+            context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
+                     "inputs": inputs, "outputs": self.outputs(),
+                     "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
+                     # a parameter the identity holds is written once, with the identity
+                     "params": sorted((k, v) for k, v in params.items() if k not in ident) + sorted(ident.items()),
+                     "warmup": front_warmup(spec, inputs)},
+            files={"1/tokenizer.json": tok_json, **local_files(spec, graph), **self.files(work)},
+            backend_code=kind.front_door, data=warmup_data(spec))
+        encoders = bucket_encoders(spec, graph, kind.encoder_output, self.width, ident)
+        bundle = write_front_door(spec, [plan, *encoders], repo, log)
+        manifest = Manifest(
+            name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)),
+            normalize=False, dim=self.width, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
+            overflow="truncate", overflow_stride=0, precision=spec.precision, target=spec.target,
+            backend_profile=ident["embtrt.backend_profile"], input_names=tuple(spec.input_names),
+            encoder_output=kind.encoder_output, pad_id=pad_id, max_batch_size=spec.max_batch_size,
+            max_batch_tokens=spec.max_batch_tokens, bucket_max_batch={b: spec.bucket_max_batch(b) for b in spec.buckets},
+            router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle, kind=kind.name,
+            activation=spec.activation, prompts=spec.prompt_map, default_prompt_name=spec.default_prompt_name,
+            **self.manifest_fields(),
+            extra={"source": {"path": str(spec.model_dir), "sha256": msha},
+                   "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
+                   "versions": versions(),
+                   "onnx": onnx_record(onnx_path, graph, validation, prec), "precision_onnx": prec_record,
+                   "parity": {**report, "reference": self.reference,
+                              "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
+                   "pending": [], "rebuild": rebuild_command(spec) + f" --kind {kind.name}",
+                   "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        return finish(repo, manifest, f"[6/{steps}]", log, spec, prec, texts)

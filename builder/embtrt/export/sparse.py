@@ -9,30 +9,18 @@ docs/sparse.md has the contract.
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 from embtrt_backend.kinds import SPARSE
 
-from .. import __version__
 from ..common.log import Log
 from ..errors import ParityError
-from ..reference.modelinfo import model_hash
 from ..reference.sparse_gate import TOLERANCE, judge
 from ..reference.sparse_ref import load_sparse_encoder, se_encode
-from ..repository.budget import bucket_batch
-from ..repository.manifest import Manifest, ModelNames
-from .encoders import identity, rebuild_command, refuse_on_gate, require_openvino, versions
-from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _group, _t, front_warmup,
-                     runtime_params, warmup_data)
-from .result import BuildResult
-from .single import (bls_params, bucket_encoders, export_head, export_step, finish, kind_encoder, local_files, onnx_record, precision_graph,
-                     write_front_door)
+from .render import _t
+from .single import FrontDoorBuild, export_head
 from .spec import BuildSpec
-
-
 
 def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -> dict:
     """MLM logits -> log(1 + relu(logits * mask)) (twice for log1p_relu) -> max or sum over the
@@ -74,28 +62,6 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
     return {"max_abs_diff": worst, "opset": 17}
 
 
-def front_params(spec: BuildSpec, pad_id: int) -> dict[str, str]:
-    import json
-
-    p = dict(runtime_params(spec, SPARSE.encoder_output))
-    p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
-              "overflow": "truncate", "overflow_stride": "0", "buckets": ",".join(map(str, spec.buckets)),
-              "encoder_max_batch_sizes": ",".join(str(bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size))
-                                                  for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
-              **bls_params(spec),
-              "run_overhead_tokens": str(spec.run_overhead_tokens), "long_row_tokens": str(LONG_ROW_TOKENS),
-              "embtrt.dim": str(spec.hidden_size), "pooler": "fused",
-              "normalize": "false", "dimensions": "",
-              "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or "",
-              "include_prompt": "true"})
-    if spec.sparse_query_max_length:
-        p.update({"query_route": "static", "query_max_length": str(spec.sparse_query_max_length)})
-    if spec.sparse_max_active_dims:   # the folder's default, as SparseEncoder.encode applies it
-        p["max_active_dims"] = str(spec.sparse_max_active_dims)
-    return p
-
-
 def doc_module(se):
     """The module that tokenizes and runs the documents: the first, or an inference-free SPLADE's
     document route's first."""
@@ -126,99 +92,83 @@ def served_weights(core, encoder, texts: list[str], input_type: str, static=None
     return keep_largest(np.concatenate([o.vectors for o in outs]), k), np.concatenate([o.tokens for o in outs])
 
 
-def gate(se, core, encoder, texts: list[str], log: Log, static=None, default_k: int | None = None,
-         precision: str = "fp32") -> dict:
-    """The sparse gate (reference.sparse_gate) on the served path, before anything is written."""
-    served = {which: served_weights(core, encoder, texts, which, static, default_k) for which in ("document", "query")}
-    return judge(se, texts, served, core.cfg.buckets, log, precision=precision).as_dict(lines=False)
+class SparseBuild(FrontDoorBuild):
+    """A SPLADE SparseEncoder folder's build: the MLM head with SPLADE pooling, the request core with
+    the sparsifying step, SparseEncoder's gate (documents and queries)."""
+
+    kind, changes, static = SPARSE, "weights", None
+    exporting = "the MLM head with SPLADE pooling to ONNX and validating against SparseEncoder"
+    reference = "SparseEncoder.encode_query / encode_document (fp32)"
+
+    def reading(self) -> str:
+        s = self.spec
+        return (f"a SparseEncoder (SPLADE, {s.splade_pooling} pooling, {s.activation}, vocabulary {s.hidden_size}, "
+                f"max length {s.max_seq_length}, buckets {','.join(map(str, s.buckets))}"
+                + (f", max_active_dims {s.sparse_max_active_dims} by default" if s.sparse_max_active_dims else "") + ")")
+
+    def load(self):
+        se = load_sparse_encoder(self.spec.model_dir, self.spec.trust_remote_code)
+        doc_module(se).max_seq_length = self.spec.max_seq_length
+        return se
+
+    def export(self, se, path: Path, texts: list[str]) -> dict:
+        return export_splade(se, self.spec, path, texts, self.log)
+
+    def hf_tokenizer(self, se):
+        return doc_module(se).tokenizer
+
+    def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None:
+        from .tokenizer import check_tokenizer
+
+        spec, log = self.spec, self.log
+        check_tokenizer(spec.with_(model_dir=doc_dir(spec)), tok_json, pad_id, texts, log)
+        if spec.sparse_query_max_length:   # inference-free: the query side's tokenizer and weights, served as they are
+            from embtrt_backend.sparse import StaticQuery
+
+            from ..reference.sparse_ref import static_query_weights
+
+            se = self.ref
+            qmod = se[0].sub_modules["query"][0]
+            qmod.tokenizer.backend_tokenizer.save(str(work / "query_tokenizer.json"))
+            np.save(work / "embtrt_query_weights.npy", static_query_weights(se))
+            self.static = StaticQuery(str(work / "query_tokenizer.json"), np.load(work / "embtrt_query_weights.npy"),
+                                      spec.sparse_query_max_length)
+            log(f"inference-free SPLADE: queries are the static query side's weights ({spec.sparse_query_max_length} "
+                "tokens at most, no special tokens), no encoder run")
+
+    def params(self, pad_id: int) -> dict[str, str]:
+        s = self.spec
+        p = {**super().params(pad_id), "overflow": "truncate", "overflow_stride": "0", "embtrt.dim": str(s.hidden_size),
+             "pooler": "fused", "normalize": "false", "dimensions": "", "include_prompt": "true"}
+        if s.sparse_query_max_length:
+            p.update({"query_route": "static", "query_max_length": str(s.sparse_query_max_length)})
+        if s.sparse_max_active_dims:   # the folder's default, as SparseEncoder.encode applies it
+            p["max_active_dims"] = str(s.sparse_max_active_dims)
+        return p
+
+    def gating(self, texts: list[str]) -> str:
+        return f"served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts"
+
+    def gate(self, se, params: dict[str, str], encoder, work: Path, texts: list[str]) -> dict:
+        from embtrt_backend.core import RequestCore
+
+        core = RequestCore.from_folder(str(work), params)
+        k = self.spec.sparse_max_active_dims or None
+        served = {which: served_weights(core, encoder, texts, which, self.static, k) for which in ("document", "query")}
+        return judge(se, texts, served, core.cfg.buckets, self.log, precision=self.spec.precision).as_dict(lines=False)
+
+    def outputs(self) -> list[dict]:
+        return [_t("SPARSE_INDICES", "TYPE_INT64", [-1]), _t("SPARSE_VALUES", "TYPE_FP32", [-1]),
+                _t("TOKENS", "TYPE_INT64", [1])]
+
+    def files(self, work: Path) -> dict[str, Path]:
+        if self.static is None:
+            return {}
+        return {"1/query_tokenizer.json": work / "query_tokenizer.json",
+                "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"}
+
+    def manifest_fields(self) -> dict:
+        return {"pooling": f"splade-{self.spec.splade_pooling}", "pooler": "fused"}
 
 
-def build_sparse_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) -> BuildResult:
-    from embtrt_backend.core import RequestCore
-
-    work, repo = tmp / "work", tmp / "repo"
-    repo.mkdir(parents=True)
-    work.mkdir(parents=True)
-    steps = 6
-    log(f"[1/{steps}] reading {spec.model_dir} as a SparseEncoder (SPLADE, {spec.splade_pooling} pooling, {spec.activation}, "
-        f"vocabulary {spec.hidden_size}, max length {spec.max_seq_length}, buckets {','.join(map(str, spec.buckets))}"
-        + (f", max_active_dims {spec.sparse_max_active_dims} by default" if spec.sparse_max_active_dims else "") + ")")
-    if spec.target == "python-openvino":
-        require_openvino(spec.precision, log)
-    msha = model_hash(spec.model_dir)
-    se = load_sparse_encoder(spec.model_dir, spec.trust_remote_code)
-    doc_module(se).max_seq_length = spec.max_seq_length
-
-    onnx_path = work / "onnx" / "model.onnx"
-    validation = export_step(spec, f"[2/{steps}]", "the MLM head with SPLADE pooling to ONNX and validating against "
-                             "SparseEncoder", lambda: export_splade(se, spec, onnx_path, texts, log), log)
-
-    log(f"[3/{steps}] tokenizer")
-    tok_json = work / "tokenizer.json"
-    hf_tok = doc_module(se).tokenizer
-    hf_tok.backend_tokenizer.save(str(tok_json))
-    pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
-    from .tokenizer import check_tokenizer
-
-    check_tokenizer(spec.with_(model_dir=doc_dir(spec)), tok_json, pad_id, texts, log)
-    static = None
-    if spec.sparse_query_max_length:   # inference-free: the query side's tokenizer and weights, served as they are
-        from embtrt_backend.sparse import StaticQuery
-
-        from ..reference.sparse_ref import static_query_weights
-
-        qmod = se[0].sub_modules["query"][0]
-        qmod.tokenizer.backend_tokenizer.save(str(work / "query_tokenizer.json"))
-        np.save(work / "embtrt_query_weights.npy", static_query_weights(se))
-        static = StaticQuery(str(work / "query_tokenizer.json"), np.load(work / "embtrt_query_weights.npy"),
-                             spec.sparse_query_max_length)
-        log(f"inference-free SPLADE: queries are the static query side's weights ({spec.sparse_query_max_length} "
-            "tokens at most, no special tokens), no encoder run")
-
-    graph, prec, prec_record = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
-    log(f"[4/{steps}] the gate: served weights vs SparseEncoder.encode_document / encode_query on {len(texts)} real texts"
-        + (" (padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
-    params = front_params(spec, pad_id)
-    encoder = kind_encoder(spec, params, graph, prec)
-    core = RequestCore.from_folder(str(work), {**params, "max_seq_length": str(spec.max_seq_length)})
-    report = gate(se, core, encoder, texts, log, static, spec.sparse_max_active_dims or None, spec.precision)
-    refuse_on_gate(spec, report["passed"], report["failures"], "sparse encoder fails the gate",
-                   f"{spec.precision} changes the weights beyond the reduced-precision gate for this model; use "
-                   "--precision fp32" if spec.precision != "fp32" else "report the model architecture", log)
-
-    log(f"[5/{steps}] rendering the front door {spec.name}")
-    ident = {**identity(spec, msha), "embtrt.kind": SPARSE.name}
-    params.pop("embtrt.dim")   # in the identity
-    plan = ModelPlan(
-        name=spec.name, template="router.pbtxt.j2", kind="front door",
-        context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
-                 "inputs": [_t("TEXT", "TYPE_STRING", [1])],
-                 "outputs": [_t("SPARSE_INDICES", "TYPE_INT64", [-1]), _t("SPARSE_VALUES", "TYPE_FP32", [-1]),
-                             _t("TOKENS", "TYPE_INT64", [1])],
-                 "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
-                 "params": sorted(params.items()) + sorted(ident.items()),
-                 "warmup": front_warmup(spec, [_t("TEXT", "TYPE_STRING", [1])])},
-        files={"1/tokenizer.json": tok_json, **local_files(spec, graph),
-               **({"1/query_tokenizer.json": work / "query_tokenizer.json",
-                   "1/embtrt_query_weights.npy": work / "embtrt_query_weights.npy"} if static is not None else {})},
-        backend_code=SPARSE.front_door, data=warmup_data(spec))
-    encoders = bucket_encoders(spec, graph, SPARSE.encoder_output, spec.hidden_size, ident)
-    bundle = write_front_door(spec, [plan, *encoders], repo, log)
-    manifest = Manifest(
-        name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)),
-        pooling=f"splade-{spec.splade_pooling}",
-        normalize=False, dim=spec.hidden_size, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
-        overflow="truncate", overflow_stride=0, precision=spec.precision, target=spec.target,
-        backend_profile=ident["embtrt.backend_profile"], pooler="fused", input_names=tuple(spec.input_names),
-        encoder_output=SPARSE.encoder_output, pad_id=pad_id, max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
-        bucket_max_batch={b: bucket_batch(spec.max_batch_tokens, b, spec.max_batch_size) for b in spec.buckets},
-        router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle, prompts=spec.prompt_map,
-        default_prompt_name=spec.default_prompt_name, kind=SPARSE.name, activation=spec.activation,
-        extra={"source": {"path": str(spec.model_dir), "sha256": msha},
-               "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
-               "versions": versions(), "onnx": onnx_record(onnx_path, graph, validation, prec), "precision_onnx": prec_record,
-               "parity": {**report, "reference": "SparseEncoder.encode_query / encode_document (fp32)",
-                          "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
-               "pending": [], "rebuild": rebuild_command(spec) + " --kind sparse",
-               "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    return finish(repo, manifest, f"[6/{steps}]", log, spec, prec, texts)
+build_sparse_in = SparseBuild.build_in
