@@ -25,7 +25,10 @@ from embtrt_backend.kinds import RERANKER
 from ..reference.cross_ref import corpus_pairs
 from ..reference.rerank_gate import REDUCED_OVERLAP, TOP_K, judge, tolerance_for
 from ..reference.verdict import Verdict
-from .driver import Load, drive
+from .driver import Load
+from .kind_measure import KindMeasure, KindReport, figures, warm_then_load
+
+TRIAL_DOCUMENTS = 10   # documents per request of a tune trial
 
 
 async def _score(client, model: str, query: str, docs: list[str], params: dict | None = None, max_batch: int = 32):
@@ -60,83 +63,35 @@ def buckets_of(url: str, model: str) -> tuple[tuple[int, ...], str]:
         return tuple(int(b) for b in p["buckets"].split(",")), p.get("precision", "fp32")
 
 
-class RerankReport(Verdict):
-    """`embtrt verify` of a reranker (or a sparse encoder: figures {"kind": "sparse"}): the gate's
-    verdict or the comparison with another server, and the under-load check."""
+class RerankMeasure(KindMeasure):
+    """The reranker's verify: every corpus pair scored over gRPC, one query's documents a request."""
 
-    def __init__(self, figures: dict | None = None) -> None:
-        super().__init__({"kind": RERANKER.name, **(figures or {})})
+    kind, value, beside = RERANKER, "score", " beside background traffic"
 
-    def add_gate(self, gate: Verdict) -> None:
-        """A gate's verdict (reference.rerank_gate / sparse_gate .judge): its lines, failures, figures."""
-        self.add(gate, "gate")
+    def read(self) -> None:
+        self.buckets, self.precision = buckets_of(self.url, self.model)
 
-    def as_dict(self, lines: bool = True) -> dict:
-        return {"kind": self.figures["kind"], "passed": self.passed, "failures": list(self.failures),
-                **({"lines": list(self.lines)} if lines else {}), **self.figures}
+    def served(self, texts: list[str], url: str, model: str) -> tuple[np.ndarray, np.ndarray]:
+        self.queries, self.docs = corpus_pairs(texts)
+        return served(url, model, self.queries, self.docs)
 
+    def described(self, texts: list[str]) -> str:
+        return f"{sum(map(len, self.docs))} real pairs ({len(self.queries)} queries) scored ({self.precision})"
 
-async def _under_load(url: str, model: str, queries: list[str], docs: list[list[str]], base: np.ndarray,
-                      concurrency: int, seed: int = 0) -> tuple[float, int]:
-    """Every pair resent in requests of 1..max documents (mixed sizes) at `concurrency`, beside a
-    background load of random pairs -> (max |score - unloaded score|, failed calls)."""
-    import tritonclient.grpc.aio as aioclient
-
-    rng = random.Random(seed)
-    jobs = []   # (first pair index, query, documents)
-    start = 0
-    for q, ds in zip(queries, docs):
-        i = 0
-        while i < len(ds):
-            k = rng.choice((1, 3, 7, 16))
-            jobs.append((start + i, q, ds[i:i + k]))
-            i += k
-        start += len(ds)
-    rng.shuffle(jobs)
-    got = np.full_like(base, np.nan)
-    flat = [d for ds in docs for d in ds]
-    c = aioclient.InferenceServerClient(url)
-    try:
-        async def call(i):
-            return await _score(c, model, jobs[i][1], jobs[i][2])
-
-        def keep(i, value):
-            first = jobs[i][0]
-            got[first:first + len(jobs[i][2])] = value[0]
-
-        async def noise(i):
-            return await _score(c, model, queries[i % len(queries)], rng.sample(flat, 8))
-
-        load = Load(call, len(jobs), concurrency, on_result=keep)
-        await drive(load, [Load(noise, None, max(1, concurrency // 4))], lead_s=0.2)
-    finally:
-        await c.close()
-    worst = float(np.nanmax(np.abs(got - base))) if np.isfinite(got).any() else float("inf")
-    missing = int(np.isnan(got).any(axis=1).sum())
-    return (worst if not missing else float("inf")), len(load.failures) + missing
-
-
-def verify_reranker(url: str, model: str, reference: Path | None, texts: list[str], *, under_load: bool = False,
-                    concurrency: int = 16, against: tuple[str, str] | None = None,
-                    log: Callable[[str], None] = print, trust_remote_code: bool = False) -> RerankReport:
-    rep = RerankReport()
-    queries, docs = corpus_pairs(texts)
-    buckets, precision = buckets_of(url, model)
-    got, tokens = served(url, model, queries, docs)
-    log(f"{model} at {url}: {len(tokens)} real pairs ({len(queries)} queries) scored ({precision})")
-    if against is not None:
-        other, tok2 = served(against[0], against[1], queries, docs)
-        if precision == "fp32":
-            precision = buckets_of(*against)[1]
-        limit = tolerance_for(precision)
+    def against(self, rep: KindReport, got, other, where: tuple[str, str]) -> float:
+        (got, tokens), (other, tok2) = got, other
+        if self.precision == "fp32":
+            self.precision = buckets_of(*where)[1]
+        precision, limit = self.precision, tolerance_for(self.precision)
         worst = float(np.abs(got - other).max())
         rep.check(worst <= limit and np.array_equal(tokens, tok2),
-                  f"against {against[1]} at {against[0]}: max |score difference| {worst:.1e} (limit {limit:.0e}), "
+                  f"against {where[1]} at {where[0]}: max |score difference| {worst:.1e} (limit {limit:.0e}), "
                   f"token counts {'equal' if np.array_equal(tokens, tok2) else 'differ'}",
-                  f"against {against[0]}: scores differ by {worst:.2e} or token counts differ")
+                  f"against {where[0]}: scores differ by {worst:.2e} or token counts differ")
         if got.shape[1] == 1:
             from ..reference.ranking import Agreement, top_k
 
+            docs = self.docs
             bounds = np.cumsum([0] + [len(ds) for ds in docs])
             agree = Agreement.of([top_k(got[a:b, 0], TOP_K) for a, b in zip(bounds, bounds[1:])],
                                  [top_k(other[a:b, 0], TOP_K) for a, b in zip(bounds, bounds[1:])])
@@ -144,24 +99,45 @@ def verify_reranker(url: str, model: str, reference: Path | None, texts: list[st
             rep.check(agree.passes(None if precision == "fp32" else REDUCED_OVERLAP),
                       f"ranking: top {TOP_K} identical for {same} of {len(docs)} queries, overlap {overlap:.3f}"
                       + ("" if precision == "fp32" else f" (limit {REDUCED_OVERLAP}, {precision})"),
-                      f"ranking against {against[0]}: {len(docs) - same} queries differ")
-        rep.figures["against"] = {"url": against[0], "model": against[1], "max_abs_diff": worst}
-    else:
+                      f"ranking against {where[0]}: {len(docs) - same} queries differ")
+        return worst
+
+    def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
         from ..reference.cross_ref import load_cross_encoder
 
-        if reference is None:
-            raise ValueError("a reranker's gate needs its CrossEncoder folder (--reference)")
         ce = load_cross_encoder(reference, trust_remote_code=trust_remote_code)
-        rep.add_gate(judge(ce, queries, docs, got, tokens, buckets, log=lambda _m: None, precision=precision))
-    if under_load:
-        worst, failed = asyncio.run(_under_load(url, model, queries, docs, got, concurrency))
-        limit = tolerance_for(precision)   # bf16: another batch shape may round differently
-        rep.check(worst <= limit and failed == 0,
-                  f"under load (concurrency {concurrency}, mixed-size requests beside background traffic): "
-                  f"max |score - unloaded| {worst:.1e} (limit {limit:.0e}), {failed} failed calls",
-                  f"under load: max |score difference| {worst:.2e}, {failed} failed calls")
-        rep.figures["under_load"] = {"concurrency": concurrency, "max_abs_diff": worst, "failed": failed}
-    return rep
+        return judge(ce, self.queries, self.docs, got[0], got[1], self.buckets, log=lambda _m: None, precision=self.precision)
+
+    def limit(self) -> tuple[float, str]:
+        return tolerance_for(self.precision), ""   # bf16: another batch shape may round differently
+
+    def groups(self, texts: list[str]) -> list[int]:
+        self.flat = [d for ds in self.docs for d in ds]
+        self.starts = np.cumsum([0] + [len(ds) for ds in self.docs])
+        return [len(ds) for ds in self.docs]
+
+    def unloaded(self, got) -> np.ndarray:
+        return got[0]
+
+    def error(self, got: np.ndarray, base: np.ndarray) -> float:
+        return float(np.abs(got - base).max())
+
+    async def call(self, client, texts: list[str], group: int, first: int, count: int) -> np.ndarray:
+        at = first - self.starts[group]
+        return (await _score(client, self.model, self.queries[group], self.docs[group][at:at + count]))[0]
+
+    def background(self, client, texts: list[str], concurrency: int) -> list[Load]:
+        rng = random.Random(1)
+        return [Load(lambda i: _score(client, self.model, self.queries[i % len(self.queries)], rng.sample(self.flat, 8)),
+                     None, max(1, concurrency // 4))]
+
+    def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load:
+        """One query and TRIAL_DOCUMENTS documents of mixed lengths (real corpus texts) per request."""
+        reqs = bench_requests(texts, TRIAL_DOCUMENTS, requests + warmup, seed=conc)
+        return asyncio.run(measure_load(self.url, self.model, reqs, warmup, conc))
+
+
+verify_reranker = RerankMeasure.verify
 
 
 def bench_requests(texts: list[str], k: int, n: int, seed: int) -> list[tuple[str, list[str]]]:
@@ -172,13 +148,8 @@ def bench_requests(texts: list[str], k: int, n: int, seed: int) -> list[tuple[st
 
 
 def _row(target: str, k: int, conc: int, load: Load) -> dict:
-    lat = sorted(load.latencies.values())
-    q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3) if lat else (lambda p: float("nan"))
-    return {"target": target, "documents": k, "concurrency": conc, "requests": load.ok,
-            "req_per_s": load.ok / load.seconds if load.seconds else 0.0,
-            "pairs_per_s": load.ok * k / load.seconds if load.seconds else 0.0,
-            "p50_ms": q(0.5), "p99_ms": q(0.99), "errors": len(load.failures),
-            "error_samples": [f.message[:200] for f in load.failures[:3]]}
+    f = figures(load)
+    return {"target": target, "documents": k, "concurrency": conc, **f, "pairs_per_s": f["req_per_s"] * k}
 
 
 async def measure_load(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
@@ -188,10 +159,7 @@ async def measure_load(url: str, model: str, reqs: list[tuple[str, list[str]]], 
     c = aioclient.InferenceServerClient(url)
     try:
         mb = int((await c.get_model_config(model, as_json=True))["config"].get("max_batch_size", 32)) or 32
-        for q, ds in reqs[:warmup]:
-            await _score(c, model, q, ds, max_batch=mb)
-        body = reqs[warmup:]
-        return await Load(lambda i: _score(c, model, *body[i], max_batch=mb), len(body), conc).run()
+        return await warm_then_load(lambda i: _score(c, model, *reqs[i], max_batch=mb), len(reqs), warmup, conc)
     finally:
         await c.close()
 
@@ -212,10 +180,7 @@ async def _measure_http(url: str, model: str, reqs: list[tuple[str, list[str]]],
                     raise RuntimeError(f"HTTP {r.status}: {str(body)[:200]}")
                 return body
 
-        for q, ds in reqs[:warmup]:
-            await one(q, ds)
-        body = reqs[warmup:]
-        return await Load(lambda i: one(*body[i]), len(body), conc).run()
+        return await warm_then_load(lambda i: one(*reqs[i]), len(reqs), warmup, conc)
 
 
 def bench_http_reranker(url: str, model: str, texts: list[str], documents: tuple[int, ...], concurrency: tuple[int, ...],

@@ -19,6 +19,7 @@ import numpy as np
 from embtrt_backend.kinds import SPARSE
 
 from .driver import Load
+from .kind_measure import figures, warm_then_load
 from .texts import length_buckets
 
 OUTPUTS = ("SPARSE_INDICES", "SPARSE_VALUES", "TOKENS")
@@ -54,29 +55,20 @@ async def measure_load(url: str, model: str, reqs: list[list[str]], warmup: int,
 
     c = aioclient.InferenceServerClient(url)
     try:
-        async def call(i: int, batch: list[list[str]]):
-            r = await c.infer(model, [text_input(batch[i])], parameters={"input_type": input_type},
-                              client_timeout=120)
-            if r.as_numpy("SPARSE_INDICES").shape[0] != len(batch[i]):
-                raise RuntimeError(f"{model}: {r.as_numpy('SPARSE_INDICES').shape[0]} vectors for {len(batch[i])} texts")
+        async def call(i: int):
+            r = await c.infer(model, [text_input(reqs[i])], parameters={"input_type": input_type}, client_timeout=120)
+            if r.as_numpy("SPARSE_INDICES").shape[0] != len(reqs[i]):
+                raise RuntimeError(f"{model}: {r.as_numpy('SPARSE_INDICES').shape[0]} vectors for {len(reqs[i])} texts")
 
-        for i in range(min(warmup, len(reqs))):
-            await call(i, reqs)
-        body = reqs[warmup:]
-        return await Load(lambda i: call(i, body), len(body), conc).run()
+        return await warm_then_load(call, len(reqs), warmup, conc)
     finally:
         await c.close()
 
 
 def _row(target: str, scenario: str, input_type: str, conc: int, per_request: int, load: Load) -> dict:
-    lat = sorted(load.latencies.values())
-    q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3) if lat else (lambda p: float("nan"))
+    f = figures(load)
     return {"target": target, "scenario": scenario, "input_type": input_type, "concurrency": conc,
-            "texts_per_request": per_request, "requests": load.ok,
-            "req_per_s": load.ok / load.seconds if load.seconds else 0.0,
-            "texts_per_s": load.ok * per_request / load.seconds if load.seconds else 0.0,
-            "p50_ms": q(0.5), "p99_ms": q(0.99), "errors": len(load.failures),
-            "error_samples": [f.message[:200] for f in load.failures[:3]]}
+            "texts_per_request": per_request, **f, "texts_per_s": f["req_per_s"] * per_request}
 
 
 def inprocess_rows(reference: Path, scenarios: dict[str, list[str]], input_type: str, per_scenario: int,

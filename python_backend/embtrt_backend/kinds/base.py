@@ -33,6 +33,7 @@ class Kind:
     # (url, model, reference, texts, *, under_load, concurrency, against, log, trust_remote_code) -> a
     # Verdict: `embtrt verify` of a served model; "": the embedder's own (cli/measure.py, its cosine gate)
     verify: str = ""
+    measure: str = ""         # its measure.kind_measure.KindMeasure (verify, `embtrt tune`'s trial); "": the embedder's
 
     @property
     def noun(self) -> str:

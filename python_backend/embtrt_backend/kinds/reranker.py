@@ -10,5 +10,5 @@ KIND = Kind(
     front_door="router", inputs=("QUERY", "DOCUMENT"), probe_output="SCORES", door="RerankerDoor", torch_encoder="TorchClassifier",
     encoder_output="logits",
     build="embtrt.export.rerank:build_reranker_in", gateway_model="embtrt.scale.gateway.rerank:Reranker",
-    verify="embtrt.measure.rerank:verify_reranker",
+    verify="embtrt.measure.rerank:verify_reranker", measure="embtrt.measure.rerank:RerankMeasure",
 )

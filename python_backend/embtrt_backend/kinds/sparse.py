@@ -10,5 +10,5 @@ KIND = Kind(
     front_door="router", inputs=("TEXT",), probe_output="SPARSE_VALUES", door="SparseDoor", torch_encoder="TorchSplade",
     encoder_output="sparse",
     build="embtrt.export.sparse:build_sparse_in", gateway_model="embtrt.scale.gateway.sparse:Sparse",
-    verify="embtrt.measure.sparse:verify_sparse",
+    verify="embtrt.measure.sparse:verify_sparse", measure="embtrt.measure.sparse:SparseMeasure",
 )

@@ -1,0 +1,135 @@
+"""One `verify` and bench scaffold for the kinds whose front door serves them (the reranker, the
+sparse encoder): a kind writes its `KindMeasure` (measure/rerank.py, measure/sparse.py) — what it
+sends, what comes back as rows, its gate and its bounds — and the scaffold runs the rest: the
+gate or the comparison with another deployment, every item resent under load, the bench and
+`embtrt tune` loads (warm-up one call at a time, then the load driver) and their figures."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import numpy as np
+from embtrt_backend.kinds import Kind
+
+from ..reference.verdict import Verdict
+from .driver import Load, drive
+
+
+def figures(load: Load) -> dict:
+    """A load's calls: requests, req/s, p50 and p99 (ms), errors and the first three messages."""
+    lat = sorted(load.latencies.values())
+    q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3) if lat else (lambda p: float("nan"))
+    return {"requests": load.ok, "req_per_s": load.ok / load.seconds if load.seconds else 0.0,
+            "p50_ms": q(0.5), "p99_ms": q(0.99), "errors": len(load.failures),
+            "error_samples": [f.message[:200] for f in load.failures[:3]]}
+
+
+async def warm_then_load(call: Callable[[int], Awaitable[Any]], n: int, warmup: int, conc: int) -> Load:
+    """Calls 0..warmup-1 one at a time (not measured), then the rest at `conc` through the load driver."""
+    for i in range(min(warmup, n)):
+        await call(i)
+    return await Load(lambda i: call(warmup + i), max(0, n - warmup), conc).run()
+
+
+class KindReport(Verdict):
+    """`embtrt verify` of a kind's deployment: the gate's verdict or the comparison with another
+    deployment, and the under-load check; figures start with the kind's name."""
+
+    def __init__(self, kind: Kind) -> None:
+        super().__init__({"kind": kind.name})
+
+    def add_gate(self, gate: Verdict) -> None:
+        """A gate's verdict (reference.rerank_gate / sparse_gate .judge): its lines, failures, figures."""
+        self.add(gate, "gate")
+
+    def as_dict(self, lines: bool = True) -> dict:
+        return {"kind": self.figures["kind"], "passed": self.passed, "failures": list(self.failures),
+                **({"lines": list(self.lines)} if lines else {}), **self.figures}
+
+
+class KindMeasure:
+    """What a kind's verify needs (each kind writes the methods that raise here)."""
+
+    kind: Kind
+    value = ""              # what one row holds, in messages: "score", "weight"
+    beside = ""             # the under-load check's background, in its line
+
+    def __init__(self, url: str, model: str) -> None:
+        self.url, self.model = url, model
+
+    def read(self) -> None:
+        """The served model's buckets, precision (and what else it needs) -> self.buckets, self.precision."""
+        raise NotImplementedError
+
+    def served(self, texts: list[str], url: str, model: str) -> Any: raise NotImplementedError   # its outputs on the corpus
+    def described(self, texts: list[str]) -> str: raise NotImplementedError   # what was sent, in the first line
+    def against(self, rep: KindReport, got: Any, other: Any, where: tuple[str, str]) -> float: raise NotImplementedError
+    def gate(self, reference: Path, texts: list[str], got: Any, trust_remote_code: bool) -> Verdict: raise NotImplementedError
+    def limit(self) -> tuple[float, str]: raise NotImplementedError   # (bound of a row's difference, its unit)
+    def groups(self, texts: list[str]) -> list[int]: raise NotImplementedError   # items per group (a query's documents)
+    def unloaded(self, got: Any) -> np.ndarray: raise NotImplementedError   # the rows the load must equal
+    def error(self, got: np.ndarray, base: np.ndarray) -> float: raise NotImplementedError
+    # one call of `count` items from item `first` (group `group`) -> its rows; and the background load, if any
+    async def call(self, client, texts: list[str], group: int, first: int, count: int) -> np.ndarray: raise NotImplementedError
+    def background(self, client, texts: list[str], concurrency: int) -> list[Load]: return []
+    # `embtrt tune`'s trial: the kind's bench requests at `conc` (measure.kind_trial)
+    def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load: raise NotImplementedError
+
+    @classmethod
+    def verify(cls, url: str, model: str, reference: Path | None, texts: list[str], *, under_load: bool = False,
+               concurrency: int = 16, against: tuple[str, str] | None = None,
+               log: Callable[[str], None] = print, trust_remote_code: bool = False) -> KindReport:
+        m = cls(url, model)
+        m.read()
+        rep = KindReport(m.kind)
+        got = m.served(texts, url, model)
+        log(f"{model} at {url}: {m.described(texts)}")
+        if against is not None:
+            worst = m.against(rep, got, m.served(texts, *against), against)
+            rep.figures["against"] = {"url": against[0], "model": against[1], "max_abs_diff": worst}
+        else:
+            if reference is None:
+                raise ValueError(f"{m.kind.label}'s gate needs its {m.kind.reference} folder (--reference)")
+            rep.add_gate(m.gate(reference, texts, got, trust_remote_code))
+        if under_load:
+            worst, failed = asyncio.run(m.resend(texts, m.unloaded(got), concurrency))
+            limit, unit = m.limit()
+            rep.check(worst <= limit and failed == 0,
+                      f"under load (concurrency {concurrency}, mixed-size requests{m.beside}): max |{m.value} - "
+                      f"unloaded| {worst:.1e}{unit} (limit {limit:.0e}), {failed} failed calls",
+                      f"under load: max |{m.value} difference| {worst:.2e}, {failed} failed calls")
+            rep.figures["under_load"] = {"concurrency": concurrency, "max_abs_diff": worst, "failed": failed}
+        return rep
+
+    async def resend(self, texts: list[str], base: np.ndarray, concurrency: int, seed: int = 0) -> tuple[float, int]:
+        """Every item resent in requests of 1, 3, 7 or 16 of a group's items (shuffled) at `concurrency`,
+        beside the kind's background load -> (the largest difference from its unloaded row, failed calls)."""
+        import tritonclient.grpc.aio as aioclient
+
+        rng = random.Random(seed)
+        jobs, start = [], 0   # (group, first item, count)
+        for g, size in enumerate(self.groups(texts)):
+            i = 0
+            while i < size:
+                k = rng.choice((1, 3, 7, 16))
+                jobs.append((g, start + i, min(k, size - i)))
+                i += k
+            start += size
+        rng.shuffle(jobs)
+        got = np.full_like(base, np.nan)
+
+        def keep(j: int, rows: np.ndarray) -> None:
+            got[jobs[j][1]:jobs[j][1] + jobs[j][2]] = rows
+
+        c = aioclient.InferenceServerClient(self.url)
+        try:
+            load = Load(lambda j: self.call(c, texts, *jobs[j]), len(jobs), concurrency, on_result=keep)
+            background = self.background(c, texts, concurrency)
+            await drive(load, background, lead_s=0.2 if background else 0.0)
+        finally:
+            await c.close()
+        missing = int(np.isnan(got).any(axis=1).sum())
+        return (self.error(got, base) if not missing else float("inf")), len(load.failures) + missing
