@@ -1,14 +1,18 @@
-"""What the gateway of a reranker and of a sparse encoder share (`FrontDoorModel`): one pool that
-holds the model's front door (which plans every bucket itself), admission, the upstream, a
-request's items sent in parts of at most the front door's max batch, and the front door's refusal
-of one row as a 400 naming the request's item."""
+"""The gateway's model of a kind whose front door plans every bucket itself (a reranker, a sparse
+encoder): one pool that holds the front door, admission, the upstream, a request's items sent in
+parts of at most the front door's max batch (concurrently, back in order), the front door's refusal
+of one row as a 400 naming the request's item, usage metrics, the readiness probe and the
+/v1/models entry. A kind writes what it sends and what comes back (`inputs`, `unpack`), its probe
+and its facts (gateway/rerank.py, gateway/sparse.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 from embtrt_backend.kinds import Kind
 
 from ...errors import SpecError
@@ -24,12 +28,24 @@ _ROW = re.compile(r"\brow (\d+): (.*)$", re.S)   # the front door's refusal of o
 class FrontDoorModel:
     kind: Kind          # its kind (embtrt_backend.kinds)
     does = ""           # what its front door does for every item ("scores every pair")
+    outputs: tuple[str, ...] = ()   # the front door's outputs asked for, TOKENS last
+    probe: tuple[Any, list] = (None, [])   # the readiness probe: (how, items)
+    value = ""          # what a row holds, in the probe's reason ("non-finite score")
+    routes: tuple[str, ...] = ()   # its /v1/models entry's routes
 
-    def __init__(self, cfg: GatewayConfig, served: Any, metrics: Metrics | None = None,
+    def inputs(self, items: list, how: Any) -> list: raise NotImplementedError   # a call's input tensors
+    # a call's outputs but TOKENS -> its rows (raises a 502 on a wrong shape)
+    def unpack(self, items: list, outs: tuple) -> Any: raise NotImplementedError
+    def finite(self, rows: Any) -> bool: return bool(np.all(np.isfinite(rows)))
+    def facts(self) -> dict: return {}   # its /v1/models entry beside the shared fields
+
+    served_as: Callable[[Path], Any]   # its served record (served.py) from the repository
+
+    def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: Metrics | None = None,
                  upstream: Upstream | None = None, several: bool = False, admission: Admission | None = None) -> None:
         self.cfg = cfg
         self.admission = admission or Admission(AdmissionConfig())
-        self.served = served
+        self.served = served = self.served_as(Path(repository or cfg.repository))
         name = served.name
         self.pools = model_pools(cfg, name, served.buckets, several)
         if len(self.pools) > 1:
@@ -50,6 +66,42 @@ class FrontDoorModel:
             rows.observe(len(p))
         return parts
 
+    async def send(self, items: list, how: Any, params: dict | None, field: str) -> tuple[list, int]:
+        """A request's items to the front door in parts, concurrently -> (each part's rows, in order; the
+        tokens, as the front door counts them)."""
+        mb = self.served.max_batch_size
+        done = await asyncio.gather(*(self.call(p, how, params, field, k * mb) for k, p in enumerate(self.parts(items))))
+        tokens = sum(int(d[1].sum()) for d in done)
+        self.metrics.count(self.pool.name, len(items), tokens)
+        return [d[0] for d in done], tokens
+
+    async def call(self, items: list, how: Any, params: dict | None, field: str, offset: int = 0) -> tuple[Any, np.ndarray]:
+        """One call of items (the request's from `offset` on) -> (their rows, each item's tokens). An item
+        the front door refuses (INVALID_ARG, "row N: ...") is a 400 naming `field[offset + N]`."""
+        try:
+            *outs, tokens = await self.upstream.calls(self.pool, 0, self.served.name, self.inputs(items, how),
+                                                      self.outputs, params or None)
+        except ApiError as exc:
+            if exc.status != 400:
+                raise
+            raise refusal(exc.message, field, offset) from None
+        return self.unpack(items, tuple(outs)), tokens.reshape(-1)
+
+    async def ready(self) -> dict[str, str]:
+        """The pool must answer the probe with finite values; {pool: 'ok' | reason}."""
+        try:
+            rows, _ = await self.call(self.probe[1], self.probe[0], None, "input")
+            state = "ok" if self.finite(rows) else f"non-finite {self.value}"
+        except ApiError as exc:
+            state = exc.message
+        return {self.pool.name: state}
+
+    def describe(self) -> dict:
+        """This model's /v1/models entry."""
+        s = self.served
+        return {"id": s.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": self.kind.name,
+                "embtrt": s.identity, **self.facts(), "routes": list(self.routes)}
+
 
 def refusal(message: str, field: str, offset: int) -> ApiError:
     """The front door's refusal of one row ("row N: ...", N in a call of the items from `offset` on)
@@ -57,6 +109,3 @@ def refusal(message: str, field: str, offset: int) -> ApiError:
     row = _ROW.search(message)
     return ApiError(400, f"{field}[{offset + int(row.group(1))}]: {row.group(2)}" if row else message, param=field)
 
-
-def repository_of(cfg: GatewayConfig, repository: Path | None) -> Path:
-    return Path(repository or cfg.repository)

@@ -7,36 +7,25 @@ Both API shapes (sparse_schema) come here as one `SparseRequest`: one semantics 
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
-
 import numpy as np
 from embtrt_backend.kinds import SPARSE
 
 from ...serve import wire
-from .admission import Admission
-from .config import GatewayConfig
 from .errors import ApiError
-from .front_door import FrontDoorModel, refusal, repository_of
-from .metrics import Metrics
+from .front_door import FrontDoorModel, refusal
 from .served import ServedSparse
 from .sparse_schema import INPUT_FIELDS, SparseModel, SparseRequest
-from .upstream import Upstream
-
-PROBE = "embtrt readiness probe"
-OUTPUTS = ("SPARSE_INDICES", "SPARSE_VALUES", "TOKENS")
 
 Vector = tuple[np.ndarray, np.ndarray]           # one text's (indices ascending, values)
 
 
 class Sparse(FrontDoorModel):
-    """The gateway of one sparse encoder (repository): admission, the front door's calls, usage."""
+    """The gateway of one sparse encoder (repository): a request's texts, encoded by its front door."""
 
-    kind, does = SPARSE, "encodes every text"
-
-    def __init__(self, cfg: GatewayConfig, repository: Path | None = None, metrics: Metrics | None = None,
-                 upstream: Upstream | None = None, several: bool = False, admission: Admission | None = None) -> None:
-        super().__init__(cfg, ServedSparse(repository_of(cfg, repository)), metrics, upstream, several, admission)
+    kind, does, value = SPARSE, "encodes every text", "weight"
+    outputs, probe = ("SPARSE_INDICES", "SPARSE_VALUES", "TOKENS"), (None, ["embtrt readiness probe"])
+    served_as = ServedSparse
+    routes = ("/v1/sparse", "/embed_sparse")
 
     @property
     def schema(self) -> SparseModel:
@@ -44,17 +33,26 @@ class Sparse(FrontDoorModel):
 
     async def encode(self, req: SparseRequest) -> tuple[list[Vector], int]:
         """-> (each text's active dimensions, in input order; the tokens encoded, as the front door counts them)."""
-        s, texts = self.served, req.texts
         field = INPUT_FIELDS[req.api]
-        self.admission.check_count(sum(map(len, texts)), field)
+        self.admission.check_count(sum(map(len, req.texts)), field)
         await self._check_tokens(req, field)
-        mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
-        parts = self.parts(texts)
-        done = await asyncio.gather(*(self._frontdoor(p, req.parameters, field, k * mb) for k, p in enumerate(parts)))
-        vecs = [v for d in done for v in d[0]]
-        tokens = sum(int(d[1].sum()) for d in done)
-        self.metrics.count(self.pool.name, len(texts), tokens)
-        return vecs, tokens
+        parts, tokens = await self.send(req.texts, None, req.parameters, field)
+        return [v for p in parts for v in p], tokens
+
+    def inputs(self, texts: list[str], _how) -> list:
+        return [wire.text_input(texts)]
+
+    def unpack(self, texts: list[str], outs: tuple) -> list[Vector]:
+        idx, val = outs
+        if idx.ndim != 2 or idx.shape != val.shape or len(idx) != len(texts):
+            raise ApiError(502, f"{self.served.name}'s front door answered SPARSE_INDICES {list(idx.shape)} and "
+                           f"SPARSE_VALUES {list(val.shape)} for {len(texts)} texts; expected [{len(texts)}, width] each",
+                           type_="server_error")
+        widths = (idx >= 0).sum(axis=1).tolist()  # each row's active dimensions first, then the padding (-1)
+        return [(ix[:n], v[:n]) for ix, v, n in zip(idx, val, widths)]
+
+    def finite(self, rows: list[Vector]) -> bool:
+        return all(np.all(np.isfinite(v)) for _, v in rows)
 
     async def _check_tokens(self, req: SparseRequest, field: str) -> None:
         """The token cap (--max-request-tokens): a text is at most the max length (cut, or refused by the
@@ -73,39 +71,7 @@ class Sparse(FrontDoorModel):
             raise refusal(str(refused.error), field, 0)
         self.admission.check_tokens(sum(len(x) for c in batch.chunks for x in c.ids), field)
 
-    async def _frontdoor(self, texts: list[str], params: dict, field: str = "input",
-                         offset: int = 0) -> tuple[list[Vector], np.ndarray]:
-        """One call of texts (the request's from `offset` on) to the front door -> (each text's active
-        dimensions, each text's tokens). A text the front door refuses (INVALID_ARG, "row N: ...") is a
-        400 naming the request's item: `field[offset + N]`."""
-        s = self.served
-        try:
-            idx, val, tokens = await self.upstream.calls(self.pool, 0, s.name, [wire.text_input(texts)], OUTPUTS,
-                                                         params or None)
-        except ApiError as exc:
-            if exc.status != 400:
-                raise
-            raise refusal(exc.message, field, offset) from None
-        if idx.ndim != 2 or idx.shape != val.shape or len(idx) != len(texts):
-            raise ApiError(502, f"{s.name}'s front door answered SPARSE_INDICES {list(idx.shape)} and SPARSE_VALUES "
-                           f"{list(val.shape)} for {len(texts)} texts; expected [{len(texts)}, width] each",
-                           type_="server_error")
-        widths = (idx >= 0).sum(axis=1).tolist()  # each row's active dimensions first, then the padding (-1)
-        return [(ix[:n], v[:n]) for ix, v, n in zip(idx, val, widths)], tokens.reshape(-1)
-
-    async def ready(self) -> dict[str, str]:
-        """The pool must encode a text with finite weights; {pool: 'ok' | reason}."""
-        try:
-            vecs, _ = await self._frontdoor([PROBE], {})
-            state = "ok" if all(np.all(np.isfinite(v)) for _, v in vecs) else "non-finite weight"
-        except ApiError as exc:
-            state = exc.message
-        return {self.pool.name: state}
-
-    def describe(self) -> dict:
-        """This model's /v1/models entry."""
+    def facts(self) -> dict:
         s, o = self.served, self.served.options
-        return {"id": s.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": self.kind.name,
-                "embtrt": s.identity, "vocab_size": s.dim, "max_seq_length": s.max_len, "prompts": o.prompts,
-                "default_prompt_name": o.default_prompt_name, "routes": ["/v1/sparse", "/embed_sparse"]}
-
+        return {"vocab_size": s.dim, "max_seq_length": s.max_len, "prompts": o.prompts,
+                "default_prompt_name": o.default_prompt_name}
