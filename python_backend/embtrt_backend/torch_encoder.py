@@ -152,7 +152,7 @@ class TorchClassifier(_Torch):
 def splade_weights(torch, logits, attention_mask, pooling: str, double: bool, top_k: int = 0):
     """SPLADE pooling of masked-LM logits [rows, length, vocab] -> weights [rows, vocab]: masked,
     log1p(relu) (twice for log1p_relu), max or sum over the sequence, then (top_k) each row's K
-    largest kept, the rest 0. The ONNX export (embtrt.export.sparse) traces this same function."""
+    largest kept, the rest 0. The ONNX export (embtrt.kinds.sparse.export) traces this same function."""
     x = torch.log1p(torch.relu(logits * attention_mask.unsqueeze(-1).to(torch.float32)))
     if double:
         x = torch.log1p(x)

@@ -185,7 +185,7 @@ def test_nim_route_logits_are_raw_scores_and_truncate_none_refuses_a_long_pair(b
 def test_bench_s_http_peer_client_measures_the_gateway_on_vllm_s_route(both, manifest, corpus):
     """`embtrt bench --openai-url` speaks the Cohere / Jina body to <url>/rerank (infinity's and vLLM's
     route): against this gateway it is vLLM's body on /rerank, every request answered in full."""
-    from embtrt.measure.rerank import bench_http_reranker
+    from embtrt.kinds.reranker.measure import bench_http_reranker
 
     rows = bench_http_reranker(both, manifest.name, corpus, (3,), (2,), requests=6, warmup=1)
     assert [(r["documents"], r["concurrency"], r["requests"], r["errors"]) for r in rows] == [(3, 2, 6, 0)], rows

@@ -63,7 +63,7 @@ def test_a_python_torch_reranker_serves_cross_encoder_scores_and_ranks(torch_ser
 def test_a_python_torch_sparse_encoder_serves_over_bls_equal_to_sparse_encoder(torch_server, splade_if, corpus):
     from sentence_transformers import SparseEncoder
 
-    from embtrt.serve.sparse_client import SparseClient
+    from embtrt.kinds.sparse.serve import SparseClient
 
     srv, base = torch_server
     m = read_manifest(base / "sp")

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from conftest import start_server
-from embtrt.reference.sparse_ref import load_sparse_encoder, se_encode
-from embtrt.serve.rerank_client import RerankClient
-from embtrt.serve.sparse_client import SparseClient
+from embtrt.kinds.sparse.reference import load_sparse_encoder, se_encode
+from embtrt.kinds.reranker.serve import RerankClient
+from embtrt.kinds.sparse.serve import SparseClient
 
 pytestmark = pytest.mark.integration
 LONG_BYTES = 60

@@ -30,7 +30,7 @@ def _pairs(corpus, n_docs=40):
 
 
 def _client(server, model):
-    from embtrt.serve.rerank_client import RerankClient
+    from embtrt.kinds.reranker.serve import RerankClient
 
     return RerankClient(server.grpc_url, model)
 
@@ -224,7 +224,7 @@ def test_probe_and_the_cli_rank_a_reranker(rerank_server, cross_encoders, corpus
 @pytest.mark.slow
 def test_verify_gates_a_served_reranker_also_under_load_and_against_another(rerank_server, cross_encoders):
     from embtrt.common.corpus import load_corpus
-    from embtrt.measure.rerank import verify_reranker
+    from embtrt.kinds.reranker.measure import verify_reranker
 
     texts = load_corpus()
     rep = verify_reranker(rerank_server.grpc_url, "bert_ce", cross_encoders["bert-ce"], texts, under_load=True,

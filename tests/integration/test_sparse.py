@@ -27,7 +27,7 @@ def _dense(t):
 
 
 def _client(server):
-    from embtrt.serve.sparse_client import SparseClient
+    from embtrt.kinds.sparse.serve import SparseClient
 
     return SparseClient(server.grpc_url, "splade")
 
@@ -99,7 +99,7 @@ def test_minilm_with_a_seeded_mlm_head_equals_sparse_encoder(minilm_splade, corp
     built, served, each text as a document and as a query equal to SparseEncoder."""
     from conftest import start_server
 
-    from embtrt.serve.sparse_client import SparseClient
+    from embtrt.kinds.sparse.serve import SparseClient
 
     folder, repo = minilm_splade
     se = _se(folder)
@@ -117,7 +117,7 @@ def test_the_folders_max_active_dims_is_the_default_and_a_request_overrides_it(s
     """A SparseEncoder saved with max_active_dims 8 keeps each vector's 8 largest weights in encode;
     served the same by default (both sides, the build's gate passed on it), and a request's own
     max_active_dims (16) wins as encode's argument does."""
-    from embtrt.serve.sparse_client import SparseClient
+    from embtrt.kinds.sparse.serve import SparseClient
 
     folder, repo = splade_k
     assert read_manifest(repo).extra["spec"]["sparse_max_active_dims"] == 8
@@ -160,7 +160,7 @@ def test_bench_measures_served_sparse_scenarios_beside_in_process_sparse_encoder
 
 @pytest.mark.slow
 def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, splade, corpus):
-    from embtrt.measure.sparse import verify_sparse
+    from embtrt.kinds.sparse.measure import verify_sparse
 
     texts = corpus[:80]
     rep = verify_sparse(splade_server.grpc_url, "splade", splade[0], texts, under_load=True, concurrency=4,
@@ -178,7 +178,7 @@ def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, spl
 
 
 def test_inference_free_splade_queries_take_the_static_side_and_documents_the_encoder(splade_server, splade_if, corpus):
-    from embtrt.serve.sparse_client import SparseClient
+    from embtrt.kinds.sparse.serve import SparseClient
 
     se = _se(splade_if[0])
     texts = corpus[:20] + [" ".join(corpus[30:50])]
@@ -202,8 +202,8 @@ def test_inference_free_splade_queries_take_the_static_side_and_documents_the_en
 def test_the_sparse_gate_fails_on_each_of_its_checks_and_is_looser_in_reduced_precision(splade, corpus):
     """reference.sparse_gate on served = reference, then with one planted fault at a time: each
     check can fail, and a 0.5% scale that fp32 refuses passes the reduced-precision limits."""
-    from embtrt.reference.sparse_gate import judge
-    from embtrt.reference.sparse_ref import se_encode
+    from embtrt.kinds.sparse.reference_gate import judge
+    from embtrt.kinds.sparse.reference import se_encode
 
     se = _se(splade[0])
     texts = corpus[:60]
@@ -268,7 +268,7 @@ def test_the_top_k_in_the_graph_serves_the_folders_default_fewer_on_request_and_
     and for a request's max_active_dims 4, and a request for 16 is that request's error."""
     import onnx
 
-    from embtrt.serve.sparse_client import SparseClient
+    from embtrt.kinds.sparse.serve import SparseClient
 
     folder, _ = splade_k
     m = read_manifest(splade_kg)

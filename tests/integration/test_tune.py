@@ -143,12 +143,12 @@ def test_tune_takes_a_reranker_and_a_sparse_encoder_front_door_knobs_only(kind, 
     assert json.loads((tuned / "embtrt.json").read_text())["tuning"]["machine"]["host"] == doc["machine"]["host"]
     with start_server(tuned, tmp_path) as srv:
         if kind == "reranker":
-            from embtrt.serve.rerank_client import RerankClient
+            from embtrt.kinds.reranker.serve import RerankClient
 
             with RerankClient(srv.grpc_url, name) as c:
                 assert len(c.rerank("a query", ["one document", "another"], top_n=2)) == 2
         else:
-            from embtrt.serve.sparse_client import SparseClient
+            from embtrt.kinds.sparse.serve import SparseClient
 
             with SparseClient(srv.grpc_url, name) as c:
                 assert len(c.encode(["a text"])[0][0]) > 0

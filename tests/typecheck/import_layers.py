@@ -37,7 +37,11 @@ def module_name(pkg: Path, path: Path) -> str:
 
 
 def part_of(module: str) -> str:
+    """The layer of a module: its top-level part; a kind package's module (embtrt.kinds.KIND.LAYER or
+    LAYER_WHAT) is in its layer, the packages themselves are as low as the package's __init__."""
     bits = module.split(".")
+    if len(bits) > 1 and bits[1] == "kinds":
+        return bits[3].split("_")[0] if len(bits) > 3 else "__init__"
     return bits[1] if len(bits) > 1 else "__init__"
 
 

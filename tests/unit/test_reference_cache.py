@@ -188,7 +188,7 @@ def test_the_sparse_reference_is_cached_per_side_and_top_k(tmp_path, monkeypatch
     changed default top-k (max_active_dims) is a new entry."""
     import tiny_models
 
-    from embtrt.reference.sparse_ref import _se_encode, load_sparse_encoder, se_encode
+    from embtrt.kinds.sparse.reference import _se_encode, load_sparse_encoder, se_encode
 
     monkeypatch.setenv(cache.ENV, str(tmp_path / "refs"))
     folder = tiny_models.make_bert_splade(tmp_path / "splade")

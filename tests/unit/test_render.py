@@ -212,7 +212,8 @@ def test_every_kinds_front_door_writes_the_run_overhead_given_and_the_default_wi
     """The run overhead is the spec's, never a timing: the documented default when none is given, and
     an explicit value as given for every kind (0 too: the reranker and sparse builds once turned it
     into 32 through `or`)."""
-    from embtrt.export import rerank, sparse
+    from embtrt.kinds.reranker import export as rerank
+    from embtrt.kinds.sparse import export as sparse
     from embtrt.repository.budget import RUN_OVERHEAD_TOKENS
 
     spec = _spec() if overhead is None else _spec(run_overhead_tokens=overhead)

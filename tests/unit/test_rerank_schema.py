@@ -1,4 +1,4 @@
-"""The gateway's rerank schemas on their own (embtrt.scale.gateway.rerank_schema): the three API shapes
+"""The gateway's rerank schemas on their own (embtrt.kinds.reranker.scale_schema): the three API shapes
 (Cohere / Jina / vLLM, TEI, NIM) parsed into one RerankRequest, each bad body refused with its own
 status, message and field, and scores rendered in each shape, sorted, without a server. The same
 routes through a real gateway and tritonserver: tests/integration/test_gateway_rerank.py."""
@@ -8,7 +8,7 @@ import pytest
 from embtrt_backend.kinds import EMBEDDER
 
 from embtrt.scale.gateway import ApiError, RerankModel, parse_rerank
-from embtrt.scale.gateway.rerank_schema import render
+from embtrt.kinds.reranker.scale_schema import render
 
 MODELS = {"ce": RerankModel(num_labels=1, max_text_bytes=64), "ce3": RerankModel(num_labels=3, max_text_bytes=64)}
 EMBEDDERS = {"emb": EMBEDDER}   # the gateway's other models' kinds by name

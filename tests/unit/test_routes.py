@@ -4,9 +4,9 @@ known path asked with another method, 404 naming the routes served for an unknow
 import pytest
 
 from embtrt.scale.gateway.errors import ApiError
-from embtrt.scale.gateway.rerank_schema import ROUTES as RERANK_ROUTES
+from embtrt.kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES
 from embtrt.scale.gateway.routes import TABLE, Routes
-from embtrt.scale.gateway.sparse_schema import ROUTES as SPARSE_ROUTES
+from embtrt.kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
 
 OPS = ("embed", "rank", "embed_sparse", "models", "live", "ready", "metrics")
 

@@ -1,4 +1,4 @@
-"""The gateway's sparse routes' schema on its own (embtrt.scale.gateway.sparse_schema): TEI's
+"""The gateway's sparse routes' schema on its own (embtrt.kinds.sparse.scale_schema): TEI's
 /embed_sparse and /v1/sparse bodies parsed into one SparseRequest, each bad body refused with its own
 status, message and param, and the vectors rendered in each shape, without a server. The same routes
 through the real gateway: tests/integration/test_gateway_sparse.py."""
@@ -9,7 +9,7 @@ from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 from embtrt_backend.options import ModelOptions
 
 from embtrt.scale.gateway import ApiError, parse_embeddings, parse_rerank
-from embtrt.scale.gateway.sparse_schema import SparseModel, SparseRequest, parse_sparse, render
+from embtrt.kinds.sparse.scale_schema import SparseModel, SparseRequest, parse_sparse, render
 
 MAX_BYTES = 16
 MODELS = {"sp": SparseModel(ModelOptions(dim=100, normalize=False, prompts={"query": "query: ", "document": ""}),

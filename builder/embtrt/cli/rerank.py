@@ -1,4 +1,4 @@
-"""The reranker paths of `embtrt verify` and `embtrt bench` (measure/rerank.py): glue only."""
+"""The reranker paths of `embtrt verify` and `embtrt bench` (each kind's measure module): glue only."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
                        as_json: bool, http_urls: tuple[str, ...] | list[str] = (),
                        http_models: tuple[str, ...] | list[str] = (), trust_remote_code: bool = False) -> None:
     from ..common.corpus import load_corpus
-    from ..measure.rerank import bench_http_reranker, bench_reranker, markdown
+    from ..kinds.reranker.measure import bench_http_reranker, bench_reranker, markdown
 
     if not models and not http_urls:
         raise SpecError("--rerank-documents needs the reranker to measure: --model NAME[@HOST:PORT] or --openai-url")
@@ -90,7 +90,7 @@ def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus
     """bench on sparse encoders: the --model targets per length scenario and concurrency, and
     in-process SparseEncoder (batch 32) on the same texts when --reference is given."""
     from ..common.corpus import load_corpus
-    from ..measure.sparse_bench import bench_sparse, markdown
+    from ..kinds.sparse.measure_bench import bench_sparse, markdown
 
     if not models:
         raise SpecError("--sparse needs the sparse encoder to measure: --model NAME[@HOST:PORT]")

@@ -94,7 +94,7 @@ def rerank(
     as_json: bool = typer.Option(False, "--json", help="Print {model, latency_ms, results: [{index, score, document}]} as JSON. Default off."),
 ) -> None:
     """Rank documents for a query with a reranker (cross-encoder) over gRPC, best first."""
-    from ..serve.rerank_client import RerankClient
+    from ..kinds.reranker.serve import RerankClient
 
     with RerankClient(url, model) as c:
         t0 = time.perf_counter()
@@ -120,7 +120,7 @@ def sparse(
     as_json: bool = typer.Option(False, "--json", help="Print {model, latency_ms, vectors: [{indices, values}]} as JSON. Default off."),
 ) -> None:
     """Encode texts with a sparse encoder (SPLADE) over gRPC: each text's active dimensions."""
-    from ..serve.sparse_client import SparseClient
+    from ..kinds.sparse.serve import SparseClient
 
     with SparseClient(url, model) as c:
         t0 = time.perf_counter()

@@ -333,8 +333,8 @@ def kind_plan_difference(m, got: np.ndarray, want: np.ndarray) -> tuple[float, f
     under the bounds of the kind's gate for its precision -> (difference, limit, what): reranker
     scores after the model's activation (logits for identity), fp32 1e-4 / reduced 1e-2; sparse
     weights, fp32 1e-4 absolute / reduced 2% of each text's largest weight."""
-    from ..reference.rerank_gate import tolerance_for
-    from ..reference.sparse_gate import limits_for, weight_error
+    from ..kinds.reranker.reference_gate import tolerance_for
+    from ..kinds.sparse.reference_gate import limits_for, weight_error
 
     if m.kind == RERANKER.name:
         if m.activation == "sigmoid":

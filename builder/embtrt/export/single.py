@@ -2,7 +2,7 @@
 one skeleton (`FrontDoorBuild`) and what it is made of: a repository of one front door that runs
 its own encoder (encoder_mode local) or calls one encoder model per bucket over BLS (the
 onnxruntime target, or --router-encoder bls) — written with its bundle, then the manifest, then
-checked before the build returns. Each kind writes its parts (export/rerank.py, export/sparse.py)."""
+checked before the build returns. Each kind writes its parts (embtrt.kinds.reranker.export, embtrt.kinds.sparse.export)."""
 
 from __future__ import annotations
 

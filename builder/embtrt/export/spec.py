@@ -399,7 +399,7 @@ def spec_from_options(
         **{**rest, **stride},  # type: ignore[arg-type]
     )
 
-    from ..reference.cross_ref import detect_kind
+    from ..kinds.reranker.reference import detect_kind
     from ..reference.modelinfo import require_trusted
 
     require_trusted(model_dir, given.trust_remote_code)

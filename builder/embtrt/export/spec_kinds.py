@@ -14,7 +14,7 @@ def reranker_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple
                     trust_remote_code: bool) -> dict:
     """A cross-encoder's spec fields: what CrossEncoder reads of the folder (max length, labels,
     activation, the tokenizer's inputs) fills it; the embedder's pooling fields do not apply."""
-    from ..reference.cross_ref import cross_info, load_cross_encoder
+    from ..kinds.reranker.reference import cross_info, load_cross_encoder
 
     ce = load_cross_encoder(model_dir, max_seq_length, trust_remote_code)
     info = cross_info(ce)
@@ -30,7 +30,7 @@ def sparse_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[i
                   overrides: dict[str, str], default_prompt: str | None, default_name: str | None,
                   trust_remote_code: bool) -> dict:
     """A SPLADE SparseEncoder's spec fields: max length, vocabulary, pooling and activation from the folder."""
-    from ..reference.sparse_ref import load_sparse_encoder, splade_info
+    from ..kinds.sparse.reference import load_sparse_encoder, splade_info
 
     se = load_sparse_encoder(model_dir, trust_remote_code)   # its own prompts (read_st_prompts converts it)
     info = splade_info(se, model_dir)

@@ -1,5 +1,5 @@
 """One `verify` and bench scaffold for the kinds whose front door serves them (the reranker, the
-sparse encoder): a kind writes its `KindMeasure` (measure/rerank.py, measure/sparse.py) — what it
+sparse encoder): a kind writes its `KindMeasure` (embtrt.kinds.reranker.measure, embtrt.kinds.sparse.measure) — what it
 sends, what comes back as rows, its gate and its bounds — and the scaffold runs the rest: the
 gate or the comparison with another deployment, every item resent under load, the bench and
 `embtrt tune` loads (warm-up one call at a time, then the load driver) and their figures."""
@@ -42,7 +42,7 @@ class KindReport(Verdict):
         super().__init__({"kind": kind.name})
 
     def add_gate(self, gate: Verdict) -> None:
-        """A gate's verdict (reference.rerank_gate / sparse_gate .judge): its lines, failures, figures."""
+        """A gate's verdict (the kinds' reference_gate.judge): its lines, failures, figures."""
         self.add(gate, "gate")
 
     def as_dict(self, lines: bool = True) -> dict:

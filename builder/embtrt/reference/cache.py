@@ -36,7 +36,8 @@ from ..common.files import sha256_file
 ENV = "EMBTRT_REFERENCE_CACHE"
 SCHEMA = 1
 _LIBRARIES = ("torch", "transformers", "sentence-transformers", "tokenizers")
-_CODE = ("torch_ref.py", "sparse_ref.py", "modelinfo.py", "cache.py")   # in this folder
+# the code that computes an entry, from this folder (the sparse reference is in the sparse kind's package)
+_CODE = ("torch_ref.py", "../kinds/sparse/reference.py", "modelinfo.py", "cache.py")
 _digests: dict[tuple, str] = {}
 
 

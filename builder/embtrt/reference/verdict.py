@@ -2,7 +2,7 @@
 check (`[ok] ...` / `[x] ...`), the failures that decide it (one or more per failed check) and
 the figures a machine reads.
 
-The gates of each kind (reference.parity's cosine gate, rerank_gate, sparse_gate), the build that
+The gates of each kind (reference.parity's cosine gate, the kinds' reference_gate), the build that
 refuses on them and `embtrt verify` of every kind speak it, so that a new kind's gate is a function
 returning a Verdict and nothing downstream changes.
 """

@@ -58,3 +58,15 @@ class KindClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:
+    """The served model's kind (its config's embtrt.kind; embedders built before kinds have none)."""
+    import tritonclient.grpc as grpcclient
+
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        _, params = model_config(c, model, url, timeout_s)
+    finally:
+        c.close()
+    return kind_of(params.get("embtrt.kind")).name

@@ -9,6 +9,6 @@ KIND = Kind(
     client_hint="embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
     front_door="router", inputs=("QUERY", "DOCUMENT"), probe_output="SCORES", door="RerankerDoor", torch_encoder="TorchClassifier",
     encoder_output="logits",
-    build="embtrt.export.rerank:build_reranker_in", gateway_model="embtrt.scale.gateway.rerank:Reranker",
-    verify="embtrt.measure.rerank:verify_reranker", measure="embtrt.measure.rerank:RerankMeasure",
+    build="embtrt.kinds.reranker.export:build_reranker_in", gateway_model="embtrt.kinds.reranker.scale:Reranker",
+    verify="embtrt.kinds.reranker.measure:verify_reranker", measure="embtrt.kinds.reranker.measure:RerankMeasure",
 )

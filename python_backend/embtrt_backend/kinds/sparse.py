@@ -9,6 +9,6 @@ KIND = Kind(
     client_hint="embed with EmbeddingClient, rank with RerankClient",
     front_door="router", inputs=("TEXT",), probe_output="SPARSE_VALUES", door="SparseDoor", torch_encoder="TorchSplade",
     encoder_output="sparse",
-    build="embtrt.export.sparse:build_sparse_in", gateway_model="embtrt.scale.gateway.sparse:Sparse",
-    verify="embtrt.measure.sparse:verify_sparse", measure="embtrt.measure.sparse:SparseMeasure",
+    build="embtrt.kinds.sparse.export:build_sparse_in", gateway_model="embtrt.kinds.sparse.scale:Sparse",
+    verify="embtrt.kinds.sparse.measure:verify_sparse", measure="embtrt.kinds.sparse.measure:SparseMeasure",
 )

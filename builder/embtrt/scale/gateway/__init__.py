@@ -24,31 +24,36 @@ texts go to the sparse encoder's front door, which encodes them as `SparseEncode
 `encode_document` do (docs/sparse.md). Every kind can share one gateway.
 
 Modules, one job each: config (GatewayConfig, --pool, pools), errors (ApiError, OpenAI's error
-envelope), embeddings_schema (the /v1/embeddings body parsed and validated, pure), rerank_schema (the
-rerank APIs' bodies parsed and their responses rendered, pure), sparse_schema (the same for the sparse
-routes), served (what the gateway knows of a repository), embed (the embedding algorithm of one
-model), rerank (the reranking of one model), sparse (the sparse encoding of one model),
-coalescer (PoolBatcher), upstream (gRPC clients, retries over a pool's replicas), registry (several
-models, /v1/models), metrics (Prometheus), http (the ASGI app, `run`).
+envelope), embeddings_schema (the /v1/embeddings body parsed and validated, pure), served (what the
+gateway knows of a repository), embed (the embedding algorithm of one model), front_door (the model
+of a kind whose front door plans every bucket), coalescer (PoolBatcher), upstream (gRPC clients,
+retries over a pool's replicas), registry (several models, /v1/models), routes and operations (the
+route table and what each operation runs), metrics (Prometheus), http (the ASGI app, `run`). A
+kind's request shapes and model live in its package (embtrt.kinds.reranker.scale_schema / .scale,
+embtrt.kinds.sparse.scale_schema / .scale).
 """
 
-from .coalescer import PoolBatcher
-from .config import MAX_ITEMS, ROUTES, GatewayConfig, Pool, model_pools, parse_pool
-from .embed import Gateway
-from .embeddings_schema import EmbeddingsModel, EmbeddingsRequest, parse_embeddings, resolve_model
-from .errors import ApiError
-from .http import GatewayApp, create_app, run
-from .metrics import Metrics
-from .registry import MultiGateway
-from .rerank import Reranker
-from .rerank_schema import RerankModel, RerankRequest, parse_rerank
-from .served import Served, ServedReranker, ServedSparse
-from .sparse import Sparse
-from .sparse_schema import SparseModel, SparseRequest, parse_sparse
-from .upstream import Upstream
+import importlib
+from typing import Any
 
-__all__ = ["MAX_ITEMS", "ROUTES", "ApiError", "EmbeddingsModel", "EmbeddingsRequest", "Gateway", "GatewayApp",
-           "GatewayConfig", "Metrics", "MultiGateway", "Pool", "PoolBatcher", "RerankModel", "RerankRequest", "Reranker",
-           "Served", "ServedReranker", "ServedSparse", "Sparse", "SparseModel", "SparseRequest", "Upstream",
-           "create_app", "model_pools", "parse_embeddings", "parse_pool", "parse_rerank", "parse_sparse",
-           "resolve_model", "run"]
+# name -> the module that defines it, imported on first use: the kinds' gateway modules import this
+# package's modules, so it imports none of them up front (no import cycle whichever comes first)
+_EXPORTS = {
+    "PoolBatcher": ".coalescer", "MAX_ITEMS": ".config", "ROUTES": ".config", "GatewayConfig": ".config",
+    "Pool": ".config", "model_pools": ".config", "parse_pool": ".config", "Gateway": ".embed",
+    "EmbeddingsModel": ".embeddings_schema", "EmbeddingsRequest": ".embeddings_schema",
+    "parse_embeddings": ".embeddings_schema", "resolve_model": ".embeddings_schema", "ApiError": ".errors",
+    "GatewayApp": ".http", "create_app": ".http", "run": ".http", "Metrics": ".metrics", "MultiGateway": ".registry",
+    "Served": ".served", "ServedReranker": ".served", "ServedSparse": ".served", "Upstream": ".upstream",
+    "Reranker": "embtrt.kinds.reranker.scale", "RerankModel": "embtrt.kinds.reranker.scale_schema",
+    "RerankRequest": "embtrt.kinds.reranker.scale_schema", "parse_rerank": "embtrt.kinds.reranker.scale_schema",
+    "Sparse": "embtrt.kinds.sparse.scale", "SparseModel": "embtrt.kinds.sparse.scale_schema",
+    "SparseRequest": "embtrt.kinds.sparse.scale_schema", "parse_sparse": "embtrt.kinds.sparse.scale_schema",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)

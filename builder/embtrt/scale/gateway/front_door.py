@@ -3,7 +3,7 @@ encoder): one pool that holds the front door, admission, the upstream, a request
 parts of at most the front door's max batch (concurrently, back in order), the front door's refusal
 of one row as a 400 naming the request's item, usage metrics, the readiness probe and the
 /v1/models entry. A kind writes what it sends and what comes back (`inputs`, `unpack`), its probe
-and its facts (gateway/rerank.py, gateway/sparse.py)."""
+and its facts (embtrt.kinds.reranker.scale, embtrt.kinds.sparse.scale)."""
 
 from __future__ import annotations
 

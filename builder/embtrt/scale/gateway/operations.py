@@ -1,8 +1,8 @@
 """The operations served models take over HTTP (#50 item 3): what http.Handler runs between the
 envelope (key, admission, body, deadline, errors, metrics) and the response, one row per operation.
 
-An operation parses a route's body in that route's dialect (embeddings_schema, rerank_schema,
-sparse_schema) into a request naming the served model, asks the model behind it, and renders the
+An operation parses a route's body in that route's dialect (embeddings_schema, the kinds'
+scale_schema) into a request naming the served model, asks the model behind it, and renders the
 answer in the dialect again. A new operation (a classifier's `classify`, a multi-vector model's
 token vectors) is one more `Operation` here and its rows in routes.TABLE; the envelope is not
 written again.
@@ -17,10 +17,10 @@ from typing import Any, Awaitable, Callable
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 
 from .embeddings_schema import parse_embeddings
-from .rerank_schema import ROUTES as RERANK_ROUTES
-from .rerank_schema import parse_rerank, render as render_rerank
-from .sparse_schema import ROUTES as SPARSE_ROUTES
-from .sparse_schema import parse_sparse, render as render_sparse
+from ...kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES
+from ...kinds.reranker.scale_schema import parse_rerank, render as render_rerank
+from ...kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
+from ...kinds.sparse.scale_schema import parse_sparse, render as render_sparse
 
 Answer = tuple[Any, int, list]   # (the response document, its size about, extra headers)
 

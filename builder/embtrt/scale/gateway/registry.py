@@ -19,12 +19,12 @@ from .config import GatewayConfig
 from .embed import Gateway
 from .embeddings_schema import EmbeddingsModel
 from .metrics import Metrics
-from .rerank import Reranker
-from .rerank_schema import RerankModel
+from ...kinds.reranker.scale import Reranker
+from ...kinds.reranker.scale_schema import RerankModel
 from .routes import MODEL_OPERATIONS
 from .served import served_kind
-from .sparse import Sparse
-from .sparse_schema import SparseModel
+from ...kinds.sparse.scale import Sparse
+from ...kinds.sparse.scale_schema import SparseModel
 from .upstream import Upstream
 
 
@@ -65,8 +65,8 @@ class MultiGateway:
         self.several = len(self.models) > 1
         # the operations some model here serves (its kind's: Kind.operations); the route table serves those routes
         self.operations = {op for op, models in self.serving.items() if models}
-        # what parsing a request needs of each model (embeddings_schema.parse_embeddings, rerank_schema.parse_rerank,
-        # sparse_schema.parse_sparse)
+        # what parsing a request needs of each model (embeddings_schema.parse_embeddings, the kinds'
+        # scale_schema.parse_rerank / parse_sparse)
         self.schemas: dict[str, EmbeddingsModel] = {
             name: EmbeddingsModel(g.served.options, g.served.vocab_size, g.served.max_len, g.served.max_text_bytes, g.route,
                                   cfg.token_ids)

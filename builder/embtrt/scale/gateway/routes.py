@@ -3,7 +3,7 @@
 A route is (method, path, operation, dialect): the operation is what a served model does for it
 (`embed`, `rank`, `embed_sparse`; the gateway's own `models`, `live`, `ready`, `metrics`), the
 dialect is the API shape its body and response speak (the parsers and renderers of
-embeddings_schema, rerank_schema and sparse_schema). `Routes.find` picks the handler of an
+embeddings_schema and the kinds' scale_schema). `Routes.find` picks the handler of an
 operation for a request, or the error a client gets:
 
 - a known path asked with another method: 405 with `Allow` naming the methods it takes;
@@ -18,8 +18,8 @@ from typing import Callable
 
 from .errors import ApiError
 from .operations import OPERATIONS
-from .rerank_schema import ROUTES as RERANK_ROUTES
-from .sparse_schema import ROUTES as SPARSE_ROUTES
+from ...kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES
+from ...kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
 
 # the operations served models take (operations.py); the rest are the gateway's own
 MODEL_OPERATIONS = tuple(OPERATIONS)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelError
-from .cache import cached
+from ...errors import ModelError
+from ...reference.cache import cached
 
 
 def sparse_modules(path: Path) -> list[str] | None:

@@ -1,4 +1,4 @@
-"""`embtrt verify` on a sparse encoder (docs/sparse.md): the sparse gate (reference.sparse_gate) on
+"""`embtrt verify` on a sparse encoder (docs/sparse.md): the sparse gate (reference_gate) on
 a served deployment, every corpus text encoded over gRPC as a document and as a query against
 SparseEncoder; --under-load resends every text in mixed-size requests at a concurrency, each
 vector equal to its unloaded value; --against gates one deployment against another."""
@@ -12,17 +12,17 @@ import numpy as np
 
 from embtrt_backend.kinds import SPARSE
 
-from ..reference.sparse_gate import judge, limits_for, weight_error
-from ..reference.verdict import Verdict
-from .driver import Load
-from .kind_measure import KindMeasure, KindReport
+from .reference_gate import judge, limits_for, weight_error
+from ...reference.verdict import Verdict
+from ...measure.driver import Load
+from ...measure.kind_measure import KindMeasure, KindReport
 
 SIDES = ("document", "query")
 
 
 def served(url: str, model: str, texts: list[str], which: str) -> tuple[np.ndarray, np.ndarray]:
     """(weights [texts, vocab], tokens per text) as the front door returns them."""
-    from ..serve.sparse_client import SparseClient
+    from .serve import SparseClient
 
     with SparseClient(url, model) as c:
         dense = c.encode_dense(texts, input_type=which)
@@ -36,7 +36,7 @@ class SparseMeasure(KindMeasure):
     kind, value = SPARSE, "weight"
 
     def read(self) -> None:
-        from ..serve.sparse_client import SparseClient
+        from .serve import SparseClient
 
         with SparseClient(self.url, self.model) as c:
             params = c.parameters()
@@ -63,7 +63,7 @@ class SparseMeasure(KindMeasure):
         return worst
 
     def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
-        from ..reference.sparse_ref import load_sparse_encoder
+        from .reference import load_sparse_encoder
 
         se = load_sparse_encoder(reference, trust_remote_code)
         return judge(se, texts, got, self.buckets, log=lambda _m: None, precision=self.precision)
@@ -80,7 +80,7 @@ class SparseMeasure(KindMeasure):
     async def call(self, client, texts: list[str], group: int, first: int, count: int) -> np.ndarray:
         from embtrt_backend.sparse import densify
 
-        from ..serve.wire import text_input
+        from ...serve.wire import text_input
 
         r = await client.infer(self.model, [text_input(texts[first:first + count])],
                                parameters={"input_type": "document"}, client_timeout=120)
@@ -88,7 +88,7 @@ class SparseMeasure(KindMeasure):
 
     def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load:
         """One real text per request, as a document."""
-        from . import sparse_bench
+        from . import measure_bench as sparse_bench
 
         batches = sparse_bench.bench_requests(texts, 1, requests + warmup, seed=conc)
         return asyncio.run(sparse_bench.measure_load(self.url, self.model, batches, warmup, conc, "document"))

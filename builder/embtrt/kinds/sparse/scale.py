@@ -3,7 +3,7 @@ to the model's front door, which prompts, tokenizes, truncates, encodes and keep
 dimensions itself (docs/sparse.md), in parts of at most its max batch sent concurrently; the vectors
 back in input order, and the tokens the front door reports (TOKENS) as the usage.
 
-Both API shapes (sparse_schema) come here as one `SparseRequest`: one semantics behind the routes."""
+Both API shapes (scale_schema) come here as one `SparseRequest`: one semantics behind the routes."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 from embtrt_backend.kinds import SPARSE
 
 from ...serve import wire
-from .errors import ApiError
-from .front_door import FrontDoorModel, refusal
-from .served import ServedSparse
-from .sparse_schema import INPUT_FIELDS, SparseModel, SparseRequest
+from ...scale.gateway.errors import ApiError
+from ...scale.gateway.front_door import FrontDoorModel, refusal
+from ...scale.gateway.served import ServedSparse
+from .scale_schema import INPUT_FIELDS, SparseModel, SparseRequest
 
 Vector = tuple[np.ndarray, np.ndarray]           # one text's (indices ascending, values)
 

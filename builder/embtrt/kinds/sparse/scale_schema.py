@@ -28,7 +28,7 @@ import numpy as np
 
 from embtrt_backend.kinds import SPARSE, Kind
 
-from .errors import NO_KINDS, ApiError, refuse_other_kind
+from ...scale.gateway.errors import NO_KINDS, ApiError, refuse_other_kind
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used
     from embtrt_backend.options import ModelOptions, RequestOptions

@@ -3,7 +3,7 @@ with each document) to the model's front door, which tokenizes, truncates, plans
 the activation itself (docs/rerankers.md), in parts of at most its max batch sent concurrently; the
 scores back in document order, and the tokens the front door reports (TOKENS) as the usage.
 
-Every API shape (rerank_schema) comes here as one `RerankRequest`: one semantics behind the routes."""
+Every API shape (scale_schema) comes here as one `RerankRequest`: one semantics behind the routes."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from embtrt_backend.kinds import RERANKER
 from embtrt_backend.pairs import DEFAULT
 
 from ...serve import wire
-from .errors import ApiError
-from .front_door import FrontDoorModel
-from .rerank_schema import DOC_FIELDS, RerankModel, RerankRequest
-from .served import ServedReranker
+from ...scale.gateway.errors import ApiError
+from ...scale.gateway.front_door import FrontDoorModel
+from .scale_schema import DOC_FIELDS, RerankModel, RerankRequest
+from ...scale.gateway.served import ServedReranker
 
 
 class Reranker(FrontDoorModel):

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 from embtrt_backend.kinds import SPARSE
 
-from ..common.log import Log
-from ..errors import ParityError
-from ..reference.sparse_gate import TOLERANCE, judge
-from ..reference.sparse_ref import load_sparse_encoder, se_encode
-from .render import _t
-from .single import FrontDoorBuild, export_head
-from .spec import BuildSpec
+from ...common.log import Log
+from ...errors import ParityError
+from .reference_gate import TOLERANCE, judge
+from .reference import load_sparse_encoder, se_encode
+from ...export.render import _t
+from ...export.single import FrontDoorBuild, export_head
+from ...export.spec import BuildSpec
 
 def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -> dict:
     """MLM logits -> log(1 + relu(logits * mask)) (twice for log1p_relu) -> max or sum over the
@@ -118,14 +118,14 @@ class SparseBuild(FrontDoorBuild):
         return doc_module(se).tokenizer
 
     def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None:
-        from .tokenizer import check_tokenizer
+        from ...export.tokenizer import check_tokenizer
 
         spec, log = self.spec, self.log
         check_tokenizer(spec.with_(model_dir=doc_dir(spec)), tok_json, pad_id, texts, log)
         if spec.sparse_query_max_length:   # inference-free: the query side's tokenizer and weights, served as they are
             from embtrt_backend.sparse import StaticQuery
 
-            from ..reference.sparse_ref import static_query_weights
+            from .reference import static_query_weights
 
             se = self.ref
             qmod = se[0].sub_modules["query"][0]

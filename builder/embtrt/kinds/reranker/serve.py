@@ -8,12 +8,11 @@ equal CrossEncoder.predict, ranks CrossEncoder.rank (highest score first, ties i
 from __future__ import annotations
 
 import numpy as np
-from embtrt_backend.kinds import RERANKER, kind_of
+from embtrt_backend.kinds import RERANKER
 
-from ..errors import ClientError
-from .client import model_config
-from .kind_client import KindClient
-from .wire import text_input
+from ...errors import ClientError
+from ...serve.kind_client import KindClient
+from ...serve.wire import text_input
 
 ACTIVATIONS = ("default", "raw", "softmax")
 
@@ -75,15 +74,3 @@ class RerankClient(KindClient):
             raise ClientError(f"top_n {top_n}: must be at least 1")
         s = scores[:, 0]
         return [{"index": i, "score": float(s[i])} for i in rank_order(s, top_n)]
-
-
-def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:
-    """The served model's kind (its config's embtrt.kind; embedders built before kinds have none)."""
-    import tritonclient.grpc as grpcclient
-
-    c = grpcclient.InferenceServerClient(url)
-    try:
-        _, params = model_config(c, model, url, timeout_s)
-    finally:
-        c.close()
-    return kind_of(params.get("embtrt.kind")).name

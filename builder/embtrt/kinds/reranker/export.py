@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 from embtrt_backend.kinds import RERANKER
 
-from ..common.log import Log
-from ..errors import ParityError
-from ..reference.cross_ref import corpus_pairs, load_cross_encoder
-from ..reference.rerank_gate import SCORE_TOLERANCE, judge
-from .render import _t
-from .single import FrontDoorBuild, export_head
+from ...common.log import Log
+from ...errors import ParityError
+from .reference import corpus_pairs, load_cross_encoder
+from .reference_gate import SCORE_TOLERANCE, judge
+from ...export.render import _t
+from ...export.single import FrontDoorBuild, export_head
 
 
 def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[tuple[str, str]], log: Log,

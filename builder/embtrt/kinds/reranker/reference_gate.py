@@ -12,9 +12,9 @@ from typing import Callable
 
 import numpy as np
 
-from .cross_ref import ce_predict
-from .ranking import Agreement, top_k
-from .verdict import Verdict
+from .reference import ce_predict
+from ...reference.ranking import Agreement, top_k
+from ...reference.verdict import Verdict
 
 SCORE_TOLERANCE = 1e-4   # fp32: max |served - CrossEncoder.predict| per bucket
 TOP_K = 10               # per query, the order of CrossEncoder.rank's top 10 must be the same

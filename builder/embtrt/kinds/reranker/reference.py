@@ -15,7 +15,7 @@ import numpy as np
 
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 
-from ..errors import ModelError
+from ...errors import ModelError
 
 
 def detect_kind(path: Path) -> tuple[str, str]:
@@ -30,7 +30,7 @@ def detect_kind(path: Path) -> tuple[str, str]:
         return doc if isinstance(doc, dict) else {}
 
     st = read("config_sentence_transformers.json")
-    from .sparse_ref import sparse_modules
+    from ..sparse.reference import sparse_modules
 
     if st.get("model_type") == "SparseEncoder" or sparse_modules(path):
         return SPARSE.name, "a sentence-transformers SparseEncoder folder (SPLADE)"

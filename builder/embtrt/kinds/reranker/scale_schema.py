@@ -30,7 +30,7 @@ import numpy as np
 from embtrt_backend.kinds import EMBEDDER, RERANKER, Kind
 from embtrt_backend.pairs import truncation_direction
 
-from .errors import ApiError, refuse_other_kind
+from ...scale.gateway.errors import ApiError, refuse_other_kind
 
 # POST path -> the API shape it speaks
 ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1/ranking": "nim"}

@@ -18,16 +18,16 @@ import numpy as np
 
 from embtrt_backend.kinds import SPARSE
 
-from .driver import Load
-from .kind_measure import figures, warm_then_load
-from .texts import length_buckets
+from ...measure.driver import Load
+from ...measure.kind_measure import figures, warm_then_load
+from ...measure.texts import length_buckets
 
 OUTPUTS = ("SPARSE_INDICES", "SPARSE_VALUES", "TOKENS")
 
 
 def token_counts(url: str, model: str, texts: list[str], input_type: str) -> np.ndarray:
     """Each text's token count as the served front door counts it (its TOKENS output)."""
-    from ..serve.sparse_client import SparseClient
+    from .serve import SparseClient
 
     with SparseClient(url, model) as c:
         step = max(1, min(32, c.batch_size))
@@ -51,7 +51,7 @@ async def measure_load(url: str, model: str, reqs: list[list[str]], warmup: int,
     """Warm-up requests one at a time, then the rest at `conc`; every answer must hold one vector per text."""
     import tritonclient.grpc.aio as aioclient
 
-    from ..serve.wire import text_input
+    from ...serve.wire import text_input
 
     c = aioclient.InferenceServerClient(url)
     try:
@@ -75,7 +75,7 @@ def inprocess_rows(reference: Path, scenarios: dict[str, list[str]], input_type:
                    trust_remote_code: bool,
                    progress: Callable[[str], None]) -> list[dict]:
     """SparseEncoder in process, fp32, batch 32 (median of three passes) and one text at a time."""
-    from ..reference.sparse_ref import load_sparse_encoder
+    from .reference import load_sparse_encoder
 
     se = load_sparse_encoder(reference, trust_remote_code)
     enc = se.encode_query if input_type == "query" else se.encode_document

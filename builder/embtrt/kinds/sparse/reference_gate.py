@@ -21,9 +21,9 @@ from typing import Callable
 
 import numpy as np
 
-from .ranking import Agreement, top_k
-from .sparse_ref import se_encode
-from .verdict import Verdict
+from ...reference.ranking import Agreement, top_k
+from .reference import se_encode
+from ...reference.verdict import Verdict
 
 TOLERANCE = 1e-4   # fp32: max |served weight - SparseEncoder weight| per bucket
 TOP_K = 10

@@ -1,6 +1,6 @@
 """`embtrt verify` and `embtrt bench` on a reranker (docs/rerankers.md).
 
-verify: the reranker gate (reference.rerank_gate) on a served deployment: real query-passage
+verify: the reranker gate (reference_gate) on a served deployment: real query-passage
     pairs scored over gRPC against CrossEncoder.predict / .rank; --under-load resends every pair
     in mixed-size requests beside background traffic, each score equal to its unloaded value;
     --against gates one deployment against another (scores and ranks).
@@ -22,11 +22,11 @@ import numpy as np
 
 from embtrt_backend.kinds import RERANKER
 
-from ..reference.cross_ref import corpus_pairs
-from ..reference.rerank_gate import REDUCED_OVERLAP, TOP_K, judge, tolerance_for
-from ..reference.verdict import Verdict
-from .driver import Load
-from .kind_measure import KindMeasure, KindReport, figures, warm_then_load
+from .reference import corpus_pairs
+from .reference_gate import REDUCED_OVERLAP, TOP_K, judge, tolerance_for
+from ...reference.verdict import Verdict
+from ...measure.driver import Load
+from ...measure.kind_measure import KindMeasure, KindReport, figures, warm_then_load
 
 TRIAL_DOCUMENTS = 10   # documents per request of a tune trial
 
@@ -34,7 +34,7 @@ TRIAL_DOCUMENTS = 10   # documents per request of a tune trial
 async def _score(client, model: str, query: str, docs: list[str], params: dict | None = None, max_batch: int = 32):
     """One query's documents scored: in parts of at most the front door's max batch, sent
     concurrently (as RerankClient and the gateway send them), put back in order."""
-    from ..serve.wire import text_input
+    from ...serve.wire import text_input
 
     async def part(ds: list[str]):
         r = await client.infer(model, [text_input([query] * len(ds), "QUERY"), text_input(ds, "DOCUMENT")],
@@ -47,7 +47,7 @@ async def _score(client, model: str, query: str, docs: list[str], params: dict |
 
 def served(url: str, model: str, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
     """Every pair's scores and tokens, one query's documents at a time (the client splits by max batch)."""
-    from ..serve.rerank_client import RerankClient
+    from .serve import RerankClient
 
     with RerankClient(url, model) as c:
         parts = [c.score(q, ds) for q, ds in zip(queries, docs)]
@@ -56,7 +56,7 @@ def served(url: str, model: str, queries: list[str], docs: list[list[str]]) -> t
 
 def buckets_of(url: str, model: str) -> tuple[tuple[int, ...], str]:
     """The served front door's buckets and precision (fp32, or bf16 on python-openvino)."""
-    from ..serve.rerank_client import RerankClient
+    from .serve import RerankClient
 
     with RerankClient(url, model) as c:
         p = c.parameters()
@@ -89,7 +89,7 @@ class RerankMeasure(KindMeasure):
                   f"token counts {'equal' if np.array_equal(tokens, tok2) else 'differ'}",
                   f"against {where[0]}: scores differ by {worst:.2e} or token counts differ")
         if got.shape[1] == 1:
-            from ..reference.ranking import Agreement, top_k
+            from ...reference.ranking import Agreement, top_k
 
             docs = self.docs
             bounds = np.cumsum([0] + [len(ds) for ds in docs])
@@ -103,7 +103,7 @@ class RerankMeasure(KindMeasure):
         return worst
 
     def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
-        from ..reference.cross_ref import load_cross_encoder
+        from .reference import load_cross_encoder
 
         ce = load_cross_encoder(reference, trust_remote_code=trust_remote_code)
         return judge(ce, self.queries, self.docs, got[0], got[1], self.buckets, log=lambda _m: None, precision=self.precision)
@@ -206,7 +206,7 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
 
             rows.append(_row(f"triton:{model}", k, conc, asyncio.run(measure_load(url, model, reqs, warmup, conc))))
     if reference is not None:
-        from ..reference.cross_ref import load_cross_encoder
+        from .reference import load_cross_encoder
 
         ce = load_cross_encoder(reference, trust_remote_code=trust_remote_code)
         for k in documents:   # the pairs of the first concurrency's measured requests: the same texts as served

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 from embtrt_backend.kinds import SPARSE
 
-from ..errors import ClientError
-from .kind_client import KindClient
-from .wire import text_input
+from ...errors import ClientError
+from ...serve.kind_client import KindClient
+from ...serve.wire import text_input
 
 
 class SparseClient(KindClient):
