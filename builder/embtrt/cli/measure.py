@@ -46,7 +46,7 @@ def verify(
     from ..repository.gate import Gate
 
     log = progress_log(as_json)
-    from ..serve.kind_client import model_kind
+    from ..serve.client import model_kind
 
     kind = model_kind(url, model)
     if kind_of(kind).verify:   # its kind's verify; the embedder's is this command's own, below

@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 
 import numpy as np
-from embtrt_backend.kinds import EMBEDDER
+from embtrt_backend.kinds import DEFAULT, EMBEDDER, kind_of
 
 from ..errors import BadRequestError, ClientError
 from . import wire
@@ -49,6 +49,45 @@ class _Replicas:
 
     def _next_replica(self) -> None:
         self._at = (self._at + 1) % len(self._cs)
+
+
+class GrpcClient(_Replicas):
+    """A blocking client of one served model over its replicas: the config (a replica that cannot answer:
+    the next one), calls retried where safe (wire.with_retries, moving to the next replica), the connection's
+    lifetime. The embedding, rerank and sparse clients."""
+
+    def __init__(self, url: str | list[str], model: str, *, batch_size: int | None = None, timeout_s: float = 60.0,
+                 retries: int = 4, backoff_s: float = 0.05) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.model, self._batch = model, batch_size
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self._connect(url, grpcclient.InferenceServerClient)
+
+    def _config(self) -> tuple[dict, dict[str, str]]:
+        for k in range(len(self._cs)):   # a replica that cannot answer: the next one
+            try:
+                return model_config(self._c, self.model, self.url)
+            except ClientError as exc:
+                if k == len(self._cs) - 1 or not retryable(str(exc)):
+                    raise
+                self._next_replica()
+        raise AssertionError("unreachable")
+
+    def _retrying(self, call):
+        """call(), retried with exponential backoff on the next replica where the failure is safe to
+        retry; else the failure as the error the caller can act on."""
+        return wire.with_retries(call, self.retries, self.backoff_s, lambda exc: _failure(self.model, exc), self._next_replica)
+
+    def close(self) -> None:
+        for c in self._cs:
+            c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def request_options(prompt_name: str | None = None, input_type: str | None = None, dimensions: int | None = None,
@@ -90,17 +129,10 @@ class ModelIdentity:
         return {k: v for k, v in self.parameters.items() if k.startswith("embtrt.")}
 
 
-class EmbeddingClient(_Replicas):
-    def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", *,
-                 batch_size: int | None = None, timeout_s: float = 60.0, retries: int = 4,
-                 backoff_s: float = 0.05) -> None:
-        import tritonclient.grpc as grpcclient
-
-        self.model = model
-        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._connect(url, grpcclient.InferenceServerClient)
+class EmbeddingClient(GrpcClient):
+    def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", **options) -> None:
+        super().__init__(url, model, **options)
         self._meta: ModelIdentity | None = None
-        self._batch_size = batch_size
 
     def metadata(self) -> ModelIdentity:
         if self._meta is None:
@@ -113,27 +145,15 @@ class EmbeddingClient(_Replicas):
             self._meta = ModelIdentity(self.model, dim, int(cfg.get("max_batch_size", 0)), params)
         return self._meta
 
-    def _config(self) -> tuple[dict, dict[str, str]]:
-        for k in range(len(self._cs)):   # a replica that cannot answer: the next one
-            try:
-                return model_config(self._c, self.model, self.url)
-            except ClientError as exc:
-                if k == len(self._cs) - 1 or not retryable(str(exc)):
-                    raise
-                self._next_replica()
-        raise AssertionError("unreachable")
-
     @property
     def batch_size(self) -> int:
-        return self._batch_size or max(1, self.metadata().max_batch_size)
+        return self._batch or max(1, self.metadata().max_batch_size)
 
     def _infer(self, texts: list[str], params: dict | None = None) -> np.ndarray:
         params = params or {}
         out = output_name(params)
-        return wire.with_retries(
-            lambda: self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s,
-                                  outputs=outputs(out), parameters=params or None).as_numpy(out),
-            self.retries, self.backoff_s, lambda exc: _failure(self.model, exc), self._next_replica)
+        return self._retrying(lambda: self._c.infer(self.model, [text_input(texts)], client_timeout=self.timeout_s,
+                                                    outputs=outputs(out), parameters=params or None).as_numpy(out))
 
     def embed(self, texts: list[str], *, prompt_name: str | None = None, input_type: str | None = None,
               dimensions: int | None = None, truncate: str | None = None, embedding_type: str | None = None) -> np.ndarray:
@@ -151,15 +171,40 @@ class EmbeddingClient(_Replicas):
         parts = [self._infer(list(texts[i:i + bs]), params) for i in range(0, len(texts), bs)]
         return np.concatenate(parts)
 
-    def close(self) -> None:
-        for c in self._cs:
-            c.close()
 
-    def __enter__(self) -> "EmbeddingClient":
-        return self
+class KindClient(GrpcClient):
+    """A gRPC client of one front door whose config says `embtrt.kind == KIND` (a kind's name)."""
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    KIND = ""
+    _params: dict[str, str] | None = None
+
+    def parameters(self) -> dict[str, str]:
+        """The front door's config parameters (and its max_batch_size); a model of another kind is refused."""
+        if self._params is None:
+            cfg, params = self._config()
+            if params.get("embtrt.kind") != self.KIND:
+                kind = kind_of(self.KIND)
+                raise ClientError(f"model {self.model!r} is not {kind.label} (kind {params.get('embtrt.kind', DEFAULT.name)})",
+                                  kind.client_hint)
+            params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
+            self._params = params
+        return self._params
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch or max(1, int(self.parameters()["max_batch_size"]))
+
+
+def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:
+    """The served model's kind (its config's embtrt.kind; embedders built before kinds have none)."""
+    import tritonclient.grpc as grpcclient
+
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        _, params = model_config(c, model, url, timeout_s)
+    finally:
+        c.close()
+    return kind_of(params.get("embtrt.kind")).name
 
 
 class AsyncEmbeddingClient(_Replicas):

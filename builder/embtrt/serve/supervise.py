@@ -62,11 +62,9 @@ class Supervisor:
         self.liveness_s = liveness_s
         self.log = log
         self.models = [front_door(r) for r in spec.repositories]
-        self.model = self.models[0]
         self.server: TritonServer | None = None
         self._stop = threading.Event()
         self._paused = False
-        self.recoveries = 0
         from embtrt_backend import liveness
 
         self._liveness = liveness
@@ -87,7 +85,6 @@ class Supervisor:
             self.server.stop(timeout_s=5, kill=True)
         wait_free(self.spec.host, self.spec.ports, timeout_s=30)
         self._start()
-        self.recoveries += 1
         assert self.server is not None
         r = self._probe()
         self.health.set(r.ok, "probe failed after the restart", "serving")

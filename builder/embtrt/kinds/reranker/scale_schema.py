@@ -27,15 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from embtrt_backend.kinds import EMBEDDER, RERANKER, Kind
+from embtrt_backend.kinds import RERANKER, Kind
 from embtrt_backend.pairs import truncation_direction
 
-from ...scale.gateway.errors import ApiError, refuse_other_kind
+from ...scale.gateway.errors import ApiError, check_bytes, flag as _bool, model_name, no_such_model, short as _short
 
 # POST path -> the API shape it speaks
 ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1/ranking": "nim"}
-RERANK_PATHS = RERANKER.served_routes
-EMBED_PATH = EMBEDDER.served_routes
 DOC_FIELDS = {"cohere": "documents", "tei": "texts", "nim": "passages"}   # each shape's documents
 NIM_TRUNCATE = {"NONE": False, "END": True}
 
@@ -70,19 +68,10 @@ def resolve_reranker(model: object, models: Mapping[str, RerankModel], kinds: Ma
     """The body's `model` -> the served reranker's name. 400 where it is missing (unless `optional` and
     the gateway serves one reranker), not a string, an embedder or a sparse encoder (`sparse`: their names),
     or a classifier of several labels; 404 where no model answers to it."""
-    if model is None:
-        if optional and len(models) == 1:
-            return next(iter(models))
-        several = f" (this gateway serves several rerankers: {', '.join(map(repr, models))})" if optional else ""
-        raise ApiError(400, f"you must provide a model parameter{several}", param="model")
-    if not isinstance(model, str):
-        raise ApiError(400, "model must be a string", param="model")
-    refuse_other_kind(model, kinds, RERANKER)
+    model = model_name(model, models, kinds, RERANKER, optional)
     m = models.get(model)
     if m is None:
-        names = ", ".join(map(repr, models)) or "no reranker"
-        raise ApiError(404, f"the model {model!r} does not exist; this gateway reranks with {names}", param="model",
-                       code="model_not_found")
+        raise no_such_model(model, models, RERANKER, "reranks with")
     if m.num_labels != 1:
         raise ApiError(400, f"{model!r} has {m.num_labels} labels (a classifier, not a ranker): the rerank APIs "
                        "take a model of one label, whose one score orders the documents", param="model",
@@ -138,7 +127,9 @@ def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], kinds: 
         req = RerankRequest(api, model, name, query, docs, None, False, "raw", NIM_TRUNCATE[trunc])
     else:
         raise ValueError(f"unknown rerank API {api!r}")
-    _check_bytes(req.query, req.documents, m.max_text_bytes, "query.text" if api == "nim" else "query", DOC_FIELDS[api])
+    qfield = "query.text" if api == "nim" else "query"
+    check_bytes([req.query], m.max_text_bytes, qfield, qfield)
+    check_bytes(req.documents, m.max_text_bytes, DOC_FIELDS[api])
     return req
 
 
@@ -160,15 +151,6 @@ def render(req: RerankRequest, scores: np.ndarray, tokens: int) -> tuple[Any, li
                  for i in order], [(b"x-compute-tokens", str(tokens).encode())])
     return ({"rankings": [{"index": i, "logit": values[i]} for i in order],
              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, [])
-
-
-def _bool(body: dict, key: str, default: bool) -> bool:
-    v = body.get(key)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise ApiError(400, f"{key} must be true or false, got {v!r}", param=key)
-    return v
 
 
 def _query(q: object, field: str) -> str:
@@ -199,15 +181,3 @@ def _documents(docs: object, field: str, max_items: int, texts_only: bool, objec
         else:
             raise ApiError(400, f"{field}[{i}] must be {what}, got {_short(d)}", param=field)
     return out
-
-
-def _short(x: object) -> str:
-    r = repr(x)
-    return r if len(r) <= 60 else r[:57] + "..."
-
-
-def _check_bytes(query: str, docs: list[str], limit: int, qfield: str, dfield: str) -> None:
-    for field, t in ((qfield, query), *((f"{dfield}[{i}]", d) for i, d in enumerate(docs))):
-        if len(t) * 4 > limit and len(t.encode("utf-8")) > limit:  # len(t) * 4 bounds its UTF-8 size
-            raise ApiError(400, f"{field} is {len(t.encode('utf-8'))} bytes of UTF-8, over the limit of {limit} bytes "
-                           "per text", param=qfield if field == qfield else dfield)

@@ -11,7 +11,7 @@ import numpy as np
 from embtrt_backend.kinds import RERANKER
 
 from ...errors import ClientError
-from ...serve.kind_client import KindClient
+from ...serve.client import KindClient
 from ...serve.wire import text_input
 
 ACTIVATIONS = ("default", "raw", "softmax")

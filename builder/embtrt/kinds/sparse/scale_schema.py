@@ -28,7 +28,7 @@ import numpy as np
 
 from embtrt_backend.kinds import SPARSE, Kind
 
-from ...scale.gateway.errors import NO_KINDS, ApiError, refuse_other_kind
+from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, flag, model_name, no_such_model, short
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -69,20 +69,9 @@ def resolve_sparse(model: object, models: Mapping[str, SparseModel], kinds: Mapp
     """The body's `model` -> the served sparse encoder's name. 400 where it is missing (unless `optional`
     and the gateway serves one sparse encoder), not a string, an embedder or a reranker; 404 where no
     model answers to it."""
-    if model is None:
-        if optional and len(models) == 1:
-            return next(iter(models))
-        if optional and not models:
-            raise ApiError(404, "this gateway serves no sparse encoder", param="model", code="model_not_found")
-        several = f" (this gateway serves several sparse encoders: {', '.join(map(repr, models))})" if optional else ""
-        raise ApiError(400, f"you must provide a model parameter{several}", param="model")
-    if not isinstance(model, str):
-        raise ApiError(400, "model must be a string", param="model")
-    refuse_other_kind(model, kinds, SPARSE)
+    model = model_name(model, models, kinds, SPARSE, optional, none_404=True)
     if model not in models:
-        names = ", ".join(map(repr, models)) or "no sparse encoder"
-        raise ApiError(404, f"the model {model!r} does not exist; this gateway encodes sparse vectors with {names}",
-                       param="model", code="model_not_found")
+        raise no_such_model(model, models, SPARSE, "encodes sparse vectors with")
     return model
 
 
@@ -104,21 +93,12 @@ def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_ite
         if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
             raise ApiError(400, f"truncation_direction must be 'right' or 'left', not {direction!r}",
                            param="truncation_direction")
-        truncate = body.get("truncate", True)
-        if truncate is None:
-            truncate = True
-        if not isinstance(truncate, bool):
-            raise ApiError(400, f"truncate must be true or false, got {truncate!r}", param="truncate")
-        raw = {"truncate": DIRECTIONS[direction.lower()] if truncate else "NONE"}
+        raw = {"truncate": DIRECTIONS[direction.lower()] if flag(body, "truncate", True) else "NONE"}
         if body.get("prompt_name") is not None:
             raw["prompt_name"] = body["prompt_name"]
     else:
         raw = {k: body[k] for k in PARAMETERS if body.get(k) is not None}
-    return_tokens = body.get("return_tokens", False) if api == "embtrt" else False
-    if return_tokens is None:
-        return_tokens = False
-    if not isinstance(return_tokens, bool):
-        raise ApiError(400, f"return_tokens must be true or false, got {return_tokens!r}", param="return_tokens")
+    return_tokens = flag(body, "return_tokens", False) if api == "embtrt" else False
     from embtrt_backend import InputError
     from embtrt_backend.sparse import resolve
 
@@ -128,7 +108,7 @@ def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_ite
         raise ApiError(400, str(exc), param=exc.param) from None
     if isinstance(raw.get("truncate"), str):
         raw["truncate"] = raw["truncate"].upper()
-    _check_bytes(texts, m.max_text_bytes, key)
+    check_bytes(texts, m.max_text_bytes, key)
     return SparseRequest(api, body.get("model"), name, texts, resolved[0], resolved[1], raw, return_tokens)
 
 
@@ -163,13 +143,5 @@ def _texts(inp: object, key: str, max_items: int) -> list[str]:
         raise ApiError(400, f"{key} has {len(inp)} items; at most {max_items} per request", param=key)
     for i, t in enumerate(inp):
         if not isinstance(t, str):
-            r = repr(t)
-            raise ApiError(400, f"{key}[{i}] must be a string, got {r if len(r) <= 60 else r[:57] + '...'}", param=key)
+            raise ApiError(400, f"{key}[{i}] must be a string, got {short(t)}", param=key)
     return list(inp)
-
-
-def _check_bytes(texts: list[str], limit: int, key: str) -> None:
-    for i, t in enumerate(texts):
-        if len(t) * 4 > limit and len(t.encode("utf-8")) > limit:  # len(t) * 4 bounds its UTF-8 size
-            raise ApiError(400, f"{key}[{i}] is {len(t.encode('utf-8'))} bytes of UTF-8, over the limit of {limit} "
-                           "bytes per text", param=key)

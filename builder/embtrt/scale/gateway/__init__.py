@@ -43,7 +43,7 @@ _EXPORTS = {
     "Pool": ".config", "model_pools": ".config", "parse_pool": ".config", "Gateway": ".embed",
     "EmbeddingsModel": ".embeddings_schema", "EmbeddingsRequest": ".embeddings_schema",
     "parse_embeddings": ".embeddings_schema", "resolve_model": ".embeddings_schema", "ApiError": ".errors",
-    "GatewayApp": ".http", "create_app": ".http", "run": ".http", "Metrics": ".metrics", "MultiGateway": ".registry",
+    "GatewayApp": ".http", "run": ".http", "Metrics": ".metrics", "MultiGateway": ".registry",
     "Served": ".served", "ServedReranker": ".served", "ServedSparse": ".served", "Upstream": ".upstream",
     "Reranker": "embtrt.kinds.reranker.scale", "RerankModel": "embtrt.kinds.reranker.scale_schema",
     "RerankRequest": "embtrt.kinds.reranker.scale_schema", "parse_rerank": "embtrt.kinds.reranker.scale_schema",

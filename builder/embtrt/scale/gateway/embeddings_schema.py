@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from embtrt_backend.kinds import EMBEDDER, Kind
 
-from .errors import NO_KINDS, ApiError, refuse_other_kind
+from .errors import NO_KINDS, ApiError, check_bytes, model_name
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -75,11 +75,7 @@ def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
     """The body's `model` -> (the served model's name, the options its name carries); 400 where it is
     missing, not a string, a reranker or a sparse encoder (`rerankers`, `sparse`: their names), 404 where
     no model answers to it."""
-    if model is None:
-        raise ApiError(400, "you must provide a model parameter", param="model")
-    if not isinstance(model, str):
-        raise ApiError(400, "model must be a string", param="model")
-    refuse_other_kind(model, kinds, EMBEDDER)
+    model = model_name(model, models, kinds, EMBEDDER)
     if model in models:
         return model, {}
     for name, m in models.items():
@@ -131,7 +127,7 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
         raise ApiError(400, "you must provide an input parameter", param="input")
     inp = body["input"]
     if isinstance(inp, str):
-        _check_bytes([inp], m.max_text_bytes)
+        check_bytes([inp], m.max_text_bytes, "input")
         return request([inp], None)
     if not isinstance(inp, list) or not inp:
         raise ApiError(400, "input must be a string, a non-empty list of strings, a list of token ids or a list "
@@ -139,7 +135,7 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
     if len(inp) > max_items:
         raise ApiError(400, f"input has {len(inp)} items; at most {max_items} per request", param="input")
     if all(isinstance(x, str) for x in inp):
-        _check_bytes(inp, m.max_text_bytes)
+        check_bytes(inp, m.max_text_bytes, "input")
         return request(list(inp), None)
     looks_like_ids = all(_is_int(x) for x in inp) or all(isinstance(x, list) for x in inp)
     if looks_like_ids and not m.token_ids:
@@ -161,13 +157,6 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
 
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _check_bytes(texts: list[str], limit: int) -> None:
-    for i, t in enumerate(texts):
-        if len(t) * 4 > limit and len(t.encode("utf-8")) > limit:  # len(t) * 4 bounds its UTF-8 size
-            raise ApiError(400, f"input[{i}] is {len(t.encode('utf-8'))} bytes of UTF-8, over the limit of "
-                           f"{limit} bytes per text", param="input")
 
 
 def _ids(ids: list, i: int, name: str, m: EmbeddingsModel) -> list[int]:

@@ -38,3 +38,49 @@ def refuse_other_kind(model: str, kinds: Mapping[str, Kind], wanted: Kind) -> No
     kind = kinds.get(model)
     if kind is not None and wanted.operations[0] not in kind.operations:
         raise wrong_kind(model, kind, wanted)
+
+
+def model_name(model: object, models: Mapping, kinds: Mapping[str, Kind], wanted: Kind, optional: bool = False,
+               none_404: bool = False) -> str:
+    """The body's `model`, a string not naming a model of another kind (refuse_other_kind); where it is
+    missing, the only model of `models` when `optional`, else a 400 (or with `none_404` and no model, a 404)."""
+    if model is None:
+        if optional and len(models) == 1:
+            return next(iter(models))
+        if optional and none_404 and not models:
+            raise ApiError(404, f"this gateway serves no {wanted.noun}", param="model", code="model_not_found")
+        several = f" (this gateway serves several {wanted.noun}s: {', '.join(map(repr, models))})" if optional else ""
+        raise ApiError(400, f"you must provide a model parameter{several}", param="model")
+    if not isinstance(model, str):
+        raise ApiError(400, "model must be a string", param="model")
+    refuse_other_kind(model, kinds, wanted)
+    return model
+
+
+def no_such_model(model: str, models: Mapping, wanted: Kind, does: str) -> ApiError:
+    """The 404 for a `model` no model of `wanted`'s kind answers to ("this gateway `does` NAME, ...")."""
+    return ApiError(404, f"the model {model!r} does not exist; this gateway {does} {', '.join(map(repr, models)) or f'no {wanted.noun}'}",
+                    param="model", code="model_not_found")
+
+
+def flag(body: dict, key: str, default: bool) -> bool:
+    """body[key], true or false (absent or null: `default`); a 400 naming it otherwise."""
+    v = body.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ApiError(400, f"{key} must be true or false, got {v!r}", param=key)
+    return v
+
+
+def short(x: object) -> str:
+    r = repr(x)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def check_bytes(texts: list[str], limit: int, field: str, name: str | None = None) -> None:
+    """A 400 naming the first text over `limit` UTF-8 bytes (the front door's limit): `name`, else field[i]."""
+    for i, t in enumerate(texts):
+        if len(t) * 4 > limit and len(t.encode("utf-8")) > limit:  # len(t) * 4 bounds its UTF-8 size
+            raise ApiError(400, f"{name or f'{field}[{i}]'} is {len(t.encode('utf-8'))} bytes of UTF-8, over the limit of "
+                           f"{limit} bytes per text", param=field)

@@ -235,10 +235,6 @@ class GatewayApp:
         await handler(scope, receive, send)
 
 
-def create_app(cfg: GatewayConfig) -> GatewayApp:
-    return GatewayApp(cfg)
-
-
 def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print) -> None:
     import logging
 
@@ -250,7 +246,7 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     refuse_taken(host, {"--port": port})  # before anything says where it serves
     if not logging.getLogger().handlers:  # upstream failures' details go to the log, not to clients
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(cfg)
+    app = GatewayApp(cfg)
     gw = app.gateway
     for name, g in gw.models.items():
         for p in g.pools:

@@ -38,13 +38,7 @@ class Served(ServedModel):
     def __init__(self, repo: Path) -> None:
         super().__init__(repo)
         m = self.manifest
-        self.dim = m.dim
-        self.overflow = m.overflow
-        self.input_names = m.input_names
         self.output = m.encoder_output
-        self.fused = m.pooler == "fused"
-        self.pooling, self.normalize = m.pooling, m.normalize
-        self.fixed_length = m.target == "tensorrt"    # engines have the sequence fixed at the bucket
         self.max_batch = {b: m.bucket_batch(b) for b in self.buckets}
         # the front door reports each text's token count (repositories built before it did not): usage without
         # tokenizing here

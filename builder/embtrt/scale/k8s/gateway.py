@@ -7,7 +7,7 @@ import secrets
 
 import yaml
 
-from .pods import container_security, image_fields, pod_spec, resources, scratch
+from .pods import container_security, image_fields, pod_spec, resources, scratch, tls_volume, workload
 from .spec import GATEWAY_PORT, GRPC, METRICS, PART_OF, QUEUE_METRIC, K8sSpec
 
 API_KEY_ENV = "EMBTRT_API_KEY"
@@ -34,7 +34,7 @@ def gateway(spec: K8sSpec, app: str, common: dict, files: dict, pool_args: list[
         tls_args = ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key",
                     "--pool-tls-ca", f"{TLS_DIR}/ca.crt"]
         mounts = [*mounts, {"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
-        volumes = [*volumes, {"name": "tls", "secret": {"secretName": spec.tls_secret, "defaultMode": 0o440, "optional": False}}]
+        volumes = [*volumes, tls_volume(spec.tls_secret)]
     cont = {
         "name": "gateway", **image_fields(spec.gateway_image),
         "command": ["embtrt", "gateway", *repos, "--host", "0.0.0.0", "--port", str(GATEWAY_PORT),
@@ -48,22 +48,10 @@ def gateway(spec: K8sSpec, app: str, common: dict, files: dict, pool_args: list[
         "volumeMounts": [*mounts, {"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": container_security(), "resources": resources("2", "2Gi", scratch="512Mi"),
     }
-    files["gateway.yaml"] = [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": gw, "labels": labels},
-         "spec": {"replicas": spec.gateway_replicas, "selector": {"matchLabels": {"app.kubernetes.io/name": gw}},
-                  "template": {"metadata": {"labels": labels},
-                               "spec": pod_spec([cont], [*volumes, scratch("tmp", "256Mi")])}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": gw, "labels": labels},
-         "spec": {"selector": {"app.kubernetes.io/name": gw},
-                  "ports": [{"name": "http", "port": GATEWAY_PORT, "targetPort": "http"}]}},
-        {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": gw, "labels": labels},
-         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": gw},
-                  "minReplicas": spec.gateway_replicas, "maxReplicas": max(16, spec.gateway_replicas),
-                  "metrics": [{"type": "Resource", "resource": {"name": "cpu",
-                                                                "target": {"type": "Utilization", "averageUtilization": 70}}}]}},
-        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": gw, "labels": labels},
-         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": gw}}}},
-    ]
+    files["gateway.yaml"] = workload(
+        gw, labels, spec.gateway_replicas, max(16, spec.gateway_replicas), pod_spec([cont], [*volumes, scratch("tmp", "256Mi")]),
+        [{"name": "http", "port": GATEWAY_PORT, "targetPort": "http"}],
+        [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}])
 
 
 def network_policies(app: str, common: dict) -> list[dict]:

@@ -64,3 +64,23 @@ def repository_size(repo: Path) -> str:
 
 def add_gi(*sizes: str) -> str:
     return f"{sum(int(s.removesuffix('Gi')) for s in sizes)}Gi"
+
+
+def tls_volume(secret: str) -> dict:
+    return {"name": "tls", "secret": {"secretName": secret, "defaultMode": 0o440, "optional": False}}
+
+
+def workload(name: str, labels: dict, replicas: int, max_replicas: int, pod: dict, ports: list[dict], metrics: list[dict],
+             annotations: dict | None = None, behavior: dict | None = None) -> list[dict]:
+    """A Deployment of `pod` and its Service, HPA (on `metrics`) and PDB, all named `name`."""
+    meta, selector = {"name": name, "labels": labels}, {"app.kubernetes.io/name": name}
+    template = {"metadata": {"labels": labels, **({"annotations": annotations} if annotations else {})}, "spec": pod}
+    hpa = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, "minReplicas": replicas,
+           "maxReplicas": max_replicas, "metrics": metrics, **({"behavior": behavior} if behavior else {})}
+    return [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+             "spec": {"replicas": replicas, "selector": {"matchLabels": selector}, "template": template}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {"selector": selector, "ports": ports}},
+            {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta, "spec": hpa},
+            # maxUnavailable, never minAvailable: with one replica, minAvailable 1 blocks every node drain
+            {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
+             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}}]

@@ -8,7 +8,7 @@ from embtrt_backend.kinds import EMBEDDER
 
 from ...errors import SpecError
 from ...repository.manifest import Manifest
-from .pods import add_gi, container_security, image_fields, pod_spec, repository_size, resources, scratch
+from .pods import add_gi, container_security, image_fields, pod_spec, repository_size, resources, scratch, tls_volume, workload
 from .spec import GRPC, HTTP, METRICS, QUEUE_METRIC, K8sSpec
 
 # Triton's APIs that nothing of embtrt calls on a pool (the gateway infers; kubelet asks health):
@@ -154,7 +154,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
                    scratch("models", models_size), scratch("tmp", "1Gi"), scratch("shm", "2Gi", memory=True)]
         if spec.tls_secret:
             mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-            volumes.append({"name": "tls", "secret": {"secretName": spec.tls_secret, "defaultMode": 0o440, "optional": False}})
+            volumes.append(tls_volume(spec.tls_secret))
         container = {
             "name": "tritonserver", **image_fields(spec.image),
             "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)),
@@ -175,30 +175,14 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             "volumeMounts": mounts, "securityContext": container_security(),
             "resources": resources("4", "16Gi", spec.gpus if wants_gpu(m) else 0, scratch=add_gi(models_size, "1Gi")),
         }
-        deploy = {
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": pool, "labels": labels},
-            "spec": {"replicas": spec.replicas, "selector": {"matchLabels": {"app.kubernetes.io/name": pool}},
-                     "template": {"metadata": {"labels": labels,
-                                               "annotations": {"prometheus.io/scrape": "true",
-                                                               "prometheus.io/port": str(METRICS)}},
-                                  "spec": {**pod_spec([container], volumes, init),
-                                           "terminationGracePeriodSeconds": termination_grace_s(spec.drain_grace_s)}}},
-        }
-        svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": pool, "labels": labels},
-               "spec": {"selector": {"app.kubernetes.io/name": pool},
-                        "ports": [{"name": "grpc", "port": GRPC, "targetPort": "grpc"},
-                                  {"name": "http", "port": HTTP, "targetPort": "http"},
-                                  {"name": "metrics", "port": METRICS, "targetPort": "metrics"}]}}
-        hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": pool, "labels": labels},
-               "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": pool},
-                        "minReplicas": spec.replicas, "maxReplicas": max(spec.max_replicas, spec.replicas),
-                        "metrics": [{"type": "Pods", "pods": {
-                            "metric": {"name": QUEUE_METRIC},
-                            "target": {"type": "AverageValue", "averageValue": str(int(spec.target_queue_ms * 1000))}}}],
-                        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}}}}
-        # maxUnavailable, never minAvailable: with one replica, minAvailable 1 blocks every node drain
-        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": pool, "labels": labels},
-               "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": pool}}}}
-        files[f"{pool}.yaml"] = [deploy, svc, hpa, pdb]
+        files[f"{pool}.yaml"] = workload(
+            pool, labels, spec.replicas, max(spec.max_replicas, spec.replicas),
+            {**pod_spec([container], volumes, init), "terminationGracePeriodSeconds": termination_grace_s(spec.drain_grace_s)},
+            [{"name": "grpc", "port": GRPC, "targetPort": "grpc"}, {"name": "http", "port": HTTP, "targetPort": "http"},
+             {"name": "metrics", "port": METRICS, "targetPort": "metrics"}],
+            [{"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC},
+                                       "target": {"type": "AverageValue", "averageValue": str(int(spec.target_queue_ms * 1000))}}}],
+            annotations={"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS)},
+            behavior={"scaleDown": {"stabilizationWindowSeconds": 300}})
         pool_args += [a for b in bs for a in ("--pool", f"{name}:{b}={pool}:{GRPC}" if several else f"{b}={pool}:{GRPC}")]
     return pool_args

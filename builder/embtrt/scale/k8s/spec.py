@@ -24,7 +24,6 @@ GATEWAY_IMAGE = f"embtrt-gateway:{__version__}"
 # 23.xx and 24.xx are Ubuntu 22.04 with Python 3.10, 25.xx are Ubuntu 24.04 with Python 3.12).
 NGC_PYTHON = {23: "3.10", 24: "3.10", 25: "3.12"}
 _RELEASE = re.compile(r"tritonserver[:\-_](\d{2})\.(\d{2})")
-_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 _REF = re.compile(r"^[a-z0-9][a-z0-9._\-/:]*(@sha256:[0-9a-f]{64})?$")
 
 
@@ -33,11 +32,6 @@ def image_python(image: str) -> str | None:
     image made from it and tagged `...-tritonserver-25.06`); None when the name does not say."""
     m = _RELEASE.search(image.split("@", 1)[0])
     return NGC_PYTHON.get(int(m.group(1))) if m else None
-
-
-def pinned(image: str) -> bool:
-    """Whether the reference names an image by digest (the tag, if any, is then informational)."""
-    return bool(_DIGEST.search(image))
 
 
 @dataclass(frozen=True)
