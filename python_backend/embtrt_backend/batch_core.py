@@ -10,13 +10,33 @@ two cores on it; plain numpy (+ tokenizers), tested without Triton.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from .routing import plan
 from .text import Encoded, TextTokenizer
 
 Encoder = Callable[[int, dict[str, np.ndarray]], np.ndarray]
+
+
+@dataclass
+class Chunk:
+    """Rows of one bucket that go to the encoder in one run (or, coalesced, with other chunks)."""
+
+    bucket: int                       # the bucket's length in tokens
+    rows: np.ndarray                  # positions in the batch's encoded rows
+    ids: list[list[int]]
+    type_ids: list[list[int]]
+    skip: np.ndarray | None = None    # per row: leading prompt tokens left out of pooling (embedders)
+
+
+@dataclass
+class Batch:
+    outcomes: list                    # None: still to be served; an outcome with its error: refused
+    chunks: list[Chunk] = field(default_factory=list)
+    finish: Callable[[list[np.ndarray]], list] = lambda outs: []
 
 
 class BatchCore:
@@ -35,6 +55,14 @@ class BatchCore:
     def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk: Any) -> np.ndarray:
         """The encoder's output of one chunk -> its rows' results (as is by default)."""
         return output
+
+    def chunks(self, ids: list[list[int]], types: list[list[int]], skip: np.ndarray | None = None
+               ) -> tuple[np.ndarray, list[Chunk]]:
+        """The rows' lengths, and the rows planned into per-bucket chunks (routing.plan)."""
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        b, c = self.cfg.buckets, self.cfg
+        return lengths, [Chunk(b[k], rows, [ids[j] for j in rows], [types[j] for j in rows], None if skip is None else skip[rows])
+                         for k, rows in plan(lengths, b, c.max_batch, c.run_overhead, c.pad_to_bucket)]
 
     def feeds(self, chunk: Any) -> dict[str, np.ndarray]:
         """The chunk's rows right-padded: to the bucket (fixed-shape encoders) or to its longest row."""

@@ -15,16 +15,15 @@ numpy (+ tokenizers), tested without Triton against SentenceTransformer.encode.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import InputError
-from .batch_core import BatchCore
+from .batch_core import Batch, BatchCore, Chunk  # noqa: F401 (Chunk: the gateway imports it from here)
 from .options import DEFAULT, ModelOptions, RequestOptions
 from .pooling import exclude_prefix, pool_and_normalize
-from .routing import RUN_OVERHEAD_TOKENS, gather, plan
+from .routing import RUN_OVERHEAD_TOKENS, gather
 from .text import Encoded, TextTokenizer, merge_windows
 
 
@@ -64,30 +63,12 @@ class Request:
 
 
 @dataclass
-class Chunk:
-    """Rows of one bucket that go to the encoder in one run (or, coalesced, with other chunks)."""
-
-    bucket: int                       # the bucket's length in tokens
-    rows: np.ndarray                  # positions in the batch's encoded rows
-    ids: list[list[int]]
-    type_ids: list[list[int]]
-    skip: np.ndarray                  # per row: leading prompt tokens left out of pooling
-
-
-@dataclass
 class Outcome:
     """A request's result (vectors as its options ask, tokens embedded per text), or its error."""
 
     vectors: np.ndarray | None = None
     tokens: np.ndarray | None = None
     error: Exception | None = None   # InputError: the request's fault; anything else: the server's
-
-
-@dataclass
-class Batch:
-    outcomes: list[Outcome | None]    # None: still to be served; Outcome(error=...): refused
-    chunks: list[Chunk] = field(default_factory=list)
-    finish: Callable[[list[np.ndarray]], list[Outcome]] = lambda vecs: []
 
 
 class RequestCore(BatchCore):
@@ -171,11 +152,7 @@ class RequestCore(BatchCore):
                 skips.extend([0] * len(r.ids))
         if not keep:
             return Batch(outcomes)
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        skip = np.asarray(skips, dtype=np.int64)
-        buckets = self.cfg.buckets
-        chunks = [Chunk(buckets[b], rows, [ids[j] for j in rows], [types[j] for j in rows], skip[rows])
-                  for b, rows in plan(lengths, buckets, self.cfg.max_batch, self.cfg.run_overhead, self.cfg.pad_to_bucket)]
+        lengths, chunks = self.chunks(ids, types, np.asarray(skips, dtype=np.int64))
 
         first_text = dict(spans)
 

@@ -1,11 +1,11 @@
 """The reranker's request core: (query, document) pairs -> scores, as CrossEncoder.predict does.
 
-    prepare(requests) -> PairBatch: each request's pairs tokenized as one sequence pair with the
+    prepare(requests) -> Batch: each request's pairs tokenized as one sequence pair with the
         model's truncation (longest_first at the max length, the request's direction), over-long
         pairs refused where the request says truncate false (that request only), rows planned
         into per-bucket chunks by pair length (routing.plan, as texts are for embedders);
     each chunk: feeds(chunk) -> the encoder (logits [rows, labels]);
-    PairBatch.finish(logits per chunk) -> one PairOutcome per request: scores with the request's
+    Batch.finish(logits per chunk) -> one PairOutcome per request: scores with the request's
         activation (the model's default, raw logits, or softmax), tokens per pair.
 
 The reranker's front door (doors/reranker.py, run by router/model.py) and the build's gate both call it; plain numpy
@@ -14,14 +14,13 @@ The reranker's front door (doors/reranker.py, run by router/model.py) and the bu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import InputError
-from .batch_core import BatchCore
-from .routing import RUN_OVERHEAD_TOKENS, gather, plan
+from .batch_core import Batch, BatchCore
+from .routing import RUN_OVERHEAD_TOKENS, gather
 from .text import Encoded, TextTokenizer
 
 ACTIVATIONS = ("default", "raw", "softmax")
@@ -132,21 +131,6 @@ class PairOutcome:
     error: Exception | None = None
 
 
-@dataclass
-class PairChunk:
-    bucket: int
-    rows: np.ndarray
-    ids: list[list[int]]
-    type_ids: list[list[int]]
-
-
-@dataclass
-class PairBatch:
-    outcomes: list[PairOutcome | None]
-    chunks: list[PairChunk] = field(default_factory=list)
-    finish: Callable[[list[np.ndarray]], list[PairOutcome]] = lambda logits: []
-
-
 class PairTokenizer:
     """tokenizer.json with CrossEncoder's pair truncation (longest_first at the max length) in
     either direction, and one token more than the max where over-long pairs are refused."""
@@ -196,7 +180,7 @@ class PairCore(BatchCore):
         """A request's parameters -> its options, with this model's prompts."""
         return PairOptions.parse(params, dict(self.cfg.prompts), self.cfg.default_prompt_name)
 
-    def prepare(self, requests: list[PairRequest]) -> PairBatch:
+    def prepare(self, requests: list[PairRequest]) -> Batch:
         outcomes: list[PairOutcome | None] = [None] * len(requests)
         ids: list[list[int]] = []
         types: list[list[int]] = []
@@ -228,11 +212,8 @@ class PairCore(BatchCore):
             ids.extend(enc.ids)
             types.extend(enc.type_ids)
         if not keep:
-            return PairBatch(outcomes)
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        b = self.cfg.buckets
-        chunks = [PairChunk(b[k], rows, [ids[j] for j in rows], [types[j] for j in rows])
-                  for k, rows in plan(lengths, b, self.cfg.max_batch, self.cfg.run_overhead, self.cfg.pad_to_bucket)]
+            return Batch(outcomes)
+        lengths, chunks = self.chunks(ids, types)
 
         def finish(logits: list[np.ndarray]) -> list[PairOutcome]:
             allv = gather(len(ids), self.cfg.num_labels,
@@ -243,5 +224,5 @@ class PairCore(BatchCore):
                 out[i] = PairOutcome(act, lengths[first:first + n].copy())
             return [o if o is not None else PairOutcome(error=RuntimeError("not served")) for o in out]
 
-        return PairBatch(outcomes, chunks, finish)
+        return Batch(outcomes, chunks, finish)
 

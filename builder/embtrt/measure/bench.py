@@ -11,6 +11,7 @@ on its own, with p50/p95/p99/max latency, errors, and Triton's queue and compute
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,25 +36,20 @@ class _Paused:
     def __init__(self, pids: list[int]) -> None:
         self.pids = pids
 
-    def __enter__(self) -> None:
+    def _send(self, sig: int) -> None:
         import os
-        import signal
 
         for p in self.pids:  # a negative pid names a process group (tritonserver and its stubs)
             try:
-                os.killpg(-p, signal.SIGSTOP) if p < 0 else os.kill(p, signal.SIGSTOP)
+                os.killpg(-p, sig) if p < 0 else os.kill(p, sig)
             except ProcessLookupError:
                 pass
+
+    def __enter__(self) -> None:
+        self._send(signal.SIGSTOP)
 
     def __exit__(self, *exc: object) -> None:
-        import os
-        import signal
-
-        for p in self.pids:
-            try:
-                os.killpg(-p, signal.SIGCONT) if p < 0 else os.kill(p, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        self._send(signal.SIGCONT)
 
 
 @dataclass
@@ -86,24 +82,6 @@ class Result:
 
 def _pct(lat: list[float], q: float) -> float:
     return float(np.percentile(lat, q)) if lat else float("nan")
-
-
-async def _run_one(client, texts: list[str], rows: np.ndarray, concurrency: int, per_req: int, requests: int,
-                   warmup: int, seed: int, tokens: np.ndarray) -> tuple[list[float], int, list[str], float, int]:
-    """Warm-up requests first (not measured), then `requests` at `concurrency`."""
-    plans = plans_of(rows, per_req, requests + warmup, seed)
-
-    def load(batch: list[list[int]], conc: int) -> Load:
-        return Load(lambda i: client.embed([texts[j] for j in batch[i]]), len(batch), conc)
-
-    if warmup:
-        await load(plans[:warmup], min(concurrency, warmup)).run()
-    measured = plans[warmup:]
-    run = await load(measured, concurrency).run()
-    lat = [s * 1e3 for s in run.latencies.values()]
-    n_tok = sum(int(tokens[measured[i]].sum()) for i in run.latencies)
-    errors = [f.message[:200] for f in run.failures]  # counted and sampled in the report
-    return lat, len(errors), errors[:3], run.seconds, n_tok
 
 
 def _result(target: Target, bucket: str, conc: int, per_req: int, sent: int, lat: list[float], errors: int,
@@ -258,14 +236,21 @@ class _Raw:
 
 
 async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, seed, tokens) -> _Raw:
-    """One target, one round of a scenario -> its measurements (the caller adds CPU and memory)."""
+    """One target, one round of a scenario: warm-up requests first (not measured), then `requests` at
+    `conc` -> its measurements (the caller adds CPU and memory)."""
+    plans = plans_of(rows, per_req, requests + warmup, seed)
     client = client_for(t)
+
+    def load(batch: list[list[int]], c: int) -> Load:
+        return Load(lambda i: client.embed([texts[j] for j in batch[i]]), len(batch), c)
+
     try:
         before = await client.stats()
-        lat, n_err, samples, secs, n_tok = await _run_one(client, texts, rows, conc, per_req, requests, warmup, seed,
-                                                          tokens)
+        if warmup:
+            await load(plans[:warmup], min(conc, warmup)).run()
+        run = await load(plans[warmup:], conc).run()
         # Triton updates its statistics just after a response is sent: wait until they include ours.
-        want = before.get(t.model, (0, 0, 0))[0] + warmup + len(lat)
+        want = before.get(t.model, (0, 0, 0))[0] + warmup + run.ok
         after = await client.stats()
         for _ in range(20):
             if t.kind != "triton" or after.get(t.model, (0, 0, 0))[0] >= want:
@@ -274,7 +259,7 @@ async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, see
             after = await client.stats()
     finally:
         await client.close()
-    if len(lat) + n_err != requests:
-        raise AssertionError(f"bench bookkeeping: {len(lat)} ok + {n_err} errors != {requests} sent")
-    tri = _triton_delta(before, after, t.model) if t.kind == "triton" else {}
-    return _Raw(lat=lat, errors=n_err, samples=samples, seconds=secs, tokens=n_tok, sent=requests, triton=tri)
+    errors = [f.message[:200] for f in run.failures]  # counted and sampled in the report
+    return _Raw(lat=[s * 1e3 for s in run.latencies.values()], errors=len(errors), samples=errors[:3], seconds=run.seconds,
+                tokens=sum(int(tokens[plans[warmup + i]].sum()) for i in run.latencies), sent=requests,
+                triton=_triton_delta(before, after, t.model) if t.kind == "triton" else {})

@@ -75,7 +75,7 @@ class KindMeasure:
     # one call of `count` items from item `first` (group `group`) -> its rows; and the background load, if any
     async def call(self, client, texts: list[str], group: int, first: int, count: int) -> np.ndarray: raise NotImplementedError
     def background(self, client, texts: list[str], concurrency: int) -> list[Load]: return []
-    # `embtrt tune`'s trial: the kind's bench requests at `conc` (measure.kind_trial)
+    # `embtrt tune`'s trial: the kind's bench requests at `conc` (measure.tune)
     def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load: raise NotImplementedError
 
     @classmethod

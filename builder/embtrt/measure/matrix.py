@@ -39,7 +39,7 @@ from ..serve import wire
 from .checked import Checked, beside, drive_checked
 from .report import machine, matrix_markdown, matrix_plots, write_matrix
 from .reload import load_configs, model_configs, ready_models
-from .samplers import GpuPeak, PeakRss
+from .samplers import GpuPeak, PeakRss, PeakSampler
 from .texts import band_texts
 
 Log = Callable[[str], None]
@@ -112,7 +112,10 @@ class Cell:
     extra: dict = field(default_factory=dict)
 
 
-def _fill(cell: Cell, calls: Checked, seconds: float) -> Cell:
+def _fill(cell: Cell, calls: Checked, seconds: float, mem: PeakSampler | None = None, gpu: PeakSampler | None = None) -> Cell:
+    """The cell's figures from its calls, and the server's peak memory (and the GPUs') where sampled."""
+    cell.peak_rss_mib = mem.mib().get("server") if mem is not None else None
+    cell.gpu_peak_mib = gpu.mib() if gpu is not None else {}
     cell.ok, cell.errors = len(calls.lat), len(calls.errors)
     cell.sent = cell.ok + cell.errors
     for e in calls.errors:
@@ -156,9 +159,11 @@ class Matrix:
         """The configs the budget touches, of the models this server has loaded."""
         return model_configs(url, budget_models(self.manifest, ready_models(url)))
 
-    def _load(self, url: str, configs: dict[str, dict]) -> None:
-        load_configs(url, self.manifest, configs, SpecError,
+    def _reload(self, url: str, want: dict[str, dict], current: dict[str, dict]) -> dict[str, dict]:
+        """Load only the configs of `want` that differ from `current` (the server's now) -> `want`."""
+        load_configs(url, self.manifest, {k: v for k, v in want.items() if v != current.get(k)}, SpecError,
                      "start it with --model-control-mode=explicit, or let embtrt serve the repository (no --url)")
+        return want
 
     # ---- run -------------------------------------------------------------------------------
 
@@ -226,13 +231,9 @@ class Matrix:
         try:
             for budget in spec.budgets:
                 t0 = time.time()
-                want = with_budget(m, base, budget)
-                self._load(url, {k: v for k, v in want.items() if v != current.get(k)})  # only what changes
-                current = want
+                current = self._reload(url, with_budget(m, base, budget), current)
                 if pool_url:
-                    pool_want = with_budget(m, pool_base, budget)
-                    self._load(pool_url, {k: v for k, v in pool_want.items() if v != pool_current.get(k)})
-                    pool_current = pool_want
+                    pool_current = self._reload(pool_url, with_budget(m, pool_base, budget), pool_current)
                 self.loaded[budget] = self._batches(url)
                 self.log(f"budget {budget}: configs reloaded in {time.time() - t0:.1f} s; the server's max batch per "
                          f"bucket: {self.loaded[budget]}")
@@ -242,10 +243,7 @@ class Matrix:
                         calls = Checked(name, ts, ns, ref[b])
                         with PeakRss(pids) as mem, GpuPeak() as gpu:
                             secs = asyncio.run(drive_checked(url, calls, spec.requests, conc, spec.timeout_s))[0].seconds
-                        cell = _fill(Cell(budget, "band", f"<={b}", conc), calls, secs)
-                        cell.peak_rss_mib = mem.mib().get("server")
-                        cell.gpu_peak_mib = gpu.mib()
-                        self._add(cell)
+                        self._add(_fill(Cell(budget, "band", f"<={b}", conc), calls, secs, mem, gpu))
                 if spec.preempt:
                     self._preempt(url, pids, budget, longs, long_tokens, ref_long, ref_long_bucket, band[short], ref[short])
                 if spec.mixed and len(self.bands) > 1:
@@ -255,9 +253,9 @@ class Matrix:
                                 band[short], ref[short], band[max(self.bands)], ref[max(self.bands)])
         finally:
             if spec.url:  # a server of the caller's: its own configuration again (ours is stopped anyway)
-                self._load(url, {k: v for k, v in base.items() if v != current.get(k)})
+                self._reload(url, base, current)
             if spec.pool_url:
-                self._load(spec.pool_url, {k: v for k, v in pool_base.items() if v != pool_current.get(k)})
+                self._reload(spec.pool_url, pool_base, pool_current)
         return self.report(band, long_tokens)
 
     def _batches(self, url: str) -> dict[int, int]:
@@ -289,10 +287,8 @@ class Matrix:
             with PeakRss(pids) as mem, GpuPeak() as gpu:  # the load runs half a second before the long text arrives
                 fg, (bg,) = asyncio.run(drive_checked(url, long, spec.preempt_repeats, 1, spec.timeout_s,
                                                        beside=((url, load, spec.preempt_concurrency),), lead_s=0.5))
-            secs, load_secs = fg.seconds, bg.seconds
-            cell = _fill(Cell(budget, "preempt", model, spec.preempt_concurrency), long, secs)
-            short = _fill(Cell(budget, "load", f"<={min(self.bands)}", spec.preempt_concurrency), load, load_secs)
-            cell.peak_rss_mib, cell.gpu_peak_mib = mem.mib().get("server"), gpu.mib()
+            cell = _fill(Cell(budget, "preempt", model, spec.preempt_concurrency), long, fg.seconds, mem, gpu)
+            short = _fill(Cell(budget, "load", f"<={min(self.bands)}", spec.preempt_concurrency), load, bg.seconds)
             cell.extra = {"long_tokens": long_tokens[0], "load": {k: getattr(short, k) for k in
                           ("sent", "ok", "errors", "error_kinds", "req_per_s", "p50_ms", "p95_ms", "p99_ms", "cos_min")}}
             cell.extra["load"]["max_ms"] = round(max(load.lat) * 1e3, 2) if load.lat else float("nan")
@@ -313,15 +309,13 @@ class Matrix:
         alone = Checked(name, short_band[0], short_band[1], short_ref)
         with PeakRss(pids) as mem:
             secs = asyncio.run(drive_checked(url, alone, spec.requests, conc, spec.timeout_s))[0].seconds
-        a = _fill(Cell(budget, "mixed", f"<={min(self.bands)} alone", conc), alone, secs)
-        a.peak_rss_mib = mem.mib().get("server")
+        a = _fill(Cell(budget, "mixed", f"<={min(self.bands)} alone", conc), alone, secs, mem)
         self._add(a)
         short = Checked(name, short_band[0], short_band[1], short_ref)
         long = Checked(name, long_band[0], long_band[1], long_ref)
         with PeakRss(pids) as mem, GpuPeak() as gpu:
             secs = asyncio.run(beside(url, short, url, long, conc, spec.requests, spec.timeout_s))
-        w = _fill(Cell(budget, "mixed", f"<={min(self.bands)} with <={max(self.bands)}", conc), short, secs)
-        w.peak_rss_mib, w.gpu_peak_mib = mem.mib().get("server"), gpu.mib()
+        w = _fill(Cell(budget, "mixed", f"<={min(self.bands)} with <={max(self.bands)}", conc), short, secs, mem, gpu)
         lc = _fill(Cell(budget, "long", f"<={max(self.bands)}", 2), long, secs)
         w.extra = {"long": {k: getattr(lc, k) for k in ("sent", "ok", "errors", "p95_ms", "cos_min")},
                    "p95_vs_alone": round(w.p95_ms / a.p95_ms, 2) if a.p95_ms and a.p95_ms == a.p95_ms else None}
@@ -338,12 +332,10 @@ class Matrix:
             long = Checked(f"{name}_{hi}", long_band[0], long_band[1], long_ref)
             with PeakRss(pids) as mem, GpuPeak() as gpu:
                 secs = asyncio.run(beside(url, short, long_url, long, conc, spec.requests, spec.timeout_s))
-            cell = _fill(Cell(budget, "pools", f"<={lo} with <={hi}, {label}", conc), short, secs)
-            peaks = mem.mib()
-            cell.peak_rss_mib, cell.gpu_peak_mib = peaks.get("server"), gpu.mib()
+            cell = _fill(Cell(budget, "pools", f"<={lo} with <={hi}, {label}", conc), short, secs, mem, gpu)
             lc = _fill(Cell(budget, "long", f"<={hi}", 2), long, secs)
             cell.extra = {"long": {k: getattr(lc, k) for k in ("sent", "ok", "errors", "req_per_s", "p95_ms", "cos_min")},
-                          "pool_peak_rss_mib": peaks.get("pool")}
+                          "pool_peak_rss_mib": mem.mib().get("pool")}
             self._add(cell)
 
     def report(self, band: dict, long_tokens: list[int]) -> dict:

@@ -11,7 +11,7 @@ through Triton's repository API (load with a config override; the server runs wi
 (mixed lengths) at every requested concurrency; with a per-bucket SLO (`32=50,512=400`) each
 named bucket's band of texts is measured on its own and must meet its own p99, and the
 throughput is their sum. A reranker or sparse encoder (its front door runs every bucket itself)
-has the front door's knobs only, measured with its kind's own requests (measure.kind_trial).
+has the front door's knobs only, measured with its kind's own requests (its KindMeasure.trial).
 
 Search: coordinate descent from the repository's own configuration (the baseline trial):
 each knob in turn tries its other values with the others held at the best so far; a knob's
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embtrt_backend.kinds import EMBEDDER
+from embtrt_backend.kinds import EMBEDDER, kind_of
 
 from ..errors import EmbtrtError, SpecError
 from ..repository.budget import manifest_with_budget, with_budget
@@ -38,8 +38,6 @@ from ..repository.manifest import read_manifest, write_manifest
 from .knobs import BUDGET, Knob, apply_setting, baseline, knobs_for  # noqa: F401 (Knob: a name of this module)
 from .reload import load_configs, model_configs
 from .report import fmt_settings, machine, write_tune
-
-write_report = write_tune  # the name this module had for it
 
 Log = Callable[[str], None]
 MIN_TRIAL_S = 20.0
@@ -136,11 +134,20 @@ class Tuner:
     def _measure(self, url: str, texts: list[str], counts) -> tuple[dict[int, dict], dict[str, dict[int, dict]]]:
         from .bench import Target, run_bench
 
-        if self.manifest.kind != EMBEDDER.name:   # a reranker's or sparse encoder's own requests (measure.kind_trial)
-            from .kind_trial import kind_trial
+        if self.manifest.kind != EMBEDDER.name:   # a reranker's or sparse encoder's own requests (its KindMeasure.trial)
+            from ..common.plugins import implementation
+            from .kind_measure import figures
 
-            return kind_trial(self.manifest.kind, url, self.manifest.name, texts, self.spec.concurrency,
-                              self.spec.requests, self.spec.warmup, TuneError), {}
+            m = implementation(kind_of(self.manifest.kind), "measure")(url, self.manifest.name)
+            out: dict[int, dict] = {}
+            for conc in self.spec.concurrency:
+                load = m.trial(texts, conc, self.spec.requests, self.spec.warmup)
+                if load.failures:
+                    raise TuneError(f"trial requests failed: {[f.message[:200] for f in load.failures[:2]]}",
+                                    "see the tritonserver log")
+                f = figures(load)
+                out[conc] = {"req_per_s": round(f["req_per_s"], 2), "p50_ms": f["p50_ms"], "p99_ms": f["p99_ms"]}
+            return out, {}
 
         t = Target("trial", "triton", url, self.manifest.name)
         slo = self.spec.slo_p99_ms
@@ -189,9 +196,6 @@ class Tuner:
             self.log(f"serving {self.spec.repository} on {srv.grpc_url} (explicit model control)")
             return self._search(srv.grpc_url, texts, counts, deadline)
 
-    def _baseline(self, base: dict[str, dict]) -> dict[str, Any]:
-        return baseline(self.knobs, self.manifest, base)
-
     def _trial(self, url: str, base, current: dict[str, dict], settings: dict[str, Any], texts, counts) -> Trial:
         t0 = time.time()
         cfgs = self._configs_for(base, settings)
@@ -199,8 +203,7 @@ class Tuner:
         self._load(url, {m: cfgs[m] for m in changed})
         current.update({m: cfgs[m] for m in changed})
         results, bands = self._measure(url, texts, counts)
-        trial = Trial(dict(settings), results, 0.0, bands)
-        trial.seconds = round(time.time() - t0, 1)
+        trial = Trial(dict(settings), results, round(time.time() - t0, 1), bands)
         self.trials.append(trial)
         res = ", ".join(f"c{c}: {r['req_per_s']:.0f} req/s p99 {r['p99_ms']:.0f} ms" for c, r in sorted(trial.results.items()))
         if bands:
@@ -227,7 +230,7 @@ class Tuner:
         base = model_configs(url, {m for k in self.knobs for m in k.models})
         self._load(url, {self.manifest.name: base[self.manifest.name]})  # explicit model control, or a clear error
         current = copy.deepcopy(base)
-        settings = self._baseline(base)
+        settings = baseline(self.knobs, self.manifest, base)
         best = self._trial(url, base, current, settings, texts, counts)
         trial_s = best.seconds
         if time.time() + trial_s > deadline:
@@ -242,8 +245,7 @@ class Tuner:
                     if time.time() + trial_s > deadline:
                         break
                     settings = {**best.settings, k.name: v}
-                    done = next((t for t in self.trials if t.settings == settings), None)
-                    if done is not None:  # measured in an earlier round: not again
+                    if any(t.settings == settings for t in self.trials):  # measured in an earlier round: not again
                         continue
                     cand = self._trial(url, base, current, settings, texts, counts)
                     if self._better(cand, best):
@@ -370,6 +372,5 @@ def tune(spec: TuneSpec, log: Log = print) -> dict:
         for p in write_tune(doc, Path(spec.out)):
             log(f"wrote {p}")
     if spec.apply_to is not None:
-        changed = {m: c for m, c in configs.items()}
-        apply(spec, changed, doc, log)
+        apply(spec, configs, doc, log)
     return {**doc, "settings": winner.settings}
