@@ -125,10 +125,8 @@ def validate(spec: BuildSpec, onnx_path: Path, tok, head, out_name: str, texts: 
     rng = np.random.default_rng(0)
     for batch, length in _shapes(spec):
         pick = [texts[j] for j in rng.choice(len(texts), size=min(batch, len(texts)), replace=False)]
-        if length is None:
-            enc = tok(pick, padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="np")
-        else:
-            enc = tok(pick, padding="max_length", truncation=True, max_length=length, return_tensors="np")
+        enc = tok(pick, padding=True if length is None else "max_length", truncation=True,
+                  max_length=length or spec.max_seq_length, return_tensors="np")
         feeds = {n: (enc[n] if n in enc else np.zeros_like(enc["input_ids"])).astype(np.int64) for n in spec.input_names}
         got = sess.run([out_name], feeds)[0]
         with torch.inference_mode():

@@ -19,17 +19,16 @@ from ..common.corpus import load_corpus
 from ..common.files import check_out, sha256_file
 from ..common.log import Log
 from ..common.plugins import implementation
-from ..errors import DependencyError, ParityError, RepositoryError
+from ..errors import DependencyError, ParityError
 from ..reference.modelinfo import inspect_model, model_hash
 from ..reference.parity import GateReport, evaluate
 from ..reference.torch_ref import TorchReference, st_embed
-from ..repository.check import check_repository
-from ..repository.manifest import Manifest, ModelNames, write_manifest
-from .encoders import identity, ort_graph, rebuild_command, refuse_on_gate, require_openvino, versions
+from ..repository.manifest import Manifest, ModelNames
+from .encoders import identity, rebuild_command, refuse_on_gate, require_openvino, versions
 from .hf2onnx import export
-from .onnx2trt import recipes_and_plans
 from .result import BuildResult
-from .render import CALIBRATION_FILE, attach_deps, bundle_dir, model_names, plan_repository, write_repository
+from .render import CALIBRATION_FILE, model_names, plan_repository
+from .single import finish, precision_graph, write_front_door
 from .served import encoder_vectors
 from .spec import BuildSpec
 from .tokenizer import check_tokenizer, save_tokenizer
@@ -125,31 +124,22 @@ def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) ->
     check_tokenizer(spec, tok_json, pad_id, texts, log)
 
     log(f"[4/{steps}] per-bucket encoders ({spec.target}, {spec.precision})")
-    encoder_onnx = art.path if art is not None else None
-    graph_record = None
-    if art is not None and spec.target in ("python-ort", "onnxruntime"):
-        encoder_onnx, graph_record = ort_graph(spec, art.path, work, texts, tok_json, pad_id, log)
+    encoder_onnx, prec, graph_record = (precision_graph(spec, art.path, work, texts, tok_json, pad_id, log) if art
+                                        else (None, None, None))
     if spec.target == "python-torch":
         if spec.device == "cuda":
             log(f"PyTorch {spec.precision} on CUDA ({torch_gpu_name()}), weights cast, "
                 + (f"CUDA graphs per bucket and batch size: {spec.graph_shapes()}" if spec.cuda_graphs else "no CUDA graphs"))
         else:
             log(f"PyTorch {spec.precision}" + (" autocast (AMX/AVX-512 bf16 where the CPU has it)" if spec.precision == "bf16" else ""))
-    onnx_by_bucket: dict[int, Path | None] = {b: encoder_onnx for b in spec.buckets}
-    prec = None
-    if spec.target == "tensorrt" and art is not None:
-        from .precision import make_precision_onnx
-
-        prec = make_precision_onnx(spec, art.path, work / "precision", texts, tok_json, pad_id, log)
-        onnx_by_bucket = dict(prec.gate_by_bucket)  # the gate judges the exact graph each plan is built from
-    pending: list[str] = []
+    # tensorrt: the gate judges the exact graph each plan is built from
+    onnx_by_bucket: dict[int, Path | None] = dict(prec.gate_by_bucket) if prec else {b: encoder_onnx for b in spec.buckets}
 
     log(f"[5/{steps}] parity gate: served path vs PyTorch reference on {len(texts)} real texts")
     ref = reference_vectors(spec, texts, log)
-    sessions: dict[object, object] = {}
     try:
         exact = {"ort_optimize": "false"} if prec is not None and prec.gate_run == "simulated" else None
-        cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, output_name, texts, sessions, exact)
+        cand, labels = encoder_vectors(spec, onnx_by_bucket, tok_json, pad_id, output_name, texts, exact)
     except Exception as exc:  # e.g. ONNX Runtime has no CPU kernel for a type of the precision graph
         if prec is None or type(exc).__module__.split(".")[0] != "onnxruntime":
             raise
@@ -181,15 +171,8 @@ def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) ->
     ident = identity(spec, msha)
     plans = plan_repository(spec, onnx_paths=onnx_by_bucket, encoder_output=output_name,
                             tokenizer_json=tok_json, pad_id=pad_id, identity=ident, calibration=work / CALIBRATION_FILE)
-    attach_deps(spec, plans)
-    write_repository(plans, repo)
-    bundle = None
-    if spec.bundle_deps:
-        from .bundle import make_bundle
-
-        bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log)
-        bundle["path"] = bundle_dir(spec)
-    else:
+    bundle = write_front_door(spec, plans, repo, log)
+    if bundle is None:
         log("no Python packages bundled (--no-bundle-deps): the server's Python must have "
             + ", ".join(sorted({m for p in plans if p.deps for m in p.deps["requires"]})))
     names = model_names(spec)
@@ -213,7 +196,7 @@ def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) ->
             "source": {"path": str(spec.model_dir), "sha256": msha},
             "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
             "versions": versions(),
-            "onnx": ({"sha256": sha256_file(encoder_onnx), "export_validation": art.validation}
+            "onnx": ({"sha256": sha256_file(art.path if prec else encoder_onnx), "export_validation": art.validation}
                      if art is not None and encoder_onnx is not None else None),
             "parity": {**report.as_dict(), "graph": (prec.gate_run if prec is not None else "exact"),
                        "allowed_mismatch": (not report.passed) and spec.allow_mismatch},
@@ -224,20 +207,9 @@ def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) ->
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )
-    write_manifest(repo, manifest)
-    if prec is not None:  # engines read the manifest (tokenizer, pad id)
-        pending, trt_state = recipes_and_plans(spec, prec, repo, texts, log)
-        manifest = manifest.with_extra(tensorrt=trt_state, pending=pending)
-        write_manifest(repo, manifest)
-
-    log(f"[7/{steps}] checking the repository")
-    rep = check_repository(repo, allow_pending_plans=spec.target == "tensorrt")
-    for line in rep.lines():
-        log(line)
-    if not rep.passed:
-        raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
-                              "this is a bug in embtrt; please report it with the lines above")
-    return BuildResult(repo, manifest.to_dict(), rep.lines(), report.lines(), pending)
+    result = finish(repo, manifest, f"[7/{steps}]", log, spec, prec, texts)
+    result.parity_lines = report.lines()
+    return result
 
 
 __all__ = ["build", "BuildResult"]

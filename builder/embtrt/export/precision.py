@@ -25,23 +25,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from embtrt_backend.kinds import SPARSE, kind_of
 
 from ..common.files import sha256_file
+from ..common.log import Log
 from ..errors import DependencyError, SpecError
-
-Log = Callable[[str], None]
 
 # Node-name patterns kept in fp32: the fused pooling + L2 head lives outside the exported
 # Hugging Face module, whose nodes torch.onnx names "/model/...".
 HEAD_NODES = (r"^/[^/]+$",)
 # --fp32-layers: numerically sensitive op types kept in fp32.
 FP32_LAYER_OPS = ("LayerNormalization", "Softmax", "ReduceMean", "ReduceSum", "ReduceL2", "Pow", "Sqrt")
-# What the gate ran for each precision (recorded in embtrt.json).
-GATE_RUNS = {"fp32": "exact", "fp16": "exact", "int8": "exact", "bf16": "simulated", "fp8": "exact"}
 # Calibration rows per bucket, as a token budget: AutoCast's reference run keeps every
 # intermediate tensor of the graph (MiniLM, 64 rows x 256 tokens: killed at 24 GB).
 AUTOCAST_TOKENS, QUANTIZE_TOKENS, MAX_ROWS = 2048, 8192, 64
@@ -300,13 +296,11 @@ def make_precision_onnx(spec, fp32_onnx: Path, work: Path, texts: list[str], tok
         log(note)
         return PrecisionArtifact(p, {b: dst for b in spec.buckets}, {b: sim for b in spec.buckets}, "simulated",
                                  notes=[note], details=details)
-    if p in ("int8", "fp8"):
-        by_bucket, details = {}, {"tool": "modelopt.onnx.quantization.quantize", "quantize_mode": p,
-                                  "high_precision_dtype": "fp32", "calibration_source": src, "buckets": {}}
-        for b in spec.buckets:
-            dst = work / f"model.{p}.{b}.onnx"
-            details["buckets"][str(b)] = quantize(fp32_onnx, dst, p, cal[b], log)
-            by_bucket[b] = dst
-        return PrecisionArtifact(p, by_bucket, dict(by_bucket), "exact", details=details)
-    raise SpecError(f"invalid precision: {p!r}", "fp32, fp16, bf16, int8, fp8")
+    by_bucket, details = {}, {"tool": "modelopt.onnx.quantization.quantize", "quantize_mode": p,
+                              "high_precision_dtype": "fp32", "calibration_source": src, "buckets": {}}
+    for b in spec.buckets:
+        dst = work / f"model.{p}.{b}.onnx"
+        details["buckets"][str(b)] = quantize(fp32_onnx, dst, p, cal[b], log)
+        by_bucket[b] = dst
+    return PrecisionArtifact(p, by_bucket, dict(by_bucket), "exact", details=details)
 

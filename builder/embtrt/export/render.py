@@ -194,6 +194,27 @@ def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:
     return out
 
 
+def bls_params(spec: BuildSpec) -> dict[str, str]:
+    """The front door's encoder parameters: local, or the bucket encoder models it calls."""
+    if spec.router_mode == "local":
+        return {"encoder_mode": "local"}
+    return {"encoder_mode": "bls", "encoder_models": ",".join(model_names(spec)["encoder"][b] for b in spec.buckets)}
+
+
+def front_params(spec: BuildSpec, pad_id: int, output: str) -> dict[str, str]:
+    """The parameters every kind's front door takes (the request core's and the encoder's); a kind
+    adds its own (`FrontDoorBuild.params`)."""
+    p = dict(runtime_params(spec, output))
+    p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
+              "buckets": ",".join(map(str, spec.buckets)),
+              "encoder_max_batch_sizes": ",".join(str(spec.bucket_max_batch(b)) for b in spec.buckets),
+              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
+              **bls_params(spec), "run_overhead_tokens": str(spec.run_overhead_tokens),
+              "long_row_tokens": str(LONG_ROW_TOKENS),
+              "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
+    return p
+
+
 def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], encoder_output: str,
                     tokenizer_json: Path, pad_id: int, identity: dict[str, str],
                     plan_paths: dict[int, Path] | None = None, calibration: Path | None = None) -> list[ModelPlan]:
@@ -216,17 +237,9 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         ("input_names", ",".join(spec.input_names)), ("max_text_bytes", str(MAX_TEXT_BYTES)),
     ]
     plans: list[ModelPlan] = []
-    front_params = [p for p in shared if p[0] != "input_names"] + runtime_params(spec, encoder_output) + [
-        ("buckets", ",".join(map(str, spec.buckets))),
-        ("encoder_models", ",".join(names["encoder"][b] for b in spec.buckets)),
-        ("encoder_max_batch_sizes", ",".join(str(spec.bucket_max_batch(b)) for b in spec.buckets)),
-        ("max_batch_tokens", str(spec.max_batch_tokens)),
-        ("pad_to_bucket", str(spec.pad_to_bucket).lower()),
-        ("encoder_mode", spec.router_mode),
-        ("run_overhead_tokens", str(spec.run_overhead_tokens)),
-        ("long_row_tokens", str(LONG_ROW_TOKENS)),
-        ("dimensions", ",".join(map(str, spec.dimensions)) if spec.dimensions is not None else ""),
-    ] + prompt_params
+    front = {**front_params(spec, pad_id, encoder_output), "overflow": spec.overflow, "overflow_stride": str(spec.overflow_stride),
+             "encoder_models": ",".join(names["encoder"][b] for b in spec.buckets), **dict(prompt_params),
+             "dimensions": ",".join(map(str, spec.dimensions)) if spec.dimensions is not None else ""}
     front_files = {"1/tokenizer.json": tokenizer_json}
     if calibration is not None:
         front_files[f"1/{CALIBRATION_FILE}"] = calibration
@@ -236,22 +249,15 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         name=spec.name, template="router.pbtxt.j2", kind="front door",
         context={**common, "name": spec.name, "inputs": text_in, "outputs": front_out,
                  "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
-                 "params": sorted(front_params) + idp, "warmup": front_warmup(spec, text_in)},
+                 "params": sorted(front.items()) + idp, "warmup": front_warmup(spec, text_in)},
         files=front_files, backend_code="router", data=warmup_data(spec),
     ))
     for b in spec.buckets:
         bcommon = {**common, "max_batch_size": spec.bucket_max_batch(b)}  # the token budget's rows
         bbatch = _batching(spec, spec.bucket_preferred(b))
-        tok_name = names["tokenizer"][b]
-        enc_name = names["encoder"][b]
-        pool_name = names["pooler"][b]
-        ens_name = names["ensemble"][b]
+        tok_name, enc_name, pool_name, ens_name = (names[k][b] for k in ("tokenizer", "encoder", "pooler", "ensemble"))
         enc_dim = encoder_dims(spec, b)
-        enc_inputs = [_t(n, "TYPE_INT64", [enc_dim]) for n in spec.input_names]
-        if spec.fused:
-            enc_outputs = [_t(encoder_output, "TYPE_FP32", [H])]
-        else:
-            enc_outputs = [_t(encoder_output, "TYPE_FP32", [enc_dim, H])]
+        enc_outputs = [_t(encoder_output, "TYPE_FP32", [H] if spec.fused else [enc_dim, H])]
         skip_prompt = not spec.include_prompt and bool(spec.default_prompt)
         tok_outputs = [_t(n, "TYPE_INT64", [b]) for n in spec.input_names]
         if skip_prompt:  # the pooler's mask leaves the default prompt's tokens out
@@ -265,18 +271,14 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
                                                 ("largest_bucket", str(b == spec.buckets[-1]).lower())]) + idp},
             files={"1/tokenizer.json": tokenizer_json}, backend_code="tokenizer",
         ))
-        plans.append(_encoder_plan(spec, b, enc_name, enc_inputs, enc_outputs, encoder_output,
-                                   onnx_paths, plan_paths or {}, bcommon, idp))
+        plans.append(_encoder_plan(spec, b, enc_name, enc_outputs, encoder_output, onnx_paths, plan_paths or {}, idp))
         steps = [
             {"model": tok_name, "input_map": [("TEXT", "TEXT")],
              "output_map": [(n, n) for n in spec.input_names] + ([("pooling_mask", "pooling_mask")] if skip_prompt else [])},
         ]
-        if spec.fused:
-            steps.append({"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
-                          "output_map": [(encoder_output, "EMBEDDING")]})
-        else:
-            steps.append({"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
-                          "output_map": [(encoder_output, "hidden")]})
+        steps.append({"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
+                      "output_map": [(encoder_output, "EMBEDDING" if spec.fused else "hidden")]})
+        if not spec.fused:
             steps.append({"model": pool_name,
                           "input_map": [("last_hidden_state", "hidden"),
                                         ("attention_mask", "pooling_mask" if skip_prompt else "attention_mask")],
@@ -321,9 +323,10 @@ def _warmup(spec: BuildSpec, bucket: int, batch_sizes: list[int]) -> list[dict]:
              "inputs": [_t(n, "TYPE_INT64", [bucket]) for n in spec.input_names]} for bs in batch_sizes]
 
 
-def _encoder_plan(spec, b, name, inputs, outputs, encoder_output, onnx_paths, plan_paths, common, idp) -> ModelPlan:
-    ctx = {**common, "name": name, "bucket": b, "precision": spec.precision, "inputs": inputs, "outputs": outputs}
-    mb, batching = common["max_batch_size"], _batching(spec, spec.bucket_preferred(b))
+def _encoder_plan(spec, b, name, outputs, encoder_output, onnx_paths, plan_paths, idp) -> ModelPlan:
+    mb, batching = spec.bucket_max_batch(b), _batching(spec, spec.bucket_preferred(b))
+    ctx = {"version": __version__, "max_batch_size": mb, "name": name, "bucket": b, "precision": spec.precision,
+           "inputs": [_t(n, "TYPE_INT64", [encoder_dims(spec, b)]) for n in spec.input_names], "outputs": outputs}
     if spec.target in RUNTIMES:
         ctx.update(batching=batching, group=_group(spec.encoder_count, spec.gpu),
                    runtime=RUNTIME_LABELS[RUNTIMES[spec.target]],

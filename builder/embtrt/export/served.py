@@ -11,19 +11,17 @@ import numpy as np
 from ..common.backend import backend_lib
 from ..reference.parity import bucket_label
 from .render import runtime_params
+from .single import GateEncoder
 from .spec import BuildSpec
 
 
 def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tokenizer_json: Path, pad_id: int,
-                    output_name: str, texts: list[str],
-                    sessions: dict[object, object] | None = None,
-                    extra_params: dict[str, str] | None = None) -> tuple[np.ndarray, list[str]]:
+                    output_name: str, texts: list[str], extra_params: dict[str, str] | None = None) -> tuple[np.ndarray, list[str]]:
     """Embed texts exactly as the per-bucket ensembles do: the model's default prompt prepended (as
     SentenceTransformer.encode does without options), pad to the bucket, run its encoder through
     the same factory the Python-backend models use, pool leaving the prompt's tokens out where the
-    model says so. The encoders it creates are left in `sessions` (keyed by their ONNX file) for
-    the caller to reuse. Bucket labels are by the texts' own token counts."""
-    text_mod, enc_mod = backend_lib()
+    model says so. Bucket labels are by the texts' own token counts."""
+    text_mod, _ = backend_lib()
     from embtrt_backend.core import CoreConfig, Request, RequestCore
     from embtrt_backend.options import ModelOptions
 
@@ -38,15 +36,7 @@ def encoder_vectors(spec: BuildSpec, onnx_by_bucket: dict[int, Path | None], tok
     untruncated = text_mod.TextTokenizer(str(tokenizer_json), 1 << 20, pad_id, "truncate").encode(texts).lengths
     labels = [bucket_label(int(n), spec.buckets, spec.max_seq_length) for n in untruncated]
     params = {**dict(runtime_params(spec, output_name)), **(extra_params or {})}
-    sessions = {} if sessions is None else sessions
-
-    def encoder(bucket: int, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        key = onnx_by_bucket[bucket]
-        if key not in sessions:
-            sessions[key] = enc_mod.make_encoder(params, str(key) if key else None, str(spec.model_dir),
-                                                 spec.trust_remote_code)
-        return sessions[key].run(feeds)  # type: ignore[attr-defined]
-
+    encoder = GateEncoder(spec, params, onnx_by_bucket)   # one encoder per distinct graph
     (out,) = core.run([Request(list(texts), None, options.default)], encoder)
     if out.error is not None:
         raise out.error

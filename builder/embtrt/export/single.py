@@ -6,7 +6,6 @@ checked before the build returns. Each kind writes its parts (embtrt.kinds.reran
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -22,18 +21,10 @@ from ..reference.modelinfo import model_hash
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, ModelNames, write_manifest
 from .encoders import identity, rebuild_command, refuse_on_gate, require_openvino, versions
-from .render import (LONG_ROW_TOKENS, MAX_TEXT_BYTES, ModelPlan, _batching, _encoder_plan, _group, _t, attach_deps,
-                     bundle_dir, encoder_dims, encoder_files, front_warmup, model_names, runtime_params, torch_dir,
-                     warmup_data, write_repository)
+from .render import (ModelPlan, _batching, _encoder_plan, _group, _t, attach_deps, bundle_dir, encoder_files,
+                     front_params, front_warmup, model_names, torch_dir, warmup_data, write_repository)
 from .result import BuildResult
 from .spec import BuildSpec
-
-
-def bls_params(spec: BuildSpec) -> dict[str, str]:
-    """The front door's encoder parameters: local, or the bucket encoder models it calls."""
-    if spec.router_mode == "local":
-        return {"encoder_mode": "local"}
-    return {"encoder_mode": "bls", "encoder_models": ",".join(model_names(spec)["encoder"][b] for b in spec.buckets)}
 
 
 def export_step(spec: BuildSpec, step: str, what: str, export, log: Log) -> dict | None:
@@ -57,19 +48,13 @@ class GateEncoder:
         from embtrt_backend.encoder import make_encoder
 
         p = params if optimize else {**params, "ort_optimize": "false"}   # a simulation's casts must stay
-        made: dict[Path | None, Any] = {}   # an embtrt_backend encoder: .run(feeds)
-        for g in dict.fromkeys(graphs.values()):
-            made[g] = make_encoder(p, None if g is None else str(g), str(torch_dir(spec)), spec.trust_remote_code)
+        made: dict[Path | None, Any] = {   # an embtrt_backend encoder: .run(feeds)
+            g: make_encoder(p, None if g is None else str(g), str(torch_dir(spec)), spec.trust_remote_code)
+            for g in dict.fromkeys(graphs.values())}
         self.by_bucket = {b: made[g] for b, g in graphs.items()}
-        self.single = next(iter(made.values())) if len(made) == 1 else None
 
     def __call__(self, bucket: int, feeds: dict):
         return self.by_bucket[bucket].run(feeds)
-
-    def run(self, feeds: dict):
-        """One graph's encoder (every build but TensorRT int8 / fp8 has one), for timing runs."""
-        assert self.single is not None, "several graphs: run one bucket's"
-        return self.single.run(feeds)
 
 
 def export_head(head, args: tuple, path: Path, input_names, output: str):
@@ -92,20 +77,6 @@ def export_head(head, args: tuple, path: Path, input_names, output: str):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-def kind_encoder(spec: BuildSpec, params: dict[str, str], graph: Path | None, prec=None) -> GateEncoder:
-    """The gate's encoder: the one graph, or (tensorrt) each bucket's precision-ONNX gate graph, run
-    unoptimized where it is a simulation (bf16)."""
-    if prec is None:
-        return GateEncoder(spec, params, {b: graph for b in spec.buckets})
-    return GateEncoder(spec, params, dict(prec.gate_by_bucket), optimize=prec.gate_run == "exact")
-
-
-def local_files(spec: BuildSpec, graph: Path | None) -> dict[str, Path]:
-    """What a front door that runs its own encoder carries: the graph (1/model.onnx), or the model
-    folder's files python-torch loads (1/hf/); nothing over BLS."""
-    return encoder_files(spec, graph) if spec.router_mode == "local" else {}
-
-
 def onnx_record(onnx_path: Path, graph: Path | None, validation: dict | None, prec=None) -> dict | None:
     """The manifest's `onnx`: the export, its validation and the graph the gate judged (tensorrt: per
     bucket where they differ; precision_onnx has each plan's source); None: python-torch runs no ONNX."""
@@ -124,14 +95,8 @@ def bucket_encoders(spec: BuildSpec, onnx_path: Path, output: str, width: int, i
     if spec.router_mode == "local":
         return []
     names = model_names(spec)["encoder"]
-    plans = []
-    for b in spec.buckets:
-        dims = [encoder_dims(spec, b)]
-        common = {"version": __version__, "max_batch_size": spec.bucket_max_batch(b)}
-        plans.append(_encoder_plan(spec, b, names[b], [_t(n, "TYPE_INT64", dims) for n in spec.input_names],
-                                   [_t(output, "TYPE_FP32", [width])], output, {b: onnx_path}, {}, common,
-                                   sorted(ident.items())))
-    return plans
+    return [_encoder_plan(spec, b, names[b], [_t(output, "TYPE_FP32", [width])], output, {b: onnx_path}, {}, sorted(ident.items()))
+            for b in spec.buckets]
 
 
 def write_front_door(spec: BuildSpec, plans: list[ModelPlan], repo: Path, log: Log) -> dict | None:
@@ -154,7 +119,7 @@ def precision_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[st
     ONNX; int8 (python-ort, onnxruntime) or fp16 (onnxruntime): encoders.ort_graph, as for embedders;
     for the tensorrt target the precision ONNX its plans are built from (export.precision: one graph
     for every bucket at fp32 / fp16 / bf16, one per bucket for int8 / fp8; the gate runs each bucket's
-    gate graph, kind_encoder) -> (path (tensorrt: the first bucket's gate graph), the PrecisionArtifact
+    gate graph, GateEncoder) -> (path (tensorrt: the first bucket's gate graph), the PrecisionArtifact
     or None, the manifest's precision_onnx record of an ONNX Runtime target's graph or None: a tensorrt
     build's is recorded by `finish` with its plans); python-torch runs no graph -> (None, None, None)."""
     if spec.target == "python-torch":
@@ -192,20 +157,6 @@ def finish(repo: Path, manifest: Manifest, step: str, log: Log, spec: BuildSpec 
         raise RepositoryError("the generated repository failed its check: " + "; ".join(rep.failures()),
                               "this is a bug in embtrt; please report it with the lines above")
     return BuildResult(repo, manifest.to_dict(), rep.lines(), [], pending)
-
-
-def front_params(spec: BuildSpec, pad_id: int, output: str) -> dict[str, str]:
-    """The parameters every kind's front door takes (the request core's and the encoder's); a kind
-    adds its own (`FrontDoorBuild.params`)."""
-    p = dict(runtime_params(spec, output))
-    p.update({"max_seq_length": str(spec.max_seq_length), "pad_id": str(pad_id), "max_text_bytes": str(MAX_TEXT_BYTES),
-              "buckets": ",".join(map(str, spec.buckets)),
-              "encoder_max_batch_sizes": ",".join(str(spec.bucket_max_batch(b)) for b in spec.buckets),
-              "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
-              **bls_params(spec), "run_overhead_tokens": str(spec.run_overhead_tokens),
-              "long_row_tokens": str(LONG_ROW_TOKENS),
-              "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
-    return p
 
 
 class FrontDoorBuild:
@@ -273,7 +224,10 @@ class FrontDoorBuild:
         log(f"[4/{steps}] the gate: {self.gating(texts)}"
             + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
         params = self.params(pad_id)
-        report = self.gate(ref, params, kind_encoder(spec, params, graph, prec), work, texts)
+        # the one graph, or (tensorrt) each bucket's gate graph, run unoptimized where it is a simulation (bf16)
+        encoder = GateEncoder(spec, params, dict(prec.gate_by_bucket) if prec else {b: graph for b in spec.buckets},
+                              optimize=prec is None or prec.gate_run == "exact")
+        report = self.gate(ref, params, encoder, work, texts)
         refuse_on_gate(spec, report["passed"], report["failures"], f"{kind.noun} fails the gate",
                        f"{spec.precision} changes the {self.changes} beyond the reduced-precision gate for this model; "
                        "use --precision fp32" if spec.precision != "fp32" else "report the model architecture", log)
@@ -289,7 +243,9 @@ class FrontDoorBuild:
                      # a parameter the identity holds is written once, with the identity
                      "params": sorted((k, v) for k, v in params.items() if k not in ident) + sorted(ident.items()),
                      "warmup": front_warmup(spec, inputs)},
-            files={"1/tokenizer.json": tok_json, **local_files(spec, graph), **self.files(work)},
+            # local: the graph (1/model.onnx) or python-torch's model files (1/hf/); nothing over BLS
+            files={"1/tokenizer.json": tok_json, **(encoder_files(spec, graph) if spec.router_mode == "local" else {}),
+                   **self.files(work)},
             backend_code=kind.front_door, data=warmup_data(spec))
         encoders = bucket_encoders(spec, graph, kind.encoder_output, self.width, ident)
         bundle = write_front_door(spec, [plan, *encoders], repo, log)

@@ -14,14 +14,13 @@ from ..common.gpu import tensorrt_available
 from ..common.options import parse_int_list
 from ..errors import SpecError
 from ..repository.budget import RUN_OVERHEAD_TOKENS, bucket_batch
-from ..reference.modelinfo import POOLINGS as _P
+from ..reference.modelinfo import POOLINGS
 from ..reference.modelinfo import default_buckets, default_model_path, inspect_model, read_st_prompts
 from ..repository.bundle_record import parse_python
 from ..repository.gate import Gate
 from ..repository.manifest import KINDS  # the kinds a repository may hold: one list
 
 TARGETS = ("python-ort", "python-openvino", "python-torch", "onnxruntime", "tensorrt")
-POOLINGS = ("cls", "mean", "last-token")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 POOLER_PLACES = ("fused", "python")
 OVERFLOW = ("truncate", "reject", "chunk")
@@ -124,12 +123,10 @@ class BuildSpec:
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
             raise _fail("name", self.name, "a letter, then up to 63 letters, digits, '_' or '-'")
-        if self.target not in TARGETS:
-            raise _fail("target", self.target, ", ".join(TARGETS))
-        if self.pooling not in POOLINGS:
-            raise _fail("pooling", self.pooling, ", ".join(POOLINGS))
-        if self.precision not in PRECISIONS:
-            raise _fail("precision", self.precision, ", ".join(PRECISIONS))
+        for f, choices in (("target", TARGETS), ("pooling", POOLINGS), ("precision", PRECISIONS), ("pooler", POOLER_PLACES),
+                           ("overflow", OVERFLOW), ("router_encoder", ROUTER_ENCODERS), ("device", DEVICES)):
+            if getattr(self, f) not in choices:
+                raise _fail(f, getattr(self, f), ", ".join(choices))
         allowed = CUDA_TORCH_PRECISIONS if (self.target, self.device) == ("python-torch", "cuda") \
             else TARGET_PRECISIONS[self.target]
         if self.precision not in allowed:
@@ -138,18 +135,10 @@ class BuildSpec:
             raise _fail("precision", self.precision, f"{', '.join(allowed)} for {where}{hint}")
         if self.calibration_file is not None and not Path(self.calibration_file).is_file():
             raise _fail("calibration_file", str(self.calibration_file), "a readable file of real texts, one per line")
-        if self.pooler not in POOLER_PLACES:
-            raise _fail("pooler", self.pooler, ", ".join(POOLER_PLACES))
-        if self.overflow not in OVERFLOW:
-            raise _fail("overflow", self.overflow, ", ".join(OVERFLOW))
         if not 0 <= self.overflow_stride <= self.max_seq_length // 2:
             raise _fail("overflow_stride", self.overflow_stride, f"0 .. {self.max_seq_length // 2} (half the max sequence length)")
-        if self.router_encoder not in ROUTER_ENCODERS:
-            raise _fail("router_encoder", self.router_encoder, ", ".join(ROUTER_ENCODERS))
         if self.router_encoder == "local" and self.target not in LOCAL_TARGETS:
             raise _fail("router_encoder", self.router_encoder, f"auto or bls for target {self.target}")
-        if self.device not in DEVICES:
-            raise _fail("device", self.device, ", ".join(DEVICES))
         if self.device == "cuda" and self.target not in DEVICE_TARGETS:
             raise _fail("device", self.device, f"cpu for target {self.target} (cuda: {', '.join(DEVICE_TARGETS)}; "
                         "tensorrt always runs on the GPU)")
@@ -163,34 +152,23 @@ class BuildSpec:
                 "buckets", b,
                 f"the largest bucket must equal the max sequence length {self.max_seq_length}",
             )
-        if not 1 <= self.max_batch_size <= 4096:
-            raise _fail("max_batch_size", self.max_batch_size, "1 .. 4096")
-        if not 1 <= self.max_batch_tokens <= 1 << 24:
-            raise _fail("max_batch_tokens", self.max_batch_tokens, "1 .. 16777216 (rows x bucket length per run)")
-        if not 0 <= self.max_queue_delay_us <= 10_000_000:
-            raise _fail("max_queue_delay_us", self.max_queue_delay_us, "0 .. 10000000")
+        for f, lo, hi, hint in (
+                ("max_batch_size", 1, 4096, "1 .. 4096"),
+                ("max_batch_tokens", 1, 1 << 24, "1 .. 16777216 (rows x bucket length per run)"),
+                ("max_queue_delay_us", 0, 10_000_000, "0 .. 10000000"), ("instances", 1, 64, "1 .. 64"),
+                ("encoder_instances", 1, 64, "1 .. 64 (or auto)"), ("front_door_instances", 1, 64, "1 .. 64 (or auto)"),
+                ("ort_threads", 0, 256, "0 (ONNX Runtime's default) .. 256"), ("builder_opt_level", 0, 5, "0 .. 5"),
+                ("run_overhead_tokens", 0, 100_000, f"0 .. 100000 (default {RUN_OVERHEAD_TOKENS})"),
+                ("max_queue_size", 0, None, "0 (unbounded) or more"), ("queue_timeout_us", 0, None, "0 (none) or more")):
+            v = getattr(self, f)   # None: auto (encoder_instances, front_door_instances)
+            if v is not None and not (lo <= v and (hi is None or v <= hi)):
+                raise _fail(f, v, hint)
         p = self.preferred_batch_sizes
         if not p or list(p) != sorted(set(p)) or p[0] < 1 or p[-1] > self.max_batch_size:
             raise _fail(
                 "preferred_batch_sizes", p,
                 f"strictly increasing integers in 1 .. max_batch_size ({self.max_batch_size})",
             )
-        if not 1 <= self.instances <= 64:
-            raise _fail("instances", self.instances, "1 .. 64")
-        if self.encoder_instances is not None and not 1 <= self.encoder_instances <= 64:
-            raise _fail("encoder_instances", self.encoder_instances, "1 .. 64 (or auto)")
-        if self.front_door_instances is not None and not 1 <= self.front_door_instances <= 64:
-            raise _fail("front_door_instances", self.front_door_instances, "1 .. 64 (or auto)")
-        if not 0 <= self.ort_threads <= 256:
-            raise _fail("ort_threads", self.ort_threads, "0 (ONNX Runtime's default) .. 256")
-        if not 0 <= self.builder_opt_level <= 5:
-            raise _fail("builder_opt_level", self.builder_opt_level, "0 .. 5")
-        if not 0 <= self.run_overhead_tokens <= 100_000:
-            raise _fail("run_overhead_tokens", self.run_overhead_tokens, f"0 .. 100000 (default {RUN_OVERHEAD_TOKENS})")
-        if self.max_queue_size < 0:
-            raise _fail("max_queue_size", self.max_queue_size, "0 (unbounded) or more")
-        if self.queue_timeout_us < 0:
-            raise _fail("queue_timeout_us", self.queue_timeout_us, "0 (none) or more")
         if parse_python(self.server_python) != self.server_python:
             raise _fail("server_python", self.server_python, "a CPython version such as 3.12")
         names = [n for n, _ in self.prompts]
@@ -359,8 +337,8 @@ def spec_from_options(
         raise _fail("target", target, "auto, " + ", ".join(TARGETS))
     if kind not in ("auto", *KINDS):
         raise _fail("kind", kind, "auto, " + ", ".join(KINDS))
-    if pooling not in ("auto", *_P):
-        raise _fail("pooling", pooling, "auto, " + ", ".join(_P))
+    if pooling not in ("auto", *POOLINGS):
+        raise _fail("pooling", pooling, "auto, " + ", ".join(POOLINGS))
     bucket_t = parse_int_list("buckets", buckets)
     pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
     widths = parse_int_list("dimensions", dimensions)

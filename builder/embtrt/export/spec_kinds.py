@@ -35,11 +35,8 @@ def sparse_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[i
     se = load_sparse_encoder(model_dir, trust_remote_code)   # its own prompts (read_st_prompts converts it)
     info = splade_info(se, model_dir)
     seq = int(max_seq_length or info.max_length)
-    prompts = {str(k): str(v) for k, v in (se.prompts or {}).items()}
-    model_default = se.default_prompt_name
-    prompts.update(overrides)
-    if default_prompt is not None:
-        model_default = default_name
+    prompts = {**{str(k): str(v) for k, v in (se.prompts or {}).items()}, **overrides}
+    model_default = default_name if default_prompt is not None else se.default_prompt_name
     return dict(kind=SPARSE.name, activation=info.activation, splade_pooling=info.pooling,
                 sparse_encoder_dir=info.encoder_dir, sparse_query_max_length=info.query_max_length,
                 sparse_max_active_dims=int(getattr(se, "max_active_dims", None) or 0),

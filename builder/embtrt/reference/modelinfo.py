@@ -26,7 +26,6 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
 @dataclass(frozen=True)
 class ModelInfo:
     path: Path
-    model_type: str
     hidden_size: int
     max_position_embeddings: int | None
     is_decoder: bool
@@ -35,7 +34,6 @@ class ModelInfo:
     normalize: bool | None        # True when a Normalize module is listed; None when not ST
     max_seq_length: int | None    # from sentence_bert_config.json / tokenizer
     input_names: tuple[str, ...]  # encoder inputs, in ONNX order
-    padding_side: str
 
 
 def _read_json(path: Path) -> dict:
@@ -135,7 +133,6 @@ def _inspect_model(path: Path, trust_remote_code: bool) -> ModelInfo:
     if not isinstance(hidden, int):
         raise ModelError(f"{path}/config.json has no hidden_size", "is this a transformer encoder?")
     model_type = str(config.get("model_type", ""))
-    require_trusted(path, trust_remote_code)
 
     modules = _read_json(path / "modules.json")
     is_st = isinstance(modules, list) and bool(modules)
@@ -182,7 +179,6 @@ def _inspect_model(path: Path, trust_remote_code: bool) -> ModelInfo:
         names = resolve_input_names(tuple(names), forward, path.name)
     return ModelInfo(
         path=path,
-        model_type=model_type,
         hidden_size=hidden,
         max_position_embeddings=mpe if isinstance(mpe, int) else None,
         is_decoder=model_type in DECODER_TYPES or bool(config.get("is_decoder")),
@@ -191,7 +187,6 @@ def _inspect_model(path: Path, trust_remote_code: bool) -> ModelInfo:
         normalize=normalize,
         max_seq_length=int(max_seq) if max_seq else None,
         input_names=tuple(names),
-        padding_side=str(getattr(tok, "padding_side", "right")),
     )
 
 

@@ -160,11 +160,7 @@ def bucket_label(length: int, buckets: tuple[int, ...], max_seq_length: int) -> 
 def evaluate(ref: np.ndarray, cand: np.ndarray, labels: list[str], gate: Gate,
              texts: list[str] | None = None) -> GateReport:
     cos = cosine_rows(ref, cand)
-    order = []
-    for lab in labels:
-        if lab not in order:
-            order.append(lab)
-    order.sort(key=lambda s: (s == "over", int(s[2:]) if s.startswith("<=") else 0))
+    order = sorted(set(labels), key=lambda s: (s == "over", int(s[2:]) if s.startswith("<=") else 0))
     per = {lab: CosineStats.of(cos[[i for i, x in enumerate(labels) if x == lab]]) for lab in order}
     overall = CosineStats.of(cos)
     rr, rc = recall_at_k(ref, cand, 10)

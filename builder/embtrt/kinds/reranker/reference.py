@@ -51,8 +51,6 @@ class CrossInfo:
     num_labels: int
     activation: str          # "sigmoid" or "identity": CrossEncoder's default activation_fn
     input_names: tuple[str, ...]
-    is_decoder: bool
-    padding_side: str
 
 
 def load_cross_encoder(path: Path, max_length: int | None = None, trust_remote_code: bool = False):
@@ -80,10 +78,7 @@ def cross_info(ce) -> CrossInfo:
     tok = ce.tokenizer
     probe = tok("a", "b")
     names = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in probe)
-    return CrossInfo(int(ce.max_seq_length), int(ce.num_labels), activation_name(ce.activation_fn), names,
-                     bool(getattr(ce.model.config, "is_decoder", False)) or ce.model.config.model_type in ("qwen3", "qwen2",
-                                                                                                      "llama", "mistral"),
-                     str(getattr(tok, "padding_side", "right")))
+    return CrossInfo(int(ce.max_seq_length), int(ce.num_labels), activation_name(ce.activation_fn), names)
 
 
 def corpus_pairs(texts: list[str], queries: int = 8, docs: int = 24) -> tuple[list[str], list[list[str]]]:
@@ -101,14 +96,7 @@ def corpus_pairs(texts: list[str], queries: int = 8, docs: int = 24) -> tuple[li
     return qs, out
 
 
-def ce_predict(ce, pairs: list[tuple[str, str]], activation: str = "default") -> np.ndarray:
+def ce_predict(ce, pairs: list[tuple[str, str]]) -> np.ndarray:
     """CrossEncoder.predict at fp32, batch 32: [pairs, labels] (a 1-label model: [pairs, 1])."""
-    import torch
-
-    kw: dict[str, object] = {}
-    if activation == "raw":
-        kw["activation_fn"] = torch.nn.Identity()
-    elif activation == "softmax":
-        kw["apply_softmax"] = True
-    s = np.asarray(ce.predict(pairs, batch_size=32, show_progress_bar=False, **kw), dtype=np.float32)
+    s = np.asarray(ce.predict(pairs, batch_size=32, show_progress_bar=False), dtype=np.float32)
     return s.reshape(len(pairs), -1)

@@ -17,8 +17,8 @@ from embtrt_backend.kinds import SPARSE
 from ...common.log import Log
 from ...errors import ParityError
 from .reference_gate import TOLERANCE, judge
-from .reference import load_sparse_encoder, se_encode
-from ...export.render import _t
+from .reference import doc_module, load_sparse_encoder, se_encode
+from ...export.render import _t, torch_dir
 from ...export.single import FrontDoorBuild, export_head
 from ...export.spec import BuildSpec
 
@@ -31,7 +31,7 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
 
     from embtrt_backend.torch_encoder import splade_weights
 
-    mlm = AutoModelForMaskedLM.from_pretrained(str(doc_dir(spec)), dtype=torch.float32, attn_implementation="eager",
+    mlm = AutoModelForMaskedLM.from_pretrained(str(torch_dir(spec)), dtype=torch.float32, attn_implementation="eager",
                                                trust_remote_code=spec.trust_remote_code).eval()
     names, pooling, double = spec.input_names, spec.splade_pooling, spec.activation == "log1p_relu"
     top = spec.sparse_max_active_dims if spec.active_dims_in_graph else 0
@@ -60,16 +60,6 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
                           "report the model architecture")
     log(f"[ok] ONNX SPLADE head equals SparseEncoder on real texts (max |weight difference| {worst:.1e})")
     return {"max_abs_diff": worst, "opset": 17}
-
-
-def doc_module(se):
-    """The module that tokenizes and runs the documents: the first, or an inference-free SPLADE's
-    document route's first."""
-    return se[0].sub_modules["document"][0] if type(se[0]).__name__ == "Router" else se[0]
-
-
-def doc_dir(spec: BuildSpec) -> Path:
-    return spec.model_dir / spec.sparse_encoder_dir if spec.sparse_encoder_dir else spec.model_dir
 
 
 def served_weights(core, encoder, texts: list[str], input_type: str, static=None,
@@ -121,7 +111,7 @@ class SparseBuild(FrontDoorBuild):
         from ...export.tokenizer import check_tokenizer
 
         spec, log = self.spec, self.log
-        check_tokenizer(spec.with_(model_dir=doc_dir(spec)), tok_json, pad_id, texts, log)
+        check_tokenizer(spec.with_(model_dir=torch_dir(spec)), tok_json, pad_id, texts, log)
         if spec.sparse_query_max_length:   # inference-free: the query side's tokenizer and weights, served as they are
             from embtrt_backend.sparse import StaticQuery
 

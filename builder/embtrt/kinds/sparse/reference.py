@@ -90,6 +90,12 @@ def splade_info(se, path: Path) -> SpladeInfo:
                       str(pool.activation_function), names)
 
 
+def doc_module(se):
+    """The module that tokenizes and runs the documents: the first, or an inference-free SPLADE's
+    document route's first."""
+    return se[0].sub_modules["document"][0] if type(se[0]).__name__ == "Router" else se[0]
+
+
 def static_query_weights(se) -> np.ndarray:
     """The learned per-token weights of an inference-free SPLADE's query side."""
     return se[0].sub_modules["query"][0].weight.detach().float().numpy()
@@ -102,7 +108,7 @@ def se_encode(se, texts: list[str], which: str = "document", prompt_name: str | 
     source = _SOURCES.get(se)
     if source is None:
         return _se_encode(se, texts, which, prompt_name)
-    doc = se[0].sub_modules["document"][0] if type(se[0]).__name__ == "Router" else se[0]
+    doc = doc_module(se)
     options = {"which": which, "prompt_name": prompt_name, "trust_remote_code": source[1],
                "max_seq_length": se.max_seq_length, "document_max_seq_length": getattr(doc, "max_seq_length", None),
                "max_active_dims": getattr(se, "max_active_dims", None)}
