@@ -7,10 +7,11 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
+from embtrt_backend.kinds import EMBEDDER, SPARSE, kind_of
 
 from ..common.files import check_out
 from ..common.gpu import tensorrt_available
+from ..common.plugins import implementation
 from ..common.options import parse_int_list
 from ..errors import SpecError
 from ..repository.budget import RUN_OVERHEAD_TOKENS, bucket_batch
@@ -385,14 +386,10 @@ def spec_from_options(
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {_a(found)} {found} ({why})",
                         f"build it as {_a(found)} {found} (leave --kind out), or point at {_a(kind)} {kind} folder")
-    from .spec_kinds import reranker_fields, sparse_fields
-
-    if found == RERANKER.name:
-        return given.with_(**reranker_fields(model_dir, max_seq_length, bucket_t, given.trust_remote_code),
-                           active_dims_in_graph=in_graph)
-    if found == SPARSE.name:
-        return given.with_(**sparse_fields(model_dir, max_seq_length, bucket_t, overrides, default_prompt, default_name,
-                                           given.trust_remote_code), active_dims_in_graph=in_graph)
+    if kind_of(found).spec_fields:   # what the kind's reference reads of the folder (its export module)
+        fields = implementation(kind_of(found), "spec_fields")
+        return given.with_(**fields(model_dir, max_seq_length, bucket_t, given.trust_remote_code, overrides, default_prompt,
+                                    default_name), active_dims_in_graph=in_graph)
     info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
     if pooling == "auto":
         pooling = info.pooling or ("last-token" if info.is_decoder else "cls")

@@ -33,6 +33,9 @@ class Kind:
     # (url, model, reference, texts, *, under_load, concurrency, against, log, trust_remote_code) -> a
     # Verdict: `embtrt verify` of a served model; "": the embedder's own (cli/measure.py, its cosine gate)
     verify: str = ""
+    # (model folder, max_seq_length, buckets, trust_remote_code, prompt overrides, --default-prompt, its name) ->
+    # the BuildSpec fields its reference reads of the folder; "": the embedder's (export.spec's own)
+    spec_fields: str = ""
     measure: str = ""         # its measure.kind_measure.KindMeasure (verify, `embtrt tune`'s trial); "": the embedder's
 
     @property

@@ -9,6 +9,7 @@ KIND = Kind(
     client_hint="embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
     front_door="router", inputs=("QUERY", "DOCUMENT"), probe_output="SCORES", door="RerankerDoor", torch_encoder="TorchClassifier",
     encoder_output="logits",
-    build="embtrt.kinds.reranker.export:build_reranker_in", gateway_model="embtrt.kinds.reranker.scale:Reranker",
+    build="embtrt.kinds.reranker.export:build_reranker_in", spec_fields="embtrt.kinds.reranker.export:spec_fields",
+    gateway_model="embtrt.kinds.reranker.scale:Reranker",
     verify="embtrt.kinds.reranker.measure:verify_reranker", measure="embtrt.kinds.reranker.measure:RerankMeasure",
 )

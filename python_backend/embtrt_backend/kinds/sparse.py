@@ -9,6 +9,7 @@ KIND = Kind(
     client_hint="embed with EmbeddingClient, rank with RerankClient",
     front_door="router", inputs=("TEXT",), probe_output="SPARSE_VALUES", door="SparseDoor", torch_encoder="TorchSplade",
     encoder_output="sparse",
-    build="embtrt.kinds.sparse.export:build_sparse_in", gateway_model="embtrt.kinds.sparse.scale:Sparse",
+    build="embtrt.kinds.sparse.export:build_sparse_in", spec_fields="embtrt.kinds.sparse.export:spec_fields",
+    gateway_model="embtrt.kinds.sparse.scale:Sparse",
     verify="embtrt.kinds.sparse.measure:verify_sparse", measure="embtrt.kinds.sparse.measure:SparseMeasure",
 )

@@ -15,7 +15,8 @@ from embtrt_backend.kinds import RERANKER
 
 from ...common.log import Log
 from ...errors import ParityError
-from .reference import corpus_pairs, load_cross_encoder
+from ...reference.modelinfo import default_buckets
+from .reference import corpus_pairs, cross_info, load_cross_encoder
 from .reference_gate import SCORE_TOLERANCE, judge
 from ...export.render import _t
 from ...export.single import FrontDoorBuild, export_head
@@ -152,3 +153,18 @@ def check_pair_tokenizer(hf_tok, tok, pairs: list[tuple[str, str]], log: Log) ->
                           f"pairs (first: {pairs[bad[0]][1][:60]!r})", "the tokenizer.json lacks settings of the HF tokenizer")
     cut = int(sum(len(x) == max_length for x in ours.ids))
     log(f"[ok] serving pair tokenizer equals CrossEncoder's on {len(pairs)} pairs ({cut} cut at {max_length} tokens)")
+
+
+def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None, trust_remote_code: bool,
+                overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> dict:
+    """A cross-encoder's spec fields: what CrossEncoder reads of the folder (max length, labels,
+    activation, the tokenizer's inputs) fills it (export.spec.spec_from_options sets them: Kind.spec_fields);
+    the embedder's pooling fields do not apply; the options' prompts do not apply either."""
+    ce = load_cross_encoder(model_dir, max_seq_length, trust_remote_code)
+    info = cross_info(ce)
+    seq = int(max_seq_length or info.max_length)
+    return dict(kind=RERANKER.name, num_labels=info.num_labels, activation=info.activation,
+                max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.num_labels,
+                input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
+                prompts=tuple((str(k), str(v)) for k, v in (ce.prompts or {}).items()),
+                default_prompt_name=ce.default_prompt_name, overflow_stride=0)

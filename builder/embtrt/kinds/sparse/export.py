@@ -17,7 +17,8 @@ from embtrt_backend.kinds import SPARSE
 from ...common.log import Log
 from ...errors import ParityError
 from .reference_gate import TOLERANCE, judge
-from .reference import doc_module, load_sparse_encoder, se_encode
+from ...reference.modelinfo import default_buckets
+from .reference import doc_module, load_sparse_encoder, se_encode, splade_info
 from ...export.render import _t, torch_dir
 from ...export.single import FrontDoorBuild, export_head
 from ...export.spec import BuildSpec
@@ -162,3 +163,20 @@ class SparseBuild(FrontDoorBuild):
 
 
 build_sparse_in = SparseBuild.build_in
+
+
+def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None, trust_remote_code: bool,
+                overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> dict:
+    """A SPLADE SparseEncoder's spec fields: max length, vocabulary, pooling and activation from the folder, and the
+    options' prompts over its own (export.spec.spec_from_options sets them: Kind.spec_fields)."""
+    se = load_sparse_encoder(model_dir, trust_remote_code)   # its own prompts (read_st_prompts converts it)
+    info = splade_info(se, model_dir)
+    seq = int(max_seq_length or info.max_length)
+    prompts = {**{str(k): str(v) for k, v in (se.prompts or {}).items()}, **overrides}
+    model_default = default_name if default_prompt is not None else se.default_prompt_name
+    return dict(kind=SPARSE.name, activation=info.activation, splade_pooling=info.pooling,
+                sparse_encoder_dir=info.encoder_dir, sparse_query_max_length=info.query_max_length,
+                sparse_max_active_dims=int(getattr(se, "max_active_dims", None) or 0),
+                max_seq_length=seq, buckets=bucket_t or default_buckets(seq), hidden_size=info.vocab,
+                input_names=info.input_names, pooling="cls", normalize=False, pooler="fused",
+                prompts=tuple(prompts.items()), default_prompt_name=model_default, overflow_stride=0)
