@@ -27,11 +27,8 @@ def check(repo: list[Path] = typer.Argument(..., exists=True, file_okay=False, h
         rep.items += [(ok, f"{r.name}: {m}" if len(repo) > 1 else m) for ok, m in one.items]
         rep.pending += one.pending
     if len(repo) > 1:
-        conflicts = repositories_conflicts(repo)
-        for c in conflicts:
-            rep.fail(c)
-        if not conflicts:
-            rep.ok(f"{len(repo)} repositories can be served by one tritonserver (distinct model names, one server Python)")
+        rep.outcome(repositories_conflicts(repo),
+                    f"{len(repo)} repositories can be served by one tritonserver (distinct model names, one server Python)")
     if as_json:
         sys.stdout.write(json.dumps({"passed": rep.passed, "items": rep.lines()}, indent=2) + "\n")
     else:

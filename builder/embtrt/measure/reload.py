@@ -20,28 +20,21 @@ def _client(url: str):
 
 def ready_models(url: str) -> set[str]:
     """The models the server has loaded and ready."""
-    c = _client(url)
-    try:
+    with _client(url) as c:
         return {x["name"] for x in c.get_model_repository_index(as_json=True).get("models", [])
                 if x.get("state") == "READY"}
-    finally:
-        c.close()
 
 
 def model_configs(url: str, names) -> dict[str, dict]:
     """Each named model's config as the server has it now."""
-    c = _client(url)
-    try:
+    with _client(url) as c:
         return {m: c.get_model_config(m, as_json=True)["config"] for m in names}
-    finally:
-        c.close()
 
 
 def load_configs(url: str, manifest: Manifest, configs: dict[str, dict], error: type[EmbtrtError], hint: str) -> None:
     """Load each model with its config override, ensembles after the models they compose and the
     front door last. A server not in explicit model-control mode raises `error` with `hint`."""
-    c = _client(url)
-    try:
+    with _client(url) as c:
         for m in load_order(manifest, configs):
             try:
                 c.load_model(m, config=json.dumps(configs[m]))
@@ -49,5 +42,3 @@ def load_configs(url: str, manifest: Manifest, configs: dict[str, dict], error: 
                 if "explicit" in str(exc) or "not allowed" in str(exc) or "polling" in str(exc):
                     raise error(f"the server at {url} is not in explicit model-control mode: {exc}", hint) from None
                 raise
-    finally:
-        c.close()

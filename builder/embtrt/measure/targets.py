@@ -98,11 +98,13 @@ def plans_of(rows: np.ndarray, per_req: int, n: int, seed: int) -> list[list[int
 
 
 def _timed(embed: Callable[[list[str]], object], texts: list[str], plans: list[list[int]],
-           tokens: np.ndarray) -> tuple[list[float], float, int]:
-    """Each plan embedded in turn -> (latencies ms, wall seconds, tokens)."""
+           tokens: np.ndarray, warmup: int = 0) -> tuple[list[float], float, int]:
+    """The first `warmup` plans embedded unmeasured, then each other plan in turn -> (latencies ms, wall seconds, tokens)."""
+    for p in plans[:warmup]:
+        embed([texts[j] for j in p])
     lat, n_tok = [], 0
     t0 = time.perf_counter()
-    for p in plans:
+    for p in plans[warmup:]:
         s = time.perf_counter()
         embed([texts[j] for j in p])
         lat.append((time.perf_counter() - s) * 1e3)
@@ -112,14 +114,8 @@ def _timed(embed: Callable[[list[str]], object], texts: list[str], plans: list[l
 
 def _inprocess(texts: list[str], rows: np.ndarray, per_req: int, requests: int, warmup: int,
                seed: int, tokens: np.ndarray, st_model=None) -> tuple[list[float], float, int]:
-    plans = plans_of(rows, per_req, requests + warmup, seed)
-
-    def embed(batch: list[str]) -> None:
-        st_model.encode(batch, batch_size=per_req)
-
-    for p in plans[:warmup]:
-        embed([texts[j] for j in p])
-    return _timed(embed, texts, plans[warmup:], tokens)
+    return _timed(lambda batch: st_model.encode(batch, batch_size=per_req), texts,
+                  plans_of(rows, per_req, requests + warmup, seed), tokens, warmup)
 
 
 class EncoderInProcess:
@@ -160,11 +156,7 @@ def _encoder_inprocess(line: EncoderInProcess, texts: list[str], rows: np.ndarra
                        ) -> tuple[tuple[list[float], float, int], tuple[list[float], float, int]]:
     """(one request at a time, length-sorted batches of 32 of the same texts), each (latencies ms, seconds, tokens)."""
     plans = plans_of(rows, per_req, requests + warmup, seed)
-    for p in plans[:warmup]:
-        line.embed([texts[j] for j in p])
-    single = _timed(line.embed, texts, plans[warmup:], tokens)
     flat = sorted((j for p in plans[warmup:] for j in p), key=lambda j: tokens[j])
     batches = [flat[i:i + 32] for i in range(0, len(flat), 32)]
-    for b in batches:  # one unmeasured pass: the first run of each new shape is slower
-        line.embed([texts[j] for j in b])
-    return single, _timed(line.embed, texts, batches, tokens)
+    # the batches run once unmeasured first: the first run of each new shape is slower
+    return _timed(line.embed, texts, plans, tokens, warmup), _timed(line.embed, texts, batches * 2, tokens, len(batches))

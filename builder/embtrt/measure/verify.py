@@ -63,13 +63,9 @@ class VerifyReport:
     def lines(self) -> list[str]:
         out = [f"verify {self.model} against {self.reference}"] + self.gate.lines()
         if self.load is not None:
-            out.append(self.load.line())
-            for m in self.load.mismatched[:5]:
-                out.append(f"    cosine {m['cosine']:.6f}: {m['text']!r}")
+            out += [self.load.line()] + [f"    cosine {m['cosine']:.6f}: {m['text']!r}" for m in self.load.mismatched[:5]]
         if not self.gate.passed:
-            out.append("worst texts:")
-            for w in self.gate.worst_texts:
-                out.append(f"    [{w['bucket']}] cosine {w['cosine']:.6f}: {w['text']!r}")
+            out += ["worst texts:"] + [f"    [{w['bucket']}] cosine {w['cosine']:.6f}: {w['text']!r}" for w in self.gate.worst_texts]
         out += [f"warning: {w}" for w in self.warnings]
         out.append("PASSED" if self.passed else "FAILED: " + "; ".join(
             self.gate.failures() + ([] if self.load is None or self.load.passed else ["under-load check"])))
@@ -84,10 +80,9 @@ class VerifyReport:
 
 
 def identity_warnings(served: dict[str, str], ref: Reference, index_identity: dict[str, str] | None) -> list[str]:
-    out = []
     if not served:
-        out.append("the served model publishes no embtrt identity; index and query provenance cannot be checked")
-        return out
+        return ["the served model publishes no embtrt identity; index and query provenance cannot be checked"]
+    out = []
     sha = served.get("embtrt.model_sha256")
     if sha and sha != model_hash(ref.path):
         out.append(f"the served model was built from different weights than {ref.path} "
@@ -223,22 +218,20 @@ def verify_against(url: str, model: str, other_url: str, other_model: str, texts
     other), with the second deployment as the reference; their identities are compared too."""
     from ..serve.client import EmbeddingClient
 
-    got = {}
-    meta = {}
-    for key, (u, m) in {"a": (url, model), "b": (other_url, other_model)}.items():
+    ids, got = [], []
+    for u, m in ((url, model), (other_url, other_model)):
         with EmbeddingClient(u, m) as c:
-            meta[key] = c.metadata()
+            ids.append(c.metadata().identity)
             log(f"embedding {len(texts)} texts through {m} at {u}")
-            got[key] = c.embed(texts)
+            got.append(c.embed(texts))
+    (ida, idb), (vec_a, vec_b) = ids, got
     name_a, name_b = f"{model}@{url}", f"{other_model}@{other_url}"
-    ida, idb = meta["a"].identity, meta["b"].identity
     notes = identity_diff(ida, idb, name_a, name_b)
-    if got["a"].shape != got["b"].shape:
-        raise ClientError(f"{name_a} returns {got['a'].shape[1]}-dimensional vectors, {name_b} "
-                          f"{got['b'].shape[1]}-dimensional: different models, whose vectors cannot be compared",
+    if vec_a.shape != vec_b.shape:
+        raise ClientError(f"{name_a} returns {vec_a.shape[1]}-dimensional vectors, {name_b} "
+                          f"{vec_b.shape[1]}-dimensional: different models, whose vectors cannot be compared",
                           "; ".join(notes) or "re-embed the index with the deployment that serves the queries")
     buckets = tuple(int(b) for b in idb.get("embtrt.buckets", "").split(",") if b) or (32, 128, 512)
     max_len = int(idb.get("embtrt.max_seq_length", buckets[-1]))
     labels = [bucket_label(int(n), buckets, max_len) for n in token_counts]
-    report = VerifyReport(name_a, name_b, evaluate(got["b"], got["a"], labels, gate, texts), ida, notes)
-    return report
+    return VerifyReport(name_a, name_b, evaluate(vec_b, vec_a, labels, gate, texts), ida, notes)

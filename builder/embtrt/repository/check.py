@@ -6,17 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tritonclient.grpc import model_config_pb2 as mc
-else:
-    from .proto import model_config_pb2 as mc   # without needing gRPC
 
 from ..errors import RepositoryError
 from .budget import bucket_batch, bucket_models, expected_graph_shapes
 from .bundle_record import BUNDLE_META, EXPECTED, MODEL_DEPS, bundle_python_tags, python_tag
-from .config import parse_config
+from .config import mc, parse_config   # Triton's model_config.proto, without needing gRPC
 from .manifest import Manifest, has_manifest, read_manifest
 
 BACKEND_FILES = {"python": "model.py", "onnxruntime": "model.onnx"}
@@ -33,6 +27,13 @@ class CheckReport:
 
     def fail(self, msg: str) -> None:
         self.items.append((False, msg))
+
+    def outcome(self, errors: list[str], ok: str | None) -> None:
+        """Each error as a failure; where there is none, `ok` (when given) as a pass."""
+        for e in errors:
+            self.fail(e)
+        if ok and not errors:
+            self.ok(ok)
 
     @property
     def passed(self) -> bool:
@@ -142,11 +143,8 @@ def check_bundle(repo: Path, manifest: Manifest, configs: dict, rep: CheckReport
             absent = [m for m in want if not ((folder / m).is_dir() or any(folder.glob(f"{m}.*")))]
             if absent:
                 errors.append(f"{name}: imports {', '.join(absent)}, which the bundle lacks")
-    for e in errors:
-        rep.fail(e)
-    if not errors and b:
-        rep.ok(f"bundle: {', '.join(f'{n} {v}' for n, v in meta['packages'].items())} for Python {meta['python']} "
-               f"({meta['size_bytes'] / 2**20:.0f} MiB) holds what every Python model imports")
+    rep.outcome(errors, f"bundle: {', '.join(f'{n} {v}' for n, v in meta['packages'].items())} for Python {meta['python']} "
+                        f"({meta['size_bytes'] / 2**20:.0f} MiB) holds what every Python model imports" if b else None)
 
 
 def check_token_budget(repo: Path, manifest: Manifest, configs: dict, rep: CheckReport) -> None:
@@ -191,12 +189,8 @@ def check_token_budget(repo: Path, manifest: Manifest, configs: dict, rep: Check
         exp = ",".join(str(want[int(b)]) for b in manifest.buckets)
         if got != exp:
             errors.append(f"{name}: encoder_max_batch_sizes {got!r}, the budget gives {exp!r}")
-    if errors:
-        for e in errors:
-            rep.fail(e)
-    else:
-        rep.ok("token budget " + str(budget) + ": max batch per bucket "
-               + ", ".join(f"{b}:{mb}" for b, mb in want.items()) + " in every config, recipe, CUDA graph and warm-up")
+    rep.outcome(errors, "token budget " + str(budget) + ": max batch per bucket "
+                + ", ".join(f"{b}:{mb}" for b, mb in want.items()) + " in every config, recipe, CUDA graph and warm-up")
 
 
 def _check_model(d: Path, cfg: mc.ModelConfig, configs: dict, rep: CheckReport, allow_pending: bool) -> None:
@@ -283,9 +277,5 @@ def _check_ensemble(cfg: mc.ModelConfig, configs: dict, rep: CheckReport) -> Non
         elif avail[out.name][0] != out.data_type or not _dims_compatible(avail[out.name][1], list(out.dims)):
             errors.append(f"output {out.name!r}: steps produce {mc.DataType.Name(avail[out.name][0])} "
                           f"{avail[out.name][1]}, config says {mc.DataType.Name(out.data_type)} {list(out.dims)}")
-    if errors:
-        for e in errors:
-            rep.fail(f"{name}: {e}")
-    else:
-        steps = " -> ".join(s.model_name for s in cfg.ensemble_scheduling.step)
-        rep.ok(f"{name}: ensemble {steps}")
+    rep.outcome([f"{name}: {e}" for e in errors],
+                f"{name}: ensemble " + " -> ".join(s.model_name for s in cfg.ensemble_scheduling.step))
