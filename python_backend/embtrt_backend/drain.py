@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 ENV = "EMBTRT_DRAIN_FILE"
 MESSAGE = "the server is draining (shutting down): retry the request on another replica"
@@ -87,7 +88,7 @@ class Drain:
         with self._lock:
             self._busy -= 1
             if self._busy == 0 and self._marked is not None:
-                _remove(self._marked)
+                Path(self._marked).unlink(missing_ok=True)
                 self._marked = None
 
     def _mark(self) -> None:
@@ -106,10 +107,3 @@ class Drain:
                 if self._busy > 0 and self._marked is None:
                     self._mark()
             return  # draining is for good: a later call is refused, or lists itself (enter)
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -75,7 +75,7 @@ def live_stubs(pids: set[int] | None = None) -> dict[str, int]:
     return out
 
 
-def _status(url: str, timeout_s: float) -> int:
+def http_status(url: str, timeout_s: float) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:
             return int(r.status)
@@ -88,14 +88,14 @@ def _status(url: str, timeout_s: float) -> int:
 def check(http: str, repositories: list[str], timeout_s: float = 2.0, pids: set[int] | None = None) -> list[str]:
     """The reasons the server is not live ([] when it is). `pids`: only these processes count as its stubs."""
     base = http if http.startswith("http") else f"http://{http}"
-    code = _status(f"{base}/v2/health/live", timeout_s)
+    code = http_status(f"{base}/v2/health/live", timeout_s)
     if code != 200:
         return [f"tritonserver's /v2/health/live answered {code or 'nothing'}"]
     running = live_stubs(pids)
     problems = []
     for model, instances in python_instances(repositories).items():
         missing = [i for i in instances if i not in running]
-        if missing and _status(f"{base}/v2/models/{model}/ready", timeout_s) == 200:
+        if missing and http_status(f"{base}/v2/models/{model}/ready", timeout_s) == 200:
             problems.append(f"{model}: the Python-backend stub of {', '.join(missing)} is not running")
     return problems
 

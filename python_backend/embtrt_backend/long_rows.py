@@ -23,6 +23,7 @@ the others (OpenVINO's infer requests, PyTorch) keep long texts in execute().
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import queue
@@ -99,10 +100,8 @@ class LongRowGate:
                 pass   # another instance's lane holds it: that instance removes it
             finally:
                 os.close(fd)
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(self.folder)
-        except OSError:
-            pass
 
 
 class LongLane:

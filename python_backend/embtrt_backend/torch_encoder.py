@@ -22,6 +22,7 @@ import numpy as np
 
 from .kinds import KINDS, kind_of
 from .pooling import pool_and_normalize
+from .torch_graphs import GraphSet, format_graph_shapes, parse_graph_shapes
 
 
 DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")}
@@ -58,7 +59,6 @@ class _Torch:
         self.model = getattr(transformers, self.auto_class).from_pretrained(
             hf_dir, dtype=torch.float32, trust_remote_code=trust_remote_code).eval().to(device=device, dtype=dtype)
         self.autocast_bf16 = device == "cpu" and precision == "bf16"
-        self.input_names = ("input_ids", "attention_mask", "token_type_ids")
         self.graphs = None
 
     def forward(self, inputs: dict):
@@ -68,8 +68,6 @@ class _Torch:
     def capture(self, shapes: dict[int, tuple[int, ...]], input_names: tuple[str, ...], capture: bool | None = None) -> None:
         """Static shapes for these (bucket: batch sizes): CUDA graphs on CUDA, the eager stand-in on
         the CPU (capture=False); every shape warmed up before this returns."""
-        from .torch_graphs import GraphSet
-
         def forward(inputs):
             with self.torch.inference_mode(), self.torch.autocast("cpu", dtype=self.torch.bfloat16,
                                                                   enabled=self.autocast_bf16):
@@ -77,8 +75,6 @@ class _Torch:
 
         capture = self.device == "cuda" if capture is None else capture
         self.graphs = GraphSet(self.torch, forward, shapes, tuple(input_names), self.device, capture)
-        from .torch_graphs import format_graph_shapes
-
         print(f"embtrt python-torch: {len(self.graphs.graphs)} static shapes ready on {self.device} "
               f"({'CUDA graphs, captured and replayed once' if capture else 'eager stand-in without CUDA'}): "
               f"{format_graph_shapes(self.graphs.shapes)}", file=sys.stderr, flush=True)
@@ -197,7 +193,5 @@ def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_cod
         raise ValueError(f"{exc}: python-torch runs {', '.join(k.label for k in KINDS)}") from None
     enc: _Torch = globals()[kind.torch_encoder].from_params(p, hf_dir, threads, trust_remote_code, device)
     if p.get("graph_shapes") and p.get("cuda_graphs", "true") == "true":
-        from .torch_graphs import parse_graph_shapes
-
         enc.capture(parse_graph_shapes(p["graph_shapes"]), tuple(p["input_names"].split(",")))
     return enc

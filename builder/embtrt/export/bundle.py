@@ -38,7 +38,6 @@ MANYLINUX = ("manylinux2014", "manylinux_2_17", "manylinux_2_27", "manylinux_2_2
              "manylinux_2_34", "manylinux_2_35")
 
 
-
 def _pins(names: list[str]) -> dict[str, str]:
     out = {}
     for n in names:
@@ -47,10 +46,6 @@ def _pins(names: list[str]) -> dict[str, str]:
         except PackageNotFoundError:
             raise DependencyError(f"cannot bundle {n}: it is not installed here", f"pip install {n}") from None
     return out
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "embtrt" / "bundles"
 
 
 def _install(pins: dict[str, str], py: str, machine: str, dest: Path) -> None:
@@ -80,17 +75,13 @@ def _compile(dest: Path, py: str) -> bool:
                                        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH))
 
 
-def _tree_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
 def make_bundle(target: str, server_python: str, dest: Path, log: Log = print) -> dict:
     """Install the target's packages for `server_python` into dest (via the cache); return the metadata."""
     py = parse_python(server_python)
     machine = platform.machine() or "x86_64"
     pins = _pins(packages_for(target))
     key = hashlib.sha256(json.dumps([pins, py, machine, MANYLINUX, "pyc:checked-hash"]).encode()).hexdigest()[:16]
-    cached = _cache_root() / f"{python_tag(py)}-{key}"
+    cached = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "embtrt" / "bundles" / f"{python_tag(py)}-{key}"
     if not (cached / BUNDLE_META).is_file():
         log(f"bundling {', '.join(f'{n} {v}' for n, v in pins.items())} for Python {py} ({machine}) with pip")
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -99,8 +90,8 @@ def make_bundle(target: str, server_python: str, dest: Path, log: Log = print) -
             _install(pins, py, machine, tmp)
             shutil.rmtree(tmp / "bin", ignore_errors=True)  # console scripts: nothing runs them in the stub
             _compile(tmp, py)
-            meta = {"python": py, "python_tag": python_tag(py), "platform": f"manylinux_{machine}",
-                    "packages": pins, "size_bytes": _tree_size(tmp), "cache_key": key}
+            meta = {"python": py, "python_tag": python_tag(py), "platform": f"manylinux_{machine}", "packages": pins,
+                    "size_bytes": sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()), "cache_key": key}
             (tmp / BUNDLE_META).write_text(json.dumps(meta, indent=2) + "\n")
             try:
                 tmp.rename(cached)
@@ -111,14 +102,10 @@ def make_bundle(target: str, server_python: str, dest: Path, log: Log = print) -
             raise
     else:
         log(f"bundle for Python {py} from the cache ({cached})")
-    _link_tree(cached, dest)
+    for f in cached.rglob("*"):
+        if f.is_file():
+            link_or_copy(f, dest / f.relative_to(cached))
     meta = json.loads((dest / BUNDLE_META).read_text())
     log(f"bundled {', '.join(f'{n} {v}' for n, v in meta['packages'].items())} for Python {py}: "
         f"{meta['size_bytes'] / 2**20:.0f} MiB in {dest}")
     return meta
-
-
-def _link_tree(src: Path, dst: Path) -> None:
-    for f in src.rglob("*"):
-        if f.is_file():
-            link_or_copy(f, dst / f.relative_to(src))

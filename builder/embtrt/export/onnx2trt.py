@@ -111,10 +111,9 @@ def write_recipes(spec, art, repo: Path, log: Log = print) -> list[Path]:
         d = repo / f"{spec.name}_{b}_encoder"
         src, gate = art.by_bucket[b], art.gate_by_bucket[b]
         _link(src, d / "model.onnx")
-        gate_rel = "model.onnx"
+        gate_rel = "model.onnx" if gate == src else GATE_ONNX
         if gate != src:
             _link(gate, d / GATE_ONNX)
-            gate_rel = GATE_ONNX
         mb = spec.bucket_max_batch(b)
         r = EngineRecipe(model=d.name, bucket=b, onnx="model.onnx", onnx_sha256=sha256_file(d / "model.onnx"),
                          gate_onnx=gate_rel, gate_onnx_sha256=sha256_file(d / gate_rel), gate_run=art.gate_run,
@@ -192,10 +191,7 @@ def plan_status(model_dir: Path, host: HostInfo | None) -> PlanStatus:
 def _as_built(stored: dict | None) -> dict | None:
     """A plan manifest's recipe with the fields an older embtrt did not write at their defaults
     (a plan built before a field existed was built as that default says: TF32 on)."""
-    if stored is None:
-        return None
-    optional = {"strongly_typed": True, "tf32": True}
-    return {**{k: v for k, v in optional.items() if k not in stored}, **stored}
+    return None if stored is None else {"strongly_typed": True, "tf32": True, **stored}
 
 
 def encoder_dirs(repo: Path) -> list[Path]:
@@ -300,31 +296,29 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
     # a simulated graph runs exactly as written: the optimizer would drop its rounding casts
     ort = enc_mod.OrtEncoder(str(model_dir / recipe.gate_onnx), optimize=recipe.gate_run == "exact")
     runner = (runner_cls or PlanRunner)(model_dir / PLAN)
-    got, want = [], []
+    got, want, masks = [], [], []
     for s in range(0, len(rows), recipe.max_batch):
         feeds = tok.pad(enc, rows[s:s + recipe.max_batch], recipe.bucket, recipe.input_names)
         got.append(runner.run(feeds, m.encoder_output))
         want.append(ort.run(feeds))
+        masks.append(feeds["attention_mask"])
     runner.close()
     g, w = np.concatenate(got), np.concatenate(want)
+    what_ran = f"{model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on"
     if m.kind != EMBEDDER.name:
         worst, limit, what = kind_plan_difference(m, g, w)
         ok = worst <= limit
-        log(f"{'[ok]' if ok else '[x]'} {model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on "
-            f"{len(rows)} texts: max |{what} difference| {worst:.2e} (limit {limit:.0e})")
+        log(f"{'[ok]' if ok else '[x]'} {what_ran} {len(rows)} texts: max |{what} difference| {worst:.2e} (limit {limit:.0e})")
         return worst, ok
     if g.ndim == 3:  # hidden states: compare the pooled vectors
         from embtrt_backend.pooling import pool_and_normalize
 
-        mask = np.concatenate([tok.pad(enc, rows[s:s + recipe.max_batch], recipe.bucket, recipe.input_names)["attention_mask"]
-                               for s in range(0, len(rows), recipe.max_batch)])
+        mask = np.concatenate(masks)
         g = pool_and_normalize(g, mask, m.pooling, m.normalize)
         w = pool_and_normalize(w, mask, m.pooling, m.normalize)
     st = CosineStats.of(cosine_rows(w, g))
     ok = st.passes(gate)
-    log(f"{'[ok]' if ok else '[x]'} {model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on {st.n} texts: "
-        f"cosine p50 {st.p50:.6f} "
-        f"p01 {st.p01:.6f} min {st.min:.6f}")
+    log(f"{'[ok]' if ok else '[x]'} {what_ran} {st.n} texts: cosine p50 {st.p50:.6f} p01 {st.p01:.6f} min {st.min:.6f}")
     return st, ok
 
 

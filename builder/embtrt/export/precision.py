@@ -154,7 +154,10 @@ def autocast(src: Path, dst: Path, low: str, calibration: dict[int, dict[str, np
                                        calibration_data=str(cal))
     onnx.save(model, str(dst))
     elem = {"fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}[low]
-    low_nodes = sum(1 for n in model.graph.node if n.op_type != "Cast" and _outputs_type(model, n) == elem)
+    g = model.graph
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.value_info) + list(g.output) + list(g.input)}
+    # a node is in the low type when the first of its outputs with a known type is
+    low_nodes = sum(1 for n in g.node if n.op_type != "Cast" and next((types[o] for o in n.output if o in types), None) == elem)
     casts = sum(1 for n in model.graph.node if n.op_type == "Cast")
     log(f"AutoCast {low}: {low_nodes} nodes in {low}, {casts} casts, pooling head"
         f"{', LayerNorm/Softmax/reductions' if fp32_layers else ''} and out-of-range nodes kept in fp32 "
@@ -164,15 +167,6 @@ def autocast(src: Path, dst: Path, low: str, calibration: dict[int, dict[str, np
             "op_types_to_exclude": list(FP32_LAYER_OPS) if fp32_layers else [],
             "calibration": {str(b): list(next(iter(f.values())).shape) for b, f in calibration.items()},
             "nodes_low_precision": low_nodes, "casts": casts}
-
-
-def _outputs_type(model, node) -> int | None:
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in
-             list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)}
-    for o in node.output:
-        if o in types:
-            return types[o]
-    return None
 
 
 def quantize(src: Path, dst: Path, mode: str, feeds: dict[str, np.ndarray], log: Log) -> dict:

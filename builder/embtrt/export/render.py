@@ -224,6 +224,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
     common = {"version": __version__, "max_batch_size": spec.max_batch_size}
     text_in = [_t("TEXT", "TYPE_STRING", [1])]
     emb_out = [_t("EMBEDDING", "TYPE_FP32", [H])]
+    pool_inputs = lambda rows: [_t("last_hidden_state", "TYPE_FP32", [rows, H]), _t("attention_mask", "TYPE_INT64", [rows])]
     # the front door answers request options: a width (dimensions) and a vector type per request;
     # TOKENS: each text's token count (usage), so that a caller need not tokenize again
     front_out = [_t("EMBEDDING", "TYPE_FP32", [-1]), _t("EMBEDDING_INT8", "TYPE_INT8", [-1]),
@@ -256,8 +257,7 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
         bcommon = {**common, "max_batch_size": spec.bucket_max_batch(b)}  # the token budget's rows
         bbatch = _batching(spec, spec.bucket_preferred(b))
         tok_name, enc_name, pool_name, ens_name = (names[k][b] for k in ("tokenizer", "encoder", "pooler", "ensemble"))
-        enc_dim = encoder_dims(spec, b)
-        enc_outputs = [_t(encoder_output, "TYPE_FP32", [H] if spec.fused else [enc_dim, H])]
+        enc_outputs = [_t(encoder_output, "TYPE_FP32", [H] if spec.fused else [encoder_dims(spec, b), H])]
         skip_prompt = not spec.include_prompt and bool(spec.default_prompt)
         tok_outputs = [_t(n, "TYPE_INT64", [b]) for n in spec.input_names]
         if skip_prompt:  # the pooler's mask leaves the default prompt's tokens out
@@ -272,12 +272,10 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
             files={"1/tokenizer.json": tokenizer_json}, backend_code="tokenizer",
         ))
         plans.append(_encoder_plan(spec, b, enc_name, enc_outputs, encoder_output, onnx_paths, plan_paths or {}, idp))
-        steps = [
-            {"model": tok_name, "input_map": [("TEXT", "TEXT")],
-             "output_map": [(n, n) for n in spec.input_names] + ([("pooling_mask", "pooling_mask")] if skip_prompt else [])},
-        ]
-        steps.append({"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
-                      "output_map": [(encoder_output, "EMBEDDING" if spec.fused else "hidden")]})
+        steps = [{"model": tok_name, "input_map": [("TEXT", "TEXT")],
+                  "output_map": [(n, n) for n in spec.input_names] + ([("pooling_mask", "pooling_mask")] if skip_prompt else [])},
+                 {"model": enc_name, "input_map": [(n, n) for n in spec.input_names],
+                  "output_map": [(encoder_output, "EMBEDDING" if spec.fused else "hidden")]}]
         if not spec.fused:
             steps.append({"model": pool_name,
                           "input_map": [("last_hidden_state", "hidden"),
@@ -286,14 +284,10 @@ def plan_repository(spec: BuildSpec, *, onnx_paths: dict[int, Path | None], enco
             plans.append(ModelPlan(
                 name=pool_name, template="pooler.pbtxt.j2", kind="pooler",
                 context={**bcommon, "name": pool_name, "pooling": spec.pooling, "normalize": spec.normalize,
-                         "inputs": [_t("last_hidden_state", "TYPE_FP32", [-1, H]),
-                                    _t("attention_mask", "TYPE_INT64", [-1])],
-                         "outputs": emb_out, "batching": bbatch, "group": _group(spec.instances, False),
+                         "inputs": pool_inputs(-1), "outputs": emb_out, "batching": bbatch, "group": _group(spec.instances, False),
                          "params": sorted([("pooling", spec.pooling),
                                            ("normalize", str(spec.normalize).lower())]) + idp,
-                         "warmup": [{"name": f"bucket_{b}", "batch_size": 1,
-                                     "inputs": [_t("last_hidden_state", "TYPE_FP32", [b, H]),
-                                                _t("attention_mask", "TYPE_INT64", [b])]}]},
+                         "warmup": [{"name": f"bucket_{b}", "batch_size": 1, "inputs": pool_inputs(b)}]},
                 backend_code="pooler",
             ))
         plans.append(ModelPlan(
@@ -336,14 +330,11 @@ def _encoder_plan(spec, b, name, outputs, encoder_output, onnx_paths, plan_paths
                          backend_code="encoder_python", kind="encoder")
     if spec.target == "onnxruntime":
         gpu = spec.gpu
-        backend_params = [("intra_op_thread_count", str(spec.ort_threads)), ("inter_op_thread_count", "1")]
-        trt = None
-        if gpu and spec.ort_trt_fp16:
-            trt = {"precision": "FP16", "workspace": 1 << 30, "cache_path": f"/tmp/embtrt_trt_cache/{name}"}
-        ctx.update(batching=batching, group=_group(spec.instances, gpu), device="GPU" if gpu else "CPU",
-                   graph_level=1,
-                   trt_accelerator=trt, backend_params=backend_params, params=idp,
-                   warmup=_warmup(spec, b, sorted({1, mb})))
+        trt = ({"precision": "FP16", "workspace": 1 << 30, "cache_path": f"/tmp/embtrt_trt_cache/{name}"}
+               if gpu and spec.ort_trt_fp16 else None)
+        ctx.update(batching=batching, group=_group(spec.instances, gpu), device="GPU" if gpu else "CPU", graph_level=1,
+                   trt_accelerator=trt, backend_params=[("intra_op_thread_count", str(spec.ort_threads)), ("inter_op_thread_count", "1")],
+                   params=idp, warmup=_warmup(spec, b, sorted({1, mb})))
         return ModelPlan(name, "encoder_onnxruntime.pbtxt.j2", ctx, files={"1/model.onnx": onnx_paths[b]},
                          kind="encoder")
     # tensorrt
@@ -357,9 +348,7 @@ def _encoder_plan(spec, b, name, outputs, encoder_output, onnx_paths, plan_paths
         params=idp,
         warmup=_warmup(spec, b, sizes),
     )
-    files = {}
-    if b in plan_paths:
-        files["1/model.plan"] = plan_paths[b]
+    files = {"1/model.plan": plan_paths[b]} if b in plan_paths else {}
     return ModelPlan(name, "encoder_tensorrt.pbtxt.j2", ctx, files=files, kind="encoder")
 
 

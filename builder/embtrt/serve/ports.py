@@ -11,6 +11,7 @@ import threading
 import time
 
 from ..errors import ServerError
+from .reaper import group_pids as group_pids  # re-exported: server.stop and the tests read it here
 
 
 _HANDED: collections.deque[int] = collections.deque(maxlen=512)   # ports free_port gave out lately, newest last
@@ -144,20 +145,4 @@ def listening_pids(port: int, among: set[int] | None = None) -> set[int]:
                     break
             except OSError:
                 continue
-    return out
-
-
-def group_pids(pgid: int) -> set[int]:
-    """Every live process of a process group."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            out.add(int(entry))
     return out

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from embtrt_backend.kinds import BY_NAME, DEFAULT, Kind
+from embtrt_backend.kinds import BY_NAME, DEFAULT
 
 from .wire import text_input
 
@@ -31,7 +31,8 @@ class ProbeResult:
 def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] = (), expand: bool = True) -> ProbeResult:
     """Embed PROBE_TEXT through `model` and each `model_<L>` (expand), and each of `also`; all must
     agree with the first (cos >= 0.999). A length pool probes its own NAME_<L> ensembles with
-    expand=False."""
+    expand=False. A reranker's front door scores one (query, document) pair (finite SCORES), a
+    sparse encoder's encodes one text (finite SPARSE_VALUES): that model alone."""
     import tritonclient.grpc as grpcclient
 
     t0 = time.perf_counter()
@@ -44,23 +45,20 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
             buckets = [b for b in cfg.get("parameters", {}).get("embtrt.buckets", {}).get("string_value", "").split(",") if b]
         except Exception as exc:  # server down or model unknown: the probe fails with the reason
             return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
-        if not expand:
-            buckets = []
         kind = BY_NAME.get(cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value"), DEFAULT)
-        if kind is not DEFAULT:
-            return _probe_kind(c, model, kind, timeout_s, t0)
+        names = [model] + [f"{model}_{b}" for b in buckets if expand] + list(also) if kind is DEFAULT else [model]
         vecs: dict[str, np.ndarray] = {}
-        for name in [model] + [f"{model}_{b}" for b in buckets] + list(also):
+        for name in names:
             try:
-                r = c.infer(name, [text_input([PROBE_TEXT])], client_timeout=timeout_s)
-                v = r.as_numpy("EMBEDDING")
+                r = c.infer(name, [text_input([PROBE_TEXT], n) for n in kind.inputs], client_timeout=timeout_s)
+                v = r.as_numpy(kind.probe_output)
                 if v is None or not np.all(np.isfinite(v)):
-                    raise ValueError("no finite EMBEDDING in the response")
+                    raise ValueError(f"no finite {kind.probe_output} in the response")
                 vecs[name] = v[0]
             except Exception as exc:  # each model's failure is recorded by name
                 errors[name] = str(exc)
             checked.append(name)
-        if model in vecs:
+        if model in vecs and kind is DEFAULT:
             base = vecs[model]
             for name, v in vecs.items():
                 cos = float(np.dot(base, v) / max(np.linalg.norm(base) * np.linalg.norm(v), 1e-30))
@@ -69,20 +67,6 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
     finally:
         c.close()
     return ProbeResult(not errors, (time.perf_counter() - t0) * 1e3, errors, checked)
-
-
-def _probe_kind(c, model: str, kind: Kind, timeout_s: float, t0: float) -> ProbeResult:
-    """A reranker's front door scores one (query, document) pair (finite SCORES); a sparse encoder's
-    encodes one text (finite SPARSE_VALUES)."""
-    try:
-        inputs, out = [text_input([PROBE_TEXT], name) for name in kind.inputs], kind.probe_output
-        v = c.infer(model, inputs, client_timeout=timeout_s).as_numpy(out)
-        if v is None or not np.all(np.isfinite(v)):
-            raise ValueError(f"no finite {out} in the response")
-        errors: dict[str, str] = {}
-    except Exception as exc:  # the model's failure is recorded by name
-        errors = {model: str(exc)}
-    return ProbeResult(not errors, (time.perf_counter() - t0) * 1e3, errors, [model])
 
 
 def model_family(name: str) -> str:

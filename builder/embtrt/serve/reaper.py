@@ -21,6 +21,7 @@ Standard library only; run by file path, so it needs no installed package.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -33,21 +34,30 @@ PR_SET_PDEATHSIG = 1
 SHM_PREFIX = "triton_python_backend_shm_region"
 
 
-def _group_members() -> dict[int, list[str]]:
-    """{pid: argv} of the other processes in this process group."""
-    me, group = os.getpid(), os.getpgid(0)
-    out = {}
+def group_pids(pgid: int) -> set[int]:
+    """Every live process of a process group."""
+    out = set()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+        if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[2]) != group or fields[0] in ("Z", "X"):
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                out[int(entry)] = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
-        except (OSError, IndexError, ValueError):
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            out.add(int(entry))
+    return out
+
+
+def _group_members() -> dict[int, list[str]]:
+    """{pid: argv} of the other processes in this process group."""
+    out = {}
+    for pid in group_pids(os.getpgid(0)) - {os.getpid()}:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                out[pid] = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        except OSError:
             continue
     return out
 
@@ -61,19 +71,15 @@ def _clean(seen: set[str]) -> None:
     members = _group_members()
     seen |= _regions(members)
     for pid in members:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + 5
     while members and time.monotonic() < deadline:
         time.sleep(0.05)
         members = _group_members()
     for name in seen:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(os.path.join("/dev/shm", name))
-        except OSError:
-            pass
 
 
 def main(argv: list[str]) -> int:
@@ -81,10 +87,8 @@ def main(argv: list[str]) -> int:
         print("usage: reaper.py PARENT_PID -- COMMAND...", file=sys.stderr)
         return 2
     parent = int(argv[0])
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent-death signal, the rest still holds
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: no parent-death signal, the rest still holds
-        pass
     if os.getppid() != parent:  # the parent died before the signal was armed
         return 1
     child = subprocess.Popen(argv[2:])
@@ -100,10 +104,8 @@ def main(argv: list[str]) -> int:
     seen: set[str] = set()
     while child.poll() is None:
         seen |= _regions(_group_members())
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            pass
     _clean(seen)
     flag = os.environ.get("EMBTRT_DRAIN_FILE")
     if flag and os.getppid() != parent and os.path.basename(os.path.dirname(flag)).startswith("embtrt-run-"):

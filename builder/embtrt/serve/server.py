@@ -8,6 +8,7 @@ site-packages: a private backend folder of symlinks, and PATH/PYTHONPATH for the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -23,6 +24,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from embtrt_backend.liveness import http_status
 
 from ..errors import ServerError
 from ..repository.check import repositories_conflicts
@@ -142,20 +145,18 @@ def stub_environment(python_env: Path | None = None) -> dict[str, str]:
     """PATH and PYTHONPATH so Python-backend stubs import this environment's packages (or, with
     python_env, only that environment's: the stub runs the first python3 on PATH)."""
     env = dict(os.environ)
-    bindir = str(Path(python_env) / "bin") if python_env is not None else str(Path(sys.executable).parent)
-    if python_env is not None and not (Path(bindir) / "python3").exists():
-        raise ServerError(f"--python-env {python_env} has no bin/python3")
-    env["PATH"] = os.pathsep.join([bindir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir])
-    if python_env is not None:
+    if python_env is None:
+        bindir = str(Path(sys.executable).parent)
+        paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+        paths += [p for p in sys.path if p.endswith("site-packages") or p.endswith("dist-packages")]
+    else:
+        bindir, paths = str(Path(python_env) / "bin"), []
+        if not (Path(bindir) / "python3").exists():
+            raise ServerError(f"--python-env {python_env} has no bin/python3")
         env.pop("PYTHONPATH", None)
         env.pop("VIRTUAL_ENV", None)
-    paths = [] if python_env is not None else [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    if python_env is None:
-        paths += [p for p in sys.path if p.endswith("site-packages") or p.endswith("dist-packages")]
-    seen: list[str] = []
-    for p in paths + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]:
-        if p not in seen:
-            seen.append(p)
+    env["PATH"] = os.pathsep.join([bindir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir])
+    seen = list(dict.fromkeys(paths + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]))
     if seen:
         env["PYTHONPATH"] = os.pathsep.join(seen)
     # The stub links libpython3.X from the system's loader path; when the running Python is a
@@ -294,13 +295,7 @@ class TritonServer:
         return "\n".join(lines[-n:])
 
     def _get(self, path: str, timeout: float = 2.0) -> int:
-        try:
-            with urllib.request.urlopen(self.http_url + path, timeout=timeout) as r:
-                return int(r.status)
-        except urllib.error.HTTPError as e:
-            return int(e.code)
-        except (urllib.error.URLError, OSError):
-            return 0
+        return http_status(self.http_url + path, timeout)
 
     def model_names(self) -> list[str]:
         if self.spec.models is not None:
@@ -365,10 +360,8 @@ class TritonServer:
         # the group is gone: a killed tritonserver keeps its sockets until it has let go of its memory
         # (seconds for a loaded one), and a restart on the same ports would find them taken.
         pgid = self.proc.pid
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         if self.proc.poll() is None:
             self.proc.wait(timeout=10)
         deadline = time.monotonic() + 30
@@ -389,14 +382,10 @@ class TritonServer:
         pid = self.server_pid()
         if pid is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
 
     def __enter__(self) -> "TritonServer":
         try:

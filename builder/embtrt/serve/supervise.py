@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from embtrt_backend import liveness
+
 from ..errors import ServerError
 from ..repository.manifest import has_manifest, read_manifest
 from .health import Health
@@ -65,9 +67,6 @@ class Supervisor:
         self.server: TritonServer | None = None
         self._stop = threading.Event()
         self._paused = False
-        from embtrt_backend import liveness
-
-        self._liveness = liveness
 
     def _start(self) -> None:
         self.health.set(False, "starting tritonserver", "starting")
@@ -111,8 +110,7 @@ class Supervisor:
         pid = srv.server_pid()
         dead: list[str] = []
         if pid is None or not _stopped(pid):
-            dead = self._liveness.check(srv.http_url, [str(r.resolve()) for r in self.spec.repositories],
-                                        pids=srv.pids())
+            dead = liveness.check(srv.http_url, [str(r.resolve()) for r in self.spec.repositories], pids=srv.pids())
         # stopped before the check, or while it waited on the live endpoint (a pause that began
         # mid-check times the check out): paused either way, never a reason to restart
         if pid is not None and _stopped(pid):
