@@ -42,8 +42,11 @@ def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Pa
     raise typer.Exit(0 if rep.passed else 4)
 
 
-def _emit(doc: dict, table: str, out_dir: Path | None, as_json: bool) -> None:
-    """A bench document: results.json and results.md into --out, and JSON or the table on stdout."""
+def _emit(doc: dict, lead: dict[str, str], unit: str, out_dir: Path | None, as_json: bool) -> None:
+    """A bench document: results.json and results.md (kind_measure.markdown) into --out, and JSON or the table on stdout."""
+    from ..measure.kind_measure import markdown
+
+    table = markdown(doc["results"], lead, unit)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -59,7 +62,7 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
                        as_json: bool, http_urls: tuple[str, ...] | list[str] = (),
                        http_models: tuple[str, ...] | list[str] = (), trust_remote_code: bool = False) -> None:
     from ..common.corpus import load_corpus
-    from ..kinds.reranker.measure import bench_http_reranker, bench_reranker, markdown
+    from ..kinds.reranker.measure import bench_reranker
 
     if not models and not http_urls:
         raise SpecError("--rerank-documents needs the reranker to measure: --model NAME[@HOST:PORT] or --openai-url")
@@ -68,19 +71,16 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
     texts = load_corpus(corpus)
     docs = parse_int_list("rerank_documents", documents) or (1, 10, 32, 100)
     conc = parse_int_list("concurrency", concurrency) or (1,)
-    rows, first = [], True
-    for m in models:
+    rows: list[dict] = []
+    progress = lambda msg: err.print(msg, markup=False)
+    for i, m in enumerate(models):
         name, _, murl = m.partition("@")
-        ref = reference if (inprocess and first) else None   # the in-process line once
-        first = False
-        doc = bench_reranker(murl or url, name, texts, docs, conc, requests, warmup, ref,
-                             progress=lambda msg: err.print(msg, markup=False), trust_remote_code=trust_remote_code)
-        rows += doc["results"]
+        rows += bench_reranker(murl or url, name, texts, docs, conc, requests, warmup, reference if inprocess and not i else None,
+                               progress=progress, trust_remote_code=trust_remote_code)   # the in-process line once
     for u, m in zip(http_urls, http_models):
-        rows += bench_http_reranker(u, m, texts, docs, conc, requests, warmup,
-                                    progress=lambda msg: err.print(msg, markup=False))
-    doc = {"kind": RERANKER.name, "results": rows}
-    _emit(doc, markdown(doc), out_dir, as_json)
+        rows += bench_reranker(u, m, texts, docs, conc, requests, warmup, progress=progress, http=True)
+    _emit({"kind": RERANKER.name, "results": rows}, {"target": "target", "documents": "documents", "conc": "concurrency"},
+          "pairs", out_dir, as_json)
 
 
 def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, buckets: str,
@@ -90,7 +90,7 @@ def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus
     """bench on sparse encoders: the --model targets per length scenario and concurrency, and
     in-process SparseEncoder (batch 32) on the same texts when --reference is given."""
     from ..common.corpus import load_corpus
-    from ..kinds.sparse.measure_bench import bench_sparse, markdown
+    from ..kinds.sparse.measure_bench import bench_sparse
 
     if not models:
         raise SpecError("--sparse needs the sparse encoder to measure: --model NAME[@HOST:PORT]")
@@ -107,4 +107,5 @@ def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus
                        requests=requests, warmup=warmup, input_type=input_type,
                        reference=reference if inprocess else None, progress=lambda m: err.print(m, markup=False),
                        trust_remote_code=trust_remote_code)
-    _emit(doc, markdown(doc), out_dir, as_json)
+    _emit(doc, {"target": "target", "scenario": "scenario", "conc": "concurrency", "texts/request": "texts_per_request"},
+          "texts", out_dir, as_json)

@@ -27,17 +27,6 @@ from .result import BuildResult
 from .spec import BuildSpec
 
 
-def export_step(spec: BuildSpec, step: str, what: str, export, log: Log) -> dict | None:
-    """A kind's export step: `export()` (the graph, validated against sentence-transformers) -> its
-    validation; python-torch exports nothing (its encoder runs the PyTorch model) -> None."""
-    if spec.target == "python-torch":
-        log(f"{step} no ONNX export: the python-torch encoder runs the PyTorch model itself"
-            + (" (bf16 autocast)" if spec.precision == "bf16" else ""))
-        return None
-    log(f"{step} exporting {what}")
-    return export()
-
-
 class GateEncoder:
     """What the gate runs for each bucket's chunk, `(bucket, feeds) -> output`: one encoder per
     distinct graph (a TensorRT int8 / fp8 build has one per bucket), each made as the front door or a
@@ -75,28 +64,6 @@ def export_head(head, args: tuple, path: Path, input_names, output: str):
                           opset_version=17, do_constant_folding=True, dynamo=False)
     onnx.checker.check_model(str(path), full_check=False)
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-
-def onnx_record(onnx_path: Path, graph: Path | None, validation: dict | None, prec=None) -> dict | None:
-    """The manifest's `onnx`: the export, its validation and the graph the gate judged (tensorrt: per
-    bucket where they differ; precision_onnx has each plan's source); None: python-torch runs no ONNX."""
-    if graph is None:
-        return None
-    served: str | dict[str, str] = sha256_file(graph)
-    if prec is not None and len(set(prec.gate_by_bucket.values())) > 1:
-        served = {str(b): sha256_file(g) for b, g in prec.gate_by_bucket.items()}
-    return {"sha256": sha256_file(onnx_path), "export_validation": validation, "served_sha256": served}
-
-
-def bucket_encoders(spec: BuildSpec, onnx_path: Path, output: str, width: int, ident: dict[str, str]) -> list[ModelPlan]:
-    """encoder_mode bls: one encoder model per bucket over the one ONNX graph (the onnxruntime
-    backend, or the Python backend's encoder for --router-encoder bls), each row's output [width],
-    its max batch the bucket's token budget; none in local mode."""
-    if spec.router_mode == "local":
-        return []
-    names = model_names(spec)["encoder"]
-    return [_encoder_plan(spec, b, names[b], [_t(output, "TYPE_FP32", [width])], output, {b: onnx_path}, {}, sorted(ident.items()))
-            for b in spec.buckets]
 
 
 def write_front_door(spec: BuildSpec, plans: list[ModelPlan], repo: Path, log: Log) -> dict | None:
@@ -211,7 +178,13 @@ class FrontDoorBuild:
         msha = model_hash(spec.model_dir)
         ref = self.ref = self.load()
         onnx_path = work / "onnx" / "model.onnx"
-        validation = export_step(spec, f"[2/{steps}]", self.exporting, lambda: self.export(ref, onnx_path, texts), log)
+        validation: dict | None = None   # python-torch exports nothing: its encoder runs the PyTorch model
+        if spec.target == "python-torch":
+            log(f"[2/{steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself"
+                + (" (bf16 autocast)" if spec.precision == "bf16" else ""))
+        else:
+            log(f"[2/{steps}] exporting {self.exporting}")
+            validation = self.export(ref, onnx_path, texts)   # the graph, validated against sentence-transformers
 
         log(f"[3/{steps}] {self.tokenizer_noun}")
         tok_json = work / "tokenizer.json"
@@ -247,8 +220,15 @@ class FrontDoorBuild:
             files={"1/tokenizer.json": tok_json, **(encoder_files(spec, graph) if spec.router_mode == "local" else {}),
                    **self.files(work)},
             backend_code=kind.front_door, data=warmup_data(spec))
-        encoders = bucket_encoders(spec, graph, kind.encoder_output, self.width, ident)
+        names = model_names(spec)["encoder"]   # bls: one encoder model per bucket over the one graph, its rows [width]
+        encoders = [] if spec.router_mode == "local" else [
+            _encoder_plan(spec, b, names[b], [_t(kind.encoder_output, "TYPE_FP32", [self.width])], kind.encoder_output,
+                          {b: graph}, {}, sorted(ident.items())) for b in spec.buckets]
         bundle = write_front_door(spec, [plan, *encoders], repo, log)
+        # the graph the gate judged (tensorrt: per bucket where they differ; precision_onnx has each plan's source)
+        served: str | dict[str, str] | None = None if graph is None else sha256_file(graph)
+        if prec is not None and len(set(prec.gate_by_bucket.values())) > 1:
+            served = {str(b): sha256_file(g) for b, g in prec.gate_by_bucket.items()}
         manifest = Manifest(
             name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)),
             normalize=False, dim=self.width, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
@@ -262,7 +242,8 @@ class FrontDoorBuild:
             extra={"source": {"path": str(spec.model_dir), "sha256": msha},
                    "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
                    "versions": versions(),
-                   "onnx": onnx_record(onnx_path, graph, validation, prec), "precision_onnx": prec_record,
+                   "onnx": None if graph is None else {"sha256": sha256_file(onnx_path), "export_validation": validation,
+                                                       "served_sha256": served}, "precision_onnx": prec_record,
                    "parity": {**report, "reference": self.reference,
                               "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                    "pending": [], "rebuild": rebuild_command(spec) + f" --kind {kind.name}",

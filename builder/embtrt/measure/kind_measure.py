@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import statistics
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -27,6 +29,39 @@ def figures(load: Load) -> dict:
             "error_samples": [f.message[:200] for f in load.failures[:3]]}
 
 
+def load_row(target: str, fields: dict, load: Load, unit: str, per: int) -> dict:
+    """A bench row of a served load: its target, the kind's fields, its figures and `unit` per second (`per` a request)."""
+    f = figures(load)
+    return {"target": target, **fields, **f, f"{unit}_per_s": f["req_per_s"] * per}
+
+
+def inprocess_row(target: str, fields: dict, run: Callable[[list], Any], calls: list[list], per: int, unit: str,
+                  passes: int = 3, p50: bool = False) -> dict:
+    """A bench row of the in-process reference: `run` on each of `calls` (`per` items a request) timed, the
+    median of `passes`; `p50` (one item a request): an item's time, else NaN as the p99."""
+    times = []
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        for call in calls:
+            run(call)
+        times.append(time.perf_counter() - t0)
+    sec, items = statistics.median(times), sum(map(len, calls))
+    return {"target": target, **fields, "requests": items // per, "req_per_s": items / per / sec,
+            f"{unit}_per_s": items / sec, "p50_ms": (sec / items * 1e3) if p50 else float("nan"), "p99_ms": float("nan"),
+            "errors": 0, "error_samples": []}
+
+
+def markdown(rows: list[dict], lead: dict[str, str], unit: str) -> str:
+    """A bench's rows as a markdown table: the `lead` columns (header: key), then req/s, `unit`/s, p50 and
+    p99 ms (one decimal) and errors."""
+    head = [*lead, "req/s", f"{unit}/s", "p50 ms", "p99 ms", "errors"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        figs = [f"{r[k]:.1f}" for k in ("req_per_s", f"{unit}_per_s", "p50_ms", "p99_ms")]
+        lines.append("| " + " | ".join([*(str(r[k]) for k in lead.values()), *figs, str(r["errors"])]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 async def warm_then_load(call: Callable[[int], Awaitable[Any]], n: int, warmup: int, conc: int) -> Load:
     """Calls 0..warmup-1 one at a time (not measured), then the rest at `conc` through the load driver."""
     for i in range(min(warmup, n)):
@@ -40,10 +75,6 @@ class KindReport(Verdict):
 
     def __init__(self, kind: Kind) -> None:
         super().__init__({"kind": kind.name})
-
-    def add_gate(self, gate: Verdict) -> None:
-        """A gate's verdict (the kinds' reference_gate.judge): its lines, failures, figures."""
-        self.add(gate, "gate")
 
     def as_dict(self, lines: bool = True) -> dict:
         return {"kind": self.figures["kind"], "passed": self.passed, "failures": list(self.failures),
@@ -93,7 +124,7 @@ class KindMeasure:
         else:
             if reference is None:
                 raise ValueError(f"{m.kind.label}'s gate needs its {m.kind.reference} folder (--reference)")
-            rep.add_gate(m.gate(reference, texts, got, trust_remote_code))
+            rep.add(m.gate(reference, texts, got, trust_remote_code), "gate")   # the gate's lines, failures, figures
         if under_load:
             worst, failed = asyncio.run(m.resend(texts, m.unloaded(got), concurrency))
             limit, unit = m.limit()
@@ -124,12 +155,9 @@ class KindMeasure:
         def keep(j: int, rows: np.ndarray) -> None:
             got[jobs[j][1]:jobs[j][1] + jobs[j][2]] = rows
 
-        c = aioclient.InferenceServerClient(self.url)
-        try:
+        async with aioclient.InferenceServerClient(self.url) as c:
             load = Load(lambda j: self.call(c, texts, *jobs[j]), len(jobs), concurrency, on_result=keep)
             background = self.background(c, texts, concurrency)
             await drive(load, background, lead_s=0.2 if background else 0.0)
-        finally:
-            await c.close()
         missing = int(np.isnan(got).any(axis=1).sum())
         return (self.error(got, base) if not missing else float("inf")), len(load.failures) + missing

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
-import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -26,7 +25,7 @@ from .reference import corpus_pairs
 from .reference_gate import REDUCED_OVERLAP, TOP_K, judge, tolerance_for
 from ...reference.verdict import Verdict
 from ...measure.driver import Load
-from ...measure.kind_measure import KindMeasure, KindReport, figures, warm_then_load
+from ...measure.kind_measure import KindMeasure, KindReport, inprocess_row, load_row, warm_then_load
 
 TRIAL_DOCUMENTS = 10   # documents per request of a tune trial
 
@@ -42,15 +41,6 @@ async def _score(client, model: str, query: str, docs: list[str], params: dict |
         return r.as_numpy("SCORES"), r.as_numpy("TOKENS").reshape(-1)
 
     parts = await asyncio.gather(*(part(docs[i:i + max_batch]) for i in range(0, len(docs), max_batch)))
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-
-
-def served(url: str, model: str, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
-    """Every pair's scores and tokens, one query's documents at a time (the client splits by max batch)."""
-    from .serve import RerankClient
-
-    with RerankClient(url, model) as c:
-        parts = [c.score(q, ds) for q, ds in zip(queries, docs)]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
@@ -72,8 +62,13 @@ class RerankMeasure(KindMeasure):
         self.buckets, self.precision = buckets_of(self.url, self.model)
 
     def served(self, texts: list[str], url: str, model: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every pair's scores and tokens, one query's documents at a time (the client splits by max batch)."""
+        from .serve import RerankClient
+
         self.queries, self.docs = corpus_pairs(texts)
-        return served(url, model, self.queries, self.docs)
+        with RerankClient(url, model) as c:
+            parts = [c.score(q, ds) for q, ds in zip(self.queries, self.docs)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def described(self, texts: list[str]) -> str:
         return f"{sum(map(len, self.docs))} real pairs ({len(self.queries)} queries) scored ({self.precision})"
@@ -147,21 +142,13 @@ def bench_requests(texts: list[str], k: int, n: int, seed: int) -> list[tuple[st
     return [(rng.choice(queries), rng.sample(texts, k) if k <= len(texts) else rng.choices(texts, k=k)) for _ in range(n)]
 
 
-def _row(target: str, k: int, conc: int, load: Load) -> dict:
-    f = figures(load)
-    return {"target": target, "documents": k, "concurrency": conc, **f, "pairs_per_s": f["req_per_s"] * k}
-
-
 async def measure_load(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
     """Warm-up requests one at a time, then the rest at `conc` through the load driver."""
     import tritonclient.grpc.aio as aioclient
 
-    c = aioclient.InferenceServerClient(url)
-    try:
+    async with aioclient.InferenceServerClient(url) as c:
         mb = int((await c.get_model_config(model, as_json=True))["config"].get("max_batch_size", 32)) or 32
         return await warm_then_load(lambda i: _score(c, model, *reqs[i], max_batch=mb), len(reqs), warmup, conc)
-    finally:
-        await c.close()
 
 
 async def _measure_http(url: str, model: str, reqs: list[tuple[str, list[str]]], warmup: int, conc: int) -> Load:
@@ -183,28 +170,20 @@ async def _measure_http(url: str, model: str, reqs: list[tuple[str, list[str]]],
         return await warm_then_load(lambda i: one(*reqs[i]), len(reqs), warmup, conc)
 
 
-def bench_http_reranker(url: str, model: str, texts: list[str], documents: tuple[int, ...], concurrency: tuple[int, ...],
-                        requests: int, warmup: int, progress: Callable[[str], None] = lambda m: None) -> list[dict]:
-    rows = []
-    for k in documents:
-        for conc in concurrency:
-            reqs = bench_requests(texts, k, requests + warmup, seed=k * 1000 + conc)   # the same requests as Triton's
-            progress(f"{model}@{url}: {k} documents per request at concurrency {conc}")
-            rows.append(_row(f"http:{model}@{url}", k, conc, asyncio.run(_measure_http(url, model, reqs, warmup, conc))))
-    return rows
-
-
 def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int, ...] = (1, 10, 32, 100),
                    concurrency: tuple[int, ...] = (1, 8), requests: int = 50, warmup: int = 5,
                    reference: Path | None = None, progress: Callable[[str], None] = lambda m: None,
-                   trust_remote_code: bool = False) -> dict:
+                   trust_remote_code: bool = False, http: bool = False) -> list[dict]:
+    """Rows of each (documents, concurrency) over Triton's gRPC (`http`: an HTTP rerank API, _measure_http),
+    the same requests for every target; then in-process CrossEncoder.predict where `reference` is given."""
+    measure, who = (_measure_http, f"{model}@{url}") if http else (measure_load, model)
     rows = []
     for k in documents:
         for conc in concurrency:
-            reqs = bench_requests(texts, k, requests + warmup, seed=k * 1000 + conc)
-            progress(f"{model}: {k} documents per request at concurrency {conc}")
-
-            rows.append(_row(f"triton:{model}", k, conc, asyncio.run(measure_load(url, model, reqs, warmup, conc))))
+            reqs = bench_requests(texts, k, requests + warmup, seed=k * 1000 + conc)   # the same requests for every target
+            progress(f"{who}: {k} documents per request at concurrency {conc}")
+            load = asyncio.run(measure(url, model, reqs, warmup, conc))
+            rows.append(load_row(f"{'http' if http else 'triton'}:{who}", {"documents": k, "concurrency": conc}, load, "pairs", k))
     if reference is not None:
         from .reference import load_cross_encoder
 
@@ -213,21 +192,9 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
             body = bench_requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])[warmup:]
             pairs = [(q, d) for q, ds in body for d in ds]
             ce.predict(pairs[:32], batch_size=32, show_progress_bar=False)   # warm
-            times = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                ce.predict(pairs, batch_size=32, show_progress_bar=False)
-                times.append(time.perf_counter() - t0)
-            sec = statistics.median(times)
-            rows.append({"target": "inprocess:CrossEncoder.predict(batch 32, fp32)", "documents": k, "concurrency": 1,
-                         "requests": len(pairs) // k, "req_per_s": len(pairs) / k / sec, "pairs_per_s": len(pairs) / sec,
-                         "p50_ms": float("nan"), "p99_ms": float("nan"), "errors": 0, "error_samples": []})
-    return {"model": model, "url": url, "results": rows}
+            rows.append(inprocess_row("inprocess:CrossEncoder.predict(batch 32, fp32)", {"documents": k, "concurrency": 1},
+                                      partial(ce.predict, batch_size=32, show_progress_bar=False), [pairs], k, "pairs"))
+    return rows
 
 
-def markdown(doc: dict) -> str:
-    lines = ["| target | documents | conc | req/s | pairs/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|---|"]
-    for r in doc["results"]:
-        lines.append(f"| {r['target']} | {r['documents']} | {r['concurrency']} | {r['req_per_s']:.1f} | "
-                     f"{r['pairs_per_s']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} |")
-    return "\n".join(lines) + "\n"
+bench_http_reranker = partial(bench_reranker, http=True)

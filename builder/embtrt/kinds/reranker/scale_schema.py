@@ -63,33 +63,24 @@ class RerankRequest:
     truncation_direction: str = "right"
 
 
-def resolve_reranker(model: object, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind],
-                     optional: bool = False) -> str:
-    """The body's `model` -> the served reranker's name. 400 where it is missing (unless `optional` and
-    the gateway serves one reranker), not a string, an embedder or a sparse encoder (`sparse`: their names),
-    or a classifier of several labels; 404 where no model answers to it."""
-    model = model_name(model, models, kinds, RERANKER, optional)
-    m = models.get(model)
-    if m is None:
-        raise no_such_model(model, models, RERANKER, "reranks with")
-    if m.num_labels != 1:
-        raise ApiError(400, f"{model!r} has {m.num_labels} labels (a classifier, not a ranker): the rerank APIs "
-                       "take a model of one label, whose one score orders the documents", param="model",
-                       code="wrong_model_kind")
-    return model
-
-
 def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind],
                  max_items: int) -> RerankRequest:
     """A decoded JSON body of the `api` shape -> RerankRequest, or ApiError (400, or 404 for an unknown
     model) naming the field at fault."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    optional = api == "tei"   # the model is optional on /rerank, TEI's body or vLLM's
+    # the model is optional on /rerank (TEI's body or vLLM's); 400 for another kind's (model_name), 404 where none
+    # answers to it, 400 for a classifier of several labels
+    name = model_name(body.get("model"), models, kinds, RERANKER, optional=api == "tei")
     if api == "tei" and body.get("texts") is None and "documents" in body:
         api = "cohere"        # vLLM's /rerank: the Cohere / Jina body (a body with both is TEI's: texts wins)
-    name = resolve_reranker(body.get("model"), models, kinds, optional=optional)
-    m = models[name]
+    m = models.get(name)
+    if m is None:
+        raise no_such_model(name, models, RERANKER, "reranks with")
+    if m.num_labels != 1:
+        raise ApiError(400, f"{name!r} has {m.num_labels} labels (a classifier, not a ranker): the rerank APIs "
+                       "take a model of one label, whose one score orders the documents", param="model",
+                       code="wrong_model_kind")
     model = body.get("model")
     if api == "cohere":
         query = _query(body.get("query"), "query")

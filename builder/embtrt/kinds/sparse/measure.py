@@ -12,6 +12,7 @@ import numpy as np
 
 from embtrt_backend.kinds import SPARSE
 
+from .measure_bench import bench_requests, measure_load
 from .reference_gate import judge, limits_for, weight_error
 from ...reference.verdict import Verdict
 from ...measure.driver import Load
@@ -88,10 +89,8 @@ class SparseMeasure(KindMeasure):
 
     def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load:
         """One real text per request, as a document."""
-        from . import measure_bench as sparse_bench
-
-        batches = sparse_bench.bench_requests(texts, 1, requests + warmup, seed=conc)
-        return asyncio.run(sparse_bench.measure_load(self.url, self.model, batches, warmup, conc, "document"))
+        batches = bench_requests(texts, 1, requests + warmup, seed=conc)
+        return asyncio.run(measure_load(self.url, self.model, batches, warmup, conc, "document"))
 
 
 verify_sparse = SparseMeasure.verify

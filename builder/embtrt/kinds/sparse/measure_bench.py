@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
-import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +18,7 @@ import numpy as np
 from embtrt_backend.kinds import SPARSE
 
 from ...measure.driver import Load
-from ...measure.kind_measure import figures, warm_then_load
+from ...measure.kind_measure import inprocess_row, load_row, warm_then_load
 from ...measure.texts import length_buckets
 
 OUTPUTS = ("SPARSE_INDICES", "SPARSE_VALUES", "TOKENS")
@@ -35,12 +34,6 @@ def token_counts(url: str, model: str, texts: list[str], input_type: str) -> np.
                                for i in range(0, len(texts), step)])
 
 
-def scenario_texts(texts: list[str], counts: np.ndarray, edges: tuple[int, ...], only: tuple[str, ...] = ()
-                   ) -> dict[str, list[str]]:
-    groups = length_buckets(counts, edges)
-    return {label: [texts[i] for i in rows] for label, rows in groups.items() if not only or label in only}
-
-
 def bench_requests(pool: list[str], per_request: int, n: int, seed: int) -> list[list[str]]:
     rng = random.Random(seed)
     return [rng.sample(pool, per_request) if per_request <= len(pool) else rng.choices(pool, k=per_request)
@@ -53,27 +46,17 @@ async def measure_load(url: str, model: str, reqs: list[list[str]], warmup: int,
 
     from ...serve.wire import text_input
 
-    c = aioclient.InferenceServerClient(url)
-    try:
+    async with aioclient.InferenceServerClient(url) as c:
         async def call(i: int):
             r = await c.infer(model, [text_input(reqs[i])], parameters={"input_type": input_type}, client_timeout=120)
             if r.as_numpy("SPARSE_INDICES").shape[0] != len(reqs[i]):
                 raise RuntimeError(f"{model}: {r.as_numpy('SPARSE_INDICES').shape[0]} vectors for {len(reqs[i])} texts")
 
         return await warm_then_load(call, len(reqs), warmup, conc)
-    finally:
-        await c.close()
-
-
-def _row(target: str, scenario: str, input_type: str, conc: int, per_request: int, load: Load) -> dict:
-    f = figures(load)
-    return {"target": target, "scenario": scenario, "input_type": input_type, "concurrency": conc,
-            "texts_per_request": per_request, **f, "texts_per_s": f["req_per_s"] * per_request}
 
 
 def inprocess_rows(reference: Path, scenarios: dict[str, list[str]], input_type: str, per_scenario: int,
-                   trust_remote_code: bool,
-                   progress: Callable[[str], None]) -> list[dict]:
+                   trust_remote_code: bool, progress: Callable[[str], None]) -> list[dict]:
     """SparseEncoder in process, fp32, batch 32 (median of three passes) and one text at a time."""
     from .reference import load_sparse_encoder
 
@@ -86,19 +69,11 @@ def inprocess_rows(reference: Path, scenarios: dict[str, list[str]], input_type:
         enc(texts[:32], batch_size=32, show_progress_bar=False, convert_to_tensor=True)   # warm
         for batch, name in ((32, "batch 32"), (1, "one text at a time")):
             sample = texts if batch == 32 else texts[:64]
-            times = []
-            for _ in range(3 if batch == 32 else 1):
-                t0 = time.perf_counter()
-                for i in range(0, len(sample), batch):
-                    enc(sample[i:i + batch], batch_size=batch, show_progress_bar=False, convert_to_tensor=True)
-                times.append(time.perf_counter() - t0)
-            sec = statistics.median(times)
-            rows.append({"target": f"inprocess:SparseEncoder.encode_{input_type}({name}, fp32)", "scenario": label,
-                         "input_type": input_type, "concurrency": 1, "texts_per_request": batch,
-                         "requests": len(sample) // batch, "req_per_s": len(sample) / batch / sec,
-                         "texts_per_s": len(sample) / sec,
-                         "p50_ms": (sec / len(sample) * 1e3) if batch == 1 else float("nan"),
-                         "p99_ms": float("nan"), "errors": 0, "error_samples": []})
+            fields = {"scenario": label, "input_type": input_type, "concurrency": 1, "texts_per_request": batch}
+            rows.append(inprocess_row(f"inprocess:SparseEncoder.encode_{input_type}({name}, fp32)", fields,
+                                      partial(enc, batch_size=batch, show_progress_bar=False, convert_to_tensor=True),
+                                      [sample[i:i + batch] for i in range(0, len(sample), batch)], batch, "texts",
+                                      3 if batch == 32 else 1, p50=batch == 1))
     return rows
 
 
@@ -111,7 +86,8 @@ def bench_sparse(url: str, models: list[str], texts: list[str], *, edges: tuple[
     requests for each; then the in-process line when `reference` (the SparseEncoder folder) is given."""
     first_name, _, first_url = models[0].partition("@")
     counts = token_counts(first_url or url, first_name, texts, input_type)
-    scenarios = scenario_texts(texts, counts, edges, only)
+    scenarios = {label: [texts[i] for i in rows] for label, rows in length_buckets(counts, edges).items()
+                 if not only or label in only}
     rows = []
     for label, pool in scenarios.items():
         for conc in concurrency:
@@ -120,19 +96,9 @@ def bench_sparse(url: str, models: list[str], texts: list[str], *, edges: tuple[
                 name, _, murl = m.partition("@")
                 progress(f"{m}: {label} at concurrency {conc} ({per_request} text(s) per request, {input_type})")
                 load = asyncio.run(measure_load(murl or url, name, reqs, warmup, conc, input_type))
-                rows.append(_row(f"triton:{m}", label, input_type, conc, per_request, load))
+                fields = {"scenario": label, "input_type": input_type, "concurrency": conc, "texts_per_request": per_request}
+                rows.append(load_row(f"triton:{m}", fields, load, "texts", per_request))
     if reference is not None:
-        rows += inprocess_rows(reference, scenarios, input_type, max(requests * per_request, 64), trust_remote_code,
-                               progress)
+        rows += inprocess_rows(reference, scenarios, input_type, max(requests * per_request, 64), trust_remote_code, progress)
     return {"kind": SPARSE.name, "input_type": input_type, "models": models, "url": url,
             "scenarios": {k: len(v) for k, v in scenarios.items()}, "results": rows}
-
-
-def markdown(doc: dict) -> str:
-    lines = ["| target | scenario | conc | texts/request | req/s | texts/s | p50 ms | p99 ms | errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in doc["results"]:
-        lines.append(f"| {r['target']} | {r['scenario']} | {r['concurrency']} | {r['texts_per_request']} | "
-                     f"{r['req_per_s']:.1f} | {r['texts_per_s']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-                     f"{r['errors']} |")
-    return "\n".join(lines) + "\n"

@@ -64,17 +64,6 @@ class SparseRequest:
     return_tokens: bool = False      # /v1/sparse: each active dimension's vocabulary token too
 
 
-def resolve_sparse(model: object, models: Mapping[str, SparseModel], kinds: Mapping[str, Kind] = NO_KINDS,
-                   optional: bool = False) -> str:
-    """The body's `model` -> the served sparse encoder's name. 400 where it is missing (unless `optional`
-    and the gateway serves one sparse encoder), not a string, an embedder or a reranker; 404 where no
-    model answers to it."""
-    model = model_name(model, models, kinds, SPARSE, optional, none_404=True)
-    if model not in models:
-        raise no_such_model(model, models, SPARSE, "encodes sparse vectors with")
-    return model
-
-
 def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_items: int,
                  kinds: Mapping[str, Kind] = NO_KINDS) -> SparseRequest:
     """A decoded JSON body of the `api` shape -> SparseRequest, or ApiError (400, or 404 for an unknown
@@ -83,8 +72,11 @@ def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_ite
         raise ApiError(400, "the request body must be a JSON object")
     if api not in INPUT_FIELDS:
         raise ValueError(f"unknown sparse API {api!r}")
-    name = resolve_sparse(body.get("model"), models, kinds, optional=api == "tei")
-    m = models[name]
+    # optional on TEI's route where one sparse encoder is served; 400 for another kind's (model_name), 404 where none answers
+    name = model_name(body.get("model"), models, kinds, SPARSE, optional=api == "tei", none_404=True)
+    m = models.get(name)
+    if m is None:
+        raise no_such_model(name, models, SPARSE, "encodes sparse vectors with")
     key = INPUT_FIELDS[api]
     texts = _texts(body.get(key), key, max_items)
     raw: dict[str, Any]

@@ -57,20 +57,15 @@ class FrontDoorModel:
         self.metrics = metrics or Metrics()
         self.upstream = upstream or Upstream(cfg.attempts, cfg.timeout_s, self.metrics, tls_ca=cfg.pool_tls_ca)
 
-    def parts(self, items: list) -> list[list]:
-        """The request's items in calls of at most the front door's max batch (their sizes observed)."""
+    async def send(self, items: list, how: Any, params: dict | None, field: str) -> tuple[list, int]:
+        """A request's items to the front door in parts of at most its max batch (their sizes observed),
+        concurrently -> (each part's rows, in order; the tokens, as the front door counts them)."""
         mb = self.served.max_batch_size
         parts = [items[i:i + mb] for i in range(0, len(items), mb)]
         rows = self.metrics.of(self.metrics.call_rows, self.pool.name, "frontdoor")
         for p in parts:
             rows.observe(len(p))
-        return parts
-
-    async def send(self, items: list, how: Any, params: dict | None, field: str) -> tuple[list, int]:
-        """A request's items to the front door in parts, concurrently -> (each part's rows, in order; the
-        tokens, as the front door counts them)."""
-        mb = self.served.max_batch_size
-        done = await asyncio.gather(*(self.call(p, how, params, field, k * mb) for k, p in enumerate(self.parts(items))))
+        done = await asyncio.gather(*(self.call(p, how, params, field, k * mb) for k, p in enumerate(parts)))
         tokens = sum(int(d[1].sum()) for d in done)
         self.metrics.count(self.pool.name, len(items), tokens)
         return [d[0] for d in done], tokens

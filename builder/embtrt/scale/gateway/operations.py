@@ -17,10 +17,8 @@ from typing import Any, Awaitable, Callable
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 
 from .embeddings_schema import parse_embeddings
-from ...kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES
-from ...kinds.reranker.scale_schema import parse_rerank, render as render_rerank
-from ...kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
-from ...kinds.sparse.scale_schema import parse_sparse, render as render_sparse
+from ...kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES, parse_rerank, render as render_rerank
+from ...kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES, parse_sparse, render as render_sparse
 
 Answer = tuple[Any, int, list]   # (the response document, its size about, extra headers)
 
@@ -36,10 +34,6 @@ class Operation:
     answer: Callable[[Any, Any], Awaitable[Answer]]
 
 
-def _parse_embed(gw, cfg, path, body):
-    return parse_embeddings(body, gw.schemas, cfg.max_items, gw.kinds)
-
-
 async def _embed(gw, req) -> Answer:
     vecs, tokens = await gw.embedders[req.served].embed(req.texts, req.ids, req.options)
     if req.encoding_format == "base64":  # float32 little-endian, or the raw int8 / uint8 bytes of the compact types
@@ -52,10 +46,6 @@ async def _embed(gw, req) -> Answer:
              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, len(data) * 1536, [])
 
 
-def _parse_rank(gw, cfg, path, body):
-    return parse_rerank(RERANK_ROUTES[path], body, gw.rerank_schemas, gw.kinds, cfg.max_items)
-
-
 async def _rank(gw, req) -> Answer:
     scores, tokens = await gw.rerankers[req.served].rerank(req)
     doc, headers = render_rerank(req, scores, tokens)
@@ -63,10 +53,6 @@ async def _rank(gw, req) -> Answer:
     rows = doc if isinstance(doc, list) else doc.get("results", doc.get("rankings", []))
     size = 64 * len(rows) + (sum(len(req.documents[r["index"]]) for r in rows) if req.return_documents else 0)
     return doc, size, headers
-
-
-def _parse_sparse(gw, cfg, path, body):
-    return parse_sparse(SPARSE_ROUTES[path], body, gw.sparse_schemas, cfg.max_items, gw.kinds)
 
 
 async def _embed_sparse(gw, req) -> Answer:
@@ -77,7 +63,10 @@ async def _embed_sparse(gw, req) -> Answer:
 
 
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
-    Operation("embed", EMBEDDER.metric_route, "latency", _parse_embed, _embed),
-    Operation("rank", RERANKER.metric_route, "rerank_latency", _parse_rank, _rank),
-    Operation("embed_sparse", SPARSE.metric_route, "sparse_latency", _parse_sparse, _embed_sparse),
+    Operation("embed", EMBEDDER.metric_route, "latency",
+              lambda gw, cfg, path, body: parse_embeddings(body, gw.schemas, cfg.max_items, gw.kinds), _embed),
+    Operation("rank", RERANKER.metric_route, "rerank_latency", lambda gw, cfg, path, body: parse_rerank(
+        RERANK_ROUTES[path], body, gw.rerank_schemas, gw.kinds, cfg.max_items), _rank),
+    Operation("embed_sparse", SPARSE.metric_route, "sparse_latency", lambda gw, cfg, path, body: parse_sparse(
+        SPARSE_ROUTES[path], body, gw.sparse_schemas, cfg.max_items, gw.kinds), _embed_sparse),
 )}
