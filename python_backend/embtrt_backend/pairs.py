@@ -8,7 +8,7 @@
     Batch.finish(logits per chunk) -> one PairOutcome per request: scores with the request's
         activation (the model's default, raw logits, or softmax), tokens per pair.
 
-The reranker's front door (doors/reranker.py, run by router/model.py) and the build's gate both call it; plain numpy
+The reranker's front door (kinds/reranker/door.py, run by router/model.py) and the build's gate both call it; plain numpy
 (+ tokenizers), tested without Triton against CrossEncoder.predict.
 """
 

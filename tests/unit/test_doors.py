@@ -6,13 +6,13 @@ from importlib import import_module
 
 import numpy as np
 from embtrt_backend.doors import Door
-from embtrt_backend.doors.reranker import RerankerDoor
+from embtrt_backend.kinds.reranker.door import RerankerDoor
 from embtrt_backend.kinds import KINDS, RERANKER
 
 
 def test_every_kind_names_a_door_of_its_own_module_with_its_inputs():
     for kind in KINDS:
-        cls = getattr(import_module(f"embtrt_backend.doors.{kind.name}"), kind.door)
+        cls = getattr(import_module(f"embtrt_backend.kinds.{kind.name}.door"), kind.door)
         assert issubclass(cls, Door) and cls.inputs == kind.inputs, kind.name
     assert RerankerDoor.inputs == RERANKER.inputs == ("QUERY", "DOCUMENT")
 

@@ -1,4 +1,4 @@
-"""Each kind's front door without Triton (embtrt_backend.doors.<kind>), chosen by the kind."""
+"""Each kind's front door without Triton (embtrt_backend.kinds.<kind>.door, on doors.base), chosen by the kind."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .base import Door, Item, Outputs
 
 def door_for(kind: Kind, here: str, p: dict[str, str]) -> Door:
     """The front door of `kind` for the model version folder `here` and its config parameters."""
-    module = import_module(f"{__name__}.{kind.name}")
+    module = import_module(f"..kinds.{kind.name}.door", __package__)
     return getattr(module, kind.door)(here, p)
 
 

@@ -24,7 +24,7 @@ class Kind:
     inputs: tuple[str, ...]   # the front door's text inputs: TEXT, or QUERY and DOCUMENT
     probe_output: str         # the front door output a readiness probe checks is finite
     torch_encoder: str        # the embtrt_backend.torch_encoder class python-torch runs for it
-    door: str                 # its front door's class in embtrt_backend.doors.<name> (python_backend/router runs it)
+    door: str                 # its front door's class in embtrt_backend.kinds.<name>.door (python_backend/router runs it)
     encoder_output: str = ""  # its graph's output; "" where the export names it (an embedder's)
     # its implementations in the builder's layers, "module:attribute", imported where used
     # (embtrt.common.plugins.implementation): the names keep this package free of the builder

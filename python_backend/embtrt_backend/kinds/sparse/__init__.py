@@ -1,6 +1,6 @@
 """The sparse encoder: sentence-transformers' SparseEncoder (SPLADE), a vocabulary-sized weight vector per text."""
 
-from .base import Kind
+from ..base import Kind
 
 KIND = Kind(
     name="sparse", label="a sparse encoder", reference="SparseEncoder",

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 
-from .. import InputError
-from ..core import Request, RequestCore
-from ..kinds import SPARSE
-from ..sparse import resolve, sparsify, within_graph
-from ..text import decode_texts
-from .base import Door, Item
+from ... import InputError
+from ...core import Request, RequestCore
+from . import KIND as SPARSE
+from ...sparse import resolve, sparsify, within_graph
+from ...text import decode_texts
+from ...doors.base import Door, Item
 
 
 class SparseDoor(Door):
@@ -29,7 +29,7 @@ class SparseDoor(Door):
         if p.get("query_route") == "static":
             import numpy as np
 
-            from ..sparse import StaticQuery
+            from ...sparse import StaticQuery
 
             self.static = StaticQuery(os.path.join(here, "query_tokenizer.json"),
                                       np.load(os.path.join(here, "embtrt_query_weights.npy")), int(p["query_max_length"]))

@@ -1,6 +1,6 @@
 """The reranker: sentence-transformers' CrossEncoder, a score (or a score per label) per (query, document) pair."""
 
-from .base import Kind
+from ..base import Kind
 
 KIND = Kind(
     name="reranker", label="a reranker", reference="CrossEncoder",

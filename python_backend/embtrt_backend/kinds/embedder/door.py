@@ -3,12 +3,12 @@ vector type asked for) and TOKENS (the tokens embedded per text, prompt and ever
 
 from __future__ import annotations
 
-from .. import InputError
-from ..core import Request, RequestCore
-from ..kinds import EMBEDDER
-from ..options import OUTPUTS, load_calibration
-from ..text import decode_texts
-from .base import Door, Item
+from ... import InputError
+from ...core import Request, RequestCore
+from . import KIND as EMBEDDER
+from ...options import OUTPUTS, load_calibration
+from ...text import decode_texts
+from ...doors.base import Door, Item
 
 VECTOR_OUTPUTS = {name for name, _ in OUTPUTS.values()}
 

@@ -1,6 +1,6 @@
 """The embedder: sentence-transformers' SentenceTransformer, one pooled vector per text."""
 
-from .base import Kind
+from ..base import Kind
 
 KIND = Kind(
     name="embedder", label="an embedder", reference="SentenceTransformer",

@@ -4,11 +4,11 @@ logits / softmax as the request's `activation` asks) and TOKENS (the tokens scor
 
 from __future__ import annotations
 
-from .. import InputError
-from ..pairs import PairCore, PairRequest
-from ..kinds import RERANKER
-from ..text import decode_texts
-from .base import Door, Item
+from ... import InputError
+from ...pairs import PairCore, PairRequest
+from . import KIND as RERANKER
+from ...text import decode_texts
+from ...doors.base import Door, Item
 
 
 class RerankerDoor(Door):
