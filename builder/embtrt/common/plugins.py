@@ -1,10 +1,12 @@
 """A kind's implementation of a layer, by the name its Kind gives it (embtrt_backend.kinds:
-`build`, `gateway_model`, "module:attribute"), imported on first use. The layer that asks names
-the layer, never the kind: a new kind is wired by its Kind, not by another branch here."""
+`build`, `gateway_model`, ...: "module:attribute" or "module:Class.attribute"), imported on first
+use. The layer that asks names the layer, never the kind: a new kind is wired by its Kind, not by
+another branch here."""
 
 from __future__ import annotations
 
 import importlib
+from functools import reduce
 from typing import Any
 
 from embtrt_backend.kinds import Kind
@@ -16,4 +18,4 @@ def implementation(kind: Kind, layer: str) -> Any:
     if not ref:
         raise LookupError(f"{kind.label} has no {layer} (embtrt_backend.kinds: {kind.name})")
     module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return reduce(getattr, attr.split("."), importlib.import_module(module))   # "Class.method" too

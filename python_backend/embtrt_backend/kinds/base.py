@@ -30,9 +30,6 @@ class Kind:
     # (embtrt.common.plugins.implementation): the names keep this package free of the builder
     build: str = ""           # (spec, work folder, texts, log) -> BuildResult: export, gate, repository
     gateway_model: str = ""   # the gateway's class of a served model of this kind
-    # (url, model, reference, texts, *, under_load, concurrency, against, log, trust_remote_code) -> a
-    # Verdict: `embtrt verify` of a served model; "": the embedder's own (cli/measure.py, its cosine gate)
-    verify: str = ""
     # (model folder, max_seq_length, buckets, trust_remote_code, prompt overrides, --default-prompt, its name) ->
     # the BuildSpec fields its reference reads of the folder; "": the embedder's (export.spec's own)
     spec_fields: str = ""
@@ -47,3 +44,10 @@ class Kind:
     def pairs(self) -> bool:
         """Its items are (query, document) pairs."""
         return len(self.inputs) == 2
+
+    @property
+    def verify(self) -> str:
+        """`embtrt verify` of a served model, its measure's `verify`: (url, model, reference, texts, *,
+        under_load, concurrency, against, log, trust_remote_code) -> a Verdict; "": the embedder's own
+        (cli/measure.py, its cosine gate)."""
+        return f"{self.measure}.verify" if self.measure else ""

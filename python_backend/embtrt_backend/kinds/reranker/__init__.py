@@ -11,5 +11,5 @@ KIND = Kind(
     encoder_output="logits",
     build="embtrt.kinds.reranker.export:build_reranker_in", spec_fields="embtrt.kinds.reranker.export:spec_fields",
     gateway_model="embtrt.kinds.reranker.scale:Reranker",
-    verify="embtrt.kinds.reranker.measure:verify_reranker", measure="embtrt.kinds.reranker.measure:RerankMeasure",
+    measure="embtrt.kinds.reranker.measure:RerankMeasure",
 )

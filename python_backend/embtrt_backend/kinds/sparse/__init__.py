@@ -11,5 +11,5 @@ KIND = Kind(
     encoder_output="sparse",
     build="embtrt.kinds.sparse.export:build_sparse_in", spec_fields="embtrt.kinds.sparse.export:spec_fields",
     gateway_model="embtrt.kinds.sparse.scale:Sparse",
-    verify="embtrt.kinds.sparse.measure:verify_sparse", measure="embtrt.kinds.sparse.measure:SparseMeasure",
+    measure="embtrt.kinds.sparse.measure:SparseMeasure",
 )
