@@ -4,7 +4,7 @@ run through the encoder the caller passes in and turned into rows (the kind's `a
 an embedder, nothing for a reranker's logits), and the batch's `finish` makes one outcome per
 request. An encoder failure is the error of every request it was serving, never the caller's.
 
-RequestCore (core.py: texts, or token ids) and PairCore (pairs.py: query-document pairs) are the
+RequestCore (core.py: texts, or token ids) and PairCore (kinds/reranker/pairs.py: query-document pairs) are the
 two cores on it; plain numpy (+ tokenizers), tested without Triton.
 """
 

@@ -108,7 +108,7 @@ def calibration_feeds(texts: list[str], tokenizer_json: Path, max_seq_length: in
     text_mod, _ = backend_lib()
     tok = text_mod.TextTokenizer(str(tokenizer_json), max_seq_length, pad_id, "truncate")
     if pairs:
-        from embtrt_backend.pairs import DEFAULT, PairTokenizer
+        from embtrt_backend.kinds.reranker.pairs import DEFAULT, PairTokenizer
 
         from ..kinds.reranker.reference import corpus_pairs
 

@@ -1,7 +1,7 @@
 """`embtrt build` of a reranker (a CrossEncoder folder): classifier -> ONNX (logits) -> the pair
 tokenizer -> the gate against CrossEncoder.predict / rank -> the front door -> manifest -> check.
 
-The served path is the front door's own pair core (embtrt_backend.pairs) over the encoder the
+The served path is the front door's own pair core (embtrt_backend.kinds.reranker.pairs) over the encoder the
 front door runs (embtrt_backend.encoder, from the same parameters), so the gate judges exactly
 what is served. docs/rerankers.md has the contract.
 """
@@ -67,7 +67,7 @@ def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[
 def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
     """Every (query, document) pair through the front door's pair core, one request per query
     (batched together as Triton's dynamic batcher would): scores [pairs, labels], tokens per pair."""
-    from embtrt_backend.pairs import PairRequest
+    from embtrt_backend.kinds.reranker.pairs import PairRequest
 
     opts = core.options({})   # the model's default prompt, as CrossEncoder.predict applies it
     reqs = [PairRequest([q] * len(d), list(d), opts) for q, d in zip(queries, docs)]
@@ -107,7 +107,7 @@ class RerankerBuild(FrontDoorBuild):
         return ce.tokenizer
 
     def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None:
-        from embtrt_backend.pairs import PairTokenizer
+        from embtrt_backend.kinds.reranker.pairs import PairTokenizer
 
         self.tok = PairTokenizer(str(tok_json), self.spec.max_seq_length, pad_id)  # the front door's: then the gate's
         check_pair_tokenizer(hf_tok, self.tok, self._pairs(texts), self.log)
@@ -119,7 +119,7 @@ class RerankerBuild(FrontDoorBuild):
         return f"served scores vs CrossEncoder.predict and .rank on {len(self._pairs(texts))} real pairs"
 
     def gate(self, ce, params: dict[str, str], encoder, work: Path, texts: list[str]) -> dict:
-        from embtrt_backend.pairs import PairConfig, PairCore
+        from embtrt_backend.kinds.reranker.pairs import PairConfig, PairCore
 
         core = PairCore(PairConfig.from_parameters(params), self.tok)
         queries, docs = corpus_pairs(texts)
@@ -138,9 +138,9 @@ build_reranker_in = RerankerBuild.build_in
 
 
 def check_pair_tokenizer(hf_tok, tok, pairs: list[tuple[str, str]], log: Log) -> None:
-    """The serving pair tokenizer (`tok`, embtrt_backend.pairs.PairTokenizer) gives CrossEncoder's ids
+    """The serving pair tokenizer (`tok`, embtrt_backend.kinds.reranker.pairs.PairTokenizer) gives CrossEncoder's ids
     (and segment ids) on every real pair, the over-long ones cut longest_first at the max length."""
-    from embtrt_backend.pairs import DEFAULT
+    from embtrt_backend.kinds.reranker.pairs import DEFAULT
 
     max_length = tok.max_length
     ours = tok.encode([p[0] for p in pairs], [p[1] for p in pairs], DEFAULT)

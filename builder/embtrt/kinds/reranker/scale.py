@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from embtrt_backend.kinds import RERANKER
-from embtrt_backend.pairs import DEFAULT
+from embtrt_backend.kinds.reranker.pairs import DEFAULT
 
 from ...serve import wire
 from ...scale.gateway.errors import ApiError

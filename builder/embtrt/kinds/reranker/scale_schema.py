@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from embtrt_backend.kinds import RERANKER, Kind
-from embtrt_backend.pairs import truncation_direction
+from embtrt_backend.kinds.reranker.pairs import truncation_direction
 
 from ...scale.gateway.errors import ApiError, check_bytes, flag as _bool, model_name, no_such_model, short as _short
 

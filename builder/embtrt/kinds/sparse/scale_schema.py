@@ -12,7 +12,7 @@ request's sparse vectors rendered back in the shape it came in.
   {prompt_tokens, total_tokens}}`; with return_tokens, `tokens` holds each active dimension's
   vocabulary token (as SparseEncoder.decode names them), in the order of `indices`.
 
-The options are resolved here as the front door resolves them (embtrt_backend.sparse.resolve, one rule
+The options are resolved here as the front door resolves them (embtrt_backend.kinds.sparse.weights.resolve, one rule
 on every surface), so a bad one is a 400 naming its field before anything goes upstream; `dimensions`
 and `embedding_type` do not apply to a sparse encoder and are refused. Fields the gateway does not read
 are ignored, as /v1/embeddings ignores them.
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the serving-side package, imported where it is used
 ROUTES = {"/embed_sparse": "tei", "/v1/sparse": "embtrt"}
 INPUT_FIELDS = {"tei": "inputs", "embtrt": "input"}     # each shape's texts
 DIRECTIONS = {"right": "END", "left": "START"}           # TEI's truncation_direction -> the front door's truncate
-# /v1/sparse's fields that are the front door's request parameters (embtrt_backend.sparse.resolve)
+# /v1/sparse's fields that are the front door's request parameters (embtrt_backend.kinds.sparse.weights.resolve)
 PARAMETERS = ("input_type", "prompt_name", "truncate", "max_active_dims", "dimensions", "embedding_type")
 
 
@@ -92,7 +92,7 @@ def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_ite
         raw = {k: body[k] for k in PARAMETERS if body.get(k) is not None}
     return_tokens = flag(body, "return_tokens", False) if api == "embtrt" else False
     from embtrt_backend import InputError
-    from embtrt_backend.sparse import resolve
+    from embtrt_backend.kinds.sparse.weights import resolve
 
     try:
         resolved = resolve(m.options, raw)   # (options, max_active_dims, ...): what the front door reads first

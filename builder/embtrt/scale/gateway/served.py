@@ -75,10 +75,10 @@ class ServedReranker(ServedModel):
 
     @property
     def tokenizer(self):
-        """The front door's own pair tokenizer (embtrt_backend.pairs.PairTokenizer: CrossEncoder's pair
+        """The front door's own pair tokenizer (embtrt_backend.kinds.reranker.pairs.PairTokenizer: CrossEncoder's pair
         truncation), loaded on first use; None where the repository has none."""
         if self._tok is None and self._tokenizer_file.is_file():
-            from embtrt_backend.pairs import PairTokenizer
+            from embtrt_backend.kinds.reranker.pairs import PairTokenizer
 
             self._tok = PairTokenizer(str(self._tokenizer_file), self.max_len, self.manifest.pad_id)
         return self._tok

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import InputError
-from .batch_core import Batch, BatchCore
-from .routing import RUN_OVERHEAD_TOKENS, gather
-from .text import Encoded, TextTokenizer
+from ... import InputError
+from ...batch_core import Batch, BatchCore
+from ...routing import RUN_OVERHEAD_TOKENS, gather
+from ...text import Encoded, TextTokenizer
 
 ACTIVATIONS = ("default", "raw", "softmax")
 DIRECTIONS = ("right", "left")

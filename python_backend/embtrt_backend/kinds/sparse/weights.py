@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import InputError
-from .options import INPUT_TYPES, ModelOptions, RequestOptions
+from ... import InputError
+from ...options import INPUT_TYPES, ModelOptions, RequestOptions
 
 NOT_SPARSE = ("dimensions", "embedding_type")
 
