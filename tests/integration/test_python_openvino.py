@@ -28,7 +28,7 @@ def test_fp32_serves_equal_vectors_and_passes_verify(ov_server, minilm_path, cor
         got = c.embed(corpus[:150])
     assert cosine_rows(st_embed(minilm_path, corpus)[:150], got).min() >= 0.9999   # the corpus' cached reference
     report = verify(ov_server.grpc_url, "minilm_ov", Reference(minilm_path), corpus, Gate(), log=lambda m: None)
-    assert report.passed, report.gate.failures()
+    assert report.passed, report.gate.failures
 
 
 @pytest.mark.slow  # a second MiniLM build on this target; make test-all
@@ -57,5 +57,5 @@ def test_bf16_build_serves_equal_vectors_and_passes_verify(tmp_path, minilm_path
         assert np.percentile(cos, 50) >= 0.9999 and cos.min() >= 0.999
         assert cosine_rows(one, got[:1])[0] >= 0.99999  # alone or in a batch: the same vector
         report = verify(srv.grpc_url, "all_minilm_l6_v2", Reference(minilm_path), corpus, Gate(), log=lambda m: None)
-    assert report.passed, report.gate.failures()
+    assert report.passed, report.gate.failures
     assert json.loads((repo / "embtrt.json").read_text())["rebuild"].count("--target python-openvino") == 1

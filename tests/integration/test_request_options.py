@@ -100,7 +100,7 @@ def test_build_gate_compares_with_encode_including_the_default_prompt(prompted, 
     no_prompt = spec.with_(default_prompt_name=None)
     bad, labels = encoder_vectors(no_prompt, onnx, tok, man["pad_id"], man["encoder_output"], texts)
     report = evaluate(ref, bad, labels, spec.gate, texts)
-    assert not report.passed and any("cosine" in f for f in report.failures())
+    assert not report.passed and any("cosine" in f for f in report.failures)
 
 
 @pytest.mark.parametrize("key", ["xp", "bp"])

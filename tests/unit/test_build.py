@@ -143,11 +143,11 @@ def test_wrong_pooling_fails_embtrts_own_gate(tiny_models, tiny_repos, corpus):
     tok = repo / "xlmr_mean" / "1" / "tokenizer.json"
     good, labels = encoder_vectors(spec, onnx, tok, man["pad_id"], man["encoder_output"], texts)
     report = evaluate(ref, good, labels, spec.gate, texts)
-    assert report.passed, report.failures()
+    assert report.passed, report.failures
     for wrong in ("cls", "last-token"):
         bad, labels = encoder_vectors(spec.with_(pooling=wrong), onnx, tok, man["pad_id"], man["encoder_output"], texts)
         report = evaluate(ref, bad, labels, spec.gate, texts)
-        assert not report.passed and any("cosine p50" in f for f in report.failures()), (wrong, report.failures())
+        assert not report.passed and any("cosine p50" in f for f in report.failures), (wrong, report.failures)
 
 
 def test_python_openvino_needs_openvino_and_bf16_on_the_cpu(monkeypatch):

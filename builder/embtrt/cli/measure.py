@@ -77,7 +77,7 @@ def verify(
     if as_json:
         sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
     else:
-        for line in rep.lines():
+        for line in rep.lines:
             say(line)
     raise typer.Exit(0 if rep.passed else 4)
 

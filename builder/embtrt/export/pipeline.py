@@ -148,7 +148,7 @@ def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) ->
                           "reduced precision ships only behind the gate: use fp16 or int8 for TensorRT") from None
     report: GateReport = evaluate(ref, cand, labels, spec.gate, texts)
     np.save(work / CALIBRATION_FILE, cand)  # int8 / uint8 ranges: the served vectors of the corpus
-    for line in report.lines():
+    for line in report.lines:
         log(line)
     if prec is not None and prec.gate_run != "exact":
         log(f"[note] the gate ran a {prec.gate_run} {spec.precision} graph: " + "; ".join(prec.notes))
@@ -165,7 +165,7 @@ def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) ->
                     "bf16": "bf16 loses too much for this model; use --precision fp32",
                     "fp16": "rebuild with --fp32-layers (LayerNorm, Softmax, reductions in fp32) or use --precision fp32"}.get(
                         spec.precision, "check --pooling and --normalize against the model card")
-        refuse_on_gate(spec, False, report.failures(), "encoders fail the quality gate", hint, log)
+        refuse_on_gate(spec, False, report.failures, "encoders fail the quality gate", hint, log)
 
     log(f"[6/{steps}] rendering {spec.name} and its per-bucket models")
     ident = identity(spec, msha)
@@ -208,7 +208,7 @@ def build_embedder_in(spec: BuildSpec, tmp: Path, texts: list[str], log: Log) ->
         },
     )
     result = finish(repo, manifest, f"[7/{steps}]", log, spec, prec, texts)
-    result.parity_lines = report.lines()
+    result.parity_lines = list(report.lines)
     return result
 
 

@@ -17,6 +17,7 @@ from ..errors import ClientError
 from ..reference.modelinfo import default_buckets, model_hash
 from ..reference.parity import GateReport, bucket_label, cosine_rows, evaluate
 from ..reference.torch_ref import Reference
+from ..reference.verdict import Verdict
 from ..repository.gate import Gate
 from ..serve.wire import text_input
 from .driver import Load, drive
@@ -40,42 +41,39 @@ class LoadReport:
         return self.errors == 0 and self.lost_rows == 0 and self.cosine_min >= self.threshold
 
     def line(self) -> str:
-        mark = "[ok]" if self.passed else "[x]"
-        return (f"{mark} under load: {self.texts} texts in {self.requests} mixed-length requests at concurrency "
+        return (f"under load: {self.texts} texts in {self.requests} mixed-length requests at concurrency "
                 f"{self.concurrency} (+{self.background_requests} background requests) in {self.seconds:.1f} s; "
                 f"errors {self.errors}; rows without a vector {self.lost_rows}; min cosine to the unloaded vector {self.cosine_min:.6f} "
                 f"(>= {self.threshold})")
 
 
-@dataclass
-class VerifyReport:
-    model: str
-    reference: str
-    gate: GateReport
-    identity: dict[str, str]
-    warnings: list[str]
-    load: LoadReport | None = None
+class VerifyReport(Verdict):
+    """`embtrt verify` of an embedder, a Verdict: the cosine gate's, the under-load check's, the
+    identities compared; its lines end with PASSED or FAILED and the failures."""
 
-    @property
-    def passed(self) -> bool:
-        return self.gate.passed and (self.load is None or self.load.passed)
+    def __init__(self, model: str, reference: str, gate: GateReport, identity: dict[str, str], warnings: list[str],
+                 load: LoadReport | None = None) -> None:
+        super().__init__()
+        self.model, self.reference, self.gate, self.identity, self.warnings, self.load = (
+            model, reference, gate, identity, warnings, load)
+        self.lines.append(f"verify {model} against {reference}")
+        self.add(gate)
+        if load is not None:
+            self.check(load.passed, load.line(), "under-load check")
+            self.lines += [f"    cosine {m['cosine']:.6f}: {m['text']!r}" for m in load.mismatched[:5]]
+        if not gate.passed:
+            self.lines += ["worst texts:"] + [f"    [{w['bucket']}] cosine {w['cosine']:.6f}: {w['text']!r}"
+                                              for w in gate.worst_texts]
+        self.lines += [f"warning: {w}" for w in warnings]
+        self.lines.append("PASSED" if self.passed else "FAILED: " + "; ".join(self.failures))
 
-    def lines(self) -> list[str]:
-        out = [f"verify {self.model} against {self.reference}"] + self.gate.lines()
-        if self.load is not None:
-            out += [self.load.line()] + [f"    cosine {m['cosine']:.6f}: {m['text']!r}" for m in self.load.mismatched[:5]]
-        if not self.gate.passed:
-            out += ["worst texts:"] + [f"    [{w['bucket']}] cosine {w['cosine']:.6f}: {w['text']!r}" for w in self.gate.worst_texts]
-        out += [f"warning: {w}" for w in self.warnings]
-        out.append("PASSED" if self.passed else "FAILED: " + "; ".join(
-            self.gate.failures() + ([] if self.load is None or self.load.passed else ["under-load check"])))
-        return out
-
-    def as_dict(self) -> dict:
+    def as_dict(self, lines: bool = False) -> dict:
         d = {"model": self.model, "reference": self.reference, "passed": self.passed, "identity": self.identity,
              "warnings": self.warnings, "gate": self.gate.as_dict()}
         if self.load is not None:
             d["under_load"] = {**self.load.__dict__, "passed": self.load.passed}
+        if lines:
+            d["lines"] = list(self.lines)
         return d
 
 
@@ -177,15 +175,16 @@ def verify(url: str, model: str, reference: Reference, texts: list[str], gate: G
         or default_buckets(reference.max_len)
     max_len = int(meta.parameters.get("embtrt.max_seq_length", reference.max_len))
     labels = [bucket_label(int(n), buckets, max_len) for n in reference.token_counts(texts)]
-    report = VerifyReport(model, reference.describe(), evaluate(ref, served, labels, gate, texts),
-                          meta.identity, identity_warnings(meta.identity, reference, index_identity))
+    gate_report = evaluate(ref, served, labels, gate, texts)
+    load = None
     if under_load:
         log(f"under load: concurrency {concurrency}")
         if said:
             raise ClientError("--under-load compares default requests with their unloaded values: run it without "
                               "--prompt-name / --dimensions")
-        report.load = asyncio.run(_under_load(url, model, texts, served, concurrency, load_cosine))
-    return report
+        load = asyncio.run(_under_load(url, model, texts, served, concurrency, load_cosine))
+    return VerifyReport(model, reference.describe(), gate_report, meta.identity,
+                        identity_warnings(meta.identity, reference, index_identity), load)
 
 
 IDENTITY_KEYS = ("embtrt.model", "embtrt.model_sha256", "embtrt.pooling", "embtrt.normalize", "embtrt.dim",

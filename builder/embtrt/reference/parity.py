@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..repository.gate import Gate
+from .verdict import Verdict
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -46,9 +47,9 @@ class CosineStats:
         out = []
         if self.n == 0:
             out.append("no vectors compared")
-        if self.p50 < gate.cosine_p50:
+        if self.n and not self.p50 >= gate.cosine_p50:   # a NaN cosine fails too
             out.append(f"cosine p50 {self.p50:.6f} < {gate.cosine_p50}")
-        if self.p01 < gate.cosine_p01:
+        if self.n and not self.p01 >= gate.cosine_p01:
             out.append(f"cosine p01 {self.p01:.6f} < {gate.cosine_p01}")
         return out
 
@@ -89,54 +90,36 @@ def recall_at_k(ref: np.ndarray, cand: np.ndarray, k: int = 10) -> tuple[float, 
     return 1.0, float(hit)
 
 
-@dataclass
-class GateReport:
-    """Per-bucket cosine statistics plus corpus-wide neighbour metrics, with a verdict."""
+class GateReport(Verdict):
+    """Per-bucket cosine statistics plus corpus-wide neighbour metrics: the embedder's gate, a
+    Verdict (one marked line per check; the failures that decide it) keeping its statistics."""
 
-    gate: Gate
-    buckets: dict[str, CosineStats]
-    overall: CosineStats
-    top10_overlap: float
-    recall_ref: float
-    recall_cand: float
-    worst_texts: list[dict] = field(default_factory=list)
+    def __init__(self, gate: Gate, buckets: dict[str, CosineStats], overall: CosineStats, top10_overlap: float,
+                 recall_ref: float, recall_cand: float, worst_texts: list[dict] | None = None) -> None:
+        super().__init__()
+        self.gate, self.buckets, self.overall, self.top10_overlap = gate, buckets, overall, top10_overlap
+        self.recall_ref, self.recall_cand, self.worst_texts = recall_ref, recall_cand, list(worst_texts or [])
+        g = gate
+        for name, st in buckets.items():
+            bad = st.failures(g)
+            self.check(st.passes(g), f"bucket {name:>8}: n={st.n:<4} cosine p50 {st.p50:.6f} p01 {st.p01:.6f} "
+                       f"min {st.min:.6f}" + ("  (" + "; ".join(bad) + ")" if bad else ""),
+                       *(f"bucket {name}: {f}" for f in bad))
+        self.check(top10_overlap >= g.top10_overlap, f"top-10 neighbour overlap {top10_overlap:.4f} (>= {g.top10_overlap})",
+                   f"top-10 overlap {top10_overlap:.4f} < {g.top10_overlap}")
+        self.check(self.recall_regression <= g.recall_regression,
+                   f"recall@10 {recall_cand:.4f} vs reference {recall_ref:.4f}, regression {self.recall_regression:.4f} "
+                   f"(<= {g.recall_regression})",
+                   f"recall@10 regression {self.recall_regression:.4f} > {g.recall_regression}")
 
     @property
     def recall_regression(self) -> float:
         return self.recall_ref - self.recall_cand
 
-    def failures(self) -> list[str]:
-        out: list[str] = []
-        for name, st in self.buckets.items():
-            out += [f"bucket {name}: {f}" for f in st.failures(self.gate)]
-        if self.top10_overlap < self.gate.top10_overlap:
-            out.append(f"top-10 overlap {self.top10_overlap:.4f} < {self.gate.top10_overlap}")
-        if self.recall_regression > self.gate.recall_regression:
-            out.append(f"recall@10 regression {self.recall_regression:.4f} > {self.gate.recall_regression}")
-        return out
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures()
-
-    def lines(self) -> list[str]:
-        g = self.gate
-        rows = []
-        for name, st in self.buckets.items():
-            ok = st.passes(g)
-            rows.append(f"{'[ok]' if ok else '[x]'} bucket {name:>8}: n={st.n:<4} cosine p50 {st.p50:.6f} "
-                        f"p01 {st.p01:.6f} min {st.min:.6f}"
-                        + ("" if ok else "  (" + "; ".join(st.failures(g)) + ")"))
-        ok = self.top10_overlap >= g.top10_overlap
-        rows.append(f"{'[ok]' if ok else '[x]'} top-10 neighbour overlap {self.top10_overlap:.4f} (>= {g.top10_overlap})")
-        ok = self.recall_regression <= g.recall_regression
-        rows.append(f"{'[ok]' if ok else '[x]'} recall@10 {self.recall_cand:.4f} vs reference {self.recall_ref:.4f}, "
-                    f"regression {self.recall_regression:.4f} (<= {g.recall_regression})")
-        return rows
-
-    def as_dict(self) -> dict:
+    def as_dict(self, lines: bool = False) -> dict:
+        """What the manifest's `parity` and `verify --json`'s `gate` keep (no lines unless asked)."""
         return {
-            "passed": self.passed, "failures": self.failures(),
+            "passed": self.passed, "failures": list(self.failures),
             "gate": asdict(self.gate),
             "buckets": {k: v.as_dict() for k, v in self.buckets.items()},
             "overall": self.overall.as_dict(),
@@ -144,6 +127,7 @@ class GateReport:
             "recall_at_10": {"reference": self.recall_ref, "candidate": self.recall_cand,
                              "regression": self.recall_regression},
             "worst_texts": self.worst_texts,
+            **({"lines": list(self.lines)} if lines else {}),
         }
 
 
