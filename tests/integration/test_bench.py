@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embtrt.measure.bench import Target, length_buckets, run_bench, save
+from embtrt.kinds.embedder.measure_bench import Target, length_buckets, run_bench, save
 from embtrt.errors import SpecError
 from embtrt.serve.server import free_port
 
@@ -48,7 +48,7 @@ def test_length_buckets_group_by_token_count():
 
 
 def test_bench_side_by_side_counts_are_consistent(minilm_server, openai_peer, corpus, tmp_path):
-    from embtrt.measure.verify import Reference
+    from embtrt.kinds.embedder.measure import Reference
     from embtrt.reference.modelinfo import default_model_path
 
     counts = Reference(default_model_path()).token_counts(corpus)
@@ -94,7 +94,7 @@ def test_bench_counts_errors_and_cli_json(minilm_server, openai_peer, tmp_path):
 
 
 def test_other_servers_are_paused_while_one_target_is_measured():
-    from embtrt.measure.bench import _Paused
+    from embtrt.kinds.embedder.measure_bench import _Paused
 
     proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
@@ -138,8 +138,8 @@ def test_bench_records_cpu_per_request_and_peak_memory_of_watched_process_trees(
     import os
     import subprocess
 
-    from embtrt.measure.bench import tree_cpu_seconds, tree_rss_bytes
-    from embtrt.measure.verify import Reference
+    from embtrt.kinds.embedder.measure_bench import tree_cpu_seconds, tree_rss_bytes
+    from embtrt.kinds.embedder.measure import Reference
     from embtrt.reference.modelinfo import default_model_path
 
     idle = subprocess.Popen(["sleep", "60"])
@@ -168,7 +168,7 @@ def test_rounds_interleave_the_targets_and_pool_their_requests(minilm_server, co
     """--rounds 3: each target's 31 requests run in 3 rounds, the targets taking turns in each round (the
     order rotating), and one row per target pools them: 31 sent and answered, and the server's statistics
     counted each round's warm-up and requests."""
-    from embtrt.measure.verify import Reference
+    from embtrt.kinds.embedder.measure import Reference
     from embtrt.reference.modelinfo import default_model_path
 
     counts = Reference(default_model_path()).token_counts(corpus)

@@ -11,7 +11,7 @@ from embtrt.serve.client import EmbeddingClient
 from embtrt.reference.parity import cosine_rows
 from embtrt.reference.torch_ref import st_embed
 from embtrt.export.spec import Gate, spec_from_options
-from embtrt.measure.verify import Reference, verify
+from embtrt.kinds.embedder.measure import Reference, verify
 
 pytestmark = pytest.mark.integration
 

@@ -83,7 +83,7 @@ def test_build_reads_prompts_and_leaves_prompt_tokens_out_of_pooling_outside_the
 def test_build_gate_compares_with_encode_including_the_default_prompt(prompted, corpus):
     """The gate's reference is SentenceTransformer.encode (default prompt applied, prompt tokens out of
     pooling): a served path that ignored the default prompt fails it; the one built passes it."""
-    from embtrt.export.pipeline import reference_vectors
+    from embtrt.kinds.embedder.export import reference_vectors
     from embtrt.export.served import encoder_vectors
     from embtrt.export.spec import spec_from_options
     from embtrt.reference.parity import evaluate

@@ -9,7 +9,7 @@ import pytest
 from conftest import start_server
 from embtrt.export import build
 from embtrt.export.spec import Gate, spec_from_options
-from embtrt.measure.verify import Reference, verify
+from embtrt.kinds.embedder.measure import Reference, verify
 
 pytestmark = pytest.mark.integration
 

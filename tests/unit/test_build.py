@@ -128,7 +128,7 @@ def test_wrong_pooling_fails_embtrts_own_gate(tiny_models, tiny_repos, corpus):
     """The build's gate (reference.parity.evaluate on the served path's vectors, export.served) passes
     the XLM-R repository as built (mean pooling) and fails the same encoders pooled by CLS or by last
     token, naming the cosine."""
-    from embtrt.export.pipeline import reference_vectors
+    from embtrt.kinds.embedder.export import reference_vectors
     from embtrt.export.served import encoder_vectors
     from embtrt.reference.parity import evaluate
 

@@ -9,7 +9,7 @@ import pytest
 
 from embtrt.scale.gateway import ApiError
 from embtrt.scale.gateway.config import GatewayConfig
-from embtrt.scale.gateway.embed import Gateway
+from embtrt.kinds.embedder.scale import Gateway
 
 NAME = "all_minilm_l6_v2"
 

@@ -1,6 +1,6 @@
 """What `embtrt verify --against` says of two deployments' identities (measure/verify.identity_diff)."""
 
-from embtrt.measure.verify import identity_diff
+from embtrt.kinds.embedder.measure import identity_diff
 
 BASE = {"embtrt.model": "a", "embtrt.model_sha256": "h", "embtrt.pooling": "mean", "embtrt.normalize": "true",
         "embtrt.dim": "384", "embtrt.max_seq_length": "256", "embtrt.precision": "fp32", "embtrt.target": "python-ort",

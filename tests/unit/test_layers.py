@@ -31,7 +31,7 @@ def test_a_planted_upward_import_fails_the_check(tmp_path):
 def test_a_stage_importing_a_sibling_stage_fails_the_check(tmp_path):
     pkg = _copy(tmp_path)
     f = pkg / "scale" / "gateway" / "config.py"
-    f.write_text(f.read_text() + "\nfrom ...measure import bench  # noqa\n")
+    f.write_text(f.read_text() + "\nfrom ...measure import tune  # noqa\n")
     problems = check(pkg)
     assert len(problems) == 1 and "sibling stage" in problems[0]
 

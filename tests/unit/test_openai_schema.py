@@ -1,4 +1,4 @@
-"""The gateway's /v1/embeddings schema on its own (embtrt.scale.gateway.embeddings_schema): bodies
+"""The gateway's /v1/embeddings schema on its own (embtrt.kinds.embedder.scale_schema): bodies
 parsed into EmbeddingsRequest, and each bad body refused with its own status, message and param,
 without a server. The same refusals through the real gateway: tests/integration/test_gateway.py."""
 

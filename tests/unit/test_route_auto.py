@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from embtrt.scale.gateway import embed
-from embtrt.scale.gateway.embed import ROUTE_RECHECK_S, ROUTE_RETRY_S, Gateway
+from embtrt.kinds.embedder import scale as embed
+from embtrt.kinds.embedder.scale import ROUTE_RECHECK_S, ROUTE_RETRY_S, Gateway
 
 
 class Clock:

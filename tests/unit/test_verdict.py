@@ -28,7 +28,7 @@ def test_a_verdict_added_under_a_key_keeps_its_figures_apart():
 def test_the_embedders_cosine_gate_and_verify_are_verdicts_that_fail_on_nan_vectors():
     import numpy as np
 
-    from embtrt.measure.verify import LoadReport, VerifyReport
+    from embtrt.kinds.embedder.measure import LoadReport, VerifyReport
     from embtrt.reference.parity import GateReport, evaluate
     from embtrt.repository.gate import Gate
 

@@ -1,5 +1,5 @@
 """`embtrt build`: the command's options are the spec's options (export/spec.py spec_from_options);
-export/pipeline.py's build() writes the repository."""
+export/pipeline.py's build() writes the repository (the kind's build, Kind.build)."""
 
 from __future__ import annotations
 

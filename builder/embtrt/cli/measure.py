@@ -1,4 +1,4 @@
-"""Measuring a deployment: `embtrt verify` (measure/verify.py), `bench` (measure/bench.py), `matrix`
+"""Measuring a deployment: `embtrt verify` (kinds/embedder/measure.py), `bench` (kinds/embedder/measure_bench.py), `matrix`
 (measure/matrix.py) and `tune` (measure/tune.py), with the parsers of their options."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def verify(
 ) -> None:
     """The vector-quality gate: served vectors vs the reference, per length bucket; exit 4 when any gate fails."""
     from ..common.corpus import load_corpus
-    from ..measure.verify import verify as run_verify
+    from ..kinds.embedder.measure import verify as run_verify
     from ..reference.modelinfo import default_model_path
     from ..reference.torch_ref import Reference
     from ..repository.gate import Gate
@@ -57,7 +57,7 @@ def verify(
         return
     gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
     if against is not None:
-        from ..measure.verify import verify_against
+        from ..kinds.embedder.measure import verify_against
 
         require_extra("build", "verify --against", "transformers")
         other_url, _, other_model = against.partition("/")
@@ -131,7 +131,7 @@ def bench(
     from rich.table import Table
 
     from ..common.corpus import load_corpus
-    from ..measure.bench import Target, markdown, plots_unavailable, run_bench, save
+    from ..kinds.embedder.measure_bench import Target, markdown, plots_unavailable, run_bench, save
     from ..reference.modelinfo import default_model_path
     from ..reference.torch_ref import Reference
 

@@ -132,7 +132,7 @@ class Tuner:
     # ---- measurement ---------------------------------------------------------------------
 
     def _measure(self, url: str, texts: list[str], counts) -> tuple[dict[int, dict], dict[str, dict[int, dict]]]:
-        from .bench import Target, run_bench
+        from ..kinds.embedder.measure_bench import Target, run_bench
 
         if self.manifest.kind != EMBEDDER.name:   # a reranker's or sparse encoder's own requests (its KindMeasure.trial)
             from ..common.plugins import implementation

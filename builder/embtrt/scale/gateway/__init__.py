@@ -24,13 +24,13 @@ texts go to the sparse encoder's front door, which encodes them as `SparseEncode
 `encode_document` do (docs/sparse.md). Every kind can share one gateway.
 
 Modules, one job each: config (GatewayConfig, --pool, pools), errors (ApiError, OpenAI's error
-envelope), embeddings_schema (the /v1/embeddings body parsed and validated, pure), served (what the
-gateway knows of a repository), embed (the embedding algorithm of one model), front_door (the model
+envelope), served (what the gateway knows of a repository), front_door (the model
 of a kind whose front door plans every bucket), coalescer (PoolBatcher), upstream (gRPC clients,
 retries over a pool's replicas), registry (several models, /v1/models), routes and operations (the
 route table and what each operation runs), metrics (Prometheus), http (the ASGI app, `run`). A
-kind's request shapes and model live in its package (embtrt.kinds.reranker.scale_schema / .scale,
-embtrt.kinds.sparse.scale_schema / .scale).
+kind's request shapes and model live in its package: embtrt.kinds.embedder.scale_schema (the
+/v1/embeddings body parsed and validated, pure) / .scale (the embedding algorithm of one model),
+embtrt.kinds.reranker.scale_schema / .scale, embtrt.kinds.sparse.scale_schema / .scale.
 """
 
 import importlib
@@ -40,9 +40,10 @@ from typing import Any
 # package's modules, so it imports none of them up front (no import cycle whichever comes first)
 _EXPORTS = {
     "PoolBatcher": ".coalescer", "MAX_ITEMS": ".config", "ROUTES": ".config", "GatewayConfig": ".config",
-    "Pool": ".config", "model_pools": ".config", "parse_pool": ".config", "Gateway": ".embed",
-    "EmbeddingsModel": ".embeddings_schema", "EmbeddingsRequest": ".embeddings_schema",
-    "parse_embeddings": ".embeddings_schema", "resolve_model": ".embeddings_schema", "ApiError": ".errors",
+    "Pool": ".config", "model_pools": ".config", "parse_pool": ".config", "Gateway": "embtrt.kinds.embedder.scale",
+    "EmbeddingsModel": "embtrt.kinds.embedder.scale_schema", "EmbeddingsRequest": "embtrt.kinds.embedder.scale_schema",
+    "parse_embeddings": "embtrt.kinds.embedder.scale_schema", "resolve_model": "embtrt.kinds.embedder.scale_schema",
+    "ApiError": ".errors",
     "GatewayApp": ".http", "run": ".http", "Metrics": ".metrics", "MultiGateway": ".registry",
     "Served": ".served", "ServedReranker": ".served", "ServedSparse": ".served", "Upstream": ".upstream",
     "Reranker": "embtrt.kinds.reranker.scale", "RerankModel": "embtrt.kinds.reranker.scale_schema",

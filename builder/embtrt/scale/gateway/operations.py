@@ -1,7 +1,7 @@
 """The operations served models take over HTTP (#50 item 3): what http.Handler runs between the
 envelope (key, admission, body, deadline, errors, metrics) and the response, one row per operation.
 
-An operation parses a route's body in that route's dialect (embeddings_schema, the kinds'
+An operation parses a route's body in that route's dialect (the kinds'
 scale_schema) into a request naming the served model, asks the model behind it, and renders the
 answer in the dialect again. A new operation (a classifier's `classify`, a multi-vector model's
 token vectors) is one more `Operation` here and its rows in routes.TABLE; the envelope is not
@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 
-from .embeddings_schema import parse_embeddings
+from ...kinds.embedder.scale_schema import parse_embeddings
 from ...kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES, parse_rerank, render as render_rerank
 from ...kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES, parse_sparse, render as render_sparse
 

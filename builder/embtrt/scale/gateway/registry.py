@@ -16,8 +16,8 @@ from ...common.plugins import implementation
 from ...errors import SpecError
 from .admission import Admission
 from .config import GatewayConfig
-from .embed import Gateway
-from .embeddings_schema import EmbeddingsModel
+from ...kinds.embedder.scale import Gateway
+from ...kinds.embedder.scale_schema import EmbeddingsModel
 from .metrics import Metrics
 from ...kinds.reranker.scale import Reranker
 from ...kinds.reranker.scale_schema import RerankModel
@@ -65,7 +65,7 @@ class MultiGateway:
         self.several = len(self.models) > 1
         # the operations some model here serves (its kind's: Kind.operations); the route table serves those routes
         self.operations = {op for op, models in self.serving.items() if models}
-        # what parsing a request needs of each model (embeddings_schema.parse_embeddings, the kinds'
+        # what parsing a request needs of each model (the kinds' scale_schema.parse_embeddings /
         # scale_schema.parse_rerank / parse_sparse)
         self.schemas: dict[str, EmbeddingsModel] = {
             name: EmbeddingsModel(g.served.options, g.served.vocab_size, g.served.max_len, g.served.max_text_bytes, g.route,

@@ -3,7 +3,7 @@
 A route is (method, path, operation, dialect): the operation is what a served model does for it
 (`embed`, `rank`, `embed_sparse`; the gateway's own `models`, `live`, `ready`, `metrics`), the
 dialect is the API shape its body and response speak (the parsers and renderers of
-embeddings_schema and the kinds' scale_schema). `Routes.find` picks the handler of an
+the kinds' scale_schema). `Routes.find` picks the handler of an
 operation for a request, or the error a client gets:
 
 - a known path asked with another method: 405 with `Allow` naming the methods it takes;

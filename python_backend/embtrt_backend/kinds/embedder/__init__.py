@@ -8,5 +8,5 @@ KIND = Kind(
     served_routes="POST /v1/embeddings",
     client_hint="rank with RerankClient / `embtrt rerank` (docs/rerankers.md)",
     front_door="router", inputs=("TEXT",), probe_output="EMBEDDING", door="EmbedderDoor", torch_encoder="TorchEncoder",
-    build="embtrt.export.pipeline:build_embedder_in", gateway_model="embtrt.scale.gateway.embed:Gateway",
+    build="embtrt.kinds.embedder.export:build_embedder_in", gateway_model="embtrt.kinds.embedder.scale:Gateway",
 )

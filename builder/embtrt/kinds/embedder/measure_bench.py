@@ -19,13 +19,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import SpecError
-from .driver import Load
+from ...errors import SpecError
+from ...measure.driver import Load
 # the reports, samplers and targets under the names the CLI and the tests import from here
-from .report import machine, markdown, plots, plots_unavailable, save  # noqa: F401
-from .samplers import PeakRss, PeakSampler, _own_cpu_seconds, tree_cpu_seconds, tree_rss_bytes  # noqa: F401
-from .texts import length_buckets  # noqa: F401
-from .targets import EncoderInProcess, Target, _encoder_inprocess, _inprocess, client_for, plans_of
+from ...measure.report import machine, markdown, plots, plots_unavailable, save  # noqa: F401
+from ...measure.samplers import PeakRss, PeakSampler, _own_cpu_seconds, tree_cpu_seconds, tree_rss_bytes  # noqa: F401
+from ...measure.texts import length_buckets  # noqa: F401
+from ...measure.targets import EncoderInProcess, Target, _encoder_inprocess, _inprocess, client_for, plans_of
 
 
 class _Paused:

@@ -17,15 +17,15 @@ from embtrt_backend.options import EMBEDDING_TYPES
 
 from ...errors import SpecError
 from ...serve import wire
-from .coalescer import PoolBatcher
-from .embeddings_schema import model_suffixes
-from .config import GatewayConfig, Pool, model_pools
-from .errors import ApiError
-from .front_door import refusal
-from .metrics import Metrics
-from .admission import Admission, AdmissionConfig
-from .served import Served
-from .upstream import Upstream
+from ...scale.gateway.coalescer import PoolBatcher
+from .scale_schema import model_suffixes
+from ...scale.gateway.config import GatewayConfig, Pool, model_pools
+from ...scale.gateway.errors import ApiError
+from ...scale.gateway.front_door import refusal
+from ...scale.gateway.metrics import Metrics
+from ...scale.gateway.admission import Admission, AdmissionConfig
+from ...scale.gateway.served import Served
+from ...scale.gateway.upstream import Upstream
 
 # --route auto: a replica that answered "not ready" is asked again after this long; where none answered
 # (the server busy or restarting: a failed ask is no answer), after this long

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ClientError
-from ..reference.modelinfo import default_buckets, model_hash
-from ..reference.parity import GateReport, bucket_label, cosine_rows, evaluate
-from ..reference.torch_ref import Reference
-from ..reference.verdict import Verdict
-from ..repository.gate import Gate
-from ..serve.wire import text_input
-from .driver import Load, drive
+from ...errors import ClientError
+from ...reference.modelinfo import default_buckets, model_hash
+from ...reference.parity import GateReport, bucket_label, cosine_rows, evaluate
+from ...reference.torch_ref import Reference
+from ...reference.verdict import Verdict
+from ...repository.gate import Gate
+from ...serve.wire import text_input
+from ...measure.driver import Load, drive
 
 
 @dataclass
@@ -152,7 +152,7 @@ def verify(url: str, model: str, reference: Reference, texts: list[str], gate: G
            dimensions: int | None = None, log=print) -> VerifyReport:
     """Served vectors (with the request options given) against SentenceTransformer.encode with the
     same options; under load, against their own unloaded values."""
-    from ..serve.client import EmbeddingClient
+    from ...serve.client import EmbeddingClient
 
     with EmbeddingClient(url, model) as c:
         meta = c.metadata()
@@ -215,7 +215,7 @@ def verify_against(url: str, model: str, other_url: str, other_model: str, texts
     """The cross-deployment release gate: embed the corpus through two deployments and gate their
     agreement per length bucket (cosine p50 / p01, top-10 overlap, recall@10 of one against the
     other), with the second deployment as the reference; their identities are compared too."""
-    from ..serve.client import EmbeddingClient
+    from ...serve.client import EmbeddingClient
 
     ids, got = [], []
     for u, m in ((url, model), (other_url, other_model)):

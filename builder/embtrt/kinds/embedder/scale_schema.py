@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from embtrt_backend.kinds import EMBEDDER, Kind
 
-from .errors import NO_KINDS, ApiError, check_bytes, model_name
+from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, model_name
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
