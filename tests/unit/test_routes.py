@@ -5,9 +5,10 @@ import pytest
 
 from embtrt.scale.gateway.errors import ApiError
 from embtrt.kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES
-from embtrt.scale.gateway.routes import TABLE, Routes
+from embtrt.scale.gateway.routes import Routes, all_routes
 from embtrt.kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
 
+TABLE = all_routes()
 OPS = ("embed", "rank", "embed_sparse", "models", "live", "ready", "metrics")
 
 

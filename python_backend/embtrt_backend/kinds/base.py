@@ -30,6 +30,9 @@ class Kind:
     # (embtrt.common.plugins.implementation): the names keep this package free of the builder
     build: str = ""           # (spec, work folder, texts, log) -> BuildResult: export, gate, repository
     gateway_model: str = ""   # the gateway's class of a served model of this kind
+    # the gateway operations (scale.gateway.operations.Operation rows) this kind brings: those of its
+    # `operations` that no other kind brings
+    gateway_operations: str = ""
     # (model folder, max_seq_length, buckets, trust_remote_code, prompt overrides, --default-prompt, its name) ->
     # the BuildSpec fields its reference reads of the folder; "": the embedder's (export.spec's own)
     spec_fields: str = ""

@@ -18,7 +18,7 @@ from embtrt_backend.options import EMBEDDING_TYPES
 from ...errors import SpecError
 from ...serve import wire
 from ...scale.gateway.coalescer import PoolBatcher
-from .scale_schema import model_suffixes
+from .scale_schema import EmbeddingsModel, model_suffixes
 from ...scale.gateway.config import GatewayConfig, Pool, model_pools
 from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import refusal
@@ -63,6 +63,8 @@ class Gateway:
         self.batchers = {p.name: PoolBatcher(p.name, cfg.coalesce_us / 1e6, cfg.coalesce_inflight * len(p.urls),
                                              self._limit, self._coalesced)
                          for p in self.pools} if cfg.coalesce_us > 0 else {}
+        s = self.served   # what parsing a request needs (registry.MultiGateway.schemas)
+        self.schema = EmbeddingsModel(s.options, s.vocab_size, s.max_len, s.max_text_bytes, self.route, cfg.token_ids)
 
     def _limit(self, key) -> int:
         return self.served.max_batch_size if key[0] == "frontdoor" else self.served.max_batch[key[1]]

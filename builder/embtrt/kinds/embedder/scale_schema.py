@@ -10,6 +10,7 @@ a list of strings, a list of token ids, or a list of token-id lists; token ids a
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from embtrt_backend.kinds import EMBEDDER, Kind
 
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, model_name
+from ...scale.gateway.operations import Answer, Operation
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -170,3 +172,23 @@ def _ids(ids: list, i: int, name: str, m: EmbeddingsModel) -> list[int]:
         raise ApiError(400, f"input[{i}] has {len(ids)} tokens; {name} takes at most "
                        f"{m.max_len} (token-id input is never truncated)", param="input")
     return [int(t) for t in ids]
+
+
+async def answer(model, req: EmbeddingsRequest) -> Answer:
+    """The model's vectors in OpenAI's list: base64 (float32 little-endian, or the raw int8 / uint8
+    bytes of the compact types) or the arrays themselves (orjson writes numpy without a Python
+    float per value)."""
+    vecs, tokens = await model.embed(req.texts, req.ids, req.options)
+    if req.encoding_format == "base64":
+        raw_vecs = vecs.astype("<f4") if vecs.dtype == "float32" else vecs
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(v.tobytes()).decode("ascii")} for i, v in enumerate(raw_vecs)]
+    else:
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]
+    return ({"object": "list", "data": data, "model": req.model,
+             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, len(data) * 1536, [])
+
+
+OPERATIONS = (Operation("embed", EMBEDDER.metric_route, "latency", {"/v1/embeddings": "openai"},
+                        lambda models, kinds, cfg, path, body: parse_embeddings(body, models, cfg.max_items, kinds),
+                        answer),)

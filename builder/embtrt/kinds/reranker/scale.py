@@ -24,7 +24,6 @@ class Reranker(FrontDoorModel):
     kind, does, value = RERANKER, "scores every pair", "score"
     outputs, probe = ("SCORES", "TOKENS"), ("embtrt readiness probe", ["a document"])
     served_as = ServedReranker
-    routes = ("/v1/rerank", "/v2/rerank", "/rerank", "/v1/ranking")
 
     @property
     def schema(self) -> RerankModel:

@@ -31,6 +31,7 @@ from embtrt_backend.kinds import RERANKER, Kind
 from embtrt_backend.kinds.reranker.pairs import truncation_direction
 
 from ...scale.gateway.errors import ApiError, check_bytes, flag as _bool, model_name, no_such_model, short as _short
+from ...scale.gateway.operations import Answer, Operation
 
 # POST path -> the API shape it speaks
 ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1/ranking": "nim"}
@@ -172,3 +173,19 @@ def _documents(docs: object, field: str, max_items: int, texts_only: bool, objec
         else:
             raise ApiError(400, f"{field}[{i}] must be {what}, got {_short(d)}", param=field)
     return out
+
+
+async def answer(model, req: RerankRequest) -> Answer:
+    """The model's scores, rendered; the response's size (to encode it off the event loop when
+    large) counts only the documents it shows."""
+    scores, tokens = await model.rerank(req)
+    doc, headers = render(req, scores, tokens)
+    rows = doc if isinstance(doc, list) else doc.get("results", doc.get("rankings", []))
+    size = 64 * len(rows) + (sum(len(req.documents[r["index"]]) for r in rows) if req.return_documents else 0)
+    return doc, size, headers
+
+
+OPERATIONS = (Operation("rank", RERANKER.metric_route, "rerank_latency", ROUTES,
+                        lambda models, kinds, cfg, path, body: parse_rerank(ROUTES[path], body, models, kinds,
+                                                                            cfg.max_items),
+                        answer),)

@@ -25,7 +25,6 @@ class Sparse(FrontDoorModel):
     kind, does, value = SPARSE, "encodes every text", "weight"
     outputs, probe = ("SPARSE_INDICES", "SPARSE_VALUES", "TOKENS"), (None, ["embtrt readiness probe"])
     served_as = ServedSparse
-    routes = ("/v1/sparse", "/embed_sparse")
 
     @property
     def schema(self) -> SparseModel:

@@ -29,12 +29,13 @@ import numpy as np
 from embtrt_backend.kinds import SPARSE, Kind
 
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, flag, model_name, no_such_model, short
+from ...scale.gateway.operations import Answer, Operation
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used
     from embtrt_backend.options import ModelOptions, RequestOptions
 
 # POST path -> the API shape it speaks
-ROUTES = {"/embed_sparse": "tei", "/v1/sparse": "embtrt"}
+ROUTES = {"/v1/sparse": "embtrt", "/embed_sparse": "tei"}
 INPUT_FIELDS = {"tei": "inputs", "embtrt": "input"}     # each shape's texts
 DIRECTIONS = {"right": "END", "left": "START"}           # TEI's truncation_direction -> the front door's truncate
 # /v1/sparse's fields that are the front door's request parameters (embtrt_backend.kinds.sparse.weights.resolve)
@@ -137,3 +138,15 @@ def _texts(inp: object, key: str, max_items: int) -> list[str]:
         if not isinstance(t, str):
             raise ApiError(400, f"{key}[{i}] must be a string, got {short(t)}", param=key)
     return list(inp)
+
+
+async def answer(model, req: SparseRequest) -> Answer:
+    rows, tokens = await model.encode(req)
+    doc, headers = render(req, rows, tokens, model.served.token_of)
+    return doc, 32 * sum(len(ix) for ix, _ in rows), headers
+
+
+OPERATIONS = (Operation("embed_sparse", SPARSE.metric_route, "sparse_latency", ROUTES,
+                        lambda models, kinds, cfg, path, body: parse_sparse(ROUTES[path], body, models, cfg.max_items,
+                                                                            kinds),
+                        answer),)

@@ -20,6 +20,7 @@ from .admission import Admission, AdmissionConfig
 from .config import GatewayConfig, model_pools
 from .errors import ApiError
 from .metrics import Metrics
+from .operations import operations
 from .upstream import Upstream
 
 _ROW = re.compile(r"\brow (\d+): (.*)$", re.S)   # the front door's refusal of one row
@@ -31,7 +32,6 @@ class FrontDoorModel:
     outputs: tuple[str, ...] = ()   # the front door's outputs asked for, TOKENS last
     probe: tuple[Any, list] = (None, [])   # the readiness probe: (how, items)
     value = ""          # what a row holds, in the probe's reason ("non-finite score")
-    routes: tuple[str, ...] = ()   # its /v1/models entry's routes
 
     def inputs(self, items: list, how: Any) -> list: raise NotImplementedError   # a call's input tensors
     # a call's outputs but TOKENS -> its rows (raises a 502 on a wrong shape)
@@ -95,7 +95,7 @@ class FrontDoorModel:
         """This model's /v1/models entry."""
         s = self.served
         return {"id": s.name, "object": "model", "created": 0, "owned_by": "embtrt", "kind": self.kind.name,
-                "embtrt": s.identity, **self.facts(), "routes": list(self.routes)}
+                "embtrt": s.identity, **self.facts(), "routes": [path for op in self.kind.operations for path in operations()[op].routes]}
 
 
 def refusal(message: str, field: str, offset: int) -> ApiError:

@@ -20,7 +20,7 @@ from typing import Any
 
 from .config import GatewayConfig
 from .errors import ApiError
-from .operations import OPERATIONS, Operation
+from .operations import Operation, operations
 from .registry import MultiGateway
 from .routes import Routes
 
@@ -78,6 +78,7 @@ class Handler:
     def __init__(self, cfg: GatewayConfig, gw: MultiGateway, op: Operation) -> None:
         self.cfg, self.gw, self.op = cfg, gw, op
         self.route = op.metric_route   # the label of embtrt_gateway_requests
+        self.models, self.schemas = gw.serving[op.name], gw.schemas[op.name]   # the models serving it, by name
 
     def latency(self):
         return getattr(self.gw.metrics, self.op.latency)
@@ -138,9 +139,9 @@ class Handler:
         """Body -> (the response document, the served model's name, its size about, extra headers); JSON
         and tokenization of large requests off the event loop."""
         body = await self.json_body(receive)
-        req = self.op.parse(self.gw, self.cfg, scope["path"], body)
+        req = self.op.parse(self.schemas, self.gw.kinds, self.cfg, scope["path"], body)
         try:
-            doc, size, headers = await self.op.answer(self.gw, req)
+            doc, size, headers = await self.op.answer(self.models[req.served], req)
         except ApiError as exc:
             exc.served = req.served  # counted per model and status
             raise
@@ -181,7 +182,7 @@ class GatewayApp:
         from fastapi.responses import JSONResponse, Response
 
         gw = self.gateway = MultiGateway(cfg)
-        self.handlers = {name: Handler(cfg, gw, op) for name, op in OPERATIONS.items()}
+        self.handlers = {name: Handler(cfg, gw, op) for name, op in operations().items()}
 
         @asynccontextmanager
         async def lifespan(_app):
@@ -251,10 +252,9 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     for name, g in gw.models.items():
         for p in g.pools:
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
-    paths = ((["/v1/embeddings"] if gw.embedders else []) + (["/v1/rerank"] if gw.rerankers else [])
-             + (["/v1/sparse", "/embed_sparse"] if gw.sparse else []))
-    log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port}"
-        f"{', '.join(paths)}")
+    paths = [path for op in gw.operations for path in operations()[op].routes]
+    log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port} "
+        f"({', '.join(paths)})")
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request
     tls: dict = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)} if cfg.tls_cert else {}
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False, **tls,

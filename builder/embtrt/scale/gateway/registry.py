@@ -1,8 +1,8 @@
-"""The models behind one gateway (`MultiGateway`): one `Gateway` per embedder repository, one
-`Reranker` per reranker repository and one `Sparse` per sparse encoder repository (the manifest's
-kind), sharing the upstream clients and the metrics; what each model allows a request (for the
-schemas' `model` resolution, NAME-query aliases included); readiness of every pool; the /v1/models
-entries."""
+"""The models behind one gateway (`MultiGateway`): one model per repository, of its kind's gateway
+class (`Kind.gateway_model`: the embedder's `Gateway`, the reranker's `Reranker`, the sparse
+encoder's `Sparse`), sharing the upstream clients and the metrics; the models serving each operation
+and what each allows a request (its `schema`, for the parsers' `model` resolution, NAME-query
+aliases included); readiness of every pool; the /v1/models entries."""
 
 from __future__ import annotations
 
@@ -16,17 +16,10 @@ from ...common.plugins import implementation
 from ...errors import SpecError
 from .admission import Admission
 from .config import GatewayConfig
-from ...kinds.embedder.scale import Gateway
-from ...kinds.embedder.scale_schema import EmbeddingsModel
 from .metrics import Metrics
-from ...kinds.reranker.scale import Reranker
-from ...kinds.reranker.scale_schema import RerankModel
-from .routes import MODEL_OPERATIONS
+from .operations import operations
 from .served import served_kind
-from ...kinds.sparse.scale import Sparse
-from ...kinds.sparse.scale_schema import SparseModel
 from .upstream import Upstream
-
 
 
 class MultiGateway:
@@ -41,12 +34,9 @@ class MultiGateway:
         self._ready: tuple[float, int, dict[str, str]] | None = None
         self._ready_task: asyncio.Task | None = None
         repos = (cfg.repository, *cfg.more_repositories)
-        self.models: dict[str, Gateway | Reranker | Sparse] = {}   # every model, of every kind
+        self.models: dict[str, Any] = {}   # every model, of every kind
         # each operation's models by name: a model serves its kind's operations (Kind.operations), one or several
-        self.serving: dict[str, dict[str, Any]] = {op: {} for op in MODEL_OPERATIONS}
-        self.embedders: dict[str, Gateway] = self.serving["embed"]   # the operations' handlers' typed views
-        self.rerankers: dict[str, Reranker] = self.serving["rank"]
-        self.sparse: dict[str, Sparse] = self.serving["embed_sparse"]
+        self.serving: dict[str, dict[str, Any]] = {op: {} for op in operations()}
         self.kinds: dict[str, Kind] = {}   # every model's kind, by name (a model named on another kind's route is refused)
         for repo in repos:
             kind = implementation(kind_of(served_kind(repo)), "gateway_model")
@@ -57,6 +47,9 @@ class MultiGateway:
             self.models[g.served.name] = g
             self.kinds[g.served.name] = g.kind
             for op in g.kind.operations:
+                if op not in self.serving:
+                    raise SpecError(f"{g.kind.label} serves the operation {op!r}, which no kind brings "
+                                    "(Kind.gateway_operations)", "a kind's package must bring its operations' rows")
                 self.serving[op][g.served.name] = g
         named = {e[0] for e in cfg.pools if len(e) == 3}
         if named - set(self.models):
@@ -65,14 +58,9 @@ class MultiGateway:
         self.several = len(self.models) > 1
         # the operations some model here serves (its kind's: Kind.operations); the route table serves those routes
         self.operations = {op for op, models in self.serving.items() if models}
-        # what parsing a request needs of each model (the kinds' scale_schema.parse_embeddings /
-        # scale_schema.parse_rerank / parse_sparse)
-        self.schemas: dict[str, EmbeddingsModel] = {
-            name: EmbeddingsModel(g.served.options, g.served.vocab_size, g.served.max_len, g.served.max_text_bytes, g.route,
-                                  cfg.token_ids)
-            for name, g in self.embedders.items()}
-        self.rerank_schemas: dict[str, RerankModel] = {name: r.schema for name, r in self.rerankers.items()}
-        self.sparse_schemas: dict[str, SparseModel] = {name: m.schema for name, m in self.sparse.items()}
+        # what parsing a request needs of each model serving each operation (its `schema`)
+        self.schemas: dict[str, dict[str, Any]] = {op: {name: g.schema for name, g in models.items()}
+                                                   for op, models in self.serving.items()}
 
     async def close(self) -> None:
         await self.upstream.close()

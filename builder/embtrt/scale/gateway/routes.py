@@ -17,12 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import ApiError
-from .operations import OPERATIONS
-from ...kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES
-from ...kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
-
-# the operations served models take (operations.py); the rest are the gateway's own
-MODEL_OPERATIONS = tuple(OPERATIONS)
+from .operations import operations
 
 
 @dataclass(frozen=True)
@@ -33,10 +28,8 @@ class Route:
     dialect: str
 
 
-TABLE: tuple[Route, ...] = (
-    Route("POST", "/v1/embeddings", "embed", "openai"),
-    *(Route("POST", path, "rank", dialect) for path, dialect in RERANK_ROUTES.items()),
-    *(Route("POST", path, "embed_sparse", dialect) for path, dialect in SPARSE_ROUTES.items()),
+# the gateway's own routes, after the model operations'
+OWN: tuple[Route, ...] = (
     Route("GET", "/v1/models", "models", "openai"),
     Route("GET", "/health/live", "live", "embtrt"),
     Route("GET", "/health/ready", "ready", "embtrt"),
@@ -44,11 +37,18 @@ TABLE: tuple[Route, ...] = (
 )
 
 
+def all_routes() -> tuple[Route, ...]:
+    """Every route: each model operation's (operations.operations(), in the kinds' order), then the gateway's own."""
+    return (*(Route("POST", path, op.name, dialect) for op in operations().values() for path, dialect in op.routes.items()),
+            *OWN)
+
+
 class Routes:
-    """`table`'s routes; `handlers` maps each operation to its ASGI handler; `served` is the set of
+    """The routes (all_routes() unless given); `handlers` maps each operation to its ASGI handler; `served` is the set of
     model operations some model behind the gateway takes (the 404 names only those routes)."""
 
-    def __init__(self, handlers: dict[str, Callable], served: set[str], table: tuple[Route, ...] = TABLE) -> None:
+    def __init__(self, handlers: dict[str, Callable], served: set[str], routes: tuple[Route, ...] | None = None) -> None:
+        table = routes if routes is not None else all_routes()
         missing = {r.operation for r in table} - set(handlers)
         if missing:
             raise ValueError(f"no handler for the operations {sorted(missing)}")
@@ -56,7 +56,8 @@ class Routes:
         self._allow: dict[str, list[str]] = {}
         for r in table:
             self._allow.setdefault(r.path, []).append(r.method)
-        self.served = [r for r in table if r.operation not in MODEL_OPERATIONS or r.operation in served]
+        model_ops = operations()
+        self.served = [r for r in table if r.operation not in model_ops or r.operation in served]
 
     def find(self, method: str, path: str) -> Callable:
         """The handler of `method path`; ApiError 405 (known path) or 404 (unknown) otherwise."""

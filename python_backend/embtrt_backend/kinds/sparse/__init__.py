@@ -12,4 +12,5 @@ KIND = Kind(
     build="embtrt.kinds.sparse.export:build_sparse_in", spec_fields="embtrt.kinds.sparse.export:spec_fields",
     gateway_model="embtrt.kinds.sparse.scale:Sparse",
     measure="embtrt.kinds.sparse.measure:SparseMeasure",
+    gateway_operations="embtrt.kinds.sparse.scale_schema:OPERATIONS",
 )
