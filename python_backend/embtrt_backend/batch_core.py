@@ -1,11 +1,18 @@
-"""What every kind's core shares (#50: one request core): a batch of requests is prepared into
-per-bucket chunks (the kind's `prepare`), each chunk's rows are padded into the encoder's feeds,
-run through the encoder the caller passes in and turned into rows (the kind's `after`: pooling for
-an embedder, nothing for a reranker's logits), and the batch's `finish` makes one outcome per
-request. An encoder failure is the error of every request it was serving, never the caller's.
+"""The one request core of every kind (#50). A batch of requests:
 
-RequestCore (core.py: texts, or token ids) and PairCore (kinds/reranker/pairs.py: query-document pairs) are the
-two cores on it; plain numpy (+ tokenizers), tested without Triton.
+    prepare(requests) -> Batch: the kind's `tokenize` turns each request into its encoder rows (or
+        the error refusing that request only); the rows of every request served are planned into
+        per-bucket chunks (routing.plan);
+    each chunk: its rows padded into the encoder's feeds, the encoder the caller passes in (a BLS
+        call, a local runtime, the gateway's upstream gRPC call), the kind's `after` (pooling for an
+        embedder whose graph does not pool; a reranker's logits as [rows, labels]);
+    Batch.finish(outputs per chunk) -> one outcome per request: the kind's `result` of its rows'
+        outputs (an embedder's windows merged and options applied, a reranker's activation).
+An encoder failure is the error of every request it was serving, never the caller's.
+
+A kind writes `tokenize`, `result` (and `after` where needed): RequestCore (core.py: texts, or
+token ids; the embedder and the sparse encoder) and PairCore (kinds/reranker/pairs.py: query-document
+pairs). Plain numpy (+ tokenizers), tested without Triton.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .routing import plan
+from .routing import gather, plan
 from .text import Encoded, TextTokenizer
 
 Encoder = Callable[[int, dict[str, np.ndarray]], np.ndarray]
@@ -30,6 +37,17 @@ class Chunk:
     ids: list[list[int]]
     type_ids: list[list[int]]
     skip: np.ndarray | None = None    # per row: leading prompt tokens left out of pooling (embedders)
+
+
+@dataclass
+class Rows:
+    """One request's encoder rows, as its kind's `tokenize` makes them."""
+
+    ids: list[list[int]]
+    type_ids: list[list[int]]
+    skip: int = 0                        # leading prompt tokens left out of pooling, in every row (embedders)
+    tokens: np.ndarray | None = None     # tokens per item where an item is not one row (None: each row's length)
+    owner: np.ndarray | None = None      # each row's item where an item has several rows (--overflow chunk windows)
 
 
 @dataclass
@@ -48,9 +66,47 @@ class BatchCore:
         """The tokenizer that pads rows into feeds (its input names, pad id)."""
         raise NotImplementedError
 
-    def prepare(self, requests: list) -> Any:
-        """-> a batch: `outcomes` (None: to be served), `chunks` (bucket, rows, ids, type_ids), `finish`."""
+    @property
+    def width(self) -> int:
+        """The values of one row's output (an embedder's dim, a reranker's labels)."""
         raise NotImplementedError
+
+    def tokenize(self, requests: list) -> list[Rows | Exception | None]:
+        """Each request's rows, or the error refusing it (an InputError naming its item); None: nothing to serve."""
+        raise NotImplementedError
+
+    def result(self, request: Any, out: np.ndarray, rows: Rows, lengths: np.ndarray) -> Any:
+        """A request's outcome from its rows' outputs (`out`, in row order) and their lengths in tokens."""
+        raise NotImplementedError
+
+    def prepare(self, requests: list) -> Batch:
+        """-> a batch: `outcomes` (None: to be served; a refused request's error), `chunks`, `finish`."""
+        outcomes: list = [None] * len(requests)
+        ids: list[list[int]] = []
+        types: list[list[int]] = []
+        skips: list[int] = []
+        keep: list[tuple[int, int, Rows]] = []     # (request, its first row, its rows)
+        for i, rows in enumerate(self.tokenize(requests)):
+            if isinstance(rows, Exception):
+                outcomes[i] = self.outcome(error=rows)
+            elif rows is not None:
+                keep.append((i, len(ids), rows))
+                ids.extend(rows.ids)
+                types.extend(rows.type_ids)
+                skips.extend([rows.skip] * len(rows.ids))
+        if not keep:
+            return Batch(outcomes)
+        lengths, chunks = self.chunks(ids, types, np.asarray(skips, dtype=np.int64))
+
+        def finish(outs: list[np.ndarray]) -> list:
+            allv = gather(len(ids), self.width, [(c.rows, v) for c, v in zip(chunks, outs)])
+            out = list(outcomes)
+            for i, first, rows in keep:
+                n = len(rows.ids)
+                out[i] = self.result(requests[i], allv[first:first + n], rows, lengths[first:first + n])
+            return [o if o is not None else self.outcome(error=RuntimeError("not served")) for o in out]
+
+        return Batch(outcomes, chunks, finish)
 
     def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk: Any) -> np.ndarray:
         """The encoder's output of one chunk -> its rows' results (as is by default)."""

@@ -1,13 +1,12 @@
-"""The request core: what the front door does to a batch of requests, in one place.
+"""The request core of texts (the embedder's and the sparse encoder's), on the one core of every
+kind (batch_core.BatchCore: prepare, the encoder per chunk, finish):
 
-    prepare(requests) -> Batch: prompts prepended, texts tokenized with each request's
-        truncation, over-long texts refused (that request only), rows planned into per-bucket
-        chunks (the plan's parameters come from the front door's config, for every caller);
-    each chunk: feeds(chunk) -> the encoder (passed in: a BLS call, a local runtime, or the
-        gateway's upstream gRPC call) -> pool(output, feeds, chunk.skip), with the prompt's tokens
-        left out of pooling where the model says so (skip_of: the one place of that rule);
-    Batch.finish(vectors per chunk) -> one Outcome per request: the windows of a long text merged
-        (--overflow chunk), then the request's options applied (width, vector type).
+    tokenize(requests): prompts prepended, every request's texts tokenized in one call with each
+        request's truncation, over-long texts refused (that request only); token ids as given;
+    after: pool(output, feeds, chunk.skip), with the prompt's tokens left out of pooling where the
+        model says so (skip_of: the one place of that rule); nothing where the graph pools;
+    result: the windows of a long text merged (--overflow chunk), then the request's options applied
+        (width, vector type).
 
 The Triton front door (router/model.py) and the gateway's token-id route both call it; plain
 numpy (+ tokenizers), tested without Triton against SentenceTransformer.encode.
@@ -20,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import InputError
-from .batch_core import Batch, BatchCore, Chunk  # noqa: F401 (Chunk: the gateway imports it from here)
+from .batch_core import BatchCore, Chunk, Rows  # noqa: F401 (Chunk: the gateway imports it from here)
 from .options import DEFAULT, ModelOptions, RequestOptions
 from .pooling import exclude_prefix, pool_and_normalize
-from .routing import RUN_OVERHEAD_TOKENS, gather
-from .text import Encoded, TextTokenizer, merge_windows
+from .routing import RUN_OVERHEAD_TOKENS
+from .text import TextTokenizer, merge_windows
 
 
 @dataclass(frozen=True)
@@ -94,84 +93,64 @@ class RequestCore(BatchCore):
         """The prompt's tokens left out of pooling (the Pooling config's include_prompt false)."""
         return self.options.prompt_skip(opts, self.tokenizer.tok)
 
-    # ---- prepare -------------------------------------------------------------------------------
-    def prepare(self, requests: list[Request]) -> Batch:
-        outcomes: list[Outcome | None] = [None] * len(requests)
+    @property
+    def width(self) -> int:
+        return self.cfg.dim
+
+    # ---- tokenize: each request's rows (BatchCore.prepare plans them) --------------------------
+    def tokenize(self, requests: list[Request]) -> list[Rows | Exception | None]:
+        out: list[Rows | Exception | None] = [None] * len(requests)
         texts: list[str] = []
         modes: list[str | None] = []
-        spans: list[tuple[int, int]] = []     # each text request's texts in `texts`
+        spans: list[tuple[int, int]] = []     # each text request's texts in `texts`: one tokenizer call for all
         for i, r in enumerate(requests):
             if r.texts is None:
                 continue
             o = r.options
-            start = len(texts)
+            spans.append((i, len(texts)))
             texts.extend([o.prompt + t for t in r.texts] if o.prompt else r.texts)
             modes.extend([o.truncate] * len(r.texts))
-            spans.append((i, start))
-        enc = self.tokenizer.encode_mixed(texts, modes) if texts else Encoded([], [], np.zeros(0, np.int64))
-        owner = np.arange(len(texts)) if enc.owner is None else enc.owner   # text of each encoded row
-        text_tokens = np.bincount(owner, weights=enc.lengths, minlength=len(texts)).astype(np.int64)
-        if enc.owner is None:  # one row per text: its length is the text's (no ufunc.at on the hot path)
-            text_len = enc.lengths
-        else:  # --overflow chunk: the longest window of each text
-            text_len = np.zeros(len(texts), np.int64)
-            np.maximum.at(text_len, owner, enc.lengths)
-        # keep: (request, its first encoded row, row count, text count); rows of refused requests are left out
-        ids, types, skips, keep = [], [], [], []
-        max_len = self.tokenizer.max_length
-        row_of_text = np.searchsorted(owner, np.arange(len(texts) + 1))   # owner is sorted
-        for i, start in spans:
-            r = requests[i]
-            end = start + len(r.texts or ())
-            if self.tokenizer.refuses_long(r.options.truncate):
-                over = np.nonzero(text_len[start:end] > max_len)[0]
-                if over.size:
-                    outcomes[i] = Outcome(error=InputError(
-                        f"row {int(over[0])}: text is longer than the max sequence length {max_len} tokens (truncate NONE"
-                        f"{'' if r.options.truncate else ', the build used --overflow reject'})", "input", int(over[0])))
+        if texts:
+            enc = self.tokenizer.encode_mixed(texts, modes)
+            owner = np.arange(len(texts)) if enc.owner is None else enc.owner   # text of each encoded row
+            text_tokens = np.bincount(owner, weights=enc.lengths, minlength=len(texts)).astype(np.int64)
+            if enc.owner is None:  # one row per text: its length is the text's (no ufunc.at on the hot path)
+                text_len = enc.lengths
+            else:  # --overflow chunk: the longest window of each text
+                text_len = np.zeros(len(texts), np.int64)
+                np.maximum.at(text_len, owner, enc.lengths)
+            max_len = self.tokenizer.max_length
+            row_of_text = np.searchsorted(owner, np.arange(len(texts) + 1))   # owner is sorted
+            for i, start in spans:
+                r = requests[i]
+                end = start + len(r.texts or ())
+                if self.tokenizer.refuses_long(r.options.truncate):
+                    over = np.nonzero(text_len[start:end] > max_len)[0]
+                    if over.size:
+                        out[i] = InputError(
+                            f"row {int(over[0])}: text is longer than the max sequence length {max_len} tokens (truncate "
+                            f"NONE{'' if r.options.truncate else ', the build used --overflow reject'})", "input", int(over[0]))
+                        continue
+                empty = np.nonzero(text_len[start:end] == 0)[0]
+                if empty.size:   # no row to run: an empty text, and a tokenizer that adds no special tokens
+                    out[i] = InputError(f"row {int(empty[0])}: the text tokenizes to no tokens", "input", int(empty[0]))
                     continue
-            empty = np.nonzero(text_len[start:end] == 0)[0]
-            if empty.size:   # no row to run: an empty text, and a tokenizer that adds no special tokens
-                outcomes[i] = Outcome(error=InputError(f"row {int(empty[0])}: the text tokenizes to no tokens", "input",
-                                                       int(empty[0])))
-                continue
-            a, b = int(row_of_text[start]), int(row_of_text[end])
-            keep.append((i, len(ids), b - a, end - start, owner[a:b] - start))
-            ids.extend(enc.ids[a:b])
-            types.extend(enc.type_ids[a:b])
-            skips.extend([self.skip_of(r.options)] * (b - a))
+                a, b = int(row_of_text[start]), int(row_of_text[end])
+                out[i] = Rows(enc.ids[a:b], enc.type_ids[a:b], self.skip_of(r.options), text_tokens[start:end],
+                              None if enc.owner is None else owner[a:b] - start)
         for i, r in enumerate(requests):
             if r.ids is not None:
                 k = next((j for j, x in enumerate(r.ids) if len(x) == 0), None)
-                if k is not None:
-                    outcomes[i] = Outcome(error=InputError(f"row {k}: no token ids", "input", k))
-                    continue
-                keep.append((i, len(ids), len(r.ids), len(r.ids), None))
-                ids.extend(r.ids)
-                types.extend([[0] * len(x) for x in r.ids])
-                skips.extend([0] * len(r.ids))
-        if not keep:
-            return Batch(outcomes)
-        lengths, chunks = self.chunks(ids, types, np.asarray(skips, dtype=np.int64))
+                out[i] = InputError(f"row {k}: no token ids", "input", k) if k is not None else \
+                    Rows(r.ids, [[0] * len(x) for x in r.ids])
+        return out
 
-        first_text = dict(spans)
-
-        def finish(vecs: list[np.ndarray]) -> list[Outcome]:
-            allv = gather(len(ids), self.cfg.dim, [(c.rows, v) for c, v in zip(chunks, vecs)])
-            out = list(outcomes)
-            for i, first, n_rows, n_texts, own in keep:
-                r = requests[i]
-                v = allv[first:first + n_rows]
-                if own is not None and n_rows != n_texts:   # --overflow chunk: a text's windows, merged
-                    v = merge_windows(v, own, n_texts, self.cfg.normalize)
-                if r.ids is not None:
-                    tok = lengths[first:first + n_rows]
-                else:
-                    tok = text_tokens[first_text[i]:first_text[i] + n_texts]
-                out[i] = Outcome(self.options.finish(v, r.options), tok)
-            return [o if o is not None else Outcome(error=RuntimeError("not served")) for o in out]
-
-        return Batch(outcomes, chunks, finish)
+    def result(self, request: Request, out: np.ndarray, rows: Rows, lengths: np.ndarray) -> Outcome:
+        """A text's windows merged (--overflow chunk), then the request's options applied (width, vector type);
+        the tokens embedded per text."""
+        if rows.owner is not None and rows.tokens is not None and len(rows.ids) != len(rows.tokens):
+            out = merge_windows(out, rows.owner, len(rows.tokens), self.cfg.normalize)
+        return Outcome(self.options.finish(out, request.options), rows.tokens if rows.tokens is not None else lengths)
 
     # ---- one encoder run (BatchCore.run: feeds, the encoder, after, finish) ----------------------
     def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk: Chunk) -> np.ndarray:

@@ -1,12 +1,14 @@
 """The reranker's request core: (query, document) pairs -> scores, as CrossEncoder.predict does.
 
-    prepare(requests) -> Batch: each request's pairs tokenized as one sequence pair with the
-        model's truncation (longest_first at the max length, the request's direction), over-long
-        pairs refused where the request says truncate false (that request only), rows planned
+On the one core of every kind (embtrt_backend.batch_core.BatchCore: prepare, the encoder per
+chunk, finish), the reranker writes:
+    tokenize(requests): each request's pairs tokenized as one sequence pair with the model's
+        truncation (longest_first at the max length, the request's direction), over-long pairs
+        refused where the request says truncate false (that request only); the core plans the rows
         into per-bucket chunks by pair length (routing.plan, as texts are for embedders);
-    each chunk: feeds(chunk) -> the encoder (logits [rows, labels]);
-    Batch.finish(logits per chunk) -> one PairOutcome per request: scores with the request's
-        activation (the model's default, raw logits, or softmax), tokens per pair.
+    after: the encoder's logits as [rows, labels];
+    result: scores with the request's activation (the model's default, raw logits, or softmax),
+        tokens per pair.
 
 The reranker's front door (kinds/reranker/door.py, run by router/model.py) and the build's gate both call it; plain numpy
 (+ tokenizers), tested without Triton against CrossEncoder.predict.
@@ -19,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import InputError
-from ...batch_core import Batch, BatchCore
-from ...routing import RUN_OVERHEAD_TOKENS, gather
+from ...batch_core import BatchCore, Chunk, Rows
+from ...routing import RUN_OVERHEAD_TOKENS
 from ...text import Encoded, TextTokenizer
 
 ACTIVATIONS = ("default", "raw", "softmax")
@@ -180,49 +182,38 @@ class PairCore(BatchCore):
         """A request's parameters -> its options, with this model's prompts."""
         return PairOptions.parse(params, dict(self.cfg.prompts), self.cfg.default_prompt_name)
 
-    def prepare(self, requests: list[PairRequest]) -> Batch:
-        outcomes: list[PairOutcome | None] = [None] * len(requests)
-        ids: list[list[int]] = []
-        types: list[list[int]] = []
-        keep: list[tuple[int, int, int]] = []     # (request, first row, rows)
+    @property
+    def width(self) -> int:
+        return self.cfg.num_labels
+
+    def tokenize(self, requests: list[PairRequest]) -> list[Rows | Exception | None]:
+        """Each request's pairs, tokenized as one sequence pair each with its truncation; a request whose
+        pairs do not match, or hold one that is empty or over the max length (truncate false), is refused."""
+        out: list[Rows | Exception | None] = []
         max_len = self.tokenizer.max_length
-        for i, r in enumerate(requests):
+        for r in requests:
             if len(r.queries) != len(r.documents):
-                outcomes[i] = PairOutcome(error=InputError(
-                    f"QUERY has {len(r.queries)} rows and DOCUMENT {len(r.documents)}: one query per document", "QUERY"))
+                out.append(InputError(f"QUERY has {len(r.queries)} rows and DOCUMENT {len(r.documents)}: one query per "
+                                      "document", "QUERY"))
                 continue
             if not r.queries:
-                outcomes[i] = PairOutcome(error=InputError("the request holds no pairs", "DOCUMENT"))
+                out.append(InputError("the request holds no pairs", "DOCUMENT"))
                 continue
             queries = [r.options.prompt + q for q in r.queries] if r.options.prompt else r.queries
             enc = self.tokenizer.encode(queries, r.documents, r.options)
             empty = np.nonzero(enc.lengths == 0)[0]
+            over = np.nonzero(enc.lengths > max_len)[0] if not r.options.truncate else empty[:0]
             if empty.size:   # no row to run: an empty pair, and a tokenizer that adds no special tokens
-                outcomes[i] = PairOutcome(error=InputError(
-                    f"row {int(empty[0])}: the pair tokenizes to no tokens", "DOCUMENT", int(empty[0])))
-                continue
-            if not r.options.truncate:
-                over = np.nonzero(enc.lengths > max_len)[0]
-                if over.size:
-                    outcomes[i] = PairOutcome(error=InputError(
-                        f"row {int(over[0])}: the pair is longer than the max length {max_len} tokens "
-                        "(truncate false)", "DOCUMENT", int(over[0])))
-                    continue
-            keep.append((i, len(ids), len(enc.ids)))
-            ids.extend(enc.ids)
-            types.extend(enc.type_ids)
-        if not keep:
-            return Batch(outcomes)
-        lengths, chunks = self.chunks(ids, types)
+                out.append(InputError(f"row {int(empty[0])}: the pair tokenizes to no tokens", "DOCUMENT", int(empty[0])))
+            elif over.size:
+                out.append(InputError(f"row {int(over[0])}: the pair is longer than the max length {max_len} tokens "
+                                      "(truncate false)", "DOCUMENT", int(over[0])))
+            else:
+                out.append(Rows(enc.ids, enc.type_ids))
+        return out
 
-        def finish(logits: list[np.ndarray]) -> list[PairOutcome]:
-            allv = gather(len(ids), self.cfg.num_labels,
-                          [(c.rows, np.asarray(v, np.float32).reshape(len(c.rows), -1)) for c, v in zip(chunks, logits)])
-            out = list(outcomes)
-            for i, first, n in keep:
-                act = activate(allv[first:first + n], requests[i].options.activation, self.cfg.activation)
-                out[i] = PairOutcome(act, lengths[first:first + n].copy())
-            return [o if o is not None else PairOutcome(error=RuntimeError("not served")) for o in out]
+    def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk: Chunk) -> np.ndarray:
+        return np.asarray(output, np.float32).reshape(len(chunk.rows), -1)   # logits [rows, labels]
 
-        return Batch(outcomes, chunks, finish)
-
+    def result(self, request: PairRequest, out: np.ndarray, rows: Rows, lengths: np.ndarray) -> PairOutcome:
+        return PairOutcome(activate(out, request.options.activation, self.cfg.activation), lengths.copy())
