@@ -98,7 +98,7 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 def minilm_repo(tmp_path_factory) -> Path:
     """The default build of the bundled all-MiniLM-L6-v2 (python-ort, fused pooling)."""
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     return _once("minilm", lambda b: build(spec_from_options(None, b / "repo"), log=_quiet)) / "repo"
 
@@ -108,7 +108,7 @@ def tiny_repos(tmp_path_factory, tiny_models) -> dict[str, Path]:
     """Each tiny model built with its own pooling; XLM-R with the Python-backend pooler; Qwen3 with a
     front door that calls the bucket encoders over BLS (the path TensorRT repositories use)."""
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     def fill(base: Path) -> None:
         for key, path in tiny_models.items():
@@ -134,7 +134,7 @@ def minilm_cross_encoder(tmp_path_factory) -> tuple[Path, Path]:
     from tiny_models import make_minilm_cross_encoder
 
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     def fill(base: Path) -> None:
         build(spec_from_options(make_minilm_cross_encoder(base / "minilm-ce"), base / "repo", name="minilm_ce"),
@@ -150,7 +150,7 @@ def rerank_repos(tmp_path_factory, cross_encoders) -> dict[str, Path]:
     qwen3_ce with --router-encoder bls (its front door calls one encoder model per bucket, the
     onnxruntime target's path, served here on the Python backend)."""
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     def fill(base: Path) -> None:
         for key, path in cross_encoders.items():
@@ -181,7 +181,7 @@ def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options:
     import tiny_models
 
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     def fill(base: Path) -> None:
         path = getattr(tiny_models, maker)(base / folder, **kw)
@@ -236,7 +236,7 @@ def splade_k(tmp_path_factory) -> tuple[Path, Path]:
 def splade_kg(splade_k, tmp_path_factory) -> Path:
     """The splade_k folder built with --active-dims-in-graph (its top 8 kept in the ONNX graph), name splade_kg."""
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     def fill(base: Path) -> None:
         build(spec_from_options(splade_k[0], base / "repo", name="splade_kg", active_dims_in_graph=True),
@@ -276,7 +276,7 @@ def ov_server(tmp_path_factory):
     the second deployment of `verify --against`."""
     pytest.importorskip("openvino")
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     base = _once("ov", lambda b: build(spec_from_options(None, b / "repo", name="minilm_ov", target="python-openvino",
                                                          precision="fp32"), log=_quiet))

@@ -27,7 +27,7 @@ needs_trt = pytest.mark.skipif(not OK, reason=WHY)
 def test_engines_build_and_match_onnx(tiny_models, tmp_path, precision):
     from embtrt.export import build
     from embtrt.export.onnx2trt import check_plans
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     out = tmp_path / "repo"
     res = build(spec_from_options(tiny_models["qwen3-last"], out, name="q", target="tensorrt", precision=precision),
@@ -49,7 +49,7 @@ def test_minilm_engines_serve_equal_to_sentence_transformers(tmp_path, corpus, m
     from embtrt.reference.parity import cosine_rows
     from embtrt.reference.torch_ref import st_embed
     from embtrt.serve.server import ServerSpec, TritonServer
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     out = tmp_path / "repo"
     build(spec_from_options(None, out, target="tensorrt", precision="fp16", fp32_layers=True), log=print)

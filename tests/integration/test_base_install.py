@@ -125,7 +125,7 @@ def test_base_install_checks_tensorrt_plans_without_tensorrt(base_venv, tiny_mod
     """`embtrt engines --check` (what an init container runs first) needs neither TensorRT nor
     PyTorch: it reports the plans still to build, and exits 1 while any is missing."""
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     repo = tmp_path / "trt"
     build(spec_from_options(tiny_models["bert-cls"], repo, name="bert", target="tensorrt", buckets="16,64",

@@ -206,7 +206,7 @@ def test_api_key_and_body_limit(minilm_repo, minilm_server, tmp_path):
 
 def test_queue_full_is_429_and_reject_mode_overflow_is_400(tiny_models, tmp_path):
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     repo = tmp_path / "tiny"
     build(spec_from_options(tiny_models["bert-cls"], repo, name="bert", max_queue_size=1, max_queue_delay_us=3_000_000,

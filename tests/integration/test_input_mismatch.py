@@ -20,7 +20,7 @@ def test_token_type_ids_the_model_does_not_take_are_not_fed_and_vectors_equal_se
     from embtrt.export import build
     from embtrt.serve.client import EmbeddingClient
     from embtrt.reference.parity import cosine_rows
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     model = make_qwen3_bert_tokenizer(tmp_path / "qwen3-bert-tok")
     from transformers import AutoTokenizer

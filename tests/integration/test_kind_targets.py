@@ -18,7 +18,7 @@ import pytest
 from conftest import _sparse_corpus
 from embtrt.common.files import sha256_file
 from embtrt.export import build
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from embtrt.repository.check import check_repository
 from embtrt.repository.config import parse_config
 from embtrt.repository.manifest import read_manifest

@@ -16,7 +16,7 @@ import pytest
 from conftest import _sparse_corpus, start_server
 from embtrt.errors import ParityError
 from embtrt.export import build
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from embtrt.repository.manifest import read_manifest
 from test_rerank import _served_equals_cross_encoder
 

@@ -17,7 +17,7 @@ from embtrt.common.corpus import load_corpus
 from embtrt.serve.client import EmbeddingClient
 from embtrt.errors import ClientError
 from embtrt.reference.parity import cosine_rows
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from parity_helpers import assert_discriminating
 
 pytestmark = pytest.mark.integration

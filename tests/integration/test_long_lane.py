@@ -35,7 +35,7 @@ def _lower(repo: Path, dst: Path, name: str) -> Path:
 def _reference(folder: Path, texts: list[str]):
     """PyTorch with the build's own pooling (the tiny Qwen3 folder has no modules.json, so
     sentence-transformers would mean-pool it; test_serve_e2e checks both agree where it has one)."""
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     spec = spec_from_options(folder, Path("unused"))
     return TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length, spec.input_names).embed(texts)
@@ -91,7 +91,7 @@ def test_16k_texts_beside_64_short_clients_never_starve_them(tmp_path, corpus):
 
     from embtrt.common.corpus import load_corpus
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
     from embtrt.reference.torch_ref import st_embed
 
     model = make_bert_16k(tmp_path / "b16k")

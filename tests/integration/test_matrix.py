@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from embtrt.export import build
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from embtrt.measure.matrix import COSINE_MIN, MatrixSpec, band_texts, error_kind, run_matrix
 
 # the whole module is slow (a 16K-token model built and served, two matrices: ~4 min on 2 cores):

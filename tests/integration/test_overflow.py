@@ -7,7 +7,7 @@ from conftest import start_server
 from embtrt.export import build
 from embtrt.serve.client import EmbeddingClient
 from embtrt.errors import ClientError
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,8 @@ from embtrt.export import build
 from embtrt.serve.client import EmbeddingClient
 from embtrt.reference.parity import cosine_rows
 from embtrt.reference.torch_ref import st_embed
-from embtrt.export.spec import Gate, spec_from_options
+from embtrt.export.spec import Gate
+from embtrt.export.spec_options import spec_from_options
 from embtrt.kinds.embedder.measure import Reference, verify
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from embtrt.errors import ClientError
 from embtrt.reference.parity import cosine_rows
 from embtrt.serve.probe import probe
 from embtrt.serve.server import free_port
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from embtrt.reference.torch_ref import st_embed
 from parity_helpers import assert_rows_equal
 

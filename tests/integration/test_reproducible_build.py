@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from embtrt.export import build
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 
 
 def _manifest(repo: Path) -> dict:

@@ -36,7 +36,7 @@ def prompted(tiny_models, tmp_path_factory):
 
     from embtrt.common.corpus import load_corpus
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     base = tmp_path_factory.mktemp("prompted")
     models = {
@@ -85,7 +85,7 @@ def test_build_gate_compares_with_encode_including_the_default_prompt(prompted, 
     pooling): a served path that ignored the default prompt fails it; the one built passes it."""
     from embtrt.kinds.embedder.export import reference_vectors
     from embtrt.export.served import encoder_vectors
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
     from embtrt.reference.parity import evaluate
 
     folder, repo, _ = prompted["xp"]

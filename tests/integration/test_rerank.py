@@ -60,7 +60,7 @@ def test_the_build_records_the_kind_and_gates_against_cross_encoder(rerank_repos
 
 
 def test_a_kind_that_is_not_the_folders_is_an_error_that_says_what_it_is(cross_encoders, tmp_path):
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     with pytest.raises(SpecError, match=r"--kind embedder, but bert-ce is a reranker \(config_sentence_transformers"):
         spec_from_options(cross_encoders["bert-ce"], tmp_path / "a", kind="embedder")
@@ -84,7 +84,7 @@ def test_openvino_bf16_reranker_passes_the_reduced_precision_gate_and_serves_it(
     from conftest import start_server
 
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     folder, _ = minilm_cross_encoder
     repo = tmp_path / "bf16"

@@ -121,7 +121,7 @@ def test_cli_embed_unknown_model_fails_with_a_hint(minilm_server):
 
 @pytest.mark.parametrize("key", ["bert-cls", "xlmr-mean", "qwen3-last"])
 def test_tiny_models_served_equal_pytorch(key, tiny_models, tiny_server, corpus, tmp_path):
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     spec = spec_from_options(tiny_models[key], tmp_path / "unused")
     ref = TorchReference(spec.model_dir, spec.pooling, spec.normalize, spec.max_seq_length,

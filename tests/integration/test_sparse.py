@@ -246,7 +246,7 @@ def test_openvino_bf16_ships_only_behind_the_reduced_precision_gate(splade, tmp_
         pytest.skip(f"OpenVINO reports no bf16 on this CPU (capabilities: {', '.join(caps)})")
     from embtrt.errors import ParityError
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     out = tmp_path / "bf16"
     try:
@@ -292,7 +292,7 @@ def test_the_top_k_in_the_graph_serves_the_folders_default_fewer_on_request_and_
 
 def test_active_dims_in_graph_needs_a_folder_max_active_dims(splade, tmp_path):
     from embtrt.errors import SpecError
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     with pytest.raises(SpecError, match=r"(?s)active_dims_in_graph.*sets none"):
         spec_from_options(splade[0], tmp_path / "x", active_dims_in_graph=True)

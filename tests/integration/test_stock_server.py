@@ -17,7 +17,7 @@ import pytest
 from embtrt.export import build
 from embtrt.repository.check import check_repository
 from embtrt.errors import ServerError
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 
 pytestmark = pytest.mark.integration
 RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -12,7 +12,7 @@ from conftest import start_server
 from embtrt.export import build
 from embtrt.repository.budget import RUN_OVERHEAD_TOKENS
 from embtrt.repository.check import check_repository
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from embtrt.errors import SpecError
 from embtrt.measure.tune import TuneError, TuneSpec, tune
 

@@ -8,7 +8,8 @@ import pytest
 
 from conftest import start_server
 from embtrt.export import build
-from embtrt.export.spec import Gate, spec_from_options
+from embtrt.export.spec import Gate
+from embtrt.export.spec_options import spec_from_options
 from embtrt.kinds.embedder.measure import Reference, verify
 
 pytestmark = pytest.mark.integration

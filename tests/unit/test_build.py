@@ -8,7 +8,7 @@ from embtrt.export import build
 from embtrt.common.corpus import load_corpus
 from embtrt.repository.check import check_repository
 from embtrt.errors import ParityError, SpecError
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from parity_helpers import (_st_pooling, assert_discriminating, assert_rows_equal, onnx_file_vectors,
                             repository_onnx_files)
 

@@ -5,7 +5,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import embtrt.export.spec as spec_module
+import embtrt.export.spec_options as spec_module
 from embtrt_backend.options import OPTION_NAMES
 from embtrt.cli import app
 from embtrt.cli.measure import parse_bands, parse_options

@@ -14,7 +14,8 @@ import yaml
 
 from embtrt.errors import SpecError
 from embtrt.export import build
-from embtrt.export.spec import Gate, spec_from_options
+from embtrt.export.spec import Gate
+from embtrt.export.spec_options import spec_from_options
 from embtrt.scale.k8s import GRPC, POOL_IMAGE, QUEUE_METRIC, K8sSpec, image_python, plan_pools, write
 
 kv = pytest.importorskip("kubernetes_validate")  # a dev dependency (make install)

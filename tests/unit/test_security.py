@@ -8,7 +8,8 @@ import pytest
 
 from embtrt.serve import server as serve
 from embtrt.errors import SpecError
-from embtrt.export.spec import BuildSpec, spec_from_options
+from embtrt.export.spec import BuildSpec
+from embtrt.export.spec_options import spec_from_options
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from embtrt.errors import SpecError
-from embtrt.export.spec import BuildSpec, Gate, default_preferred, sanitize_name, spec_from_options
+from embtrt.export.spec import BuildSpec, Gate, default_preferred
+from embtrt.export.spec_options import sanitize_name, spec_from_options
 
 
 def base(**kw) -> BuildSpec:

@@ -28,7 +28,7 @@ from embtrt.errors import DependencyError, ParityError
 from embtrt.common.files import sha256_file
 from embtrt.export.onnx2trt import (GATE_ONNX, PLAN, PLAN_MANIFEST, RECIPE, EngineRecipe, HostInfo, build_engines, encoder_dirs,
                              plan_status, tensorrt_available)
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from parity_helpers import assert_discriminating, assert_reduced_precision, onnx_file_vectors
 
 ROOT = Path(__file__).resolve().parents[2]

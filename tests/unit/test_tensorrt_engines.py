@@ -18,7 +18,8 @@ import pytest
 from embtrt.export import build
 from embtrt.export.onnx2trt import PLAN, PLAN_MANIFEST, TIMING_CACHE, encoder_dirs
 from embtrt.common.gpu import tensorrt_available
-from embtrt.export.spec import Gate, spec_from_options
+from embtrt.export.spec import Gate
+from embtrt.export.spec_options import spec_from_options
 from gpu_host import run_on_gpu_host
 
 TRT_HERE = tensorrt_available()[0]   # on a GPU host the fixture's build leaves plans pending all the same

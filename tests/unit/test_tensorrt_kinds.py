@@ -18,7 +18,7 @@ import pytest
 from embtrt.common.gpu import tensorrt_available
 from embtrt.export import build
 from embtrt.export.onnx2trt import PLAN, PLAN_MANIFEST, RECIPE
-from embtrt.export.spec import spec_from_options
+from embtrt.export.spec_options import spec_from_options
 from embtrt.repository.check import check_repository
 from embtrt.repository.config import parse_config
 from embtrt.repository.manifest import read_manifest

@@ -104,7 +104,7 @@ def test_device_pooling_equals_the_numpy_pooling_the_cpu_targets_run(mode, side)
 def test_a_cuda_build_and_a_cuda_encoder_say_at_once_that_this_machine_has_no_cuda(minilm_path, tmp_path):
     from embtrt.errors import DependencyError
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
     from embtrt_backend.torch_encoder import TorchEncoder
 
     spec = spec_from_options(minilm_path, tmp_path / "repo", target="python-torch", device="cuda", precision="fp16")

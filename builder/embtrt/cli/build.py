@@ -1,4 +1,4 @@
-"""`embtrt build`: the command's options are the spec's options (export/spec.py spec_from_options);
+"""`embtrt build`: the command's options are the spec's options (export/spec_options.py spec_from_options);
 export/pipeline.py's build() writes the repository (the kind's build, Kind.build)."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def build(
     corpus, as_json = options.pop("corpus"), options.pop("as_json")
     require_extra("build", "build", "torch", "transformers", "sentence_transformers", "onnx", "onnxruntime")
     from ..export import build as run_build
-    from ..export.spec import spec_from_options
+    from ..export.spec_options import spec_from_options
 
     spec = spec_from_options(**options)  # checks --out, --name, --buckets, ... before it reads the model
     result = run_build(spec, force=force, corpus=corpus, log=progress_log(as_json))

@@ -163,7 +163,7 @@ def demo(
     """The main job on the bundled model: build, serve on free loopback ports, embed texts over gRPC, stop."""
     require_extra("build", "demo", "torch", "transformers", "sentence_transformers", "onnx", "onnxruntime")
     from ..export import build as run_build
-    from ..export.spec import spec_from_options
+    from ..export.spec_options import spec_from_options
     from ..repository.manifest import has_manifest
     from ..serve.client import EmbeddingClient
     from ..serve.server import ServerSpec, TritonServer, free_port

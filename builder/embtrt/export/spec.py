@@ -7,16 +7,11 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from embtrt_backend.kinds import EMBEDDER, SPARSE, kind_of
+from embtrt_backend.kinds import EMBEDDER, SPARSE
 
-from ..common.files import check_out
-from ..common.gpu import tensorrt_available
-from ..common.plugins import implementation
-from ..common.options import parse_int_list
 from ..errors import SpecError
 from ..repository.budget import RUN_OVERHEAD_TOKENS, bucket_batch
 from ..reference.modelinfo import POOLINGS
-from ..reference.modelinfo import default_buckets, default_model_path, inspect_model, read_st_prompts
 from ..repository.bundle_record import parse_python
 from ..repository.gate import Gate
 from ..repository.manifest import KINDS  # the kinds a repository may hold: one list
@@ -284,146 +279,6 @@ def default_preferred(max_batch_size: int) -> tuple[int, ...]:
             sizes.add(p)
         p *= 2
     return tuple(sorted(sizes)[-3:])
-
-
-def sanitize_name(raw: str) -> str:
-    """A safe Triton model name from a folder name: [A-Za-z0-9_-], starting with a letter."""
-    s = re.sub(r"[^A-Za-z0-9_\-]+", "_", raw).strip("_-").lower()
-    if not s or not s[0].isalpha():
-        s = "m_" + s
-    return s[:48]
-
-
-def resolve_target(target: str) -> str:
-    """auto -> tensorrt when CUDA and TensorRT import, else python-ort."""
-    if target != "auto":
-        return target
-    ok, _ = tensorrt_available()
-    return "tensorrt" if ok else "python-ort"
-
-
-def spec_from_options(
-    model_dir: Path | None = None,
-    out: Path = Path("repo"),
-    *,
-    name: str | None = None,
-    target: str = "auto",
-    pooling: str = "auto",
-    normalize: bool | None = None,
-    buckets: str | None = None,
-    max_seq_length: int | None = None,
-    max_batch_size: int = 32,
-    preferred_batch_sizes: str | None = None,
-    pooler: str | None = None,
-    prompt: tuple[str, ...] | list[str] | None = None,
-    default_prompt: str | None = None,
-    dimensions: str | None = None,
-    force: bool | None = None,
-    kind: str = "auto",
-    **rest: object,
-) -> BuildSpec:
-    """The spec of `embtrt build`'s options, named as the command's parameters (every BuildSpec
-    field not named here passes through as given). None leaves a value to the model folder.
-
-    What the user gave is validated first, before the folder is read (reading it loads the
-    model: seconds to minutes): --out (when `force` is given, as the CLI does), --name,
-    --target, --precision, --buckets and every other field, by the BuildSpec rules themselves on a
-    provisional spec whose model-given values are ones no rule refuses. Then the model fills in
-    the rest and the whole spec is validated again."""
-    bundled = model_dir is None
-    model_dir = default_model_path() if model_dir is None else Path(model_dir).resolve()
-    if force is not None:
-        check_out(Path(out), force)
-    if target not in ("auto", *TARGETS):
-        raise _fail("target", target, "auto, " + ", ".join(TARGETS))
-    if kind not in ("auto", *KINDS):
-        raise _fail("kind", kind, "auto, " + ", ".join(KINDS))
-    if pooling not in ("auto", *POOLINGS):
-        raise _fail("pooling", pooling, "auto, " + ", ".join(POOLINGS))
-    bucket_t = parse_int_list("buckets", buckets)
-    pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
-    widths = parse_int_list("dimensions", dimensions)
-    overrides: dict[str, str] = {}
-    for item in (prompt or ()):
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise _fail("prompt", item, "NAME=TEXT, e.g. --prompt 'query=query: '")
-        overrides[key] = text
-    default_name = None if default_prompt is None or default_prompt.lower() == "none" else default_prompt
-    ort_device = rest.pop("ort_device", None)
-    if ort_device is not None:   # --ort-device, the older name of --device for --target onnxruntime
-        if ort_device not in ("cpu", "gpu"):
-            raise _fail("ort_device", ort_device, "cpu, gpu (the same as --device cpu, cuda)")
-        alias = "cuda" if ort_device == "gpu" else "cpu"
-        if rest.get("device", "cpu") not in ("cpu", alias):
-            raise _fail("ort_device", ort_device, f"the same device as --device {rest['device']} (or leave it out)")
-        rest["device"] = alias
-    if rest.get("run_overhead_tokens") is None:
-        rest.pop("run_overhead_tokens", None)   # the documented default (the CLI's None)
-    in_graph = bool(rest.pop("active_dims_in_graph", False))   # checked once the folder says its kind and K
-    rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
-    if name is None:
-        name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
-    # Provisional: the model's max length, width and prompts are not known yet. Without --max-seq-length
-    # the largest bucket stands in for it (the build fails unless they are equal), and the stride, which
-    # is checked against it, waits for the model.
-    seq = max_seq_length if max_seq_length is not None else max(*bucket_t, 2) if bucket_t else 1 << 20
-    stride = {} if max_seq_length is not None else {"overflow_stride": 0}
-    names = {**overrides, **({default_name: ""} if default_name and default_name not in overrides else {})}
-    given = BuildSpec(
-        model_dir=model_dir, out=Path(out), name=name, target=resolve_target(target),
-        pooling="mean" if pooling == "auto" else pooling, normalize=bool(normalize), buckets=bucket_t or default_buckets(seq),
-        max_seq_length=seq, hidden_size=1 << 30, max_batch_size=max_batch_size, preferred_batch_sizes=pref,
-        pooler=pooler or "fused", prompts=tuple(names.items()), default_prompt_name=default_name, dimensions=widths,
-        **{**rest, **stride},  # type: ignore[arg-type]
-    )
-
-    from ..kinds.reranker.reference import detect_kind
-    from ..reference.modelinfo import require_trusted
-
-    require_trusted(model_dir, given.trust_remote_code)
-    found, why = detect_kind(model_dir)
-    if kind != "auto" and kind != found:
-        raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {_a(found)} {found} ({why})",
-                        f"build it as {_a(found)} {found} (leave --kind out), or point at {_a(kind)} {kind} folder")
-    if kind_of(found).spec_fields:   # what the kind's reference reads of the folder (its export module)
-        fields = implementation(kind_of(found), "spec_fields")
-        return given.with_(**fields(model_dir, max_seq_length, bucket_t, given.trust_remote_code, overrides, default_prompt,
-                                    default_name), active_dims_in_graph=in_graph)
-    info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
-    if pooling == "auto":
-        pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
-    if normalize is None:
-        normalize = info.normalize if info.normalize is not None else True
-    if max_seq_length is None:
-        max_seq_length = info.max_seq_length or 512
-    if info.max_position_embeddings and max_seq_length > info.max_position_embeddings:
-        raise _fail(
-            "max_seq_length", max_seq_length,
-            f"at most max_position_embeddings ({info.max_position_embeddings})",
-        )
-    prompts, model_default, include_prompt = (read_st_prompts(model_dir, given.trust_remote_code) if info.is_sentence_transformers
-                                              else ({}, None, True))
-    prompts.update(overrides)
-    if default_prompt is not None:
-        model_default = default_name
-    if pooler is None and not include_prompt and any(prompts.values()):
-        pooler = "python"   # prompt tokens are left out of pooling: pool outside the graph
-    return given.with_(
-        pooling=pooling,
-        normalize=bool(normalize),
-        buckets=bucket_t or default_buckets(max_seq_length),
-        max_seq_length=int(max_seq_length),
-        hidden_size=info.hidden_size,
-        input_names=info.input_names,
-        is_decoder=info.is_decoder,
-        pooler=pooler or "fused",
-        prompts=tuple(prompts.items()),
-        default_prompt_name=model_default,
-        include_prompt=include_prompt,
-        overflow_stride=rest.get("overflow_stride", BuildSpec.overflow_stride),
-        active_dims_in_graph=in_graph,
-    )
 
 
 def _a(kind: str) -> str:

@@ -158,7 +158,7 @@ def check_pair_tokenizer(hf_tok, tok, pairs: list[tuple[str, str]], log: Log) ->
 def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None, trust_remote_code: bool,
                 overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> dict:
     """A cross-encoder's spec fields: what CrossEncoder reads of the folder (max length, labels,
-    activation, the tokenizer's inputs) fills it (export.spec.spec_from_options sets them: Kind.spec_fields);
+    activation, the tokenizer's inputs) fills it (export.spec_options.spec_from_options sets them: Kind.spec_fields);
     the embedder's pooling fields do not apply; the options' prompts do not apply either."""
     ce = load_cross_encoder(model_dir, max_seq_length, trust_remote_code)
     info = cross_info(ce)

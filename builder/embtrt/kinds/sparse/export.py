@@ -168,7 +168,7 @@ build_sparse_in = SparseBuild.build_in
 def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None, trust_remote_code: bool,
                 overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> dict:
     """A SPLADE SparseEncoder's spec fields: max length, vocabulary, pooling and activation from the folder, and the
-    options' prompts over its own (export.spec.spec_from_options sets them: Kind.spec_fields)."""
+    options' prompts over its own (export.spec_options.spec_from_options sets them: Kind.spec_fields)."""
     se = load_sparse_encoder(model_dir, trust_remote_code)   # its own prompts (read_st_prompts converts it)
     info = splade_info(se, model_dir)
     seq = int(max_seq_length or info.max_length)
