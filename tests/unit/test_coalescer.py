@@ -8,7 +8,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from embtrt.scale.gateway import ApiError, PoolBatcher
+from embtrt.scale.gateway.coalescer import PoolBatcher
+from embtrt.scale.gateway.errors import ApiError
 
 
 class Upstream:

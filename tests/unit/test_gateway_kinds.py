@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 
-from embtrt.scale.gateway import ApiError
+from embtrt.scale.gateway.errors import ApiError
 from embtrt.scale.gateway.errors import refuse_other_kind
 
 HYBRID = replace(SPARSE, name="hybrid", label="a hybrid encoder", operations=("embed", "embed_sparse"))

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from embtrt.scale.gateway import ApiError
+from embtrt.scale.gateway.errors import ApiError
 from embtrt.scale.gateway.config import GatewayConfig
 from embtrt.kinds.embedder.scale import Gateway
 

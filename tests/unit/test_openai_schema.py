@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from embtrt_backend.options import ModelOptions
 
-from embtrt.scale.gateway import ApiError, EmbeddingsModel, EmbeddingsRequest, parse_embeddings
+from embtrt.kinds.embedder.scale_schema import EmbeddingsModel, EmbeddingsRequest, parse_embeddings
+from embtrt.scale.gateway.errors import ApiError
 
 VOCAB, MAX_LEN, MAX_BYTES = 100, 8, 16
 

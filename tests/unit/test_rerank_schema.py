@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from embtrt_backend.kinds import EMBEDDER
 
-from embtrt.scale.gateway import ApiError, RerankModel, parse_rerank
+from embtrt.kinds.reranker.scale_schema import RerankModel, parse_rerank
+from embtrt.scale.gateway.errors import ApiError
 from embtrt.kinds.reranker.scale_schema import render
 
 MODELS = {"ce": RerankModel(num_labels=1, max_text_bytes=64), "ce3": RerankModel(num_labels=3, max_text_bytes=64)}

@@ -8,7 +8,9 @@ import pytest
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 from embtrt_backend.options import ModelOptions
 
-from embtrt.scale.gateway import ApiError, parse_embeddings, parse_rerank
+from embtrt.kinds.embedder.scale_schema import parse_embeddings
+from embtrt.kinds.reranker.scale_schema import parse_rerank
+from embtrt.scale.gateway.errors import ApiError
 from embtrt.kinds.sparse.scale_schema import SparseModel, SparseRequest, parse_sparse, render
 
 MAX_BYTES = 16

@@ -41,7 +41,8 @@ def gateway(
     max_connections: int = typer.Option(1024, help="Connections and requests at once; beyond it 503. Default 1024."),
 ) -> None:
     """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""
-    from ..scale.gateway import GatewayConfig, parse_pool, run
+    from ..scale.gateway.config import GatewayConfig, parse_pool
+    from ..scale.gateway.http import run
 
     key = None
     if api_key_env:

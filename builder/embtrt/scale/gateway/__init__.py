@@ -32,29 +32,3 @@ kind's request shapes and model live in its package: embtrt.kinds.embedder.scale
 /v1/embeddings body parsed and validated, pure) / .scale (the embedding algorithm of one model),
 embtrt.kinds.reranker.scale_schema / .scale, embtrt.kinds.sparse.scale_schema / .scale.
 """
-
-import importlib
-from typing import Any
-
-# name -> the module that defines it, imported on first use: the kinds' gateway modules import this
-# package's modules, so it imports none of them up front (no import cycle whichever comes first)
-_EXPORTS = {
-    "PoolBatcher": ".coalescer", "MAX_ITEMS": ".config", "ROUTES": ".config", "GatewayConfig": ".config",
-    "Pool": ".config", "model_pools": ".config", "parse_pool": ".config", "Gateway": "embtrt.kinds.embedder.scale",
-    "EmbeddingsModel": "embtrt.kinds.embedder.scale_schema", "EmbeddingsRequest": "embtrt.kinds.embedder.scale_schema",
-    "parse_embeddings": "embtrt.kinds.embedder.scale_schema", "resolve_model": "embtrt.kinds.embedder.scale_schema",
-    "ApiError": ".errors",
-    "GatewayApp": ".http", "run": ".http", "Metrics": ".metrics", "MultiGateway": ".registry",
-    "Served": ".served", "ServedReranker": ".served", "ServedSparse": ".served", "Upstream": ".upstream",
-    "Reranker": "embtrt.kinds.reranker.scale", "RerankModel": "embtrt.kinds.reranker.scale_schema",
-    "RerankRequest": "embtrt.kinds.reranker.scale_schema", "parse_rerank": "embtrt.kinds.reranker.scale_schema",
-    "Sparse": "embtrt.kinds.sparse.scale", "SparseModel": "embtrt.kinds.sparse.scale_schema",
-    "SparseRequest": "embtrt.kinds.sparse.scale_schema", "parse_sparse": "embtrt.kinds.sparse.scale_schema",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
