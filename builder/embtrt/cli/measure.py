@@ -46,17 +46,16 @@ def verify(
     from ..repository.gate import Gate
 
     log = progress_log(as_json)
+    gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
     from ..serve.client import model_kind
 
     kind = model_kind(url, model)
     if kind_of(kind).verify:   # its kind's verify; the embedder's is this command's own, below
         from .rerank import verify_reranker_cli
 
-        verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, as_json, log, kind,
-                            trust_remote_code)
-        return
-    gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
-    if against is not None:
+        rep = verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, log, kind,
+                                  trust_remote_code)
+    elif against is not None:
         from ..kinds.embedder.measure import verify_against
 
         require_extra("build", "verify --against", "transformers")

@@ -6,19 +6,19 @@ import json
 import sys
 from pathlib import Path
 
-import typer
 
 from embtrt_backend.kinds import RERANKER, kind_of
 
 from ..common.options import parse_int_list
 from ..errors import SpecError, require_extra
-from .app import err, out, say
+from ..reference.verdict import Verdict
+from .app import err, out
 
 
 def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Path | None, under_load: bool,
-                        concurrency: int, against: str | None, as_json: bool, log, kind: str = RERANKER.name,
-                        trust_remote_code: bool = False) -> None:
-    """verify on a reranker (or, kind sparse, a sparse encoder): the kind's gate on the deployment."""
+                        concurrency: int, against: str | None, log, kind: str = RERANKER.name,
+                        trust_remote_code: bool = False) -> Verdict:
+    """verify on a reranker (or, kind sparse, a sparse encoder): the kind's gate on the deployment, its verdict."""
     from ..common.corpus import load_corpus
     from ..common.plugins import implementation
 
@@ -32,14 +32,8 @@ def verify_reranker_cli(url: str, model: str, reference: Path | None, corpus: Pa
     else:
         require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
     run = implementation(kind_of(kind), "verify")
-    rep = run(url, model, reference, load_corpus(corpus), under_load=under_load, concurrency=concurrency,
-              against=other, log=log, trust_remote_code=trust_remote_code)
-    if as_json:
-        sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
-    else:
-        for line in rep.lines:
-            say(line)
-    raise typer.Exit(0 if rep.passed else 4)
+    return run(url, model, reference, load_corpus(corpus), under_load=under_load, concurrency=concurrency,
+               against=other, log=log, trust_remote_code=trust_remote_code)
 
 
 def _emit(doc: dict, lead: dict[str, str], unit: str, out_dir: Path | None, as_json: bool) -> None:
