@@ -31,7 +31,7 @@ def main() -> int:
     from embtrt.common.corpus import load_corpus
     from embtrt.export.onnx2trt import PLAN, PlanRunner, host_info
     from embtrt.reference.parity import cosine_rows
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     out = Path(tempfile.mkdtemp()) / "repo"
     t0 = time.time()

@@ -108,7 +108,7 @@ def main() -> None:
     args = ap.parse_args()
     from embtrt.common.corpus import load_corpus
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
     from embtrt.reference.torch_ref import st_embed
     from serve_run import start_serve
     from tiny_models import long_texts, make_bert_16k

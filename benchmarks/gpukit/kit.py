@@ -200,7 +200,7 @@ def build_model(kit: Kit, key: str, folder: Path, repo: Path, device: str, bucke
     """fp16, else bf16, else fp32 on CUDA (each refusal recorded with its figures); fp32 on the CPU."""
     from embtrt.errors import ParityError
     from embtrt.export import build
-    from embtrt.export.spec import spec_from_options
+    from embtrt.export.spec_options import spec_from_options
 
     tried = []
     for precision in (("fp16", "bf16", "fp32") if device == "cuda" else ("fp32",)):

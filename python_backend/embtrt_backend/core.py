@@ -23,7 +23,7 @@ from .batch_core import BatchCore, Chunk, Rows  # noqa: F401 (Chunk: the gateway
 from .options import DEFAULT, ModelOptions, RequestOptions
 from .pooling import exclude_prefix, pool_and_normalize
 from .routing import RUN_OVERHEAD_TOKENS
-from .text import TextTokenizer, merge_windows
+from .text import Encoded, TextTokenizer, merge_windows
 
 
 @dataclass(frozen=True)
@@ -110,34 +110,34 @@ class RequestCore(BatchCore):
             spans.append((i, len(texts)))
             texts.extend([o.prompt + t for t in r.texts] if o.prompt else r.texts)
             modes.extend([o.truncate] * len(r.texts))
-        if texts:
-            enc = self.tokenizer.encode_mixed(texts, modes)
-            owner = np.arange(len(texts)) if enc.owner is None else enc.owner   # text of each encoded row
-            text_tokens = np.bincount(owner, weights=enc.lengths, minlength=len(texts)).astype(np.int64)
-            if enc.owner is None:  # one row per text: its length is the text's (no ufunc.at on the hot path)
-                text_len = enc.lengths
-            else:  # --overflow chunk: the longest window of each text
-                text_len = np.zeros(len(texts), np.int64)
-                np.maximum.at(text_len, owner, enc.lengths)
-            max_len = self.tokenizer.max_length
-            row_of_text = np.searchsorted(owner, np.arange(len(texts) + 1))   # owner is sorted
-            for i, start in spans:
-                r = requests[i]
-                end = start + len(r.texts or ())
-                if self.tokenizer.refuses_long(r.options.truncate):
-                    over = np.nonzero(text_len[start:end] > max_len)[0]
-                    if over.size:
-                        out[i] = InputError(
-                            f"row {int(over[0])}: text is longer than the max sequence length {max_len} tokens (truncate "
-                            f"NONE{'' if r.options.truncate else ', the build used --overflow reject'})", "input", int(over[0]))
-                        continue
-                empty = np.nonzero(text_len[start:end] == 0)[0]
-                if empty.size:   # no row to run: an empty text, and a tokenizer that adds no special tokens
-                    out[i] = InputError(f"row {int(empty[0])}: the text tokenizes to no tokens", "input", int(empty[0]))
+        # a request of no texts is served empty (no rows), as an empty batch of rows is
+        enc = self.tokenizer.encode_mixed(texts, modes) if texts else Encoded([], [], np.zeros(0, np.int64))
+        owner = np.arange(len(texts)) if enc.owner is None else enc.owner   # text of each encoded row
+        text_tokens = np.bincount(owner, weights=enc.lengths, minlength=len(texts)).astype(np.int64)
+        if enc.owner is None:  # one row per text: its length is the text's (no ufunc.at on the hot path)
+            text_len = enc.lengths
+        else:  # --overflow chunk: the longest window of each text
+            text_len = np.zeros(len(texts), np.int64)
+            np.maximum.at(text_len, owner, enc.lengths)
+        max_len = self.tokenizer.max_length
+        row_of_text = np.searchsorted(owner, np.arange(len(texts) + 1))   # owner is sorted
+        for i, start in spans:
+            r = requests[i]
+            end = start + len(r.texts or ())
+            if self.tokenizer.refuses_long(r.options.truncate):
+                over = np.nonzero(text_len[start:end] > max_len)[0]
+                if over.size:
+                    out[i] = InputError(
+                        f"row {int(over[0])}: text is longer than the max sequence length {max_len} tokens (truncate "
+                        f"NONE{'' if r.options.truncate else ', the build used --overflow reject'})", "input", int(over[0]))
                     continue
-                a, b = int(row_of_text[start]), int(row_of_text[end])
-                out[i] = Rows(enc.ids[a:b], enc.type_ids[a:b], self.skip_of(r.options), text_tokens[start:end],
-                              None if enc.owner is None else owner[a:b] - start)
+            empty = np.nonzero(text_len[start:end] == 0)[0]
+            if empty.size:   # no row to run: an empty text, and a tokenizer that adds no special tokens
+                out[i] = InputError(f"row {int(empty[0])}: the text tokenizes to no tokens", "input", int(empty[0]))
+                continue
+            a, b = int(row_of_text[start]), int(row_of_text[end])
+            out[i] = Rows(enc.ids[a:b], enc.type_ids[a:b], self.skip_of(r.options), text_tokens[start:end],
+                          None if enc.owner is None else owner[a:b] - start)
         for i, r in enumerate(requests):
             if r.ids is not None:
                 k = next((j for j, x in enumerate(r.ids) if len(x) == 0), None)

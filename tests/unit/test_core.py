@@ -180,3 +180,11 @@ def test_a_text_of_no_tokens_is_its_requests_error_and_the_batch_is_served(folde
     assert empty.error.row == 1
     assert isinstance(no_ids.error, InputError) and str(no_ids.error) == "row 1: no token ids"
     assert ok.error is None and ok.vectors.shape == (2, 384) and ok.tokens.tolist() == [2, 1]
+
+
+def test_a_request_of_no_texts_is_served_empty_beside_token_ids(folder, encoder):
+    """No texts -> no rows, an empty result (as before the one core), whatever it is batched with."""
+    core = _core(folder)
+    empty, ids = core.run([Request([]), Request(None, [[101, 7592, 102]])], encoder)
+    assert empty.error is None and empty.vectors.shape == (0, 384) and empty.tokens.tolist() == []
+    assert ids.error is None and ids.vectors.shape == (1, 384) and ids.tokens.tolist() == [3]

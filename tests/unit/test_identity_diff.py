@@ -1,4 +1,4 @@
-"""What `embtrt verify --against` says of two deployments' identities (measure/verify.identity_diff)."""
+"""What `embtrt verify --against` says of two deployments' identities (kinds/embedder/measure.identity_diff)."""
 
 from embtrt.kinds.embedder.measure import identity_diff
 

@@ -76,3 +76,15 @@ def test_a_pair_of_no_tokens_is_its_requests_error_and_the_batch_is_served(minil
     bad, ok = core.run([PairRequest(["q", ""], ["a doc", ""]), PairRequest(["", "q"], ["doc", ""])], encoder)
     assert isinstance(bad.error, InputError) and str(bad.error) == "row 1: the pair tokenizes to no tokens"
     assert ok.error is None and ok.tokens.tolist() == [1, 1]
+
+
+def test_an_encoder_output_of_the_wrong_size_is_each_served_requests_error(minilm_path):
+    """The logits reshaped per chunk inside the core's run: a wrong output fails the requests it served,
+    a refused request keeps its own error, and nothing escapes to the caller."""
+    tok = PairTokenizer(str(minilm_path / "tokenizer.json"), 16, 0)
+    core = PairCore(PairConfig(buckets=(16,), max_batch=(4,), input_names=("input_ids", "attention_mask"),
+                               num_labels=1, activation="identity", run_overhead=0), tok)
+    out = core.run([PairRequest(["q", "q"], ["a", "b"]), PairRequest(["q"], [])],
+                   lambda bucket, feeds: np.zeros(5, np.float32))
+    assert out[0].error is not None and not isinstance(out[0].error, InputError) and out[0].scores is None
+    assert isinstance(out[1].error, InputError)

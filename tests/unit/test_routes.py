@@ -51,3 +51,26 @@ def test_a_wrong_method_is_405_with_allow():
 def test_an_operation_without_a_handler_is_refused_at_start():
     with pytest.raises(ValueError, match="embed_sparse"):
         Routes({op: op for op in OPS if op != "embed_sparse"}, set())
+
+
+def test_the_kinds_bring_the_operations_once_each(monkeypatch):
+    """operations(): each kind's rows (Kind.gateway_operations), in the kinds' order, the route table made
+    of them; two kinds bringing one operation is a start-up error."""
+    import dataclasses
+
+    from embtrt_backend import kinds as registry
+
+    from embtrt.scale.gateway import operations as ops
+
+    assert list(ops.operations()) == ["embed", "rank", "embed_sparse"]
+    assert [r.path for r in TABLE][:3] == ["/v1/embeddings", "/v1/rerank", "/v2/rerank"]
+    twice = [*registry.KINDS, dataclasses.replace(registry.KINDS[1], name="again")]
+    monkeypatch.setattr(ops, "KINDS", twice)
+    ops.operations.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="two kinds bring the gateway operation 'rank'"):
+            ops.operations()
+    finally:
+        monkeypatch.setattr(ops, "KINDS", registry.KINDS)
+        ops.operations.cache_clear()
+    assert "rank" in ops.operations()

@@ -46,7 +46,6 @@ def verify(
     from ..repository.gate import Gate
 
     log = progress_log(as_json)
-    gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
     from ..serve.client import model_kind
 
     kind = model_kind(url, model)
@@ -55,24 +54,26 @@ def verify(
 
         rep = verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, log, kind,
                                   trust_remote_code)
-    elif against is not None:
-        from ..kinds.embedder.measure import verify_against
+    else:   # the embedder's own: its cosine gate, whose thresholds are these options
+        gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
+        if against is not None:
+            from ..kinds.embedder.measure import verify_against
 
-        require_extra("build", "verify --against", "transformers")
-        other_url, _, other_model = against.partition("/")
-        texts = load_corpus(corpus)
-        counts = Reference(reference or default_model_path(), trust_remote_code=trust_remote_code).token_counts(texts)
-        rep = verify_against(url, model, other_url, other_model or model, texts, gate, counts, log=log)
-    else:
-        require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
-        ref = Reference(reference or default_model_path(), pooling=ref_pooling, trust_remote_code=trust_remote_code)
-        idx = None
-        if index_identity is not None:
-            doc = json.loads(index_identity.read_text())
-            idx = doc.get("identity", doc)
-        rep = run_verify(url, model, ref, load_corpus(corpus), gate, under_load=under_load,
-                         concurrency=concurrency, load_cosine=load_cosine, index_identity=idx,
-                         prompt_name=prompt_name, dimensions=dimensions, log=log)
+            require_extra("build", "verify --against", "transformers")
+            other_url, _, other_model = against.partition("/")
+            texts = load_corpus(corpus)
+            counts = Reference(reference or default_model_path(), trust_remote_code=trust_remote_code).token_counts(texts)
+            rep = verify_against(url, model, other_url, other_model or model, texts, gate, counts, log=log)
+        else:
+            require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
+            ref = Reference(reference or default_model_path(), pooling=ref_pooling, trust_remote_code=trust_remote_code)
+            idx = None
+            if index_identity is not None:
+                doc = json.loads(index_identity.read_text())
+                idx = doc.get("identity", doc)
+            rep = run_verify(url, model, ref, load_corpus(corpus), gate, under_load=under_load,
+                             concurrency=concurrency, load_cosine=load_cosine, index_identity=idx,
+                             prompt_name=prompt_name, dimensions=dimensions, log=log)
     if as_json:
         sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
     else:

@@ -6,7 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-
 from embtrt_backend.kinds import RERANKER, kind_of
 
 from ..common.options import parse_int_list

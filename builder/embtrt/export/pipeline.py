@@ -1,7 +1,7 @@
-"""`embtrt build`: spec -> ONNX -> per-bucket encoders -> parity gate -> render -> check -> manifest.
-
-The repository is written to a temporary folder next to the destination and moved into
-place only after every check passed: a failed build leaves nothing half-written.
+"""`embtrt build`: the model's kind builds the repository (`Kind.build`: export, gate, render,
+check, manifest; the embedder's is embtrt.kinds.embedder.export) in a work folder next to the
+destination, moved into place only after every check passed: a failed build leaves nothing
+half-written.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ LONG_INPUT = 4096
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
 
 
-def _fail(fieldname: str, value: object, allowed: str) -> SpecError:
+def field_error(fieldname: str, value: object, allowed: str) -> SpecError:
     return SpecError(f"invalid {fieldname}: {value!r}", f"allowed: {allowed}")
 
 
@@ -118,33 +118,33 @@ class BuildSpec:
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
-            raise _fail("name", self.name, "a letter, then up to 63 letters, digits, '_' or '-'")
+            raise field_error("name", self.name, "a letter, then up to 63 letters, digits, '_' or '-'")
         for f, choices in (("target", TARGETS), ("pooling", POOLINGS), ("precision", PRECISIONS), ("pooler", POOLER_PLACES),
                            ("overflow", OVERFLOW), ("router_encoder", ROUTER_ENCODERS), ("device", DEVICES)):
             if getattr(self, f) not in choices:
-                raise _fail(f, getattr(self, f), ", ".join(choices))
+                raise field_error(f, getattr(self, f), ", ".join(choices))
         allowed = CUDA_TORCH_PRECISIONS if (self.target, self.device) == ("python-torch", "cuda") \
             else TARGET_PRECISIONS[self.target]
         if self.precision not in allowed:
             where = f"target {self.target}" + (" on --device cuda" if allowed is CUDA_TORCH_PRECISIONS else "")
             hint = " (fp16: --device cuda)" if (self.target, self.precision) == ("python-torch", "fp16") else ""
-            raise _fail("precision", self.precision, f"{', '.join(allowed)} for {where}{hint}")
+            raise field_error("precision", self.precision, f"{', '.join(allowed)} for {where}{hint}")
         if self.calibration_file is not None and not Path(self.calibration_file).is_file():
-            raise _fail("calibration_file", str(self.calibration_file), "a readable file of real texts, one per line")
+            raise field_error("calibration_file", str(self.calibration_file), "a readable file of real texts, one per line")
         if not 0 <= self.overflow_stride <= self.max_seq_length // 2:
-            raise _fail("overflow_stride", self.overflow_stride, f"0 .. {self.max_seq_length // 2} (half the max sequence length)")
+            raise field_error("overflow_stride", self.overflow_stride, f"0 .. {self.max_seq_length // 2} (half the max sequence length)")
         if self.router_encoder == "local" and self.target not in LOCAL_TARGETS:
-            raise _fail("router_encoder", self.router_encoder, f"auto or bls for target {self.target}")
+            raise field_error("router_encoder", self.router_encoder, f"auto or bls for target {self.target}")
         if self.device == "cuda" and self.target not in DEVICE_TARGETS:
-            raise _fail("device", self.device, f"cpu for target {self.target} (cuda: {', '.join(DEVICE_TARGETS)}; "
+            raise field_error("device", self.device, f"cpu for target {self.target} (cuda: {', '.join(DEVICE_TARGETS)}; "
                         "tensorrt always runs on the GPU)")
         if self.max_seq_length < 2:
-            raise _fail("max_seq_length", self.max_seq_length, "an integer >= 2")
+            raise field_error("max_seq_length", self.max_seq_length, "an integer >= 2")
         b = self.buckets
         if not b or any(not isinstance(x, int) or x < 2 for x in b) or list(b) != sorted(set(b)):
-            raise _fail("buckets", b, "strictly increasing integers >= 2, e.g. 32,128,256")
+            raise field_error("buckets", b, "strictly increasing integers >= 2, e.g. 32,128,256")
         if b[-1] != self.max_seq_length:
-            raise _fail(
+            raise field_error(
                 "buckets", b,
                 f"the largest bucket must equal the max sequence length {self.max_seq_length}",
             )
@@ -158,37 +158,37 @@ class BuildSpec:
                 ("max_queue_size", 0, None, "0 (unbounded) or more"), ("queue_timeout_us", 0, None, "0 (none) or more")):
             v = getattr(self, f)   # None: auto (encoder_instances, front_door_instances)
             if v is not None and not (lo <= v and (hi is None or v <= hi)):
-                raise _fail(f, v, hint)
+                raise field_error(f, v, hint)
         p = self.preferred_batch_sizes
         if not p or list(p) != sorted(set(p)) or p[0] < 1 or p[-1] > self.max_batch_size:
-            raise _fail(
+            raise field_error(
                 "preferred_batch_sizes", p,
                 f"strictly increasing integers in 1 .. max_batch_size ({self.max_batch_size})",
             )
         if parse_python(self.server_python) != self.server_python:
-            raise _fail("server_python", self.server_python, "a CPython version such as 3.12")
+            raise field_error("server_python", self.server_python, "a CPython version such as 3.12")
         names = [n for n, _ in self.prompts]
         if len(set(names)) != len(names) or any(not NAME_RE.match(n) for n in names):
-            raise _fail("prompts", names, "unique names: a letter, then letters, digits, '_' or '-'")
+            raise field_error("prompts", names, "unique names: a letter, then letters, digits, '_' or '-'")
         if self.default_prompt_name is not None and self.default_prompt_name not in names:
-            raise _fail("default_prompt_name", self.default_prompt_name,
+            raise field_error("default_prompt_name", self.default_prompt_name,
                         ", ".join(names) + " or none" if names else "none (the model has no prompts)")
         if self.dimensions is not None and (not self.dimensions or list(self.dimensions) != sorted(set(self.dimensions))
                                             or self.dimensions[0] < 1 or self.dimensions[-1] > self.hidden_size):
-            raise _fail("dimensions", self.dimensions, f"strictly increasing widths in 1 .. {self.hidden_size}")
+            raise field_error("dimensions", self.dimensions, f"strictly increasing widths in 1 .. {self.hidden_size}")
         if not self.include_prompt and self.fused and any(t for _, t in self.prompts):
-            raise _fail("pooler", self.pooler, "python: this model leaves prompt tokens out of pooling (include_prompt false), "
+            raise field_error("pooler", self.pooler, "python: this model leaves prompt tokens out of pooling (include_prompt false), "
                         "which needs the hidden states outside the graph")
         if "input_ids" not in self.input_names or "attention_mask" not in self.input_names:
-            raise _fail("input_names", self.input_names, "must contain input_ids and attention_mask")
+            raise field_error("input_names", self.input_names, "must contain input_ids and attention_mask")
         if self.kind not in KINDS:
-            raise _fail("kind", self.kind, "auto, " + ", ".join(KINDS))
+            raise field_error("kind", self.kind, "auto, " + ", ".join(KINDS))
         if self.active_dims_in_graph and not (self.kind == SPARSE.name and self.sparse_max_active_dims > 0):
-            raise _fail("active_dims_in_graph", True, "a sparse encoder whose folder sets max_active_dims (the K the "
-                        "graph keeps); this one " + ("sets none" if self.kind == SPARSE.name else f"is {_a(self.kind)} {self.kind}"))
+            raise field_error("active_dims_in_graph", True, "a sparse encoder whose folder sets max_active_dims (the K the "
+                        "graph keeps); this one " + ("sets none" if self.kind == SPARSE.name else f"is {a_or_an(self.kind)} {self.kind}"))
         if self.kind != EMBEDDER.name:
             if self.overflow != "truncate":
-                raise _fail("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
+                raise field_error("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
                             "sentence-transformers cuts it, or refused per request)")
 
     @property
@@ -281,5 +281,5 @@ def default_preferred(max_batch_size: int) -> tuple[int, ...]:
     return tuple(sorted(sizes)[-3:])
 
 
-def _a(kind: str) -> str:
+def a_or_an(kind: str) -> str:
     return "an" if kind == EMBEDDER.name else "a"

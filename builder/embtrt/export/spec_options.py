@@ -18,7 +18,8 @@ from ..reference.modelinfo import POOLINGS
 from ..reference.modelinfo import default_buckets, default_model_path, inspect_model, read_st_prompts
 from ..repository.bundle_record import parse_python
 from ..repository.manifest import KINDS
-from .spec import TARGETS, BuildSpec, _a, _fail, default_preferred
+from .spec import TARGETS, BuildSpec, a_or_an, field_error, default_preferred
+
 
 def sanitize_name(raw: str) -> str:
     """A safe Triton model name from a folder name: [A-Za-z0-9_-], starting with a letter."""
@@ -69,11 +70,11 @@ def spec_from_options(
     if force is not None:
         check_out(Path(out), force)
     if target not in ("auto", *TARGETS):
-        raise _fail("target", target, "auto, " + ", ".join(TARGETS))
+        raise field_error("target", target, "auto, " + ", ".join(TARGETS))
     if kind not in ("auto", *KINDS):
-        raise _fail("kind", kind, "auto, " + ", ".join(KINDS))
+        raise field_error("kind", kind, "auto, " + ", ".join(KINDS))
     if pooling not in ("auto", *POOLINGS):
-        raise _fail("pooling", pooling, "auto, " + ", ".join(POOLINGS))
+        raise field_error("pooling", pooling, "auto, " + ", ".join(POOLINGS))
     bucket_t = parse_int_list("buckets", buckets)
     pref = parse_int_list("preferred_batch_sizes", preferred_batch_sizes) or default_preferred(max_batch_size)
     widths = parse_int_list("dimensions", dimensions)
@@ -81,16 +82,16 @@ def spec_from_options(
     for item in (prompt or ()):
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise _fail("prompt", item, "NAME=TEXT, e.g. --prompt 'query=query: '")
+            raise field_error("prompt", item, "NAME=TEXT, e.g. --prompt 'query=query: '")
         overrides[key] = text
     default_name = None if default_prompt is None or default_prompt.lower() == "none" else default_prompt
     ort_device = rest.pop("ort_device", None)
     if ort_device is not None:   # --ort-device, the older name of --device for --target onnxruntime
         if ort_device not in ("cpu", "gpu"):
-            raise _fail("ort_device", ort_device, "cpu, gpu (the same as --device cpu, cuda)")
+            raise field_error("ort_device", ort_device, "cpu, gpu (the same as --device cpu, cuda)")
         alias = "cuda" if ort_device == "gpu" else "cpu"
         if rest.get("device", "cpu") not in ("cpu", alias):
-            raise _fail("ort_device", ort_device, f"the same device as --device {rest['device']} (or leave it out)")
+            raise field_error("ort_device", ort_device, f"the same device as --device {rest['device']} (or leave it out)")
         rest["device"] = alias
     if rest.get("run_overhead_tokens") is None:
         rest.pop("run_overhead_tokens", None)   # the documented default (the CLI's None)
@@ -118,8 +119,8 @@ def spec_from_options(
     require_trusted(model_dir, given.trust_remote_code)
     found, why = detect_kind(model_dir)
     if kind != "auto" and kind != found:
-        raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {_a(found)} {found} ({why})",
-                        f"build it as {_a(found)} {found} (leave --kind out), or point at {_a(kind)} {kind} folder")
+        raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {a_or_an(found)} {found} ({why})",
+                        f"build it as {a_or_an(found)} {found} (leave --kind out), or point at {a_or_an(kind)} {kind} folder")
     if kind_of(found).spec_fields:   # what the kind's reference reads of the folder (its export module)
         fields = implementation(kind_of(found), "spec_fields")
         return given.with_(**fields(model_dir, max_seq_length, bucket_t, given.trust_remote_code, overrides, default_prompt,
@@ -132,7 +133,7 @@ def spec_from_options(
     if max_seq_length is None:
         max_seq_length = info.max_seq_length or 512
     if info.max_position_embeddings and max_seq_length > info.max_position_embeddings:
-        raise _fail(
+        raise field_error(
             "max_seq_length", max_seq_length,
             f"at most max_position_embeddings ({info.max_position_embeddings})",
         )

@@ -16,7 +16,7 @@ class Kind:
     name: str                 # the manifest's `kind`, the front door's `embtrt.kind` parameter
     label: str                # "an embedder": in messages
     reference: str            # the sentence-transformers class whose outputs it serves
-    operations: tuple[str, ...]   # what its models do behind the gateway (scale/gateway/routes.py's operations)
+    operations: tuple[str, ...]   # what its models do behind the gateway (scale/gateway/operations.py)
     metric_route: str         # the `route` label of embtrt_gateway_requests for those requests
     served_routes: str        # the gateway routes that serve it: told to a client that named it on another's
     client_hint: str          # told to this kind's gRPC client that named a model of another kind
@@ -34,7 +34,7 @@ class Kind:
     # `operations` that no other kind brings
     gateway_operations: str = ""
     # (model folder, max_seq_length, buckets, trust_remote_code, prompt overrides, --default-prompt, its name) ->
-    # the BuildSpec fields its reference reads of the folder; "": the embedder's (export.spec's own)
+    # the BuildSpec fields its reference reads of the folder; "": the embedder's (export.spec_options' own)
     spec_fields: str = ""
     measure: str = ""         # its measure.kind_measure.KindMeasure (verify, `embtrt tune`'s trial); "": the embedder's
 

@@ -1,6 +1,7 @@
 """The gateway's ASGI layer. Requests go by the route table (routes.py) to their operation's
-handler: every model operation (operations.py: POST /v1/embeddings, the rerank routes POST /v1/rerank,
-/v2/rerank, /rerank, /v1/ranking, the sparse routes POST /v1/sparse, /embed_sparse) through one plain
+handler: every model operation (operations.py, its rows brought by the kinds' scale_schema: POST
+/v1/embeddings, the rerank routes POST /v1/rerank, /v2/rerank, /rerank, /v1/ranking, the sparse routes
+POST /v1/sparse, /embed_sparse) through one plain
 ASGI `Handler` (key, admission, body limit, deadline, JSON, errors, metrics) around the operation's
 parse and answer; the gateway's own GET routes (/v1/models, health, metrics) by FastAPI. An
 unknown path is a 404 naming the routes served, a known one asked with another method a 405 with
@@ -252,7 +253,7 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     for name, g in gw.models.items():
         for p in g.pools:
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
-    paths = [path for op in gw.operations for path in operations()[op].routes]
+    paths = [p for name, op in operations().items() if name in gw.operations for p in op.routes]   # the table's order
     log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port} "
         f"({', '.join(paths)})")
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request
