@@ -179,7 +179,7 @@ def test_an_unknown_route_names_the_routes_served_and_a_wrong_method_is_405_with
     u = two_pools
     err = _envelope(httpx.post(u + "/v1/embedding", json={"model": NAME, "input": "x"}), 404,
                     "no route POST /v1/embedding; this gateway serves POST /v1/embeddings, GET /v1/models, "
-                    "GET /health/live, GET /health/ready, GET /metrics")
+                    "GET /v1/models/{id}, GET /health/live, GET /health/ready, GET /health, GET /ping, GET /, GET /metrics")
     assert err["code"] == "unknown_route" and "rerank" not in err["message"] and "sparse" not in err["message"]
     r = httpx.get(u + "/v1/embeddings")
     assert _envelope(r, 405, "/v1/embeddings takes POST, not GET")["code"] == "method_not_allowed"
@@ -189,6 +189,28 @@ def test_an_unknown_route_names_the_routes_served_and_a_wrong_method_is_405_with
     assert r.headers["allow"] == "GET"
     assert httpx.get(u + "/health/live").status_code == 200
     assert httpx.get(u + "/v1/models").json()["data"][0]["id"] == NAME
+
+
+def test_openai_models_retrieve_and_tei_health_checks(two_pools):
+    """openai's models.retrieve (GET /v1/models/{id}) gets the model's /v1/models entry, and an unknown
+    model OpenAI's 404 (model_not_found); TEI's health checks (GET /health, /ping, /) answer 200 with
+    no body while the pools answer (#51)."""
+    import openai
+
+    c = openai.OpenAI(base_url=two_pools + "/v1", api_key="unused")
+    m = c.models.retrieve(NAME)
+    listed = httpx.get(two_pools + "/v1/models").json()["data"][0]
+    assert (m.id, m.object, m.owned_by, m.created) == (NAME, "model", "embtrt", 0)
+    got = m.model_dump()   # the client's model of the entry: every field of the entry, as listed
+    assert {k: got.get(k) for k in listed} == listed
+    with pytest.raises(openai.NotFoundError) as e:
+        c.models.retrieve("no_such_model")
+    assert e.value.status_code == 404 and e.value.code == "model_not_found" and NAME in e.value.message
+    for path in ("/health", "/ping", "/"):
+        r = httpx.get(two_pools + path)
+        assert r.status_code == 200 and r.content == b"", (path, r.status_code, r.content)
+    r = httpx.post(two_pools + "/health")
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
 
 
 def test_api_key_and_body_limit(minilm_repo, minilm_server, tmp_path):

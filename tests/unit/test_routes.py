@@ -22,7 +22,21 @@ def test_every_route_goes_to_its_operation():
     assert {r.find("POST", p) for p in RERANK_ROUTES} == {"rank"}
     assert {r.find("POST", p) for p in SPARSE_ROUTES} == {"embed_sparse"}
     assert r.find("GET", "/v1/models") == "models" and r.find("GET", "/health/ready") == "ready"
-    assert len({(x.method, x.path) for x in TABLE}) == len(TABLE) == 1 + len(RERANK_ROUTES) + len(SPARSE_ROUTES) + 4
+    assert len({(x.method, x.path) for x in TABLE}) == len(TABLE) == 1 + len(RERANK_ROUTES) + len(SPARSE_ROUTES) + 8
+    # openai's models.retrieve (a path parameter, "/" in a name included) and TEI's health checks (#51)
+    assert r.find("GET", "/v1/models/all_minilm_l6_v2") == r.find("GET", "/v1/models/BAAI/bge-m3") == "models"
+    assert {r.find("GET", p) for p in ("/health", "/ping", "/")} == {"ready"}
+
+
+def test_a_path_parameter_route_answers_405_for_another_method_and_404_without_its_parameter():
+    r = _routes({"embed"})
+    with pytest.raises(ApiError) as e:
+        r.find("POST", "/v1/models/x")
+    assert e.value.status == 405 and e.value.headers == [(b"allow", b"GET")]
+    assert r.find("GET", "/v1/models") == "models"
+    with pytest.raises(ApiError) as e:
+        r.find("GET", "/v1/modelsx")
+    assert e.value.status == 404
 
 
 def test_a_route_of_an_operation_no_model_serves_still_reaches_its_handler():

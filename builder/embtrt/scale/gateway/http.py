@@ -196,15 +196,31 @@ class GatewayApp:
 
         api = self.api = FastAPI(title="embtrt gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
 
+        def refused(exc: ApiError) -> JSONResponse:
+            gw.metrics.requests.labels("models", str(exc.status)).inc()
+            gw.metrics.errors.labels(str(exc.status)).inc()
+            return JSONResponse(exc.body(), status_code=exc.status)
+
         @api.get("/v1/models")
         async def models(request: Request):
             try:
                 check_key(cfg, request.headers.get("authorization", ""))
             except ApiError as exc:
-                gw.metrics.requests.labels("models", str(exc.status)).inc()
-                gw.metrics.errors.labels(str(exc.status)).inc()
-                return JSONResponse(exc.body(), status_code=exc.status)
+                return refused(exc)
             return {"object": "list", "data": gw.describe()}
+
+        @api.get("/v1/models/{model_id:path}")
+        async def model(model_id: str, request: Request):
+            """OpenAI's models.retrieve: the model's /v1/models entry (a name with "/" arrives as is or as %2F)."""
+            try:
+                check_key(cfg, request.headers.get("authorization", ""))
+                entry = next((m for m in gw.describe() if m["id"] == model_id), None)
+                if entry is None:
+                    raise ApiError(404, f"the model {model_id!r} does not exist; this gateway serves "
+                                   + ", ".join(map(repr, gw.models)), param="model", code="model_not_found")
+            except ApiError as exc:
+                return refused(exc)
+            return entry
 
         @api.get("/health/live")
         async def live():
@@ -216,6 +232,17 @@ class GatewayApp:
             ok = all(v == "ok" for v in pools.values())
             return JSONResponse({"status": "ready" if ok else "not ready", "pools": pools},
                                 status_code=200 if ok else 503)
+
+        async def tei_health():
+            """TEI's GET /health, /ping and /: 200 with no body when every pool answers, else 503 in TEI's
+            error shape."""
+            pools = await gw.ready()
+            if all(v == "ok" for v in pools.values()):
+                return Response(status_code=200)
+            return JSONResponse({"error": "unhealthy", "error_type": "Unhealthy"}, status_code=503)
+
+        for path in ("/health", "/ping", "/"):
+            api.add_api_route(path, tei_health, methods=["GET"])
 
         @api.get("/metrics")
         async def metrics():

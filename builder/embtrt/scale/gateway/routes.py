@@ -31,8 +31,10 @@ class Route:
 # the gateway's own routes, after the model operations'
 OWN: tuple[Route, ...] = (
     Route("GET", "/v1/models", "models", "openai"),
+    Route("GET", "/v1/models/{id}", "models", "openai"),    # openai's models.retrieve
     Route("GET", "/health/live", "live", "embtrt"),
     Route("GET", "/health/ready", "ready", "embtrt"),
+    *(Route("GET", path, "ready", "tei") for path in ("/health", "/ping", "/")),   # TEI's health check
     Route("GET", "/metrics", "metrics", "prometheus"),
 )
 
@@ -53,6 +55,8 @@ class Routes:
         if missing:
             raise ValueError(f"no handler for the operations {sorted(missing)}")
         self._by_key = {(r.method, r.path): handlers[r.operation] for r in table}
+        # a path ending in a parameter ("/v1/models/{id}"): its prefix, for paths that are not a route themselves
+        self._templates = {r.path[:r.path.index("{")]: r.path for r in table if "{" in r.path}
         self._allow: dict[str, list[str]] = {}
         for r in table:
             self._allow.setdefault(r.path, []).append(r.method)
@@ -64,6 +68,13 @@ class Routes:
         handler = self._by_key.get((method, path))
         if handler is not None:
             return handler
+        template = next((t for prefix, t in self._templates.items() if path.startswith(prefix) and len(path) > len(prefix)),
+                        None)
+        if template is not None:
+            handler = self._by_key.get((method, template))
+            if handler is not None:
+                return handler
+            path = template
         allow = self._allow.get(path)
         if allow is not None:
             err = ApiError(405, f"{path} takes {' or '.join(allow)}, not {method}",
