@@ -226,18 +226,21 @@ class GatewayApp:
         async def live():
             return {"status": "live"}
 
+        async def readiness() -> tuple[dict[str, str], bool]:
+            """Every pool's state, and whether all answer (the one rule of both readiness routes)."""
+            pools = await gw.ready()
+            return pools, all(v == "ok" for v in pools.values())
+
         @api.get("/health/ready")
         async def ready():
-            pools = await gw.ready()
-            ok = all(v == "ok" for v in pools.values())
+            pools, ok = await readiness()
             return JSONResponse({"status": "ready" if ok else "not ready", "pools": pools},
                                 status_code=200 if ok else 503)
 
         async def tei_health():
             """TEI's GET /health, /ping and /: 200 with no body when every pool answers, else 503 in TEI's
             error shape."""
-            pools = await gw.ready()
-            if all(v == "ok" for v in pools.values()):
+            if (await readiness())[1]:
                 return Response(status_code=200)
             return JSONResponse({"error": "unhealthy", "error_type": "Unhealthy"}, status_code=503)
 
@@ -280,7 +283,7 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     for name, g in gw.models.items():
         for p in g.pools:
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
-    paths = [p for name, op in operations().items() if name in gw.operations for p in op.routes]   # the table's order
+    paths = [p for op in gw.operations for p in operations()[op].routes]
     log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port} "
         f"({', '.join(paths)})")
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request

@@ -57,7 +57,7 @@ class MultiGateway:
                             f"models: {', '.join(self.models)}")
         self.several = len(self.models) > 1
         # the operations some model here serves (its kind's: Kind.operations); the route table serves those routes
-        self.operations = {op for op, models in self.serving.items() if models}
+        self.operations = [op for op, models in self.serving.items() if models]   # in the route table's order
         # what parsing a request needs of each model serving each operation (its `schema`)
         self.schemas: dict[str, dict[str, Any]] = {op: {name: g.schema for name, g in models.items()}
                                                    for op, models in self.serving.items()}

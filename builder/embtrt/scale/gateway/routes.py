@@ -14,7 +14,7 @@ operation for a request, or the error a client gets:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Collection
 
 from .errors import ApiError
 from .operations import operations
@@ -49,7 +49,7 @@ class Routes:
     """The routes (all_routes() unless given); `handlers` maps each operation to its ASGI handler; `served` is the set of
     model operations some model behind the gateway takes (the 404 names only those routes)."""
 
-    def __init__(self, handlers: dict[str, Callable], served: set[str], routes: tuple[Route, ...] | None = None) -> None:
+    def __init__(self, handlers: dict[str, Callable], served: Collection[str], routes: tuple[Route, ...] | None = None) -> None:
         table = routes if routes is not None else all_routes()
         missing = {r.operation for r in table} - set(handlers)
         if missing:
