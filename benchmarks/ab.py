@@ -82,8 +82,11 @@ def embtrt_cmd(tree: Path) -> list[str]:
 
 
 def tree_env(tree: Path) -> dict[str, str]:
+    """The tree's own builder and serving package first: a base builds with its embtrt_backend, not HEAD's
+    (whose modules and kind registry may have moved since)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree / "builder") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    own = os.pathsep.join(str(tree / d) for d in ("builder", "python_backend"))
+    env["PYTHONPATH"] = own + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
