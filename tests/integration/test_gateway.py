@@ -138,6 +138,14 @@ def _post(url: str, body, headers: dict | None = None, raw: bytes | None = None)
                       headers={"content-type": "application/json", **(headers or {})}, timeout=30)
 
 
+def _tei(r: httpx.Response, status: int, error_type: str, contains: str) -> dict:
+    """TEI's error body on TEI's routes (#51): {error, error_type} with TEI 1.9's status."""
+    assert r.status_code == status, (r.status_code, r.text)
+    body = r.json()
+    assert set(body) == {"error", "error_type"} and body["error_type"] == error_type and contains in body["error"], body
+    return body
+
+
 def _envelope(r: httpx.Response, status: int, contains: str) -> dict:
     assert r.status_code == status, (r.status_code, r.text)
     err = r.json()["error"]
@@ -178,8 +186,11 @@ def test_an_unknown_route_names_the_routes_served_and_a_wrong_method_is_405_with
     method is a 405 naming the methods it takes."""
     u = two_pools
     err = _envelope(httpx.post(u + "/v1/embedding", json={"model": NAME, "input": "x"}), 404,
-                    "no route POST /v1/embedding; this gateway serves POST /v1/embeddings, GET /v1/models, "
-                    "GET /v1/models/{id}, GET /health/live, GET /health/ready, GET /health, GET /ping, GET /, GET /metrics")
+                    "no route POST /v1/embedding; this gateway serves POST /v1/embeddings, POST /embeddings, POST /embed, "
+                    "POST /similarity, POST /v1/embed, POST /v2/embed, POST /tokenize, POST /decode, POST /detokenize, "
+                    "GET /v1/models, GET /v1/models/{id}, GET /health/live, GET /health/ready, GET /health, GET /ping, "
+                    "GET /, POST /, GET /info, GET /v1/health/ready, GET /v1/health/live, GET /v1/metadata, GET /metrics, "
+                    "GET /v1/metrics")
     assert err["code"] == "unknown_route" and "rerank" not in err["message"] and "sparse" not in err["message"]
     r = httpx.get(u + "/v1/embeddings")
     assert _envelope(r, 405, "/v1/embeddings takes POST, not GET")["code"] == "method_not_allowed"

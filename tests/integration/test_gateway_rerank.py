@@ -7,6 +7,7 @@ max batch goes up in parts, each kind refuses the other's routes, and admission 
 concurrency) holds for rerank requests as for embeddings."""
 
 import math
+
 import threading
 
 import httpx
@@ -15,7 +16,7 @@ import pytest
 
 from embtrt.reference.parity import cosine_rows
 from embtrt.repository.manifest import read_manifest
-from test_gateway import NAME, _envelope, _metric, gateway
+from test_gateway import NAME, _envelope, _metric, _tei, gateway
 from test_gateway_limits import _big, _until
 
 pytestmark = pytest.mark.integration
@@ -206,9 +207,8 @@ def test_more_documents_than_the_front_door_batch_go_up_in_parts_and_equal_rank(
     # a pair refused by the front door in the second part is named by its index in the request
     texts = [f"short document {i}" for i in range(2 * mb)]
     texts[mb + 3] = " ".join(corpus[:10])
-    err = _envelope(_post(both, "/rerank", {"query": "a short query", "texts": texts, "truncate": False}), 400,
-                    f"texts[{mb + 3}]: the pair is longer than the max length {manifest.max_seq_length} tokens")
-    assert err["param"] == "texts"
+    _tei(_post(both, "/rerank", {"query": "a short query", "texts": texts, "truncate": False}), 422, "Validation",
+         f"texts[{mb + 3}]: the pair is longer than the max length {manifest.max_seq_length} tokens")
 
 
 def test_bad_rerank_bodies_get_400_naming_the_field_and_an_empty_document_is_scored(both, manifest, ce, query, docs):
@@ -235,8 +235,12 @@ def test_bad_rerank_bodies_get_400_naming_the_field_and_an_empty_document_is_sco
          "truncate must be 'NONE' or 'END', not 'START'", "truncate"),
     ]
     for path, body, message, param in cases:
+        if path == "/rerank":   # TEI's route: TEI's body and status (#51), the field named in the message
+            assert _tei(_post(both, path, body), 422, "Validation", message)["error"] == message
+            continue
         err = _envelope(_post(both, path, body), 400, message)
         assert (err["message"], err["param"]) == (message, param), (path, err)
+    _tei(_post(both, "/rerank", {"query": query, "texts": []}), 400, "Empty", "texts must be a non-empty list")
     _envelope(httpx.post(both + "/v1/rerank", content=b"{not json", timeout=30), 400, "not valid JSON")
     err = _envelope(_post(both, "/v1/rerank", {"model": "nope", "query": query, "documents": ["a"]}), 404,
                     f"the model 'nope' does not exist; this gateway reranks with '{m}'")
@@ -318,10 +322,73 @@ def test_a_classifier_of_several_labels_is_refused_on_the_rerank_routes(repo, ma
         for path, body in (("/v1/rerank", {"model": three.name, "query": "q", "documents": ["a"]}),
                            ("/rerank", {"model": three.name, "query": "q", "texts": ["a"]}),
                            ("/v1/ranking", {"model": three.name, "query": {"text": "q"}, "passages": [{"text": "a"}]})):
-            err = _envelope(_post(u, path, body), 400, f"'{three.name}' has 3 labels (a classifier, not a ranker)")
+            message = f"'{three.name}' has 3 labels (a classifier, not a ranker)"
+            if path == "/rerank":   # TEI: a model that cannot serve the route is a 424 Backend error
+                _tei(_post(u, path, body), 424, "Backend", message)
+                continue
+            err = _envelope(_post(u, path, body), 400, message)
             assert (err["param"], err["code"]) == ("model", "wrong_model_kind")
-        _envelope(_post(u, "/rerank", {"query": "q", "texts": ["a"]}), 400, "you must provide a model parameter (this "
-                  f"gateway serves several rerankers: '{manifest.name}', '{three.name}')")
+        _tei(_post(u, "/rerank", {"query": "q", "texts": ["a"]}), 422, "Validation", "you must provide a model parameter "
+             f"(this gateway serves several rerankers: '{manifest.name}', '{three.name}')")
         assert _post(u, "/rerank", {"model": manifest.name, "query": "q", "texts": ["a"]}).status_code == 200
         models = {e["id"]: e for e in httpx.get(u + "/v1/models").json()["data"]}
         assert (models[three.name]["kind"], models[three.name]["num_labels"]) == ("reranker", 3)
+
+
+def test_vllm_score_equals_cross_encoder_predict_in_pair_order(both, manifest, ce, query, docs):
+    """vLLM's /score and /v1/score (#51): every spelling of its two sides, one query against N documents or
+    N pairs by position, scores in pair order (not sorted) as CrossEncoder.predict gives them, exact usage;
+    use_activation false gives the logits; bad bodies get vLLM's error shape."""
+    import torch
+
+    m, d = manifest.name, docs[:5]
+    want = ce.predict([(query, x) for x in d])
+    for body in ({"model": m, "queries": query, "documents": d}, {"text_1": query, "text_2": d},
+                 {"model": m, "data_1": [query] * 5, "data_2": d}, {"queries": query, "items": d}):
+        for path in ("/score", "/v1/score"):
+            r = _post(both, path, body)
+            assert r.status_code == 200, r.text
+            j = r.json()
+            assert j["object"] == "list" and j["model"] == m and j["id"].startswith("score-") and j["created"] > 0
+            assert [(x["index"], x["object"]) for x in j["data"]] == [(i, "score") for i in range(5)]
+            assert np.abs(np.array([x["score"] for x in j["data"]]) - want).max() <= TOL
+            assert j["usage"]["prompt_tokens"] == j["usage"]["total_tokens"] == _tokens(ce, query, d)
+    pairs = [(query, d[0]), (docs[7], d[1]), (query, d[2])]   # N with N: each pair its own query
+    got = _post(both, "/score", {"queries": [p[0] for p in pairs], "documents": [p[1] for p in pairs],
+                                 "use_activation": False}).json()
+    raw = ce.predict(pairs, activation_fn=torch.nn.Identity())
+    assert np.abs(np.array([x["score"] for x in got["data"]]) - raw).max() <= TOL
+    for body, message, param in (({"queries": query}, "you must provide queries and documents", "documents"),
+                                 ({"queries": [query] * 2, "documents": d[:3]}, "queries has 2 items and documents 3",
+                                  "documents"),
+                                 ({"text_1": query, "text_2": [{"content": []}]}, "text_2[0] must be a string",
+                                  "text_2")):
+        r = _post(both, "/score", body)
+        err = r.json()["error"]
+        assert r.status_code == 400 and (err["type"], err["code"], err["param"]) == ("BadRequestError", 400, param)
+        assert message in err["message"], err
+    assert _post(both, "/score", {"text_1": query, "text_2": d[:1]}).status_code == 200
+
+
+def test_post_root_goes_to_the_default_models_route_and_a_similarity_body_to_the_embedder(
+        repo, manifest, rerank_server, minilm_repo, minilm_server, ce, query, docs, tmp_path):
+    """TEI's POST / (#51): several models behind the gateway, --default-model names the one TEI's bodies
+    (which name none) go to, and /info describes it; a similarity body goes to the embedder by its shape."""
+    with gateway(repo, tmp_path / "gw.log", str(minilm_repo), "--triton", minilm_server.grpc_url,
+                 *_pools(manifest, rerank_server.grpc_url), "--default-model", manifest.name) as u:
+        r = _post(u, "/", {"query": query, "texts": docs})
+        assert r.status_code == 200, r.text
+        _assert_ranked([(x["index"], x["score"]) for x in r.json()], _rank(ce, query, docs))
+        assert r.headers["x-compute-tokens"] == str(_tokens(ce, query, docs))
+        info = httpx.get(u + "/info").json()
+        assert info["model_id"] == manifest.name and list(info["model_type"]) == ["reranker"]
+        assert info["model_type"]["reranker"]["id2label"] == {"0": "LABEL_0"}
+        sims = _post(u, "/", {"inputs": {"source_sentence": query, "sentences": docs[:3]}, "parameters": {}})
+        assert sims.status_code == 200 and len(sims.json()) == 3, sims.text
+        same = _post(u, "/similarity", {"inputs": {"source_sentence": query, "sentences": docs[:3]}}).json()
+        assert np.abs(np.array(sims.json()) - np.array(same)).max() <= 1e-6   # /similarity's reference: test_gateway_anchors
+        _tei(_post(u, "/", {"query": query}), 422, "Validation", "you must provide a texts parameter")
+    with gateway(repo, tmp_path / "gw2.log", str(minilm_repo), "--triton", minilm_server.grpc_url,
+                 *_pools(manifest, rerank_server.grpc_url)) as u:
+        _tei(_post(u, "/", {"inputs": "a"}), 422, "Validation", "start it with --default-model")
+        assert httpx.get(u + "/info").status_code == 422

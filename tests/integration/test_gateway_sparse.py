@@ -15,7 +15,7 @@ import pytest
 
 from embtrt.reference.parity import cosine_rows
 from embtrt.repository.manifest import read_manifest
-from test_gateway import NAME, _envelope, _metric, gateway
+from test_gateway import NAME, _envelope, _metric, _tei, gateway
 from test_gateway_limits import _big, _until
 
 pytestmark = pytest.mark.integration
@@ -170,8 +170,7 @@ def test_truncation_none_refuses_a_long_text_by_index_and_left_cuts_the_start(bo
     long_at = len(texts) - 2
     assert len(se.tokenizer(texts[long_at])["input_ids"]) > se.max_seq_length
     message = f"[{long_at}]: text is longer than the max sequence length {manifest.max_seq_length} tokens"
-    err = _envelope(_post(both, "/embed_sparse", {"inputs": texts, "truncate": False}), 400, "inputs" + message)
-    assert err["param"] == "inputs"
+    _tei(_post(both, "/embed_sparse", {"inputs": texts, "truncate": False}), 422, "Validation", "inputs" + message)
     err = _envelope(_post(both, "/v1/sparse", {"model": manifest.name, "input": texts, "truncate": "NONE"}), 400,
                     "input" + message)
     assert err["param"] == "input"
@@ -204,8 +203,8 @@ def test_more_texts_than_the_front_door_batch_go_up_in_parts_in_order(both, mani
     # a text refused by the front door in the second part is named by its index in the request
     bad = [f"short text {i}" for i in range(2 * mb)]
     bad[mb + 3] = " ".join(corpus[:10])
-    _envelope(_post(both, "/embed_sparse", {"inputs": bad, "truncate": False}), 400,
-              f"inputs[{mb + 3}]: text is longer than the max sequence length {manifest.max_seq_length} tokens")
+    _tei(_post(both, "/embed_sparse", {"inputs": bad, "truncate": False}), 422, "Validation",
+         f"inputs[{mb + 3}]: text is longer than the max sequence length {manifest.max_seq_length} tokens")
 
 
 def test_bad_sparse_bodies_get_400_naming_the_field(both, manifest):
@@ -234,8 +233,12 @@ def test_bad_sparse_bodies_get_400_naming_the_field(both, manifest):
         ("/embed_sparse", {"texts": ["a"]}, "you must provide an inputs parameter", "inputs"),
     ]
     for path, body, message, param in cases:
+        if path == "/embed_sparse":   # TEI's route: TEI's body and status (#51), the field named in the message
+            assert _tei(_post(both, path, body), 422, "Validation", message)["error"] == message
+            continue
         err = _envelope(_post(both, path, body), 400, message)
         assert (err["message"], err["param"]) == (message, param), (path, err)
+    _tei(_post(both, "/embed_sparse", {"inputs": []}), 400, "Empty", "inputs must be a string or a non-empty list")
     _envelope(httpx.post(both + "/v1/sparse", content=b"{not json", timeout=30), 400, "not valid JSON")
     err = _envelope(_post(both, "/v1/sparse", {"model": "nope", "input": "a"}), 404,
                     f"the model 'nope' does not exist; this gateway encodes sparse vectors with '{m}'")
@@ -253,10 +256,10 @@ def test_each_kind_refuses_the_others_routes_and_both_serve_behind_one_gateway(b
     err = _envelope(_post(both, "/v1/rerank", {"model": manifest.name, "query": "q", "documents": ["a"]}), 400,
                     f"'{manifest.name}' is a sparse encoder, not a reranker: {sparse_routes}")
     assert err["code"] == "wrong_model_kind"
-    for path, body in (("/embed_sparse", {"model": NAME, "inputs": "x"}), ("/v1/sparse", {"model": NAME, "input": "x"})):
-        err = _envelope(_post(both, path, body), 400,
-                        f"'{NAME}' is an embedder, not a sparse encoder: POST /v1/embeddings serves it")
-        assert (err["param"], err["code"]) == ("model", "wrong_model_kind")
+    wrong = f"'{NAME}' is an embedder, not a sparse encoder: POST /v1/embeddings serves it"
+    _tei(_post(both, "/embed_sparse", {"model": NAME, "inputs": "x"}), 424, "Backend", wrong)   # TEI: 424
+    err = _envelope(_post(both, "/v1/sparse", {"model": NAME, "input": "x"}), 400, wrong)
+    assert (err["param"], err["code"]) == ("model", "wrong_model_kind")
     models = {e["id"]: e for e in httpx.get(both + "/v1/models").json()["data"]}
     assert {k: e["kind"] for k, e in models.items()} == {manifest.name: "sparse", NAME: "embedder"}
     entry = models[manifest.name]
@@ -287,9 +290,8 @@ def test_sparse_requests_over_the_caps_get_413_and_tokens_are_counted_exactly(re
         r = _post(u, "/embed_sparse", {"inputs": ["a b"] * 3})   # bound 48 > 40: counted, 12
         assert r.status_code == 200, r.text
         assert r.headers["x-compute-tokens"] == "12"
-        err = _envelope(_post(u, "/embed_sparse", {"inputs": ["a b"] * 11}), 413,
-                        "the input has 44 tokens; this gateway takes at most 40 per request (--max-request-tokens)")
-        assert err["param"] == "inputs"
+        _tei(_post(u, "/embed_sparse", {"inputs": ["a b"] * 11}), 413, "Validation",
+             "the input has 44 tokens; this gateway takes at most 40 per request (--max-request-tokens)")
 
 
 def test_over_the_concurrency_cap_a_sparse_request_is_429(repo, manifest, splade_server, minilm_repo, minilm_server,

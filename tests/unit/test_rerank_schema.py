@@ -154,7 +154,8 @@ def test_each_shape_is_sorted_by_score_with_ties_in_input_order_and_reports_usag
     doc, headers = render(tei, SCORES, 17)
     assert doc == [{"index": 1, "score": 0.75}, {"index": 3, "score": 0.5}, {"index": 0, "score": 0.25},
                    {"index": 2, "score": 0.25}]
-    assert headers == [(b"x-compute-tokens", b"17")]
+    # TEI's headers: the tokens, and the characters (the query counted once per text, as TEI does)
+    assert headers == [(b"x-compute-tokens", b"17"), (b"x-compute-characters", b"8")]
     nim = _parse("nim", {"model": "ce", "query": {"text": "q"}, "passages": [{"text": t} for t in docs]})
     doc, _ = render(nim, SCORES, 17)
     assert doc == {"rankings": [{"index": 1, "logit": 0.75}, {"index": 3, "logit": 0.5}, {"index": 0, "logit": 0.25},

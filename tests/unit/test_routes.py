@@ -3,13 +3,15 @@ known path asked with another method, 404 naming the routes served for an unknow
 
 import pytest
 
-from embtrt.scale.gateway.errors import ApiError
-from embtrt.kinds.reranker.scale_schema import ROUTES as RERANK_ROUTES
-from embtrt.scale.gateway.routes import Routes, all_routes
+from embtrt.kinds.embedder.scale_routes import ROUTES as EMBED_ROUTES
+from embtrt.kinds.reranker.scale_routes import ROUTES as RERANK_ROUTES
 from embtrt.kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
+from embtrt.scale.gateway.errors import ApiError
+from embtrt.scale.gateway.routes import OWN, Routes, all_routes
+from embtrt.scale.gateway.tokenize import ROUTES as TOKENIZE_ROUTES
 
 TABLE = all_routes()
-OPS = ("embed", "rank", "embed_sparse", "models", "live", "ready", "metrics")
+OPS = ("embed", "rank", "embed_sparse", "tokenize", "models", "live", "ready", "metrics", "info", "root")
 
 
 def _routes(served):
@@ -18,11 +20,17 @@ def _routes(served):
 
 def test_every_route_goes_to_its_operation():
     r = _routes({"embed", "rank", "embed_sparse"})
-    assert r.find("POST", "/v1/embeddings") == "embed"
+    assert {r.find("POST", p) for p in EMBED_ROUTES} == {"embed"}
     assert {r.find("POST", p) for p in RERANK_ROUTES} == {"rank"}
     assert {r.find("POST", p) for p in SPARSE_ROUTES} == {"embed_sparse"}
+    assert {r.find("POST", p) for p in TOKENIZE_ROUTES} == {"tokenize"}
     assert r.find("GET", "/v1/models") == "models" and r.find("GET", "/health/ready") == "ready"
-    assert len({(x.method, x.path) for x in TABLE}) == len(TABLE) == 1 + len(RERANK_ROUTES) + len(SPARSE_ROUTES) + 8
+    assert len({(x.method, x.path) for x in TABLE}) == len(TABLE) == (len(EMBED_ROUTES) + len(RERANK_ROUTES)
+                                                                       + len(SPARSE_ROUTES) + len(TOKENIZE_ROUTES) + len(OWN))
+    # TEI's POST / (its model's route, anchors.Root) and GET / (health) share a path; NIM's and TEI's GET routes
+    assert r.find("POST", "/") == "root" and r.find("GET", "/info") == "info"
+    assert r.find("GET", "/v1/health/ready") == "ready" and r.find("GET", "/v1/health/live") == "live"
+    assert r.find("GET", "/v1/metadata") == "info" and r.find("GET", "/v1/metrics") == "metrics"
     # openai's models.retrieve (a path parameter, "/" in a name included) and TEI's health checks (#51)
     assert r.find("GET", "/v1/models/all_minilm_l6_v2") == r.find("GET", "/v1/models/BAAI/bge-m3") == "models"
     assert {r.find("GET", p) for p in ("/health", "/ping", "/")} == {"ready"}
@@ -47,7 +55,8 @@ def test_a_route_of_an_operation_no_model_serves_still_reaches_its_handler():
     with pytest.raises(ApiError) as e:
         r.find("POST", "/nope")
     assert e.value.status == 404 and e.value.code == "unknown_route"
-    assert "POST /v1/rerank, POST /v2/rerank, POST /rerank, POST /v1/ranking, GET /v1/models" in e.value.message
+    assert ("POST /v1/rerank, POST /v2/rerank, POST /rerank, POST /v1/ranking, POST /score, POST /v1/score, "
+            "GET /v1/models") in e.value.message
     assert "/v1/embeddings" not in e.value.message and "sparse" not in e.value.message
 
 
@@ -76,8 +85,8 @@ def test_the_kinds_bring_the_operations_once_each(monkeypatch):
 
     from embtrt.scale.gateway import operations as ops
 
-    assert list(ops.operations()) == ["embed", "rank", "embed_sparse"]
-    assert [r.path for r in TABLE][:3] == ["/v1/embeddings", "/v1/rerank", "/v2/rerank"]
+    assert list(ops.operations()) == ["embed", "rank", "embed_sparse", "tokenize"]   # the gateway's COMMON last
+    assert [r.path for r in TABLE][:3] == ["/v1/embeddings", "/embeddings", "/embed"]
     twice = [*registry.KINDS, dataclasses.replace(registry.KINDS[1], name="again")]
     monkeypatch.setattr(ops, "KINDS", twice)
     ops.operations.cache_clear()

@@ -138,7 +138,7 @@ ROWS = [(np.array([3, 7], np.int64), np.array([0.5, 1.25], np.float32)),
 def test_tei_renders_one_list_of_index_value_per_input_and_the_tokens_in_a_header():
     doc, headers = render(_parse("tei", {"inputs": ["a", "b", "c"]}), ROWS, 11)
     assert doc == [[{"index": 3, "value": 0.5}, {"index": 7, "value": 1.25}], [], [{"index": 1, "value": 2.0}]]
-    assert headers == [(b"x-compute-tokens", b"11")]
+    assert headers == [(b"x-compute-tokens", b"11"), (b"x-compute-characters", b"3")]
 
 
 def test_v1_sparse_renders_indices_values_and_usage():

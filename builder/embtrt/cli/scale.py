@@ -39,8 +39,9 @@ def gateway(
     body_timeout: float = typer.Option(30.0, help="Seconds to receive a request's body; past it 408 and the connection is closed. Default 30."),
     idle_timeout: float = typer.Option(5.0, help="Seconds a kept-alive connection may stay idle. Default 5."),
     max_connections: int = typer.Option(1024, help="Connections and requests at once; beyond it 503. Default 1024."),
+    default_model: Optional[str] = typer.Option(None, help="The model a request without `model` (TEI's bodies have none) goes to where several models serve its route; GET /info describes it. Default: the only model serving the route, else such a request gets 422 naming the models."),
 ) -> None:
-    """OpenAI-compatible /v1/embeddings in front of length pools of tritonservers, routed by exact token count."""
+    """OpenAI-, TEI-, Cohere-, vLLM- and NIM-compatible routes in front of length pools of tritonservers, routed by exact token count."""
     from ..scale.gateway.config import GatewayConfig, parse_pool
     from ..scale.gateway.http import run
 
@@ -56,7 +57,7 @@ def gateway(
                         max_request_chars=max_request_chars, max_request_tokens=max_request_tokens,
                         max_concurrent=max_concurrent_requests, cpu_threads=cpu_threads, timeout_s=request_timeout,
                         header_timeout_s=header_timeout, body_timeout_s=body_timeout, idle_timeout_s=idle_timeout,
-                        max_connections=max_connections)
+                        max_connections=max_connections, default_model=default_model)
     run(cfg, host, port, log=say)
 
 

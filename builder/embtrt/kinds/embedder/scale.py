@@ -232,6 +232,10 @@ class Gateway:
         await asyncio.gather(*(one(p) for p in self.pools))
         return out
 
+    def tei_type(self) -> dict:
+        """TEI's /info model_type of this model."""
+        return {"embedding": {"pooling": self.served.manifest.pooling}}
+
     def describe(self) -> dict:
         """This model's /v1/models entry: its kind, identity and request options."""
         o = self.served.options

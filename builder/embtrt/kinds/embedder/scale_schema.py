@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from embtrt_backend.kinds import EMBEDDER, Kind
 
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, model_name
-from ...scale.gateway.operations import Answer, Operation
+from ...scale.gateway.operation import Answer
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -50,6 +50,10 @@ class EmbeddingsRequest:
     ids: list[list[int]] | None
     encoding_format: str
     options: RequestOptions
+    api: str = "openai"              # the dialect of the response: openai | tei | similarity | cohere-v1 | cohere-v2
+    normalize: bool = False          # TEI's normalize: L2-normalized whether or not the model normalizes
+    # Cohere's embedding_types: each type's name and the options it is finished with (from the float vectors)
+    types: tuple[tuple[str, RequestOptions], ...] = ()
 
 
 def model_suffixes(options: ModelOptions) -> list[str]:
@@ -73,11 +77,11 @@ def _alias(model: str, name: str, options: ModelOptions) -> dict | None:
 
 
 def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
-                  kinds: Mapping[str, Kind] = NO_KINDS) -> tuple[str, dict]:
+                  kinds: Mapping[str, Kind] = NO_KINDS, optional: bool = False, default: str | None = None) -> tuple[str, dict]:
     """The body's `model` -> (the served model's name, the options its name carries); 400 where it is
-    missing, not a string, a reranker or a sparse encoder (`rerankers`, `sparse`: their names), 404 where
+    missing (unless `optional`: errors.model_name), not a string, or a model of another kind, 404 where
     no model answers to it."""
-    model = model_name(model, models, kinds, EMBEDDER)
+    model = model_name(model, models, kinds, EMBEDDER, optional, default=default)
     if model in models:
         return model, {}
     for name, m in models.items():
@@ -91,19 +95,20 @@ def resolve_model(model: object, models: Mapping[str, EmbeddingsModel],
 
 
 def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items: int,
-                     kinds: Mapping[str, Kind] = NO_KINDS) -> EmbeddingsRequest:
+                     kinds: Mapping[str, Kind] = NO_KINDS, optional: bool = False,
+                     default: str | None = None) -> EmbeddingsRequest:
     """A decoded JSON body -> EmbeddingsRequest, or ApiError (400, or 404 for an unknown model) naming
     the parameter at fault; a reranker's or sparse encoder's name (`rerankers`, `sparse`) is a 400 naming
-    the routes that serve it."""
+    the routes that serve it. `optional`: a body without `model` goes to the only embedder, else to
+    `default` (POST /embeddings, TEI's and infinity's path, whose clients may send none)."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    name, raw = resolve_model(body.get("model"), models, kinds)
-    model: str = body["model"]  # a string: resolve_model refused anything else
+    name, raw = resolve_model(body.get("model"), models, kinds, optional, default)
+    model: str = body.get("model") or name  # a string: resolve_model refused anything else
     m = models[name]
     fmt = body.get("encoding_format", "float")
     if fmt not in ENCODING_FORMATS:
         raise ApiError(400, f"encoding_format must be 'float' or 'base64', not {fmt!r}", param="encoding_format")
-    from embtrt_backend import InputError
     from embtrt_backend.options import OPTION_NAMES
 
     for key in OPTION_NAMES:
@@ -111,16 +116,7 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
             if key in raw and raw[key] != body[key]:
                 raise ApiError(400, f"{key} {body[key]!r} disagrees with the model name {model!r}", param=key)
             raw[key] = body[key]
-    if isinstance(raw.get("dimensions"), float) or isinstance(raw.get("dimensions"), str):
-        raise ApiError(400, f"dimensions must be an integer, got {raw['dimensions']!r}", param="dimensions")
-    try:
-        opts = m.options.resolve(raw)
-    except InputError as exc:
-        raise ApiError(400, str(exc), param=exc.param) from None
-    if m.route == "text" and (opts.prompt_name != m.options.default.prompt_name or opts.truncate):
-        raise ApiError(400, "this gateway sends text to the bucket ensembles (--route text), which apply the "
-                       "model's default prompt and truncation only; run it with --route ids for "
-                       "prompt_name / input_type / truncate", param="prompt_name" if opts.prompt else "truncate")
+    opts = request_options(m, raw)
 
     def request(texts: list[str] | None, ids: list[list[int]] | None) -> EmbeddingsRequest:
         return EmbeddingsRequest(model, name, texts, ids, fmt, opts)
@@ -157,6 +153,28 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
     raise ApiError(400, "input items must all be strings, all token ids, or all token-id lists", param="input")
 
 
+def request_options(m: EmbeddingsModel, raw: dict, names: Mapping[str, str] | None = None) -> RequestOptions:
+    """The model's options for a request's parameters (OPTION_NAMES), or a 400 naming the field at fault
+    (`names`: the field a parameter came from in the route's dialect, where it is spelt otherwise)."""
+    from embtrt_backend import InputError
+
+    def field(p: str | None) -> str | None:
+        return (names or {}).get(p or "", p)
+
+    if isinstance(raw.get("dimensions"), (float, str)):
+        raise ApiError(400, f"{field('dimensions')} must be an integer, got {raw['dimensions']!r}",
+                       param=field("dimensions"))
+    try:
+        opts = m.options.resolve(raw)
+    except InputError as exc:
+        raise ApiError(400, str(exc), param=field(exc.param)) from None
+    if m.route == "text" and (opts.prompt_name != m.options.default.prompt_name or opts.truncate):
+        raise ApiError(400, "this gateway sends text to the bucket ensembles (--route text), which apply the "
+                       "model's default prompt and truncation only; run it with --route ids for "
+                       "prompt_name / input_type / truncate", param="prompt_name" if opts.prompt else "truncate")
+    return opts
+
+
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -174,11 +192,10 @@ def _ids(ids: list, i: int, name: str, m: EmbeddingsModel) -> list[int]:
     return [int(t) for t in ids]
 
 
-async def answer(model, req: EmbeddingsRequest) -> Answer:
-    """The model's vectors in OpenAI's list: base64 (float32 little-endian, or the raw int8 / uint8
+def render(req: EmbeddingsRequest, vecs, tokens: int) -> Answer:
+    """One request's vectors in OpenAI's list: base64 (float32 little-endian, or the raw int8 / uint8
     bytes of the compact types) or the arrays themselves (orjson writes numpy without a Python
     float per value)."""
-    vecs, tokens = await model.embed(req.texts, req.ids, req.options)
     if req.encoding_format == "base64":
         raw_vecs = vecs.astype("<f4") if vecs.dtype == "float32" else vecs
         data = [{"object": "embedding", "index": i,
@@ -188,7 +205,3 @@ async def answer(model, req: EmbeddingsRequest) -> Answer:
     return ({"object": "list", "data": data, "model": req.model,
              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, len(data) * 1536, [])
 
-
-OPERATIONS = (Operation("embed", EMBEDDER.metric_route, "latency", {"/v1/embeddings": "openai"},
-                        lambda models, kinds, cfg, path, body: parse_embeddings(body, models, cfg.max_items, kinds),
-                        answer),)

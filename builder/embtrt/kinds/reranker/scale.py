@@ -66,6 +66,12 @@ class Reranker(FrontDoorModel):
                                            [query] * len(docs), docs, DEFAULT)
         self.admission.check_tokens(int(enc.lengths.sum()), "documents")
 
+    def tei_type(self) -> dict:
+        """TEI's /info model_type: a reranker, its labels by index (transformers' default names)."""
+        labels = [f"LABEL_{i}" for i in range(self.served.num_labels)]
+        return {self.kind.name: {"id2label": {str(i): n for i, n in enumerate(labels)},
+                             "label2id": {n: i for i, n in enumerate(labels)}}}
+
     def facts(self) -> dict:
         s = self.served
         return {"num_labels": s.num_labels, "activation": s.activation, "max_seq_length": s.max_len}

@@ -30,8 +30,9 @@ import numpy as np
 from embtrt_backend.kinds import RERANKER, Kind
 from embtrt_backend.kinds.reranker.pairs import truncation_direction
 
+from ...scale.gateway.dialects import tei_headers
 from ...scale.gateway.errors import ApiError, check_bytes, flag as _bool, model_name, no_such_model, short as _short
-from ...scale.gateway.operations import Answer, Operation
+from ...scale.gateway.operation import Answer
 
 # POST path -> the API shape it speaks
 ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1/ranking": "nim"}
@@ -65,16 +66,25 @@ class RerankRequest:
 
 
 def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind],
-                 max_items: int) -> RerankRequest:
+                 max_items: int, default: str | None = None) -> RerankRequest:
     """A decoded JSON body of the `api` shape -> RerankRequest, or ApiError (400, or 404 for an unknown
     model) naming the field at fault."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    # the model is optional on /rerank (TEI's body or vLLM's); 400 for another kind's (model_name), 404 where none
-    # answers to it, 400 for a classifier of several labels
-    name = model_name(body.get("model"), models, kinds, RERANKER, optional=api == "tei")
-    if api == "tei" and body.get("texts") is None and "documents" in body:
-        api = "cohere"        # vLLM's /rerank: the Cohere / Jina body (a body with both is TEI's: texts wins)
+    vllm = api == "tei" and body.get("texts") is None and "documents" in body
+    try:
+        return _parse_rerank("cohere" if vllm else api, body, models, kinds, max_items, default, api == "tei")
+    except ApiError as exc:
+        exc.dialect = "vllm" if vllm else None   # vLLM's /rerank body: vLLM's error shape
+        raise
+
+
+def _parse_rerank(api: str, body: dict, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind],
+                  max_items: int, default: str | None, optional: bool) -> RerankRequest:
+    # the model is optional on /rerank (TEI's body, or vLLM's: the Cohere / Jina body on that path; a body with
+    # both texts and documents is TEI's); 400 for another kind's (model_name), 404 where none answers to it,
+    # 400 for a classifier of several labels
+    name = model_name(body.get("model"), models, kinds, RERANKER, optional=optional, default=default)
     m = models.get(name)
     if m is None:
         raise no_such_model(name, models, RERANKER, "reranks with")
@@ -140,7 +150,7 @@ def render(req: RerankRequest, scores: np.ndarray, tokens: int) -> tuple[Any, li
                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, [])
     if req.api == "tei":  # TEI reports the tokens in a header (its body is the bare list)
         return ([{"index": i, "score": values[i], **({"text": docs[i]} if req.return_documents else {})}
-                 for i in order], [(b"x-compute-tokens", str(tokens).encode())])
+                 for i in order], tei_headers(tokens, len(req.query) * len(docs) + sum(map(len, docs))))
     return ({"rankings": [{"index": i, "logit": values[i]} for i in order],
              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, [])
 
@@ -159,7 +169,7 @@ def _documents(docs: object, field: str, max_items: int, texts_only: bool, objec
     if docs is None:
         raise ApiError(400, f"you must provide a {field} parameter", param=field)
     if not isinstance(docs, list) or not docs:
-        raise ApiError(400, f"{field} must be a non-empty list", param=field)
+        raise ApiError(400, f"{field} must be a non-empty list", param=field, code="empty" if docs == [] else None)
     if len(docs) > max_items:
         raise ApiError(400, f"{field} has {len(docs)} items; at most {max_items} per request", param=field)
     out = []
@@ -183,9 +193,3 @@ async def answer(model, req: RerankRequest) -> Answer:
     rows = doc if isinstance(doc, list) else doc.get("results", doc.get("rankings", []))
     size = 64 * len(rows) + (sum(len(req.documents[r["index"]]) for r in rows) if req.return_documents else 0)
     return doc, size, headers
-
-
-OPERATIONS = (Operation("rank", RERANKER.metric_route, "rerank_latency", ROUTES,
-                        lambda models, kinds, cfg, path, body: parse_rerank(ROUTES[path], body, models, kinds,
-                                                                            cfg.max_items),
-                        answer),)

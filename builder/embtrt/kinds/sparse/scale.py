@@ -70,6 +70,10 @@ class Sparse(FrontDoorModel):
             raise refusal(str(refused.error), field, 0)
         self.admission.check_tokens(sum(len(x) for c in batch.chunks for x in c.ids), field)
 
+    def tei_type(self) -> dict:
+        """TEI's /info model_type: an embedding model of SPLADE pooling."""
+        return {"embedding": {"pooling": "splade"}}
+
     def facts(self) -> dict:
         s, o = self.served, self.served.options
         return {"vocab_size": s.dim, "max_seq_length": s.max_len, "prompts": o.prompts,

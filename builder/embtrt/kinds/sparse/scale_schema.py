@@ -28,6 +28,7 @@ import numpy as np
 
 from embtrt_backend.kinds import SPARSE, Kind
 
+from ...scale.gateway.dialects import tei_headers
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, flag, model_name, no_such_model, short
 from ...scale.gateway.operations import Answer, Operation
 
@@ -66,7 +67,7 @@ class SparseRequest:
 
 
 def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_items: int,
-                 kinds: Mapping[str, Kind] = NO_KINDS) -> SparseRequest:
+                 kinds: Mapping[str, Kind] = NO_KINDS, default: str | None = None) -> SparseRequest:
     """A decoded JSON body of the `api` shape -> SparseRequest, or ApiError (400, or 404 for an unknown
     model) naming the field at fault."""
     if not isinstance(body, dict):
@@ -74,7 +75,7 @@ def parse_sparse(api: str, body: Any, models: Mapping[str, SparseModel], max_ite
     if api not in INPUT_FIELDS:
         raise ValueError(f"unknown sparse API {api!r}")
     # optional on TEI's route where one sparse encoder is served; 400 for another kind's (model_name), 404 where none answers
-    name = model_name(body.get("model"), models, kinds, SPARSE, optional=api == "tei", none_404=True)
+    name = model_name(body.get("model"), models, kinds, SPARSE, optional=api == "tei", none_404=True, default=default)
     m = models.get(name)
     if m is None:
         raise no_such_model(name, models, SPARSE, "encodes sparse vectors with")
@@ -112,7 +113,7 @@ def render(req: SparseRequest, rows: list[tuple[np.ndarray, np.ndarray]], tokens
     (the model's tokenizer), for a request with return_tokens."""
     if req.api == "tei":  # TEI's body is the bare lists; the tokens in a header, as its other routes
         return ([[{"index": i, "value": v} for i, v in zip(ix.tolist(), val.tolist())] for ix, val in rows],
-                [(b"x-compute-tokens", str(tokens).encode())])
+                tei_headers(tokens, sum(map(len, req.texts))))
     data: list[dict[str, Any]] = [{"object": "sparse_embedding", "index": n, "indices": ix.tolist(), "values": val.tolist()}
                                   for n, (ix, val) in enumerate(rows)]
     if req.return_tokens:
@@ -131,7 +132,8 @@ def _texts(inp: object, key: str, max_items: int) -> list[str]:
     if isinstance(inp, str):
         return [inp]
     if not isinstance(inp, list) or not inp:
-        raise ApiError(400, f"{key} must be a string or a non-empty list of strings", param=key)
+        raise ApiError(400, f"{key} must be a string or a non-empty list of strings", param=key,
+                       code="empty" if inp == [] else None)
     if len(inp) > max_items:
         raise ApiError(400, f"{key} has {len(inp)} items; at most {max_items} per request", param=key)
     for i, t in enumerate(inp):
@@ -148,5 +150,5 @@ async def answer(model, req: SparseRequest) -> Answer:
 
 OPERATIONS = (Operation("embed_sparse", SPARSE.metric_route, "sparse_latency", ROUTES,
                         lambda models, kinds, cfg, path, body: parse_sparse(ROUTES[path], body, models, cfg.max_items,
-                                                                            kinds),
+                                                                            kinds, cfg.default_model),
                         answer),)

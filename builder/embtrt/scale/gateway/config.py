@@ -51,6 +51,8 @@ class GatewayConfig:
     idle_timeout_s: float = 5.0
     max_connections: int = 1024
     ready_cache_s: float = 2.0     # /health/ready answers from a probe at most this old
+    # the model a body without `model` (TEI's, vLLM's, Cohere's) names where several serve its route
+    default_model: str | None = None
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -20,6 +20,7 @@ class ApiError(Exception):
         self.retry_after = retry_after  # seconds, sent as Retry-After (429, 503)
         self.served: str | None = None   # the served model the request named, once known (metrics by model)
         self.headers: list[tuple[bytes, bytes]] = []   # sent with the error (405's Allow)
+        self.dialect: str | None = None  # the body's own dialect where its parser knew it (dialects.render_error)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -41,14 +42,19 @@ def refuse_other_kind(model: str, kinds: Mapping[str, Kind], wanted: Kind) -> No
 
 
 def model_name(model: object, models: Mapping, kinds: Mapping[str, Kind], wanted: Kind, optional: bool = False,
-               none_404: bool = False) -> str:
+               none_404: bool = False, default: str | None = None) -> str:
     """The body's `model`, a string not naming a model of another kind (refuse_other_kind); where it is
-    missing, the only model of `models` when `optional`, else a 400 (or with `none_404` and no model, a 404)."""
+    missing and `optional` (TEI's bodies have none), the only model of `models`, else `default` (the
+    gateway's --default-model) where it is one of them, else a 400 naming them (or with `none_404` and
+    no model, a 404)."""
     if model is None:
         if optional and len(models) == 1:
             return next(iter(models))
-        if optional and none_404 and not models:
-            raise ApiError(404, f"this gateway serves no {wanted.noun}", param="model", code="model_not_found")
+        if optional and default is not None and default in models:
+            return default
+        if optional and not models:   # TEI: a model that cannot serve the route (424)
+            raise ApiError(404 if none_404 else 400, f"this gateway serves no {wanted.noun}", param="model",
+                           code="wrong_operation")
         several = f" (this gateway serves several {wanted.noun}s: {', '.join(map(repr, models))})" if optional else ""
         raise ApiError(400, f"you must provide a model parameter{several}", param="model")
     if not isinstance(model, str):
@@ -61,6 +67,11 @@ def no_such_model(model: str, models: Mapping, wanted: Kind, does: str) -> ApiEr
     """The 404 for a `model` no model of `wanted`'s kind answers to ("this gateway `does` NAME, ...")."""
     return ApiError(404, f"the model {model!r} does not exist; this gateway {does} {', '.join(map(repr, models)) or f'no {wanted.noun}'}",
                     param="model", code="model_not_found")
+
+
+def empty(field: str, what: str = "list") -> ApiError:
+    """The 400 for an empty `field` (TEI answers it as `Empty`)."""
+    return ApiError(400, f"{field} must be a non-empty {what}", param=field, code="empty")
 
 
 def flag(body: dict, key: str, default: bool) -> bool:

@@ -13,61 +13,17 @@ imported where the app is made) at run time.
 
 import asyncio
 import gc
-import hmac
-import json
-import sys
 import time
 from typing import Any
 
+from .anchors import Root, add_routes
+from .asgi import _dumps, _loads, _respond, _within, check_key
 from .config import GatewayConfig
+from .dialects import render_error, tei_timing
 from .errors import ApiError
 from .operations import Operation, operations
 from .registry import MultiGateway
 from .routes import Routes
-
-
-def _loads(raw: bytes):
-    try:
-        import orjson
-    except ImportError:
-        return json.loads(raw)
-    return orjson.loads(raw)
-
-
-def _dumps(doc: dict) -> bytes:
-    """JSON bytes; numpy arrays as lists (orjson serializes them natively, far cheaper than tolist())."""
-    try:
-        import orjson
-    except ImportError:
-        return json.dumps(doc, default=lambda a: a.tolist()).encode()
-    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-async def _respond(send, status: int, payload: bytes, headers: list) -> None:
-    """A JSON response: the status, its length, `headers` beside them, the payload."""
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            *headers]})
-    await send({"type": "http.response.body", "body": payload})
-
-
-async def _within(seconds: float, coro):
-    """await coro, cancelled after `seconds` (asyncio.TimeoutError): asyncio.timeout where there is one
-    (Python 3.11), which runs the coroutine in the caller's task; wait_for makes a task per request."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await coro
-    return await asyncio.wait_for(coro, seconds)
-
-
-def check_key(cfg: GatewayConfig, auth: str) -> None:
-    """401 unless the request carries the gateway's API key (where it has one) as a bearer token."""
-    if cfg.api_key is None:
-        return
-    token = auth[7:] if auth.lower().startswith("bearer ") else ""
-    if not token or not hmac.compare_digest(token.encode(), cfg.api_key.encode()):
-        raise ApiError(401, "incorrect or missing API key (send Authorization: Bearer <key>)",
-                       code="invalid_api_key")
 
 
 class Handler:
@@ -80,6 +36,7 @@ class Handler:
         self.cfg, self.gw, self.op = cfg, gw, op
         self.route = op.metric_route   # the label of embtrt_gateway_requests
         self.models, self.schemas = gw.serving[op.name], gw.schemas[op.name]   # the models serving it, by name
+        self.dialects = op.routes   # each path's dialect: its errors' shape (dialects.py), TEI's headers
 
     def latency(self):
         return getattr(self.gw.metrics, self.op.latency)
@@ -87,6 +44,7 @@ class Handler:
     async def __call__(self, scope, receive, send) -> None:
         t0 = time.perf_counter()
         status, doc, served, extra = 200, None, None, []
+        dialect = self.dialects.get(scope["path"], "openai")
         out_size = 0  # the response's size, about: large ones are serialized off the event loop
         admitted = False
         adm = self.gw.admission
@@ -106,7 +64,7 @@ class Handler:
                 raise ApiError(504, f"the request did not finish within {self.cfg.timeout_s:g} s", type_="timeout",
                                code="timeout") from None
         except ApiError as exc:
-            status, doc = exc.status, exc.body()
+            status, doc = render_error(exc, dialect)
             served = served or exc.served
             if exc.retry_after is not None:
                 extra.append((b"retry-after", str(exc.retry_after).encode()))
@@ -114,9 +72,9 @@ class Handler:
                 extra.append((b"connection", b"close"))
             self.gw.metrics.errors.labels(str(status)).inc()
         except Exception as exc:  # a bug: the request gets a 500 in OpenAI's envelope, the gateway serves on
-            status = 500
-            doc = ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error").body()
-            self.gw.metrics.errors.labels("500").inc()
+            status, doc = render_error(ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error"),
+                                       dialect)
+            self.gw.metrics.errors.labels(str(status)).inc()
         finally:
             if admitted:
                 adm.leave()
@@ -125,7 +83,10 @@ class Handler:
             self.gw.metrics.of(self.gw.metrics.model_requests, served, str(status)).inc()
         self.gw.metrics.of(self.gw.metrics.requests, self.route, str(status)).inc()
         if status == 200:
-            self.latency().observe(time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            self.latency().observe(took)
+            if dialect[0] == "t":   # tei*: TEI's compute headers
+                extra.extend(tei_timing(took * 1e3))
         await _respond(send, status, await adm.offload(out_size, _dumps, doc), extra)
 
     async def json_body(self, receive):
@@ -138,8 +99,9 @@ class Handler:
 
     async def handle(self, scope, receive) -> tuple[Any, str, int, list]:
         """Body -> (the response document, the served model's name, its size about, extra headers); JSON
-        and tokenization of large requests off the event loop."""
-        body = await self.json_body(receive)
+        and tokenization of large requests off the event loop. A body decoded already (POST /, which picks
+        the operation by it: anchors.Root) is in the scope."""
+        body = scope["embtrt.body"] if "embtrt.body" in scope else await self.json_body(receive)
         req = self.op.parse(self.schemas, self.gw.kinds, self.cfg, scope["path"], body)
         try:
             doc, size, headers = await self.op.answer(self.models[req.served], req)
@@ -246,6 +208,7 @@ class GatewayApp:
 
         for path in ("/health", "/ping", "/"):
             api.add_api_route(path, tei_health, methods=["GET"])
+        add_routes(api, cfg, gw, readiness)
 
         @api.get("/metrics")
         async def metrics():
@@ -253,7 +216,8 @@ class GatewayApp:
 
             return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-        self.routes = Routes({**self.handlers, "models": api, "live": api, "ready": api, "metrics": api}, gw.operations)
+        own = {op: api for op in ("models", "live", "ready", "metrics", "info")}
+        self.routes = Routes({**self.handlers, **own, "root": Root(cfg, gw, self.handlers)}, gw.operations)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":   # the lifespan

@@ -12,37 +12,30 @@ envelope and the route table (routes.py) are not written again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
-from typing import Any, Awaitable, Callable, Mapping
 
-from embtrt_backend.kinds import KINDS, Kind
+from embtrt_backend.kinds import KINDS
 
 from ...common.plugins import implementation
+from .operation import Answer, Operation
+from .tokenize import OPERATIONS as TOKENIZE
 
-Answer = tuple[Any, int, list]   # (the response document, its size about, extra headers)
+__all__ = ["Answer", "Operation", "COMMON", "operations"]
 
-
-@dataclass(frozen=True)
-class Operation:
-    name: str                      # what a Kind's `operations` names
-    metric_route: str              # the `route` label of embtrt_gateway_requests (dashboards read it)
-    latency: str                   # the Metrics histogram of its successful requests' latency
-    routes: Mapping[str, str]      # its POST paths, each with the dialect (API shape) it speaks there
-    # (what parsing needs of each model serving it, by name; every model's kind, by name; GatewayConfig,
-    # path, JSON body) -> the request; its `served` names the model
-    parse: Callable[[Mapping[str, Any], Mapping[str, Kind], Any, str, Any], Any]
-    answer: Callable[[Any, Any], Awaitable[Answer]]   # (the model, the request) -> the answer in the route's dialect
+# the operations every served model takes, whatever its kind (the gateway's own rows, after the kinds')
+COMMON = ("tokenize",)
 
 
 @cache
 def operations() -> dict[str, Operation]:
-    """Every operation the kinds bring, by name, in the kinds' order (imported on first use: the
-    kinds' rows import this module)."""
+    """Every operation the kinds bring, by name, in the kinds' order, then the gateway's COMMON ones
+    (imported on first use: the kinds' rows are imported by their names in the registry)."""
     out: dict[str, Operation] = {}
     for kind in KINDS:
         for op in (implementation(kind, "gateway_operations") if kind.gateway_operations else ()):
             if op.name in out:
                 raise ValueError(f"two kinds bring the gateway operation {op.name!r}")
             out[op.name] = op
+    for op in TOKENIZE:
+        out[op.name] = op
     return out

@@ -17,7 +17,7 @@ from ...errors import SpecError
 from .admission import Admission
 from .config import GatewayConfig
 from .metrics import Metrics
-from .operations import operations
+from .operations import COMMON, operations
 from .served import served_kind
 from .upstream import Upstream
 
@@ -46,7 +46,7 @@ class MultiGateway:
                                 "build one of them with another --name")
             self.models[g.served.name] = g
             self.kinds[g.served.name] = g.kind
-            for op in g.kind.operations:
+            for op in (*g.kind.operations, *COMMON):
                 if op not in self.serving:
                     raise SpecError(f"{g.kind.label} serves the operation {op!r}, which no kind brings "
                                     "(Kind.gateway_operations)", "a kind's package must bring its operations' rows")
@@ -54,6 +54,9 @@ class MultiGateway:
         named = {e[0] for e in cfg.pools if len(e) == 3}
         if named - set(self.models):
             raise SpecError(f"invalid --pool: no model named {', '.join(sorted(named - set(self.models)))}",
+                            f"models: {', '.join(self.models)}")
+        if cfg.default_model is not None and cfg.default_model not in self.models:
+            raise SpecError(f"invalid --default-model {cfg.default_model!r}: no model of that name",
                             f"models: {', '.join(self.models)}")
         self.several = len(self.models) > 1
         # the operations some model here serves (its kind's: Kind.operations); the route table serves those routes

@@ -35,7 +35,13 @@ OWN: tuple[Route, ...] = (
     Route("GET", "/health/live", "live", "embtrt"),
     Route("GET", "/health/ready", "ready", "embtrt"),
     *(Route("GET", path, "ready", "tei") for path in ("/health", "/ping", "/")),   # TEI's health check
+    Route("POST", "/", "root", "tei"),                      # TEI's route of its model (anchors.Root)
+    Route("GET", "/info", "info", "tei"),
+    Route("GET", "/v1/health/ready", "ready", "nim"),
+    Route("GET", "/v1/health/live", "live", "nim"),
+    Route("GET", "/v1/metadata", "info", "nim"),
     Route("GET", "/metrics", "metrics", "prometheus"),
+    Route("GET", "/v1/metrics", "metrics", "nim"),
 )
 
 

@@ -30,6 +30,19 @@ class ServedModel:
         # the front door refuses longer texts (never cut by bytes); the gateway does so up front on every route
         self.max_text_bytes = int(self.door.get("max_text_bytes", str(1 << 20)))
         self.folder = repo / self.name / "1"           # the front door's own files (tokenizer, calibration)
+        self._plain = None
+
+    @property
+    def plain_tokenizer(self):
+        """The front door's tokenizer.json as it is (no truncation, no padding): the tokenize routes'."""
+        if self._plain is None:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+            tok.no_truncation()
+            tok.no_padding()
+            self._plain = tok
+        return self._plain
 
 
 class Served(ServedModel):

@@ -9,5 +9,5 @@ KIND = Kind(
     client_hint="rank with RerankClient / `embtrt rerank` (docs/rerankers.md)",
     front_door="router", inputs=("TEXT",), probe_output="EMBEDDING", door="EmbedderDoor", torch_encoder="TorchEncoder",
     build="embtrt.kinds.embedder.export:build_embedder_in", gateway_model="embtrt.kinds.embedder.scale:Gateway",
-    gateway_operations="embtrt.kinds.embedder.scale_schema:OPERATIONS",
+    gateway_operations="embtrt.kinds.embedder.scale_routes:OPERATIONS",
 )

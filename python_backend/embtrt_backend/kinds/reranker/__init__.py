@@ -12,5 +12,5 @@ KIND = Kind(
     build="embtrt.kinds.reranker.export:build_reranker_in", spec_fields="embtrt.kinds.reranker.export:spec_fields",
     gateway_model="embtrt.kinds.reranker.scale:Reranker",
     measure="embtrt.kinds.reranker.measure:RerankMeasure",
-    gateway_operations="embtrt.kinds.reranker.scale_schema:OPERATIONS",
+    gateway_operations="embtrt.kinds.reranker.scale_routes:OPERATIONS",
 )
