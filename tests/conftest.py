@@ -175,6 +175,37 @@ def rerank_server(rerank_repos, tmp_path_factory):
         yield srv
 
 
+@pytest.fixture(scope="session")
+def classifiers(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random sequence classifiers (tests/tiny_models.py CLASSIFIERS), as transformers saves them."""
+    from tiny_models import CLASSIFIERS
+
+    base = _once("classifiers", lambda b: [make(b / k) for k, make in CLASSIFIERS.items()])
+    return {k: base / k for k in CLASSIFIERS}
+
+
+@pytest.fixture(scope="session")
+def classifier_repos(tmp_path_factory, classifiers) -> dict[str, Path]:
+    """Each classifier built (python-ort, max length 64), named after its key (bert_cls3, xlmr_ml4)."""
+    from embtrt.export import build
+    from embtrt.export.spec_options import spec_from_options
+
+    def fill(base: Path) -> None:
+        for key, path in classifiers.items():
+            build(spec_from_options(path, base / key, name=key.replace("-", "_"), max_seq_length=64), log=_quiet)
+
+    base = _once("classifier_repos", fill)
+    return {key: base / key for key in classifiers}
+
+
+@pytest.fixture(scope="session")
+def classifier_server(classifier_repos, tmp_path_factory):
+    """One tritonserver serving both tiny classifiers (models bert_cls3, xlmr_ml4)."""
+    first, *more = classifier_repos.values()
+    with start_server(first, tmp_path_factory.mktemp("classifier_srv"), *more) as srv:
+        yield srv
+
+
 def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options: dict | None = None,
                   full_corpus: bool = False, **kw) -> tuple[Path, Path]:
     """(model folder, built repository `name`, built with `options`) of tiny_models' `maker` SparseEncoder."""

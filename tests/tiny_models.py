@@ -361,6 +361,51 @@ def make_qwen3_cross_encoder(path: Path) -> Path:
     return _save_cross_encoder(hf, path, 96)
 
 
+def make_bert_classifier(path: Path) -> Path:
+    """A three-label BERT sequence classifier (negative / neutral / positive: softmax), MiniLM's WordPiece
+    vocab, saved by transformers alone (no CrossEncoder config): a classifier by its labels."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    AutoTokenizer.from_pretrained(str(default_model_path())).save_pretrained(path)
+    torch.manual_seed(21)
+    labels = ["negative", "neutral", "positive"]
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                     max_position_embeddings=128, initializer_range=0.2, num_labels=3,
+                     id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
+    BertForSequenceClassification(cfg).eval().save_pretrained(path)
+    return path
+
+
+def make_multilabel_classifier(path: Path) -> Path:
+    """A four-label multi-label XLM-R classifier (problem_type multi_label_classification: sigmoid per
+    label in transformers' pipeline, softmax in TEI's rule), a Unigram tokenizer trained here."""
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
+    src = make_xlmr_mean(path.with_name(path.name + "-enc"))
+    path.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name.startswith("tokenizer") or f.name == "special_tokens_map.json":
+            shutil.copy2(f, path / f.name)
+    base = json.loads((src / "config.json").read_text())
+    shutil.rmtree(src)
+    torch.manual_seed(22)
+    labels = ["sports", "politics", "science", "art"]
+    cfg = XLMRobertaConfig(vocab_size=base["vocab_size"], hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=96, max_position_embeddings=130, pad_token_id=base["pad_token_id"],
+                           bos_token_id=0, eos_token_id=2, type_vocab_size=1, initializer_range=0.2, num_labels=4,
+                           id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)},
+                           problem_type="multi_label_classification")
+    XLMRobertaForSequenceClassification(cfg).eval().save_pretrained(path)
+    return path
+
+
+CLASSIFIERS = {"bert-cls3": make_bert_classifier, "xlmr-ml4": make_multilabel_classifier}
+
+
 CROSS_ENCODERS = {"bert-ce": make_bert_cross_encoder, "xlmr-ce3": make_xlmr_cross_encoder,
                   "qwen3-ce": make_qwen3_cross_encoder}
 

@@ -13,8 +13,13 @@ from embtrt_backend.kinds import KINDS, RERANKER
 def test_every_kind_names_a_door_of_its_own_module_with_its_inputs():
     for kind in KINDS:
         cls = getattr(import_module(f"embtrt_backend.kinds.{kind.name}.door"), kind.door)
-        assert issubclass(cls, Door) and cls.inputs == kind.inputs, kind.name
+        # the kind's inputs (every request sends them), then any the door reads where present (optional in the config)
+        assert issubclass(cls, Door) and cls.inputs[:len(kind.inputs)] == kind.inputs, kind.name
     assert RerankerDoor.inputs == RERANKER.inputs == ("QUERY", "DOCUMENT")
+    from embtrt_backend.kinds import CLASSIFIER
+    from embtrt_backend.kinds.classifier.door import ClassifierDoor
+
+    assert (CLASSIFIER.inputs, ClassifierDoor.inputs) == (("TEXT",), ("TEXT", "TEXT_PAIR"))
 
 
 def test_row_bytes_are_each_texts_and_a_pairs_two_together():

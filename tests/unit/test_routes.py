@@ -3,6 +3,7 @@ known path asked with another method, 404 naming the routes served for an unknow
 
 import pytest
 
+from embtrt.kinds.classifier.scale_routes import ROUTES as CLASSIFY_ROUTES
 from embtrt.kinds.embedder.scale_routes import ROUTES as EMBED_ROUTES
 from embtrt.kinds.reranker.scale_routes import ROUTES as RERANK_ROUTES
 from embtrt.kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
@@ -11,7 +12,7 @@ from embtrt.scale.gateway.routes import OWN, Routes, all_routes
 from embtrt.scale.gateway.tokenize import ROUTES as TOKENIZE_ROUTES
 
 TABLE = all_routes()
-OPS = ("embed", "rank", "embed_sparse", "tokenize", "models", "live", "ready", "metrics", "info", "root")
+OPS = ("embed", "rank", "embed_sparse", "classify", "tokenize", "models", "live", "ready", "metrics", "info", "root")
 
 
 def _routes(served):
@@ -24,9 +25,11 @@ def test_every_route_goes_to_its_operation():
     assert {r.find("POST", p) for p in RERANK_ROUTES} == {"rank"}
     assert {r.find("POST", p) for p in SPARSE_ROUTES} == {"embed_sparse"}
     assert {r.find("POST", p) for p in TOKENIZE_ROUTES} == {"tokenize"}
+    assert {r.find("POST", p) for p in CLASSIFY_ROUTES} == {"classify"}
     assert r.find("GET", "/v1/models") == "models" and r.find("GET", "/health/ready") == "ready"
     assert len({(x.method, x.path) for x in TABLE}) == len(TABLE) == (len(EMBED_ROUTES) + len(RERANK_ROUTES)
-                                                                       + len(SPARSE_ROUTES) + len(TOKENIZE_ROUTES) + len(OWN))
+                                                                       + len(SPARSE_ROUTES) + len(CLASSIFY_ROUTES)
+                                                                       + len(TOKENIZE_ROUTES) + len(OWN))
     # TEI's POST / (its model's route, anchors.Root) and GET / (health) share a path; NIM's and TEI's GET routes
     assert r.find("POST", "/") == "root" and r.find("GET", "/info") == "info"
     assert r.find("GET", "/v1/health/ready") == "ready" and r.find("GET", "/v1/health/live") == "live"
@@ -85,7 +88,7 @@ def test_the_kinds_bring_the_operations_once_each(monkeypatch):
 
     from embtrt.scale.gateway import operations as ops
 
-    assert list(ops.operations()) == ["embed", "rank", "embed_sparse", "tokenize"]   # the gateway's COMMON last
+    assert list(ops.operations()) == ["embed", "rank", "embed_sparse", "classify", "tokenize"]   # the gateway's COMMON last
     assert [r.path for r in TABLE][:3] == ["/v1/embeddings", "/embeddings", "/embed"]
     twice = [*registry.KINDS, dataclasses.replace(registry.KINDS[1], name="again")]
     monkeypatch.setattr(ops, "KINDS", twice)

@@ -105,6 +105,7 @@ def bench(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Write results.json, results.md and PNG plots here. Default: none."),
     cpu_pid: Optional[list[str]] = typer.Option(None, help="LABEL=PID: a process tree (the process and its descendants, e.g. tritonserver with its stubs, or a gateway) whose CPU time per request and peak resident memory (sampled every 50 ms) are recorded in every scenario; repeatable. Default: none."),
     rerank_documents: Optional[str] = typer.Option(None, help="Rerank scenarios: documents per request (one query each), e.g. 1,10,32,100; the --model targets are rerankers, --openai-url / --openai-model name HTTP rerank APIs of the Cohere shape (POST <url>/rerank: infinity, vLLM, the embtrt gateway's /v1), and --reference (their CrossEncoder folder) adds in-process CrossEncoder.predict (batch 32) on the same pairs. Default: none (embedding scenarios)."),
+    classify: bool = typer.Option(False, "--classify", help="Classifier scenarios: the --model targets are classifiers, measured in texts/s at each --concurrency with --texts-per-request real texts each (8 when left at 1); --reference (their model folder) adds in-process transformers (fp32, batch 32) on the same texts. Default off (embedding scenarios)."),
     sparse: bool = typer.Option(False, "--sparse", help="Sparse scenarios: the --model targets are sparse encoders (SPLADE), measured in texts/s per --buckets scenario and --concurrency with --texts-per-request texts each, as documents (or --option input_type=query); --reference (their SparseEncoder folder) adds in-process SparseEncoder.encode_document / encode_query (fp32, batch 32 and one at a time) on the same texts. Default off (embedding scenarios)."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr. Default off."),
@@ -117,6 +118,12 @@ def bench(
 
         bench_reranker_cli(url, model or [], reference, corpus, rerank_documents, concurrency, requests, warmup,
                            inprocess, out_dir, as_json, openai_url or [], openai_model or [], trust_remote_code)
+        return
+    if classify:
+        from .rerank import bench_classifier_cli
+
+        bench_classifier_cli(url, model or [], reference, corpus, concurrency, texts_per_request, requests, warmup,
+                             inprocess, out_dir, as_json, trust_remote_code)
         return
     if sparse:
         from .rerank import bench_sparse_cli

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from embtrt_backend.kinds import RERANKER, kind_of
+from embtrt_backend.kinds import CLASSIFIER, RERANKER, kind_of
 
 from ..common.options import parse_int_list
 from ..errors import SpecError, require_extra
@@ -102,3 +102,24 @@ def bench_sparse_cli(url: str, models: list[str], reference: Path | None, corpus
                        trust_remote_code=trust_remote_code)
     _emit(doc, {"target": "target", "scenario": "scenario", "conc": "concurrency", "texts/request": "texts_per_request"},
           "texts", out_dir, as_json)
+
+
+def bench_classifier_cli(url: str, models: list[str], reference: Path | None, corpus: Path | None, concurrency: str,
+                         texts_per_request: int, requests: int, warmup: int, inprocess: bool, out_dir: Path | None,
+                         as_json: bool, trust_remote_code: bool = False) -> None:
+    """bench on classifiers: the --model targets at each concurrency, and in-process transformers on the same
+    texts when --reference is given."""
+    from ..common.corpus import load_corpus
+    from ..kinds.classifier.measure import TRIAL_TEXTS, bench_classifier
+
+    if not models:
+        raise SpecError("--classify needs the classifier to measure: --model NAME[@HOST:PORT]")
+    if inprocess and reference is None:
+        raise SpecError("--classify measures in-process transformers beside the served model: pass --reference "
+                        "MODEL_DIR (the folder it was built from), or --no-inprocess")
+    rows = bench_classifier(url, models, load_corpus(corpus), parse_int_list("concurrency", concurrency) or (1,),
+                            texts_per_request if texts_per_request > 1 else TRIAL_TEXTS, requests, warmup,
+                            reference if inprocess else None, progress=lambda m: err.print(m, markup=False),
+                            trust_remote_code=trust_remote_code)
+    _emit({"kind": CLASSIFIER.name, "results": rows},
+          {"target": "target", "conc": "concurrency", "texts/request": "texts_per_request"}, "texts", out_dir, as_json)

@@ -162,6 +162,10 @@ class FrontDoorBuild:
     def params(self, pad_id: int) -> dict[str, str]:
         return front_params(self.spec, pad_id, self.kind.encoder_output)
 
+    def input_tensors(self) -> list[dict]:
+        """The front door's inputs: the kind's text inputs (a kind may add optional ones: `optional` true)."""
+        return [_t(name, "TYPE_STRING", [1]) for name in self.kind.inputs]
+
     def files(self, work: Path) -> dict[str, Path]:
         """Files beside the tokenizer and the graph in the front door's folder."""
         return {}
@@ -207,7 +211,7 @@ class FrontDoorBuild:
 
         log(f"[5/{steps}] rendering the front door {spec.name}")
         ident = {**identity(spec, msha), "embtrt.kind": kind.name}
-        inputs = [_t(name, "TYPE_STRING", [1]) for name in kind.inputs]
+        inputs = self.input_tensors()
         plan = ModelPlan(
             name=spec.name, template="router.pbtxt.j2", kind="front door",
             context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
@@ -215,7 +219,7 @@ class FrontDoorBuild:
                      "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
                      # a parameter the identity holds is written once, with the identity
                      "params": sorted((k, v) for k, v in params.items() if k not in ident) + sorted(ident.items()),
-                     "warmup": front_warmup(spec, inputs)},
+                     "warmup": front_warmup(spec, [t for t in inputs if not t.get("optional")])},
             # local: the graph (1/model.onnx) or python-torch's model files (1/hf/); nothing over BLS
             files={"1/tokenizer.json": tok_json, **(encoder_files(spec, graph) if spec.router_mode == "local" else {}),
                    **self.files(work)},

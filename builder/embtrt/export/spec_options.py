@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from embtrt_backend.kinds import kind_of
+from embtrt_backend.kinds import CLASSIFIER, RERANKER, kind_of
 
 from ..common.files import check_out
 from ..common.gpu import tensorrt_available
@@ -19,6 +19,9 @@ from ..reference.modelinfo import default_buckets, default_model_path, inspect_m
 from ..repository.bundle_record import parse_python
 from ..repository.manifest import KINDS
 from .spec import TARGETS, BuildSpec, a_or_an, field_error, default_preferred
+
+# the kinds of a *ForSequenceClassification folder: detected by its labels, or as --kind says
+SEQUENCE_KINDS = (RERANKER.name, CLASSIFIER.name)
 
 
 def sanitize_name(raw: str) -> str:
@@ -118,6 +121,8 @@ def spec_from_options(
 
     require_trusted(model_dir, given.trust_remote_code)
     found, why = detect_kind(model_dir)
+    if kind != "auto" and {kind, found} <= set(SEQUENCE_KINDS):
+        found = kind   # a *ForSequenceClassification folder: --kind says which of the two it is served as
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {a_or_an(found)} {found} ({why})",
                         f"build it as {a_or_an(found)} {found} (leave --kind out), or point at {a_or_an(kind)} {kind} folder")

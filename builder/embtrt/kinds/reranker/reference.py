@@ -1,8 +1,9 @@
 """The reranker's reference: sentence-transformers' CrossEncoder, and what kind a model folder is.
 
-A folder is a reranker when sentence-transformers loads it as a CrossEncoder
-(config_sentence_transformers.json `model_type: CrossEncoder`) or its config.json names a
-`*ForSequenceClassification` architecture; otherwise it is an embedder.
+A folder is a reranker when sentence-transformers saved it as a CrossEncoder
+(config_sentence_transformers.json `model_type: CrossEncoder`), or its config.json names a
+`*ForSequenceClassification` architecture of one label; such an architecture of several labels is
+a classifier (embtrt.kinds.classifier); otherwise it is an embedder.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
+from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, RERANKER, SPARSE
 
 from ...errors import ModelError
 
@@ -36,10 +37,15 @@ def detect_kind(path: Path) -> tuple[str, str]:
         return SPARSE.name, "a sentence-transformers SparseEncoder folder (SPLADE)"
     if st.get("model_type") == "CrossEncoder":
         return RERANKER.name, "config_sentence_transformers.json says model_type CrossEncoder"
-    archs = [a for a in read("config.json").get("architectures") or [] if isinstance(a, str)]
+    cfg = read("config.json")
+    archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
     seq = [a for a in archs if a.endswith("ForSequenceClassification")]
     if seq:
-        return RERANKER.name, f"config.json names the architecture {seq[0]} (a cross-encoder)"
+        labels = len(cfg.get("id2label") or {}) or int(cfg.get("num_labels") or 2)
+        if labels == 1:
+            return RERANKER.name, f"config.json names the architecture {seq[0]} with one label (a cross-encoder)"
+        return CLASSIFIER.name, (f"config.json names the architecture {seq[0]} with {labels} labels and no "
+                                 "config_sentence_transformers.json saying CrossEncoder (a classifier)")
     if st.get("model_type") == "SentenceTransformer" or (path / "modules.json").is_file():
         return EMBEDDER.name, "a sentence-transformers SentenceTransformer folder"
     return EMBEDDER.name, f"config.json names {', '.join(archs) or 'no architecture'} (an encoder)"

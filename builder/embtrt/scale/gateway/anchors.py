@@ -55,6 +55,8 @@ class Root:
                 return "embed", SIMILARITY
             raise ApiError(400, "a similarity request ({\"inputs\": {\"source_sentence\", \"sentences\"}}) needs an "
                            "embedder; this gateway serves none", param="inputs", code="wrong_operation")
+        if isinstance(body, dict) and isinstance(body.get("parameters"), dict) and "classify" in self.gw.operations:
+            return "classify", "/predict"   # Hugging Face's task API shape (text_classification) to a classifier
         name = tei_model(self.gw, self.cfg)
         for op in self.gw.kinds[name].operations:
             path = tei_route(op)

@@ -31,6 +31,8 @@ class Metrics:
                                         buckets=buckets, registry=self.registry)
         self.sparse_latency = Histogram("embtrt_gateway_sparse_seconds", "Latency of the sparse routes",
                                         buckets=buckets, registry=self.registry)
+        self.classify_latency = Histogram("embtrt_gateway_classify_seconds", "Latency of the classify routes",
+                                          buckets=buckets, registry=self.registry)
         self.tokenize_latency = Histogram("embtrt_gateway_tokenize_seconds", "Latency of the tokenize routes",
                                           buckets=buckets, registry=self.registry)
         self.upstream = Histogram("embtrt_gateway_upstream_seconds", "Latency of one upstream call, per pool", ["pool"],

@@ -25,9 +25,9 @@ from ...batch_core import BatchCore, Chunk, Rows
 from ...routing import RUN_OVERHEAD_TOKENS
 from ...text import Encoded, TextTokenizer
 
-ACTIVATIONS = ("default", "raw", "softmax")
+ACTIVATIONS = ("default", "raw", "softmax", "sigmoid")
 DIRECTIONS = ("right", "left")
-MODEL_ACTIVATIONS = ("sigmoid", "identity")
+MODEL_ACTIVATIONS = ("sigmoid", "identity", "softmax")   # softmax: a classifier's of several labels
 
 
 def truncation_direction(value: object) -> str | None:
@@ -80,10 +80,16 @@ DEFAULT = PairOptions()
 
 def activate(logits: np.ndarray, activation: str, model_activation: str) -> np.ndarray:
     """Scores as CrossEncoder.predict returns them: its activation_fn (sigmoid or identity), the raw
-    logits, or softmax over the labels (predict(apply_softmax=True), several labels only)."""
+    logits, or softmax over the labels (predict(apply_softmax=True), several labels only); a
+    classifier's default is softmax or sigmoid per label (transformers' rule), and `sigmoid` asks for
+    sigmoid per label (the text-classification pipeline's function_to_apply)."""
     x = np.asarray(logits, dtype=np.float32)
     if activation == "raw":
         return x
+    if activation == "default" and model_activation == "softmax":
+        activation = "softmax"
+    if activation == "sigmoid":
+        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)
     if activation == "softmax":
         e = np.exp(x - x.max(axis=1, keepdims=True))
         return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
@@ -122,7 +128,7 @@ class PairConfig:
 @dataclass
 class PairRequest:
     queries: list[str]
-    documents: list[str]
+    documents: list[str] | None      # None: single texts (a classifier's), tokenized alone
     options: PairOptions = DEFAULT
 
 
@@ -154,15 +160,18 @@ class PairTokenizer:
             self._by[key] = t
         return self._by[key]
 
-    def encode(self, queries: list[str], documents: list[str], opts: PairOptions) -> Encoded:
-        encs = self._variant(opts.truncate, opts.direction).encode_batch(list(zip(queries, documents)),
-                                                                         add_special_tokens=True)
+    def encode(self, queries: list[str], documents: list[str] | None, opts: PairOptions) -> Encoded:
+        """Pairs, or (documents None) single texts, as the model's tokenizer makes them."""
+        items = list(zip(queries, documents)) if documents is not None else list(queries)
+        encs = self._variant(opts.truncate, opts.direction).encode_batch(items, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         return Encoded([e.ids for e in encs], [e.type_ids for e in encs], lengths)
 
 
 class PairCore(BatchCore):
     outcome = PairOutcome
+    fields = ("QUERY", "DOCUMENT")   # the front door's inputs, in refusals (a classifier's: TEXT, TEXT_PAIR)
+    item = "pair"
 
     def __init__(self, cfg: PairConfig, tokenizer: PairTokenizer) -> None:
         self.cfg, self.tokenizer = cfg, tokenizer
@@ -191,23 +200,25 @@ class PairCore(BatchCore):
         pairs do not match, or hold one that is empty or over the max length (truncate false), is refused."""
         out: list[Rows | Exception | None] = []
         max_len = self.tokenizer.max_length
+        first, second = self.fields
         for r in requests:
-            if len(r.queries) != len(r.documents):
-                out.append(InputError(f"QUERY has {len(r.queries)} rows and DOCUMENT {len(r.documents)}: one query per "
-                                      "document", "QUERY"))
+            if r.documents is not None and len(r.queries) != len(r.documents):
+                out.append(InputError(f"{first} has {len(r.queries)} rows and {second} {len(r.documents)}: one "
+                                      f"{first.lower()} per {second.lower()}", first))
                 continue
             if not r.queries:
-                out.append(InputError("the request holds no pairs", "DOCUMENT"))
+                out.append(InputError(f"the request holds no {self.item}s", first))
                 continue
             queries = [r.options.prompt + q for q in r.queries] if r.options.prompt else r.queries
             enc = self.tokenizer.encode(queries, r.documents, r.options)
             empty = np.nonzero(enc.lengths == 0)[0]
             over = np.nonzero(enc.lengths > max_len)[0] if not r.options.truncate else empty[:0]
+            what = "pair" if r.documents is not None else "text"
             if empty.size:   # no row to run: an empty pair, and a tokenizer that adds no special tokens
-                out.append(InputError(f"row {int(empty[0])}: the pair tokenizes to no tokens", "DOCUMENT", int(empty[0])))
+                out.append(InputError(f"row {int(empty[0])}: the {what} tokenizes to no tokens", second, int(empty[0])))
             elif over.size:
-                out.append(InputError(f"row {int(over[0])}: the pair is longer than the max length {max_len} tokens "
-                                      "(truncate false)", "DOCUMENT", int(over[0])))
+                out.append(InputError(f"row {int(over[0])}: the {what} is longer than the max length {max_len} tokens "
+                                      "(truncate false)", second, int(over[0])))
             else:
                 out.append(Rows(enc.ids, enc.type_ids))
         return out

@@ -1,0 +1,1 @@
+"""The classifier kind's builder layers (embtrt_backend.kinds.classifier)."""

@@ -1,0 +1,52 @@
+"""The classifier gate, one judgement for the build and for `embtrt verify`: served scores of real
+texts and text pairs against transformers' model in process (reference.py), per length bucket
+(max |difference|), and the top label of every row.
+
+fp32: max |difference| at most 1e-4 per bucket and the top label identical on every row. Reduced
+precision (OpenVINO bf16): at most 0.01, and the top label identical on at least 98% of the rows."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ...reference.verdict import Verdict
+
+SCORE_TOLERANCE = 1e-4
+REDUCED_TOLERANCE = 1e-2
+REDUCED_AGREEMENT = 0.98
+
+
+def tolerance_for(precision: str) -> float:
+    return SCORE_TOLERANCE if precision == "fp32" else REDUCED_TOLERANCE
+
+
+def judge(got: np.ndarray, want: np.ndarray, tokens: np.ndarray, buckets, log: Callable[[str], None] = print,
+          precision: str = "fp32", what: str = "rows") -> Verdict:
+    """got / want: scores [rows, labels] (served, reference), tokens: each row's token count as served."""
+    if got.shape != want.shape:
+        raise ValueError(f"served scores have shape {got.shape}, the reference {want.shape}")
+    tolerance = tolerance_for(precision)
+    b = np.asarray(buckets)
+    bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
+    diff = np.abs(got - want).max(axis=1)
+    v, per_bucket = Verdict(), {}
+    for edge in b:
+        sel = bucket == edge
+        if not sel.any():
+            continue
+        worst = float(diff[sel].max())
+        per_bucket[str(int(edge))] = {"rows": int(sel.sum()), "max_abs_diff": worst}
+        v.check(worst <= tolerance, f"bucket {int(edge)}: {int(sel.sum())} {what}, max |score - transformers| "
+                f"{worst:.1e} (limit {tolerance:.0e})", f"bucket {int(edge)}: max |score difference| {worst:.2e} > "
+                f"{tolerance:.0e}")
+    same = float((got.argmax(axis=1) == want.argmax(axis=1)).mean()) if got.shape[1] > 1 else 1.0
+    need = 1.0 if precision == "fp32" else REDUCED_AGREEMENT
+    v.check(same >= need, f"top label identical on {same:.1%} of {len(got)} {what} (limit {need:.0%})",
+            f"top label differs on {1 - same:.1%} of the {what}")
+    for line in v.lines:
+        log(line)
+    v.figures.update({"rows": int(len(got)), "buckets": per_bucket, "label_agreement": same, "precision": precision,
+                      "tolerance": tolerance, "max_abs_diff": float(diff.max())})
+    return v

@@ -1,0 +1,90 @@
+"""The classification of one classifier model behind the gateway (`Classifier`): a request's texts (or
+text pairs) to the model's front door, which tokenizes, plans, runs and applies the activation itself,
+in parts of at most its max batch sent concurrently; the scores back in input order, and the tokens
+the front door reports as the usage. Every API shape (scale_schema) comes here as one `ClassifyRequest`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from embtrt_backend.kinds import CLASSIFIER
+
+from ...scale.gateway.errors import ApiError
+from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.served import ServedModel
+from ...serve import wire
+from .scale_schema import ClassifyModel, ClassifyRequest
+
+
+class ServedClassifier(ServedModel):
+    """A classifier: its labels (the front door's `labels`, by label id) and default activation."""
+
+    def __init__(self, repo: Path) -> None:
+        super().__init__(repo)
+        self.labels: list[str] = json.loads(self.door.get("labels") or "[]")
+        self.num_labels = int(self.manifest.num_labels or len(self.labels) or 1)
+        self.activation = self.manifest.activation
+        self._tok = None
+
+    @property
+    def tokenizer(self):
+        """The front door's own tokenizer (PairTokenizer: texts alone, pairs longest_first), loaded on first use."""
+        if self._tok is None:
+            from embtrt_backend.kinds.reranker.pairs import PairTokenizer
+
+            self._tok = PairTokenizer(str(self.folder / "tokenizer.json"), self.max_len, self.manifest.pad_id)
+        return self._tok
+
+
+class Classifier(FrontDoorModel):
+    """The gateway of one classifier (repository): a request's texts, scored per label by its front door."""
+
+    kind, does, value = CLASSIFIER, "classifies every text", "score"
+    outputs, probe = ("SCORES", "TOKENS"), (False, [("embtrt readiness probe", None)])
+    served_as = ServedClassifier
+
+    @property
+    def schema(self) -> ClassifyModel:
+        s = self.served
+        return ClassifyModel(tuple(s.labels), s.max_text_bytes)
+
+    async def classify(self, req: ClassifyRequest) -> tuple[np.ndarray, int]:
+        """-> (each row's scores [rows, labels], in input order; the tokens, as the front door counts them)."""
+        pairs = req.pairs
+        rows = list(zip(req.texts, pairs if pairs is not None else [None] * len(req.texts)))
+        chars = sum(map(len, req.texts)) + (sum(map(len, pairs)) if pairs is not None else 0)
+        self.admission.check_count(chars, req.field)
+        # the token cap: a row is at most the max length and a token covers at least a UTF-8 byte; where that
+        # bound does not prove the request under the cap, its rows are tokenized here (off the loop) and counted
+        bound = sum(min(4 * (len(t) + len(p or "")) + 4, self.served.max_len) for t, p in rows)
+        if bound > self.admission.cfg.max_request_tokens:
+            from embtrt_backend.kinds.reranker.pairs import DEFAULT
+
+            enc = await self.admission.offload(chars, self.served.tokenizer.encode, req.texts, pairs, DEFAULT)
+            self.admission.check_tokens(int(enc.lengths.sum()), req.field)
+        params = {"activation": req.activation, "truncate": req.truncate, "truncation_direction": req.truncation_direction}
+        parts, tokens = await self.send(rows, pairs is not None, params, req.field)
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)), tokens
+
+    def inputs(self, rows: list, pairs: bool) -> list:
+        out = [wire.text_input([t for t, _ in rows], "TEXT")]
+        return out + [wire.text_input([p for _, p in rows], "TEXT_PAIR")] if pairs else out
+
+    def unpack(self, rows: list, outs: tuple) -> np.ndarray:
+        (scores,), s = outs, self.served
+        if scores.ndim != 2 or scores.shape != (len(rows), s.num_labels):
+            raise ApiError(502, f"{s.name}'s front door answered SCORES of shape {list(scores.shape)} for "
+                           f"{len(rows)} rows; expected [{len(rows)}, {s.num_labels}]", type_="server_error")
+        return scores
+
+    def tei_type(self) -> dict:
+        """TEI's /info model_type: a classifier, its labels by index."""
+        labels = self.served.labels
+        return {self.kind.name: {"id2label": {str(i): n for i, n in enumerate(labels)},   # TEI's tag is the kind's name
+                                 "label2id": {n: i for i, n in enumerate(labels)}}}
+
+    def facts(self) -> dict:
+        s = self.served
+        return {"num_labels": s.num_labels, "labels": s.labels, "activation": s.activation, "max_seq_length": s.max_len}

@@ -1,0 +1,108 @@
+"""Classifiers behind `embtrt gateway` (#51): TEI's /predict (a text, a pair, a batch of texts or of
+pairs), vLLM's /classify, and Hugging Face Hub's InferenceClient.text_classification on POST / (its
+base URL), each equal to transformers' text-classification pipeline (within 1e-4); /info describes the
+default classifier; bad bodies get each route's error shape and serving goes on. Two classifiers (a
+softmax and a multi-label one) on the session's classifier server, --default-model names one."""
+
+import httpx
+import numpy as np
+import pytest
+
+from test_gateway import _tei, gateway
+
+pytestmark = pytest.mark.integration
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def url(classifier_repos, classifier_server, tmp_path_factory):
+    repos = list(classifier_repos.values())
+    with gateway(repos[0], tmp_path_factory.mktemp("gw-cls") / "gw.log", *map(str, repos[1:]), "--triton",
+                 classifier_server.grpc_url, "--default-model", "bert_cls3", "--max-items", "16") as u:
+        yield u
+
+
+@pytest.fixture(scope="module")
+def pipes(classifiers):
+    from transformers import pipeline
+
+    return {k: pipeline("text-classification", model=str(p), device="cpu", top_k=None) for k, p in classifiers.items()}
+
+
+@pytest.fixture(scope="module")
+def texts(corpus):
+    return [t for t in corpus if len(t) < 200][:6] + [" ".join(corpus[:6])]
+
+
+def _ref(pipe, items) -> list[list[dict]]:
+    return pipe(items, truncation=True, max_length=64)
+
+
+def _same(got: list[dict], want: list[dict]) -> None:
+    """Two lists of {label, score}: the same labels in the same order (highest first), scores within TOL."""
+    assert [g["label"] for g in got] == [w["label"] for w in want], (got, want)
+    assert max(abs(g["score"] - w["score"]) for g, w in zip(got, want)) <= TOL
+
+
+def test_tei_predict_shapes_equal_the_pipeline(url, pipes, texts):
+    pipe = pipes["bert-cls3"]
+    one = httpx.post(url + "/predict", json={"inputs": texts[0]}, timeout=30)
+    assert one.status_code == 200, one.text
+    _same(one.json(), _ref(pipe, [texts[0]])[0])
+    assert int(one.headers["x-compute-tokens"]) > 2 and one.headers["x-compute-characters"] == str(len(texts[0]))
+    pair = httpx.post(url + "/predict", json={"inputs": [texts[1], texts[2]]}, timeout=30).json()
+    _same(pair, _ref(pipe, [{"text": texts[1], "text_pair": texts[2]}])[0])
+    batch = httpx.post(url + "/predict", json={"inputs": [[t] for t in texts]}, timeout=30).json()
+    for got, want in zip(batch, _ref(pipe, texts)):
+        _same(got, want)
+    pairs = httpx.post(url + "/predict", json={"inputs": [[a, b] for a, b in zip(texts, texts[1:])]}, timeout=30).json()
+    for got, want in zip(pairs, _ref(pipe, [{"text": a, "text_pair": b} for a, b in zip(texts, texts[1:])])):
+        _same(got, want)
+    raw = httpx.post(url + "/predict", json={"inputs": texts[0], "raw_scores": True}, timeout=30).json()
+    want = _ref(pipe, [texts[0]])[0]
+    assert [r["label"] for r in raw] == [w["label"] for w in want] and not np.isclose(sum(r["score"] for r in raw), 1)
+    # the multi-label model by name: sigmoid per label (transformers' rule)
+    ml = httpx.post(url + "/predict", json={"model": "xlmr_ml4", "inputs": [[t] for t in texts]}, timeout=30).json()
+    for got, want in zip(ml, _ref(pipes["xlmr-ml4"], texts)):
+        _same(got, want)
+
+
+def test_vllm_classify_and_inference_client_on_root(url, pipes, texts):
+    from huggingface_hub import InferenceClient
+
+    pipe = pipes["bert-cls3"]
+    labels = [pipe.model.config.id2label[i] for i in range(3)]
+    r = httpx.post(url + "/classify", json={"model": "bert_cls3", "input": texts}, timeout=30)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list" and body["id"].startswith("classify-") and body["usage"]["prompt_tokens"] > len(texts)
+    for d, want in zip(body["data"], _ref(pipe, texts)):
+        probs = {w["label"]: w["score"] for w in want}
+        assert d["num_classes"] == 3 and d["label"] == want[0]["label"]
+        assert max(abs(p - probs[lab]) for p, lab in zip(d["probs"], labels)) <= TOL
+    # InferenceClient posts {"inputs", "parameters"} to its base URL: every label, highest first
+    got = InferenceClient(base_url=url).text_classification(texts[3])
+    want = _ref(pipe, [texts[3]])[0]
+    assert [g.label for g in got] == [w["label"] for w in want]
+    assert max(abs(g.score - w["score"]) for g, w in zip(got, want)) <= TOL
+    top = InferenceClient(base_url=url).text_classification(texts[3], top_k=1, function_to_apply="sigmoid")
+    assert len(top) == 1 and top[0].label == want[0]["label"] and top[0].score != pytest.approx(want[0]["score"])
+    info = httpx.get(url + "/info").json()
+    assert info["model_id"] == "bert_cls3" and info["model_type"]["classifier"]["id2label"] == dict(zip("012", labels))
+
+
+def test_bad_classify_bodies_get_each_routes_shape_and_serving_goes_on(url, texts):
+    _tei(httpx.post(url + "/predict", json={"inputs": []}, timeout=30), 400, "Empty", "inputs must be a non-empty list")
+    _tei(httpx.post(url + "/predict", json={"inputs": ["a", "b", "c"]}, timeout=30), 422, "Validation",
+         "a list of texts is one pair")
+    _tei(httpx.post(url + "/predict", json={"inputs": [["a"], ["b", "c"]]}, timeout=30), 422, "Validation",
+         "mixes single texts and pairs")
+    _tei(httpx.post(url + "/predict", json={"inputs": [["a"]] * 17}, timeout=30), 422, "Validation",
+         "batch size 17 > maximum allowed batch size 16")
+    _tei(httpx.post(url + "/predict", json={"model": "nope", "inputs": "a"}, timeout=30), 422, "Validation",
+         "the model 'nope' does not exist")
+    r = httpx.post(url + "/classify", json={"input": [1, 2]}, timeout=30)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["type"] == "BadRequestError" and err["param"] == "input"
+    _tei(httpx.post(url + "/embed", json={"inputs": "a"}, timeout=30), 424, "Backend", "this gateway serves no embedder")
+    assert httpx.post(url + "/predict", json={"inputs": texts[0]}, timeout=30).status_code == 200
