@@ -179,3 +179,32 @@ def test_info_and_nim_health_and_metadata(url):
     routes = json.dumps(httpx.get(url + "/nope").json())
     for path in ("POST /embed", "POST /v2/embed", "POST /tokenize", "GET /info", "GET /v1/health/ready"):
         assert path in routes
+
+
+@pytest.fixture(scope="module")
+def tiny_url(tiny_repos, tmp_path_factory):
+    """A gateway in front of the tiny XLM-R embedder built with --pooler python (its encoders return token embeddings)."""
+    from conftest import start_server
+
+    tmp = tmp_path_factory.mktemp("gw-embed-all")
+    with start_server(tiny_repos["xlmr-mean"], tmp) as srv:
+        with gateway(tiny_repos["xlmr-mean"], tmp / "gw.log", "--triton", srv.grpc_url) as u:
+            yield u
+
+
+def test_embed_all_gives_sentence_transformers_token_embeddings(tiny_url, tiny_models, url, corpus):
+    from sentence_transformers import SentenceTransformer
+
+    texts = corpus[:5] + [" ".join(corpus[:8])]   # the last one cut at the max length, as encode cuts it
+    st = SentenceTransformer(str(tiny_models["xlmr-mean"]), device="cpu")
+    want = st.encode(texts, output_value="token_embeddings")
+    r = _post(tiny_url, "/embed_all", {"inputs": texts})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [len(g) for g in got] == [len(w) for w in want] and len(got[-1]) == st.max_seq_length
+    for g, w in zip(got, want):
+        g = np.array(g, np.float32)
+        assert np.abs(g - w.numpy()).max() <= 1e-4 and cosine_rows(g, w.numpy()).min() >= COS
+    assert int(r.headers["x-compute-tokens"]) == sum(len(w) for w in want)
+    # the default (fused) build pools inside its graph: TEI's 424, naming the rebuild
+    _tei(_post(url, "/embed_all", {"inputs": "a"}), 424, "Backend", "rebuild it with --pooler python")

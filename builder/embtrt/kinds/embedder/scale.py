@@ -186,6 +186,38 @@ class Gateway:
         self.metrics.count(pool.name, len(texts), counted)
         return s.options.finish(vecs, opts), counted
 
+    async def token_vectors(self, texts: list[str] | None, ids: list[list[int]] | None, opts) -> tuple[list[np.ndarray], int]:
+        """-> (each input's token embeddings [its tokens, hidden], as SentenceTransformer.encode(output_value=
+        "token_embeddings") gives them; the tokens). Needs encoders that return them (a --pooler python
+        build: the default fused graph pools inside); each chunk goes to its bucket's encoder as token ids."""
+        s = self.served
+        if s.core.cfg.fused:
+            raise ApiError(400, f"{s.name} was built with its pooling inside the graph (--pooler fused): its "
+                           "encoders return pooled vectors only; rebuild it with --pooler python to serve token "
+                           "embeddings", code="wrong_operation")
+        if texts is not None:
+            self.admission.check_chars(texts)
+        batch = await self._prepare(texts, ids, opts)
+        n = len(texts or ids or ())
+        if sum(len(c.ids) for c in batch.chunks) != n:
+            raise ApiError(400, "a text over the max length would be several windows (--overflow chunk): token "
+                           "embeddings are served per window of one text only; send truncate END or START",
+                           param="truncate")
+        rows: list[np.ndarray] = [np.empty(0)] * n
+
+        async def one(c: Chunk) -> None:
+            core = s.core
+            feeds = core.feeds(c)
+            out = await self.upstream.call(self.pool_of[c.bucket], c.bucket, f"{s.name}_{c.bucket}_encoder",
+                                           wire.int64_inputs(feeds, core.cfg.input_names), s.output)
+            mask = feeds["attention_mask"].astype(bool)
+            for j, r in enumerate(c.rows.tolist()):
+                rows[r] = np.ascontiguousarray(out[j][mask[j]], dtype=np.float32)
+            self.metrics.count(self.pool_of[c.bucket].name, len(c.ids), sum(map(len, c.ids)))
+
+        await asyncio.gather(*(one(c) for c in batch.chunks))
+        return rows, int(sum(len(r) for r in rows))
+
     async def _chunk(self, c: Chunk, texts: list[str] | None, bulk: bool = False) -> np.ndarray:
         """One chunk of the plan upstream: as text to its bucket ensemble (--route text), or as token ids
         to its encoder, coalesced with other requests' rows or alone -> pooled vectors of its rows."""

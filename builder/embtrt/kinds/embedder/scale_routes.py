@@ -12,6 +12,11 @@ and checks as /v1/embeddings) and rendered back in their shapes.
   `truncation_direction` names, false refuses an over-long text. `normalize` true L2-normalizes the
   vectors; false gives them as the model's reference gives them (`SentenceTransformer.encode`, which
   normalizes where the model has a Normalize module: TEI gives raw pooled vectors there).
+- `tei-all` (/embed_all): /embed's body without normalize and dimensions -> each input's token
+  embeddings `[[[float, ...] per token] per input]`, as `SentenceTransformer.encode(output_value=
+  "token_embeddings")` gives them (every token, special ones and a prompt's included). Served by a
+  build whose encoders return them (`--pooler python`); the default fused graph pools inside, so the
+  default hot path pays nothing for it, and such a model answers 424 (TEI) naming the rebuild.
 - `tei-similarity` (/similarity, and POST / with this body): `{inputs: {source_sentence, sentences},
   parameters?: {truncate, truncation_direction, prompt_name}}` -> each sentence's cosine similarity to
   the source sentence (`SentenceTransformer.similarity`), in order.
@@ -40,8 +45,8 @@ from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, pa
                            request_options, resolve_model)
 
 # POST path -> its dialect
-ROUTES = {"/v1/embeddings": "openai", "/embeddings": "openai", "/embed": "tei", "/similarity": "tei-similarity",
-          "/v1/embed": "cohere-v1", "/v2/embed": "cohere-v2"}
+ROUTES = {"/v1/embeddings": "openai", "/embeddings": "openai", "/embed": "tei", "/embed_all": "tei-all",
+          "/similarity": "tei-similarity", "/v1/embed": "cohere-v1", "/v2/embed": "cohere-v2"}
 
 DIRECTIONS = {"right": "END", "left": "START"}
 COHERE_TYPES = ("float", "int8", "uint8", "binary", "ubinary")
@@ -116,6 +121,14 @@ def parse_tei(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[s
     if ids is not None and raw.get("prompt_name") is not None:
         raise ApiError(400, "token-id input is embedded as given: prompt_name applies to texts only", param="prompt_name")
     return EmbeddingsRequest(model, name, texts, ids, "float", request_options(m, raw), "tei", flag(body, "normalize", True))
+
+
+def parse_embed_all(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:
+    """TEI's /embed_all: /embed's body without normalize and dimensions (which do not apply to token vectors)."""
+    req = parse_tei(body, models, kinds, cfg)
+    if req.options.dimensions is not None:
+        raise ApiError(400, "dimensions does not apply to token embeddings", param="dimensions")
+    return EmbeddingsRequest(req.model, req.served, req.texts, req.ids, "float", req.options, "tei-all")
 
 
 def parse_similarity(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:
@@ -196,7 +209,7 @@ def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel],
                              types=finishes)
 
 
-PARSERS = {"tei": parse_tei, "tei-similarity": parse_similarity,
+PARSERS = {"tei": parse_tei, "tei-all": parse_embed_all, "tei-similarity": parse_similarity,
            "cohere-v1": lambda b, ms, ks, cfg: parse_cohere("cohere-v1", b, ms, ks, cfg),
            "cohere-v2": lambda b, ms, ks, cfg: parse_cohere("cohere-v2", b, ms, ks, cfg)}
 
@@ -217,6 +230,9 @@ def parse(models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg,
 
 async def answer(model, req: EmbeddingsRequest) -> Answer:
     """The model's vectors in the request's dialect."""
+    if req.api == "tei-all":   # each input's token embeddings (a --pooler python build's encoders)
+        rows, tokens = await model.token_vectors(req.texts, req.ids, req.options)
+        return rows, 8 * sum(r.size for r in rows), tei_headers(tokens, sum(map(len, req.texts or ())))
     vecs, tokens = await model.embed(req.texts, req.ids, req.options)
     if req.api == "openai":
         return render_openai(req, vecs, tokens)
