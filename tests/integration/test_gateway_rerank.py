@@ -392,3 +392,18 @@ def test_post_root_goes_to_the_default_models_route_and_a_similarity_body_to_the
                  *_pools(manifest, rerank_server.grpc_url)) as u:
         _tei(_post(u, "/", {"inputs": "a"}), 422, "Validation", "start it with --default-model")
         assert httpx.get(u + "/info").status_code == 422
+
+
+def test_cohere_sdk_rerank_v1_and_v2_equal_cross_encoder_rank(both, manifest, ce, query, docs):
+    """Cohere's own SDK unmodified (#51): Client.rerank -> /v1/rerank, ClientV2.rerank -> /v2/rerank."""
+    import cohere
+
+    ref = _rank(ce, query, docs)
+    v2 = cohere.ClientV2(api_key="unused", base_url=both).rerank(model=manifest.name, query=query, documents=docs)
+    _assert_ranked([(r.index, r.relevance_score) for r in v2.results], ref)
+    v1 = cohere.Client(api_key="unused", base_url=both).rerank(model=manifest.name, query=query, documents=docs, top_n=3,
+                                                             return_documents=True)
+    _assert_ranked([(r.index, r.relevance_score) for r in v1.results], ref[:3])
+    assert [r.document.text for r in v1.results] == [docs[i] for i, _ in ref[:3]]
+    with pytest.raises(cohere.BadRequestError):
+        cohere.ClientV2(api_key="unused", base_url=both).rerank(model=manifest.name, query="", documents=docs)
