@@ -187,6 +187,7 @@ def test_an_unknown_route_names_the_routes_served_and_a_wrong_method_is_405_with
     u = two_pools
     err = _envelope(httpx.post(u + "/v1/embedding", json={"model": NAME, "input": "x"}), 404,
                     "no route POST /v1/embedding; this gateway serves POST /v1/embeddings, POST /embeddings, POST /embed, "
+                    "POST /embed_all, "
                     "POST /similarity, POST /v1/embed, POST /v2/embed, POST /tokenize, POST /decode, POST /detokenize, "
                     "GET /v1/models, GET /v1/models/{id}, GET /health/live, GET /health/ready, GET /health, GET /ping, "
                     "GET /, POST /, GET /info, GET /v1/health/ready, GET /v1/health/live, GET /v1/metadata, GET /metrics, "
@@ -235,6 +236,19 @@ def test_api_key_and_body_limit(minilm_repo, minilm_server, tmp_path):
         assert httpx.get(u + "/v1/models").status_code == 401
         models = httpx.get(u + "/v1/models", headers={"authorization": "Bearer s3cret"}).json()
         assert models["data"][0]["id"] == NAME
+        # the anchors' routes (#51): the key on every model route and on what names the models (TEI's /info,
+        # NIM's metadata); health checks and metrics without it, as TEI and NIM; POST / over the size limit: 413
+        key = {"authorization": "Bearer s3cret"}
+        assert httpx.post(u + "/embed", json={"inputs": "x"}).json() == {"error": "incorrect or missing API key (send "
+                                                                          "Authorization: Bearer <key>)",
+                                                                          "error_type": "Unauthorized"}
+        assert httpx.post(u + "/", json={"inputs": "x"}).status_code == 401
+        assert httpx.post(u + "/", json={"inputs": "x"}, headers=key).status_code == 200
+        assert httpx.post(u + "/", json={"inputs": "y" * 5000}, headers=key).status_code == 413
+        assert httpx.get(u + "/info").status_code == 401 and httpx.get(u + "/info", headers=key).status_code == 200
+        assert httpx.get(u + "/v1/metadata").status_code == 401
+        assert httpx.get(u + "/v1/metadata", headers=key).status_code == 200
+        assert httpx.get(u + "/health").status_code == httpx.get(u + "/v1/health/ready").status_code == 200
 
 
 def test_queue_full_is_429_and_reject_mode_overflow_is_400(tiny_models, tmp_path):

@@ -131,6 +131,9 @@ def test_each_anchor_route_answers_bad_input_in_its_own_shape_and_serving_goes_o
     _tei(_post(url, "/rerank", {"query": "q", "texts": ["a"]}), 424, "Backend", "this gateway serves no reranker")
     r = _post(url, "/v1/embed", {"texts": "a"})
     assert r.status_code == 400 and r.json() == {"message": "texts must be a list of strings"}
+    r = _post(url, "/v1/embed", {"texts": ["a"], "input_type": ["search_query"]})
+    assert r.status_code == 400 and "input_type must be one of" in r.json()["message"]
+    assert _post(url, "/v1/embed", {"texts": ["a"], "truncate": None}).status_code == 200   # null: Cohere's default
     assert _post(url, "/v2/embed", {"texts": [], "input_type": "search_query"}).status_code == 400
     err = _envelope(_post(url, "/embeddings", {"input": []}), 400, "input must be a string")   # OpenAI's shape
     assert err["param"] == "input"
@@ -165,6 +168,11 @@ def test_tokenize_and_decode_equal_the_models_tokenizer(url, texts, minilm_repo)
     assert v == {"count": len(enc.ids), "max_model_len": 256, "tokens": enc.ids, "token_strs": enc.tokens}
     assert _post(url, "/detokenize", {"tokens": enc.ids}).json() == {"prompt": tok.decode(enc.ids, skip_special_tokens=False)}
     _tei(_post(url, "/decode", {"ids": [10 ** 9]}), 422, "Validation", "outside the vocabulary")
+    # a prompt (MiniLM's query prompt is empty: the text's own tokens) by name; a bad name is TEI's 422
+    assert _post(url, "/tokenize", {"inputs": text, "prompt_name": "query"}).json() == [got[0]]
+    for bad in ("nope", ["query"]):
+        _tei(_post(url, "/tokenize", {"inputs": text, "prompt_name": bad}), 422, "Validation", "unknown prompt_name")
+    assert "x-compute-time" not in _post(url, "/tokenize", {"inputs": text}).headers   # TEI sends none there
 
 
 def test_info_and_nim_health_and_metadata(url):

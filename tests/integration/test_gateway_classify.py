@@ -58,6 +58,13 @@ def test_tei_predict_shapes_equal_the_pipeline(url, pipes, texts):
     pairs = httpx.post(url + "/predict", json={"inputs": [[a, b] for a, b in zip(texts, texts[1:])]}, timeout=30).json()
     for got, want in zip(pairs, _ref(pipe, [{"text": a, "text_pair": b} for a, b in zip(texts, texts[1:])])):
         _same(got, want)
+    # texts and pairs in one batch, as TEI takes them: two calls upstream, back in order
+    mixed = [[texts[0]], [texts[1], texts[2]], [texts[3]], [texts[4], texts[5]]]
+    got = httpx.post(url + "/predict", json={"inputs": mixed}, timeout=30).json()
+    want = _ref(pipe, [texts[0], {"text": texts[1], "text_pair": texts[2]}, texts[3], {"text": texts[4], "text_pair": texts[5]}])
+    assert len(got) == 4
+    for g, w in zip(got, want):
+        _same(g, w)
     raw = httpx.post(url + "/predict", json={"inputs": texts[0], "raw_scores": True}, timeout=30).json()
     want = _ref(pipe, [texts[0]])[0]
     assert [r["label"] for r in raw] == [w["label"] for w in want] and not np.isclose(sum(r["score"] for r in raw), 1)
@@ -95,8 +102,10 @@ def test_bad_classify_bodies_get_each_routes_shape_and_serving_goes_on(url, text
     _tei(httpx.post(url + "/predict", json={"inputs": []}, timeout=30), 400, "Empty", "inputs must be a non-empty list")
     _tei(httpx.post(url + "/predict", json={"inputs": ["a", "b", "c"]}, timeout=30), 422, "Validation",
          "a list of texts is one pair")
-    _tei(httpx.post(url + "/predict", json={"inputs": [["a"], ["b", "c"]]}, timeout=30), 422, "Validation",
-         "mixes single texts and pairs")
+    _tei(httpx.post(url + "/predict", json={"inputs": [["a"], ["b", "c", "d"]]}, timeout=30), 422, "Validation",
+         "inputs[1] must be [text] or [text, text]")
+    _tei(httpx.post(url + "/predict", json={"inputs": "a", "parameters": {"function_to_apply": ["none"]}}, timeout=30),
+         422, "Validation", "function_to_apply must be softmax, sigmoid or none")
     _tei(httpx.post(url + "/predict", json={"inputs": [["a"]] * 17}, timeout=30), 422, "Validation",
          "batch size 17 > maximum allowed batch size 16")
     _tei(httpx.post(url + "/predict", json={"model": "nope", "inputs": "a"}, timeout=30), 422, "Validation",

@@ -80,7 +80,7 @@ class ClassifierBuild(RerankerBuild):
         core = ClassifierCore(PairConfig.from_parameters(params), self.tok)
         got, want, tokens = served_and_reference(core, encoder, model, texts, self.spec.activation)
         return judge(got, want, tokens, core.cfg.buckets, self.log, precision=self.spec.precision,
-                     what="texts and pairs").as_dict(lines=False)
+                     what="texts and pairs (scores and logits)", labels=self.spec.num_labels).as_dict(lines=False)
 
     def manifest_fields(self) -> dict:
         return {"pooling": "none", "pooler": "none", "num_labels": self.spec.num_labels}
@@ -90,20 +90,24 @@ build_classifier_in = ClassifierBuild.build_in
 
 
 def served_and_reference(core, encoder, model, texts: list[str], activation: str):
-    """The gate's inputs through the front door's core (one request of single texts, one of pairs) and
-    through transformers: (served [rows, labels], reference, tokens per row)."""
+    """The gate's inputs through the front door's core (single texts, and pairs; with the model's activation
+    and raw) and through transformers: (served [rows, labels + labels]: each label's score then its logit,
+    the reference alike, tokens per row)."""
     from embtrt_backend.kinds.reranker.pairs import PairRequest
 
     singles, (firsts, seconds) = gate_inputs(texts)
-    opts = core.options({})
-    outs = core.run([PairRequest(singles, None, opts), PairRequest(firsts, seconds, opts)], encoder)
+    opts, raw = core.options({}), core.options({"activation": "raw"})
+    outs = core.run([PairRequest(singles, None, opts), PairRequest(firsts, seconds, opts),
+                     PairRequest(singles, None, raw), PairRequest(firsts, seconds, raw)], encoder)
     for o in outs:
         if o.error is not None:
             raise o.error
-    got = np.concatenate([o.scores for o in outs])
-    want = np.concatenate([reference_scores(model, singles, None, activation),
-                           reference_scores(model, firsts, seconds, activation)])
-    return got, want, np.concatenate([o.tokens for o in outs])
+    got = np.hstack([np.concatenate([o.scores for o in outs[:2]]), np.concatenate([o.scores for o in outs[2:]])])
+    want = np.hstack([np.concatenate([reference_scores(model, singles, None, activation),
+                                      reference_scores(model, firsts, seconds, activation)]),
+                      np.concatenate([reference_scores(model, singles, None, "raw"),
+                                      reference_scores(model, firsts, seconds, "raw")])])
+    return got, want, np.concatenate([o.tokens for o in outs[:2]])
 
 
 def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None, trust_remote_code: bool,

@@ -69,11 +69,16 @@ def hf_logits(model, texts: list[str], pairs: list[str] | None = None, batch_siz
 
 
 def reference_scores(model, texts: list[str], pairs: list[str] | None, activation: str) -> np.ndarray:
-    """hf_logits, then the activation (raw, softmax or sigmoid)."""
-    from embtrt_backend.kinds.reranker.pairs import activate
+    """hf_logits, then the activation (raw, softmax or sigmoid) in torch, as the pipeline applies it: the
+    served code's own activation is not the reference's."""
+    import torch
 
-    return activate(hf_logits(model, texts, pairs), "default" if activation in ("softmax", "sigmoid") else activation,
-                    activation if activation in ("softmax", "sigmoid") else "identity")
+    logits = torch.from_numpy(hf_logits(model, texts, pairs))
+    if activation == "softmax":
+        return torch.softmax(logits, dim=-1).numpy()
+    if activation == "sigmoid":
+        return torch.sigmoid(logits).numpy()
+    return logits.numpy()
 
 
 def gate_inputs(texts: list[str], n: int = 48) -> tuple[list[str], tuple[list[str], list[str]]]:

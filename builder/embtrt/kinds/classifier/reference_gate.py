@@ -23,8 +23,10 @@ def tolerance_for(precision: str) -> float:
 
 
 def judge(got: np.ndarray, want: np.ndarray, tokens: np.ndarray, buckets, log: Callable[[str], None] = print,
-          precision: str = "fp32", what: str = "rows") -> Verdict:
-    """got / want: scores [rows, labels] (served, reference), tokens: each row's token count as served."""
+          precision: str = "fp32", what: str = "rows", labels: int | None = None) -> Verdict:
+    """got / want: scores [rows, columns] (served, reference; the build's: each label's score, then its logit),
+    tokens: each row's token count as served; `labels`: the columns holding the scores (default all), whose
+    top one must agree."""
     if got.shape != want.shape:
         raise ValueError(f"served scores have shape {got.shape}, the reference {want.shape}")
     tolerance = tolerance_for(precision)
@@ -41,7 +43,8 @@ def judge(got: np.ndarray, want: np.ndarray, tokens: np.ndarray, buckets, log: C
         v.check(worst <= tolerance, f"bucket {int(edge)}: {int(sel.sum())} {what}, max |score - transformers| "
                 f"{worst:.1e} (limit {tolerance:.0e})", f"bucket {int(edge)}: max |score difference| {worst:.2e} > "
                 f"{tolerance:.0e}")
-    same = float((got.argmax(axis=1) == want.argmax(axis=1)).mean()) if got.shape[1] > 1 else 1.0
+    n = labels or got.shape[1]
+    same = float((got[:, :n].argmax(axis=1) == want[:, :n].argmax(axis=1)).mean()) if n > 1 else 1.0
     need = 1.0 if precision == "fp32" else REDUCED_AGREEMENT
     v.check(same >= need, f"top label identical on {same:.1%} of {len(got)} {what} (limit {need:.0%})",
             f"top label differs on {1 - same:.1%} of the {what}")

@@ -5,6 +5,7 @@ the front door reports as the usage. Every API shape (scale_schema) comes here a
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 from embtrt_backend.kinds import CLASSIFIER
 
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.front_door import FrontDoorModel, renamed
 from ...scale.gateway.served import ServedModel
 from ...serve import wire
 from .scale_schema import ClassifyModel, ClassifyRequest
@@ -51,10 +52,11 @@ class Classifier(FrontDoorModel):
         return ClassifyModel(tuple(s.labels), s.max_text_bytes)
 
     async def classify(self, req: ClassifyRequest) -> tuple[np.ndarray, int]:
-        """-> (each row's scores [rows, labels], in input order; the tokens, as the front door counts them)."""
+        """-> (each row's scores [rows, labels], in input order; the tokens, as the front door counts them). A
+        batch of single texts and pairs goes up as two calls (the front door takes TEXT_PAIR for all rows or none)."""
         pairs = req.pairs
         rows = list(zip(req.texts, pairs if pairs is not None else [None] * len(req.texts)))
-        chars = sum(map(len, req.texts)) + (sum(map(len, pairs)) if pairs is not None else 0)
+        chars = sum(len(t) + len(p or "") for t, p in rows)
         self.admission.check_count(chars, req.field)
         # the token cap: a row is at most the max length and a token covers at least a UTF-8 byte; where that
         # bound does not prove the request under the cap, its rows are tokenized here (off the loop) and counted
@@ -62,11 +64,34 @@ class Classifier(FrontDoorModel):
         if bound > self.admission.cfg.max_request_tokens:
             from embtrt_backend.kinds.reranker.pairs import DEFAULT
 
-            enc = await self.admission.offload(chars, self.served.tokenizer.encode, req.texts, pairs, DEFAULT)
-            self.admission.check_tokens(int(enc.lengths.sum()), req.field)
+            tok = self.served.tokenizer
+
+            def count() -> int:   # single texts alone, pairs as pairs
+                singles = [t for t, p in rows if p is None]
+                twos = [(t, p) for t, p in rows if p is not None]
+                return (int(tok.encode(singles, None, DEFAULT).lengths.sum()) if singles else 0) + \
+                    (int(tok.encode([t for t, _ in twos], [p for _, p in twos], DEFAULT).lengths.sum()) if twos else 0)
+
+            self.admission.check_tokens(await self.admission.offload(chars, count), req.field)
         params = {"activation": req.activation, "truncate": req.truncate, "truncation_direction": req.truncation_direction}
-        parts, tokens = await self.send(rows, pairs is not None, params, req.field)
-        return (parts[0] if len(parts) == 1 else np.concatenate(parts)), tokens
+        kinds = [[i for i, (_, p) in enumerate(rows) if p is None], [i for i, (_, p) in enumerate(rows) if p is not None]]
+        kinds = [k for k in kinds if k]
+        if len(kinds) == 1:
+            parts, tokens = await self.send(rows, rows[0][1] is not None, params, req.field)
+            return (parts[0] if len(parts) == 1 else np.concatenate(parts)), tokens
+
+        async def some(index: list[int]):
+            try:
+                parts, t = await self.send([rows[i] for i in index], rows[index[0]][1] is not None, params, req.field)
+            except ApiError as exc:
+                raise renamed(exc, req.field, index) from None
+            return np.concatenate(parts), t
+
+        done = await asyncio.gather(*(some(k) for k in kinds))
+        out = np.empty((len(rows), self.served.num_labels), np.float32)
+        for index, (scores, _) in zip(kinds, done):
+            out[index] = scores
+        return out, sum(t for _, t in done)
 
     def inputs(self, rows: list, pairs: bool) -> list:
         out = [wire.text_input([t for t, _ in rows], "TEXT")]

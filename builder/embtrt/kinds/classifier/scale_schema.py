@@ -4,7 +4,8 @@ Face's task API shape (what InferenceClient.text_classification posts), parsed i
 
 - `tei` (POST /predict, and POST / where the default model is a classifier): `{inputs, raw_scores?,
   truncate?, truncation_direction?}`; `inputs` is a text (one input), a list of two texts (one pair),
-  or a list of such lists (a batch of texts `[t]` and pairs `[a, b]`) -> per input `[{score, label}]`
+  or a list of such lists (a batch of texts `[t]` and pairs `[a, b]`, mixed as TEI takes them: the
+  texts and the pairs go to the front door as two calls) -> per input `[{score, label}]`
   highest first: one input's list, or a batch's list of lists. Scores: TEI's activation rule (softmax
   over several labels, sigmoid for one) except for a multi-label model, where transformers' sigmoid
   per label applies; `raw_scores` the logits.
@@ -49,7 +50,7 @@ class ClassifyRequest:
     model: str | None
     served: str
     texts: list[str]
-    pairs: list[str] | None           # each text's second text, or None (single texts)
+    pairs: list[str | None] | None    # each text's second text (None: a single text), or None (single texts only)
     activation: str = "default"       # default | raw | softmax | sigmoid
     truncate: bool = True
     truncation_direction: str = "right"
@@ -65,8 +66,8 @@ def _model(body: dict, models: Mapping[str, ClassifyModel], kinds: Mapping[str, 
     return name, models[name]
 
 
-def _tei_inputs(inputs: Any, max_items: int) -> tuple[list[str], list[str] | None, bool]:
-    """TEI's predict inputs -> (texts, pairs or None, one input)."""
+def _tei_inputs(inputs: Any, max_items: int) -> tuple[list[str], list[str | None] | None, bool]:
+    """TEI's predict inputs -> (texts, each one's pair text (None: a single text) or None for no pairs, one input)."""
     if isinstance(inputs, str):
         return [inputs], None, True
     if not isinstance(inputs, list):
@@ -81,14 +82,11 @@ def _tei_inputs(inputs: Any, max_items: int) -> tuple[list[str], list[str] | Non
         return [inputs[0]], (inputs[1:] or None), True
     if len(inputs) > max_items:
         raise ApiError(400, f"batch size {len(inputs)} > maximum allowed batch size {max_items}", param="inputs")
-    sizes = set()
     for i, x in enumerate(inputs):
         if not isinstance(x, list) or not 1 <= len(x) <= 2 or not all(isinstance(t, str) for t in x):
             raise ApiError(400, f"inputs[{i}] must be [text] or [text, text], got {short(x)}", param="inputs")
-        sizes.add(len(x))
-    if len(sizes) > 1:
-        raise ApiError(400, "inputs mixes single texts and pairs: send one kind per request", param="inputs")
-    return [x[0] for x in inputs], ([x[1] for x in inputs] if sizes == {2} else None), False
+    pairs = [x[1] if len(x) == 2 else None for x in inputs]
+    return [x[0] for x in inputs], (pairs if any(p is not None for p in pairs) else None), False
 
 
 def parse_predict(body: Any, models: Mapping[str, ClassifyModel], kinds: Mapping[str, Kind], cfg) -> ClassifyRequest:
@@ -124,14 +122,14 @@ def _parse_hf(body: dict, name: str, m: ClassifyModel, cfg) -> ClassifyRequest:
     if len(texts) > cfg.max_items:
         raise ApiError(400, f"batch size {len(texts)} > maximum allowed batch size {cfg.max_items}", param="inputs")
     fn = p.get("function_to_apply")
-    if fn is not None and fn not in FUNCTIONS:
+    if fn is not None and (not isinstance(fn, str) or fn not in FUNCTIONS):
         raise ApiError(400, f"parameters.function_to_apply must be softmax, sigmoid or none, not {short(fn)}",
                        param="parameters.function_to_apply")
     top_k = p.get("top_k")
     if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
         raise ApiError(400, f"parameters.top_k must be an integer >= 1, got {short(top_k)}", param="parameters.top_k")
     _check(texts, None, m)
-    return ClassifyRequest("hf", body.get("model"), name, list(texts), None, FUNCTIONS.get(fn, "default"), top_k=top_k)
+    return ClassifyRequest("hf", body.get("model"), name, list(texts), None, FUNCTIONS[fn] if fn else "default", top_k=top_k)
 
 
 def parse_classify(body: Any, models: Mapping[str, ClassifyModel], kinds: Mapping[str, Kind], cfg) -> ClassifyRequest:
@@ -162,10 +160,10 @@ def parse_classify(body: Any, models: Mapping[str, ClassifyModel], kinds: Mappin
         raise
 
 
-def _check(texts: list[str], pairs: list[str] | None, m: ClassifyModel, field: str = "inputs") -> None:
+def _check(texts: list[str], pairs: list[str | None] | None, m: ClassifyModel, field: str = "inputs") -> None:
     check_bytes(texts, m.max_text_bytes, field)
     if pairs is not None:
-        check_bytes(pairs, m.max_text_bytes, field)
+        check_bytes([p or "" for p in pairs], m.max_text_bytes, field)
 
 
 def render(req: ClassifyRequest, labels: list[str], scores: np.ndarray, tokens: int) -> tuple[Any, list]:
@@ -182,7 +180,7 @@ def render(req: ClassifyRequest, labels: list[str], scores: np.ndarray, tokens: 
     if req.api == "hf":
         return [[{"label": lab, "score": s} for lab, s in r[:req.top_k]] for r in ranked], []
     out = [[{"score": s, "label": lab} for lab, s in r] for r in ranked]
-    chars = sum(map(len, req.texts)) + sum(map(len, req.pairs or ()))
+    chars = sum(map(len, req.texts)) + sum(len(p or "") for p in req.pairs or ())
     return (out[0] if req.one else out), tei_headers(tokens, chars)
 
 

@@ -8,8 +8,10 @@ and checks as /v1/embeddings) and rendered back in their shapes.
 
 - `tei` (/embed, TEI 1.9): `{inputs: str | [str] | [ids] | [[ids]], normalize?: true, truncate?: bool,
   truncation_direction?: right | left, prompt_name?, dimensions?}` -> `[[float, ...], ...]`. `truncate`
-  absent or null is the build's --overflow (TEI's --auto-truncate), true cuts on the side
-  `truncation_direction` names, false refuses an over-long text. `normalize` true L2-normalizes the
+  absent or null is the build's --overflow (TEI's --auto-truncate) where the direction is right (the
+  default), and cuts at the start where truncation_direction is left; true cuts on the side
+  `truncation_direction` names, false refuses an over-long text. A batch is all texts or all token-id
+  lists (TEI also takes both mixed in one request). `normalize` true L2-normalizes the
   vectors; false gives them as the model's reference gives them (`SentenceTransformer.encode`, which
   normalizes where the model has a Normalize module: TEI gives raw pooled vectors there).
 - `tei-all` (/embed_all): /embed's body without normalize and dimensions -> each input's token
@@ -178,7 +180,7 @@ def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel],
         raise ApiError(400, f"texts has {len(texts)} items; at most {cfg.max_items} per request", param="texts")
     input_type = body.get("input_type")
     if input_type is not None:
-        if input_type not in COHERE_INPUT_TYPES:
+        if not isinstance(input_type, str) or input_type not in COHERE_INPUT_TYPES:
             raise ApiError(400, f"input_type must be one of {', '.join(COHERE_INPUT_TYPES)}, not {short(input_type)}",
                            param="input_type")
         prompt = next((p for p in COHERE_INPUT_TYPES[input_type] if p in m.options.prompts), None)
@@ -186,7 +188,7 @@ def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel],
             if raw.get("prompt_name", prompt) != prompt:
                 raise ApiError(400, f"input_type {input_type!r} disagrees with the model name {model!r}", param="input_type")
             raw["prompt_name"] = prompt
-    truncate = body.get("truncate", "END")
+    truncate = body.get("truncate") or "END"   # absent or null: Cohere's default
     if not isinstance(truncate, str) or truncate.upper() not in ("NONE", "START", "END"):
         raise ApiError(400, f"truncate must be NONE, START or END, not {short(truncate)}", param="truncate")
     raw["truncate"] = truncate.upper()

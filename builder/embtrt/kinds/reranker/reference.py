@@ -2,8 +2,9 @@
 
 A folder is a reranker when sentence-transformers saved it as a CrossEncoder
 (config_sentence_transformers.json `model_type: CrossEncoder`), or its config.json names a
-`*ForSequenceClassification` architecture of one label; such an architecture of several labels is
-a classifier (embtrt.kinds.classifier); otherwise it is an embedder.
+`*ForSequenceClassification` architecture of one label or with sentence-transformers' older
+CrossEncoder mark (config.json's `sbert_ce_default_activation_function`); such an architecture of
+several labels otherwise is a classifier (embtrt.kinds.classifier); else it is an embedder.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def detect_kind(path: Path) -> tuple[str, str]:
     seq = [a for a in archs if a.endswith("ForSequenceClassification")]
     if seq:
         labels = len(cfg.get("id2label") or {}) or int(cfg.get("num_labels") or 2)
+        if "sbert_ce_default_activation_function" in cfg:   # sentence-transformers < 4 saved its CrossEncoders so
+            return RERANKER.name, ("config.json has sbert_ce_default_activation_function (a CrossEncoder saved by "
+                                   "sentence-transformers before 4.0)")
         if labels == 1:
             return RERANKER.name, f"config.json names the architecture {seq[0]} with one label (a cross-encoder)"
         return CLASSIFIER.name, (f"config.json names the architecture {seq[0]} with {labels} labels and no "

@@ -33,7 +33,7 @@ class Reranker(FrontDoorModel):
         """-> (each document's score, in document order; the tokens scored, as the front door counts them)."""
         q, docs = req.query, req.documents
         self.admission.check_count(len(q) * len(docs) + sum(map(len, docs)), "documents")  # each pair: the query too
-        await self._check_tokens(q, docs)
+        await self.check_pair_tokens([q] * len(docs), docs, "documents")
         params = {"activation": req.activation, "truncate": req.truncate,
                   "truncation_direction": req.truncation_direction}
         parts, tokens = await self.send(docs, q, params, DOC_FIELDS[req.api])
@@ -49,22 +49,22 @@ class Reranker(FrontDoorModel):
                            f"{len(docs)} pairs; expected [{len(docs)}, {s.num_labels}]", type_="server_error")
         return scores[:, 0]
 
-    async def _check_tokens(self, query: str, docs: list[str]) -> None:
+    async def check_pair_tokens(self, queries: list[str], docs: list[str], field: str) -> None:
         """The token cap (--max-request-tokens): a pair is at most the max length (cut, or refused by the
         front door with truncate false), and a token covers at least one UTF-8 byte; where that bound does
         not prove the request under the cap, its pairs are tokenized here (off the loop) and counted."""
         s, cap = self.served, self.admission.cfg.max_request_tokens
-        per_pair = 4 * len(query) + 4  # the query's bytes and a pair's special tokens ([CLS] q [SEP] d [SEP], <s> ..)
-        bound = sum(min(per_pair + 4 * len(d), s.max_len) for d in docs)
+        # each pair: its texts' bytes and its special tokens ([CLS] q [SEP] d [SEP], <s> ..)
+        bound = sum(min(4 * len(q) + 4 + 4 * len(d), s.max_len) for q, d in zip(queries, docs))
         if bound <= cap:
             return
         tok = s.tokenizer
         if tok is None:  # no tokenizer to count with: the bound decides
             raise ApiError(413, f"the input may be up to {bound} tokens; this gateway takes at most {cap} per request "
-                           "(--max-request-tokens): split it", param="documents", code="request_too_large")
-        enc = await self.admission.offload(len(query) * len(docs) + sum(map(len, docs)), tok.encode,
-                                           [query] * len(docs), docs, DEFAULT)
-        self.admission.check_tokens(int(enc.lengths.sum()), "documents")
+                           "(--max-request-tokens): split it", param=field, code="request_too_large")
+        enc = await self.admission.offload(sum(map(len, queries)) + sum(map(len, docs)), tok.encode, queries, docs,
+                                           DEFAULT)
+        self.admission.check_tokens(int(enc.lengths.sum()), field)
 
     def tei_type(self) -> dict:
         """TEI's /info model_type: a reranker, its labels by index (transformers' default names)."""

@@ -23,6 +23,7 @@ import numpy as np
 from embtrt_backend.kinds import RERANKER, Kind
 
 from ...scale.gateway.errors import ApiError, check_bytes, empty, model_name, no_such_model, short
+from ...scale.gateway.front_door import renamed
 from ...scale.gateway.operations import Answer
 from .scale_schema import RerankModel, RerankRequest
 
@@ -36,6 +37,7 @@ class ScoreRequest:
     served: str
     pairs: list[tuple[str, str]]
     activation: str = "default"
+    field: str = "documents"         # the request's name of the documents' side (documents, items, data_2, text_2)
 
 
 def _side(v: Any, field: str, max_items: int) -> list[str]:
@@ -91,16 +93,27 @@ def _parse(body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kin
         raise ApiError(400, f"use_activation must be true, false or null, got {short(act)}", param="use_activation")
     check_bytes(qs, m.max_text_bytes, left)
     check_bytes(ds, m.max_text_bytes, right)
-    return ScoreRequest("vllm-score", body.get("model"), name, list(zip(qs, ds)), "raw" if act is False else "default")
+    return ScoreRequest("vllm-score", body.get("model"), name, list(zip(qs, ds)), "raw" if act is False else "default",
+                        right)
 
 
 async def answer_score(model, req: ScoreRequest) -> Answer:
+    """The pairs scored, one rerank request per distinct query, concurrently; the request's caps checked
+    once over all its pairs first, and a refused pair named by its index in the request."""
     groups: dict[str, list[int]] = {}
     for i, (q, _) in enumerate(req.pairs):
         groups.setdefault(q, []).append(i)
-    done = await asyncio.gather(*(model.rerank(RerankRequest("cohere", req.model, req.served, q,
-                                                             [req.pairs[i][1] for i in rows], activation=req.activation))
-                                  for q, rows in groups.items()))
+    model.admission.check_count(sum(len(q) + len(d) for q, d in req.pairs), req.field)
+    await model.check_pair_tokens([q for q, _ in req.pairs], [d for _, d in req.pairs], req.field)
+
+    async def group(q: str, rows: list[int]):
+        try:
+            return await model.rerank(RerankRequest("cohere", req.model, req.served, q, [req.pairs[i][1] for i in rows],
+                                                    activation=req.activation))
+        except ApiError as exc:
+            raise renamed(exc, "documents", rows, req.field) from None
+
+    done = await asyncio.gather(*(group(q, rows) for q, rows in groups.items()))
     scores = np.empty(len(req.pairs), np.float64)
     for rows, (s, _) in zip(groups.values(), done):
         scores[rows] = s

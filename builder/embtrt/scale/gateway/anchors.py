@@ -8,8 +8,7 @@ InferenceClient posts every task to its base URL, so `{"inputs": {"source_senten
 is a similarity request (TEI answers it only when started with TASK=sentence-similarity).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI reads the GET routes' annotations (`request: Request`) at run time.
 from typing import Any, Callable
 
 from .asgi import _dumps, _respond, check_key
@@ -68,27 +67,34 @@ class Root:
         try:
             headers = dict(scope.get("headers") or ())
             check_key(self.cfg, headers.get(b"authorization", b"").decode("latin-1"))
-            body = await self.reader.json_body(receive)
+            size = headers.get(b"content-length", b"").decode("latin-1")
+            if size.isdigit() and int(size) > self.cfg.max_body_bytes:
+                raise ApiError(413, f"request body of {size} bytes is over the limit of {self.cfg.max_body_bytes} bytes")
+            body = await self.reader.json_body(receive)   # within --body-timeout and the size limit (Handler.body)
             op, path = self.pick(body)
-        except ApiError as exc:
-            status, doc = render_error(exc, "tei")
+        except Exception as exc:   # an ApiError in TEI's shape; anything else a 500 in it, the gateway serving on
+            err = exc if isinstance(exc, ApiError) else ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+            status, doc = render_error(err, "tei")
             self.gw.metrics.requests.labels("root", str(status)).inc()
             self.gw.metrics.errors.labels(str(status)).inc()
-            await _respond(send, status, _dumps(doc), exc.headers)
+            extra = [*err.headers, *([(b"connection", b"close")] if err.status == 408 else [])]
+            await _respond(send, status, _dumps(doc), extra)
             return
         await self.handlers[op]({**scope, "path": path, "embtrt.body": body}, receive, send)
 
 
 def add_routes(api, cfg: GatewayConfig, gw: MultiGateway, readiness: Callable) -> None:
     """GET /info (TEI), /v1/health/ready, /v1/health/live, /v1/metadata, /v1/metrics (NIM) on the FastAPI app."""
+    from fastapi import Request
     from fastapi.responses import JSONResponse, Response
 
     from ... import __version__
 
     @api.get("/info")
-    async def info():
-        """TEI's /info of the model TEI's bodies go to (tei_model)."""
+    async def info(request: Request):
+        """TEI's /info of the model TEI's bodies go to (tei_model); the API key where the gateway has one, as TEI."""
         try:
+            check_key(cfg, request.headers.get("authorization", ""))
             name = tei_model(gw, cfg)
         except ApiError as exc:
             status, doc = render_error(exc, "tei")
@@ -113,9 +119,14 @@ def add_routes(api, cfg: GatewayConfig, gw: MultiGateway, readiness: Callable) -
         return {"object": "health.response", "message": "live", "live": True}
 
     @api.get("/v1/metadata")
-    async def nim_metadata():
+    async def nim_metadata(request: Request):
         """NIM's metadata schema; what a NIM container ships (assets, a license file, a profile) embtrt has
-        not, so those fields are empty and the profile is the repositories' identity hash."""
+        not, so those fields are empty and the profile is the repositories' identity hash. The API key
+        where the gateway has one (the models' identities, as /v1/models)."""
+        try:
+            check_key(cfg, request.headers.get("authorization", ""))
+        except ApiError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
         return {"version": __version__, "assetInfo": [], "repository_override": "",
                 "licenseInfo": {"name": "", "path": "", "sha": "", "size": 0, "url": "", "type": "file"},
                 "selectedModelProfileId": ",".join(g.served.identity.get("embtrt.model_sha256", "")[:16]

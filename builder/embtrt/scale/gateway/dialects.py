@@ -27,6 +27,8 @@ VLLM_TYPES = {400: "BadRequestError", 401: "UnauthorizedError", 404: "NotFoundEr
               413: "BadRequestError", 422: "UnprocessableEntityError", 429: "TooManyRequestsError",
               501: "NotImplementedError", 503: "ServiceUnavailableError", 504: "GatewayTimeoutError"}
 BACKEND_CODES = ("wrong_model_kind", "wrong_operation")   # TEI: the model cannot serve the route
+# the dialects of TEI's model routes, which send its x-compute-* headers (its /tokenize and /decode send none)
+TIMED = frozenset({"tei", "tei-all", "tei-similarity"})
 
 
 def family(dialect: str) -> str:

@@ -98,6 +98,18 @@ class FrontDoorModel:
                 "embtrt": s.identity, **self.facts(), "routes": [path for op in self.kind.operations for path in operations()[op].routes]}
 
 
+def renamed(exc: ApiError, field: str, rows: list[int], to: str | None = None) -> ApiError:
+    """A refusal naming `field[k]` of a part of a request (its rows `rows` of the request) -> the same error
+    naming the request's item, `to[rows[k]]` (`to`: the request's own field name, default `field`)."""
+    m = re.match(re.escape(field) + r"\[(\d+)\]", exc.message)
+    if m is None or int(m.group(1)) >= len(rows):
+        return exc
+    out = ApiError(exc.status, f"{to or field}[{rows[int(m.group(1))]}]" + exc.message[m.end():], exc.type,
+                   to or exc.param, exc.code)
+    out.served = exc.served
+    return out
+
+
 def refusal(message: str, field: str, offset: int) -> ApiError:
     """The front door's refusal of one row ("row N: ...", N in a call of the items from `offset` on)
     -> a 400 naming the request's item, `field[offset + N]`."""

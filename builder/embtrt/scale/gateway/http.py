@@ -19,7 +19,7 @@ from typing import Any
 from .anchors import Root, add_routes
 from .asgi import _dumps, _loads, _respond, _within, check_key
 from .config import GatewayConfig
-from .dialects import render_error, tei_timing
+from .dialects import TIMED, render_error, tei_timing
 from .errors import ApiError
 from .operations import Operation, operations
 from .registry import MultiGateway
@@ -85,7 +85,7 @@ class Handler:
         if status == 200:
             took = time.perf_counter() - t0
             self.latency().observe(took)
-            if dialect[0] == "t":   # tei*: TEI's compute headers
+            if dialect in TIMED:   # TEI's model routes: its compute headers
                 extra.extend(tei_timing(took * 1e3))
         await _respond(send, status, await adm.offload(out_size, _dumps, doc), extra)
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import ApiError, empty, flag, short
+from .errors import ApiError, check_bytes, empty, flag, short
 from .operation import Answer, Operation
 
-ROUTES = {"/tokenize": "tei", "/decode": "tei", "/detokenize": "vllm"}
+# tei-text: TEI's error shape, without the compute headers TEI sends on its model routes only
+ROUTES = {"/tokenize": "tei-text", "/decode": "tei-text", "/detokenize": "vllm"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ def _parse(models: Mapping, cfg, path: str, body: dict, vllm: bool) -> TokenizeR
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise ApiError(400, f"prompt must be a string, got {short(prompt)}", param="prompt")
+        check_bytes([prompt], models[name].max_text_bytes, "prompt", "prompt")
         return TokenizeRequest("vllm-tokenize", name, [prompt], special=flag(body, "add_special_tokens", True),
                                token_strs=flag(body, "return_token_strs", False))
     inputs = body.get("inputs")
@@ -105,13 +107,15 @@ def _parse(models: Mapping, cfg, path: str, body: dict, vllm: bool) -> TokenizeR
         raise empty("inputs")
     if len(texts) > cfg.max_items:
         raise ApiError(400, f"batch size {len(texts)} > maximum allowed batch size {cfg.max_items}", param="inputs")
+    check_bytes(texts, models[name].max_text_bytes, "inputs")
     prompt = ""
-    if body.get("prompt_name") is not None:
-        prompts = getattr(getattr(models[name].served, "options", None), "prompts", None) or {}
-        if body["prompt_name"] not in prompts:
-            raise ApiError(400, f"unknown prompt_name {short(body['prompt_name'])}: {name}'s prompts are "
+    given = body.get("prompt_name")
+    if given is not None:   # the model's prompts (an embedder's or a sparse encoder's options; other kinds have none)
+        prompts = getattr(getattr(models[name], "options", None), "prompts", None) or {}
+        if not isinstance(given, str) or given not in prompts:
+            raise ApiError(400, f"unknown prompt_name {short(given)}: {name}'s prompts are "
                            f"{', '.join(sorted(prompts)) or 'none'}", param="prompt_name")
-        prompt = prompts[body["prompt_name"]]
+        prompt = prompts[given]
     return TokenizeRequest("tei-tokenize", name, texts, special=flag(body, "add_special_tokens", True), prompt=prompt)
 
 
@@ -140,11 +144,15 @@ async def answer(model, req: TokenizeRequest) -> Answer:
         if bad is not None:
             raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{vocab - 1})",
                            param="tokens" if req.api == "vllm-detokenize" else "ids")
+    texts = req.texts or []
+    size = sum(map(len, texts))
+    if texts:
+        model.admission.check_chars(texts)   # the gateway's per-request cap; a large request off the event loop
     if req.api == "tei-tokenize":
-        doc: Any = [_tokens(tok, req.prompt + t, req.special) for t in req.texts or ()]
+        doc: Any = await model.admission.offload(size, lambda: [_tokens(tok, req.prompt + t, req.special) for t in texts])
         return doc, 64 * sum(map(len, doc)), []
     if req.api == "vllm-tokenize":
-        enc = tok.encode((req.texts or [""])[0], add_special_tokens=req.special)
+        enc = await model.admission.offload(size, lambda: tok.encode(texts[0], add_special_tokens=req.special))
         return ({"count": len(enc.ids), "max_model_len": model.served.max_len, "tokens": enc.ids,
                  "token_strs": enc.tokens if req.token_strs else None}, 8 * len(enc.ids), [])
     if req.api == "tei-decode":

@@ -53,7 +53,7 @@ class PairOptions:
         known = {"activation", "truncate", "truncation_direction", "prompt_name"}
         unknown = sorted(set(params) - known)
         if unknown:
-            raise InputError(f"unknown request parameter {unknown[0]!r} (a reranker takes "
+            raise InputError(f"unknown request parameter {unknown[0]!r} (this model takes "
                              f"{', '.join(sorted(known))})", unknown[0])
         act = params.get("activation", "default")
         if act not in ACTIVATIONS:
@@ -206,8 +206,10 @@ class PairCore(BatchCore):
                 out.append(InputError(f"{first} has {len(r.queries)} rows and {second} {len(r.documents)}: one "
                                       f"{first.lower()} per {second.lower()}", first))
                 continue
+            # a refused row is named by the input that holds it: a pair's by its second, a single text by its own
+            field = second if r.documents is not None else first
             if not r.queries:
-                out.append(InputError(f"the request holds no {self.item}s", first))
+                out.append(InputError(f"the request holds no {self.item}s", field))
                 continue
             queries = [r.options.prompt + q for q in r.queries] if r.options.prompt else r.queries
             enc = self.tokenizer.encode(queries, r.documents, r.options)
@@ -215,10 +217,10 @@ class PairCore(BatchCore):
             over = np.nonzero(enc.lengths > max_len)[0] if not r.options.truncate else empty[:0]
             what = "pair" if r.documents is not None else "text"
             if empty.size:   # no row to run: an empty pair, and a tokenizer that adds no special tokens
-                out.append(InputError(f"row {int(empty[0])}: the {what} tokenizes to no tokens", second, int(empty[0])))
+                out.append(InputError(f"row {int(empty[0])}: the {what} tokenizes to no tokens", field, int(empty[0])))
             elif over.size:
                 out.append(InputError(f"row {int(over[0])}: the {what} is longer than the max length {max_len} tokens "
-                                      "(truncate false)", second, int(over[0])))
+                                      "(truncate false)", field, int(over[0])))
             else:
                 out.append(Rows(enc.ids, enc.type_ids))
         return out
