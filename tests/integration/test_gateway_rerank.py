@@ -407,3 +407,21 @@ def test_cohere_sdk_rerank_v1_and_v2_equal_cross_encoder_rank(both, manifest, ce
     assert [r.document.text for r in v1.results] == [docs[i] for i, _ in ref[:3]]
     with pytest.raises(cohere.BadRequestError):
         cohere.ClientV2(api_key="unused", base_url=both).rerank(model=manifest.name, query="", documents=docs)
+
+
+def test_tei_predict_on_pairs_gives_cross_encoder_predict(both, manifest, ce, query, docs):
+    """TEI serves /predict for rerankers too (#51): pairs [query, document], scores as CrossEncoder.predict
+    (the model's activation; raw_scores the logits), each input's [{score, label}]; a single text is refused."""
+    import torch
+
+    pairs = [[query, d] for d in docs[:4]] + [[docs[5], docs[6]]]
+    r = httpx.post(both + "/predict", json={"inputs": pairs}, timeout=60)
+    assert r.status_code == 200, r.text
+    want = ce.predict([tuple(p) for p in pairs])
+    assert [row[0]["label"] for row in r.json()] == ["LABEL_0"] * len(pairs)
+    assert np.abs(np.array([row[0]["score"] for row in r.json()]) - want).max() <= TOL
+    one = httpx.post(both + "/predict", json={"inputs": pairs[0], "raw_scores": True}, timeout=60).json()
+    raw = ce.predict([tuple(pairs[0])], activation_fn=torch.nn.Identity())
+    assert abs(one[0]["score"] - float(raw[0])) <= TOL
+    _tei(httpx.post(both + "/predict", json={"inputs": query}, timeout=60), 422, "Validation",
+         "it scores text pairs, so send each input as [query, document]")

@@ -37,9 +37,26 @@ class Reranker(FrontDoorModel):
         params = {"activation": req.activation, "truncate": req.truncate,
                   "truncation_direction": req.truncation_direction}
         parts, tokens = await self.send(docs, q, params, DOC_FIELDS[req.api])
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts))[:, 0], tokens
+
+    async def classify(self, req) -> tuple[np.ndarray, int]:
+        """TEI's /predict (and Hugging Face's task shape) on a reranker, as TEI serves it: each (text,
+        text_pair) row's scores [rows, labels] (the model's activation, or raw / softmax / sigmoid), in
+        order; a reranker scores pairs, so a single text is refused."""
+        pairs = req.pairs
+        if pairs is None or any(p is None for p in pairs):
+            raise ApiError(400, f"{self.served.name} is {self.kind.label}: it scores text pairs, so send each input as "
+                           "[query, document]", param=req.field)
+        self.admission.check_count(sum(map(len, req.texts)) + sum(map(len, pairs)), req.field)
+        await self.check_pair_tokens(req.texts, pairs, req.field)
+        params = {"activation": req.activation, "truncate": req.truncate, "truncation_direction": req.truncation_direction}
+        parts, tokens = await self.send(list(zip(req.texts, pairs)), None, params, req.field)
         return (parts[0] if len(parts) == 1 else np.concatenate(parts)), tokens
 
-    def inputs(self, docs: list[str], query: str) -> list:
+    def inputs(self, docs: list, query: str | None) -> list:
+        """One query against documents; or (query None) (query, document) pairs."""
+        if query is None:
+            return [wire.text_input([q for q, _ in docs], "QUERY"), wire.text_input([d for _, d in docs], "DOCUMENT")]
         return [wire.text_input([query] * len(docs), "QUERY"), wire.text_input(docs, "DOCUMENT")]
 
     def unpack(self, docs: list[str], outs: tuple) -> np.ndarray:
@@ -47,7 +64,7 @@ class Reranker(FrontDoorModel):
         if scores.ndim != 2 or scores.shape != (len(docs), s.num_labels):
             raise ApiError(502, f"{s.name}'s front door answered SCORES of shape {list(scores.shape)} for "
                            f"{len(docs)} pairs; expected [{len(docs)}, {s.num_labels}]", type_="server_error")
-        return scores[:, 0]
+        return scores
 
     async def check_pair_tokens(self, queries: list[str], docs: list[str], field: str) -> None:
         """The token cap (--max-request-tokens): a pair is at most the max length (cut, or refused by the
@@ -68,7 +85,7 @@ class Reranker(FrontDoorModel):
 
     def tei_type(self) -> dict:
         """TEI's /info model_type: a reranker, its labels by index (transformers' default names)."""
-        labels = [f"LABEL_{i}" for i in range(self.served.num_labels)]
+        labels = self.served.labels
         return {self.kind.name: {"id2label": {str(i): n for i, n in enumerate(labels)},
                              "label2id": {n: i for i, n in enumerate(labels)}}}
 

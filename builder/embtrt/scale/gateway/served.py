@@ -83,6 +83,7 @@ class ServedReranker(ServedModel):
         super().__init__(repo)
         self.num_labels = int(self.manifest.num_labels or 1)
         self.activation = self.manifest.activation
+        self.labels = [f"LABEL_{i}" for i in range(self.num_labels)]   # transformers' default names (TEI's /predict)
         self._tokenizer_file = self.folder / "tokenizer.json"
         self._tok = None
 

@@ -4,7 +4,7 @@ from ..base import Kind
 
 KIND = Kind(
     name="reranker", label="a reranker", reference="CrossEncoder",
-    operations=("rank",), metric_route="rerank",
+    operations=("rank", "classify"), metric_route="rerank",   # classify: TEI's /predict on pairs, as TEI serves rerankers
     served_routes="POST /v1/rerank (Cohere, Jina, vLLM), /v2/rerank, /rerank (TEI) or /v1/ranking (NIM)",
     client_hint="embed with EmbeddingClient / `embtrt embed`, or name the reranker's front door",
     front_door="router", inputs=("QUERY", "DOCUMENT"), probe_output="SCORES", door="RerankerDoor", torch_encoder="TorchClassifier",
