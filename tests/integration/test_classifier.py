@@ -108,6 +108,18 @@ def test_verify_and_the_cli_over_grpc(classifier_server, classifiers, texts, cor
     gate = rep.figures["gate"]
     assert gate["label_agreement"] == 1.0 and gate["max_abs_diff"] <= TOL and gate["rows"] > 40
     assert rep.figures["under_load"]["failed"] == 0
+    # `embtrt tune`'s trial on a classifier: requests of real texts through the load driver
+    from embtrt.kinds.classifier.measure import ClassifyMeasure
+
+    load = ClassifyMeasure(classifier_server.grpc_url, "bert_cls3").trial(corpus, 4, 24, 4)
+    assert load.ok == 24 and not load.failures
+    # `embtrt bench --classify`'s rows: the served model at each concurrency, then transformers in process
+    from embtrt.kinds.classifier.measure import bench_classifier
+
+    rows = bench_classifier(classifier_server.grpc_url, ["bert_cls3"], corpus, (1, 4), 4, 12, 2, classifiers["bert-cls3"])
+    assert [(r["target"].split("@")[0], r["concurrency"]) for r in rows] == [
+        ("triton:bert_cls3", 1), ("triton:bert_cls3", 4), ("inprocess:transformers(batch 32, fp32)", 1)]
+    assert all(r["errors"] == 0 and r["texts_per_s"] > 0 for r in rows) and rows[0]["requests"] == 12
     out = subprocess.run([sys.executable, "-m", "embtrt.cli", "classify", texts[0], texts[1], "--model", "bert_cls3",
                           "--url", classifier_server.grpc_url, "--json", "--top-k", "1"],
                          capture_output=True, text=True, timeout=120)
