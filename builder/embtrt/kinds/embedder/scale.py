@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embtrt_backend.core import Chunk, Request
+from embtrt_backend.core import Chunk
 from embtrt_backend.kinds import EMBEDDER
 from embtrt_backend.options import EMBEDDING_TYPES
 
@@ -21,7 +21,7 @@ from ...scale.gateway.coalescer import PoolBatcher
 from .scale_schema import EmbeddingsModel, model_suffixes
 from ...scale.gateway.config import GatewayConfig, Pool, model_pools
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import refusal
+from ...scale.gateway.front_door import prepared
 from ...scale.gateway.metrics import Metrics
 from ...scale.gateway.admission import Admission, AdmissionConfig
 from ...scale.gateway.served import Served
@@ -132,21 +132,20 @@ class Gateway:
             self.active -= 1
 
     async def _prepare(self, texts: list[str] | None, ids: list[list[int]] | None, opts):
-        """The request core's prepare (prompt, tokenize, refuse, plan) off the event loop for large
-        inputs; a refused request is a 400 naming its item; over the token cap a 413."""
+        """The request core's prepare as the gateway admits it (front_door.prepared); an over-long text
+        refused (truncate NONE, or an --overflow reject build) says why; another refusal names its item
+        ("row K: ..." -> input[K]: ...)."""
         s = self.served
-        size = sum(map(len, texts)) if texts is not None else 4 * sum(map(len, ids or ()))
-        batch = await self.admission.offload(size, s.core.prepare, [Request(texts, ids, opts)])
-        refused = batch.outcomes[0]
-        if refused is not None and refused.error is not None:
-            err = refused.error
-            if getattr(err, "row", None) is not None and "is longer than the max sequence length" in str(err):
-                why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
-                raise ApiError(400, f"input[{err.row}] is longer than the max sequence length {s.max_len} tokens and "
-                               f"{why}", param="input")
-            raise refusal(str(err), "input", 0)   # "row K: ..." (e.g. a text of no tokens) -> input[K]: ...
-        self.admission.check_tokens(sum(len(x) for c in batch.chunks for x in c.ids))
-        return batch
+
+        def too_long(err: Exception) -> ApiError | None:
+            row = getattr(err, "row", None)
+            if row is None or "is longer than the max sequence length" not in str(err):
+                return None
+            why = "truncate is NONE" if opts.truncate else "this model was built with --overflow reject"
+            return ApiError(400, f"input[{row}] is longer than the max sequence length {s.max_len} tokens and {why}",
+                            param="input")
+
+        return await prepared(self.admission, s.core, texts, ids, opts, "input", too_long)
 
     async def _embed_ids(self, texts: list[str] | None, ids: list[list[int]] | None, opts) -> tuple[np.ndarray, int]:
         """Token ids (the request's, or its texts' tokenized here by the request core) to the buckets'

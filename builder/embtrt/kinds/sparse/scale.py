@@ -12,7 +12,7 @@ from embtrt_backend.kinds import SPARSE
 
 from ...serve import wire
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel, refusal
+from ...scale.gateway.front_door import FrontDoorModel, prepared
 from ...scale.gateway.served import ServedSparse
 from .scale_schema import INPUT_FIELDS, SparseModel, SparseRequest
 
@@ -62,13 +62,7 @@ class Sparse(FrontDoorModel):
         bound = self.admission.token_bound(req.texts, 4 + 4 * len(opts.prompt), s.max_len)
         if bound <= cap:
             return
-        from embtrt_backend.core import Request
-
-        batch = await self.admission.offload(sum(map(len, req.texts)), s.core.prepare, [Request(req.texts, None, opts)])
-        refused = batch.outcomes[0]
-        if refused is not None and refused.error is not None:
-            raise refusal(str(refused.error), field, 0)
-        self.admission.check_tokens(sum(len(x) for c in batch.chunks for x in c.ids), field)
+        await prepared(self.admission, s.core, req.texts, None, opts, field)
 
     def tei_type(self) -> dict:
         """TEI's /info model_type: an embedding model of SPLADE pooling."""

@@ -98,6 +98,23 @@ class FrontDoorModel:
                 "embtrt": s.identity, **self.facts(), "routes": [path for op in self.kind.operations for path in operations()[op].routes]}
 
 
+async def prepared(admission: Admission, core, texts: list[str] | None, ids: list[list[int]] | None, opts, field: str,
+                   refused: Callable[[Exception], ApiError | None] | None = None):
+    """One request through the front door's own request core (embtrt_backend.core.RequestCore: prompt,
+    tokenize, refuse, plan), off the event loop for a large one, as the gateway admits it: a refused
+    request raises `refused(error)` where that gives one, else the front door's refusal naming its item
+    (`field[k]`); over the token cap a 413. -> the core's batch (its chunks' rows are the request's tokens)."""
+    from embtrt_backend.core import Request
+
+    size = sum(map(len, texts)) if texts is not None else 4 * sum(map(len, ids or ()))
+    batch = await admission.offload(size, core.prepare, [Request(texts, ids, opts)])
+    out = batch.outcomes[0]
+    if out is not None and out.error is not None:
+        raise (refused(out.error) if refused is not None else None) or refusal(str(out.error), field, 0)
+    admission.check_tokens(sum(len(x) for c in batch.chunks for x in c.ids), field)
+    return batch
+
+
 def renamed(exc: ApiError, field: str, rows: list[int], to: str | None = None) -> ApiError:
     """A refusal naming `field[k]` of a part of a request (its rows `rows` of the request) -> the same error
     naming the request's item, `to[rows[k]]` (`to`: the request's own field name, default `field`)."""
