@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...reference.verdict import Verdict
+from ...reference.verdict import Verdict, per_bucket
 
 SCORE_TOLERANCE = 1e-4
 REDUCED_TOLERANCE = 1e-2
@@ -30,19 +30,9 @@ def judge(got: np.ndarray, want: np.ndarray, tokens: np.ndarray, buckets, log: C
     if got.shape != want.shape:
         raise ValueError(f"served scores have shape {got.shape}, the reference {want.shape}")
     tolerance = tolerance_for(precision)
-    b = np.asarray(buckets)
-    bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
     diff = np.abs(got - want).max(axis=1)
-    v, per_bucket = Verdict(), {}
-    for edge in b:
-        sel = bucket == edge
-        if not sel.any():
-            continue
-        worst = float(diff[sel].max())
-        per_bucket[str(int(edge))] = {"rows": int(sel.sum()), "max_abs_diff": worst}
-        v.check(worst <= tolerance, f"bucket {int(edge)}: {int(sel.sum())} {what}, max |score - transformers| "
-                f"{worst:.1e} (limit {tolerance:.0e})", f"bucket {int(edge)}: max |score difference| {worst:.2e} > "
-                f"{tolerance:.0e}")
+    v = Verdict()
+    buckets_seen = per_bucket(v, diff, tokens, buckets, tolerance, what, "transformers")
     n = labels or got.shape[1]
     same = float((got[:, :n].argmax(axis=1) == want[:, :n].argmax(axis=1)).mean()) if n > 1 else 1.0
     need = 1.0 if precision == "fp32" else REDUCED_AGREEMENT
@@ -50,6 +40,6 @@ def judge(got: np.ndarray, want: np.ndarray, tokens: np.ndarray, buckets, log: C
             f"top label differs on {1 - same:.1%} of the {what}")
     for line in v.lines:
         log(line)
-    v.figures.update({"rows": int(len(got)), "buckets": per_bucket, "label_agreement": same, "precision": precision,
+    v.figures.update({"rows": int(len(got)), "buckets": buckets_seen, "label_agreement": same, "precision": precision,
                       "tolerance": tolerance, "max_abs_diff": float(diff.max())})
     return v

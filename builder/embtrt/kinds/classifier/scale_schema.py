@@ -32,7 +32,7 @@ import numpy as np
 from embtrt_backend.kinds import CLASSIFIER, Kind
 
 from ...scale.gateway.dialects import tei_headers
-from ...scale.gateway.errors import ApiError, check_bytes, empty, flag, model_name, no_such_model, short
+from ...scale.gateway.errors import ApiError, check_bytes, empty, flag, model_name, no_such_model, short, text_list
 from ...scale.gateway.operation import Answer
 
 FUNCTIONS = {"softmax": "softmax", "sigmoid": "sigmoid", "none": "raw"}   # HF's function_to_apply -> activation
@@ -113,14 +113,7 @@ def parse_predict(body: Any, models: Mapping[str, ClassifyModel], kinds: Mapping
 
 def _parse_hf(body: dict, name: str, m: ClassifyModel, cfg) -> ClassifyRequest:
     p = body["parameters"]
-    inputs = body.get("inputs")
-    texts = [inputs] if isinstance(inputs, str) else inputs
-    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-        raise ApiError(400, "inputs must be a text or a list of texts", param="inputs")
-    if not texts:
-        raise empty("inputs")
-    if len(texts) > cfg.max_items:
-        raise ApiError(400, f"batch size {len(texts)} > maximum allowed batch size {cfg.max_items}", param="inputs")
+    texts = text_list(body.get("inputs"), "inputs", cfg.max_items, tei=True)
     fn = p.get("function_to_apply")
     if fn is not None and (not isinstance(fn, str) or fn not in FUNCTIONS):
         raise ApiError(400, f"parameters.function_to_apply must be softmax, sigmoid or none, not {short(fn)}",
@@ -129,7 +122,7 @@ def _parse_hf(body: dict, name: str, m: ClassifyModel, cfg) -> ClassifyRequest:
     if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
         raise ApiError(400, f"parameters.top_k must be an integer >= 1, got {short(top_k)}", param="parameters.top_k")
     _check(texts, None, m)
-    return ClassifyRequest("hf", body.get("model"), name, list(texts), None, FUNCTIONS[fn] if fn else "default", top_k=top_k)
+    return ClassifyRequest("hf", body.get("model"), name, texts, None, FUNCTIONS[fn] if fn else "default", top_k=top_k)
 
 
 def parse_classify(body: Any, models: Mapping[str, ClassifyModel], kinds: Mapping[str, Kind], cfg) -> ClassifyRequest:
@@ -139,21 +132,12 @@ def parse_classify(body: Any, models: Mapping[str, ClassifyModel], kinds: Mappin
         name, m = _model(body, models, kinds, cfg)
         if "messages" in body:
             raise ApiError(400, "the chat form of /classify (messages) is not served; send input", param="messages")
-        inp = body.get("input")
-        texts = [inp] if isinstance(inp, str) else inp
-        if inp is None:
-            raise ApiError(400, "you must provide an input parameter", param="input")
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            raise ApiError(400, "input must be a text or a list of texts (token ids are not served)", param="input")
-        if not texts:
-            raise empty("input")
-        if len(texts) > cfg.max_items:
-            raise ApiError(400, f"input has {len(texts)} items; at most {cfg.max_items} per request", param="input")
+        texts = text_list(body.get("input"), "input", cfg.max_items, hint=" (token ids are not served)")
         act = body.get("use_activation")
         if act is not None and not isinstance(act, bool):
             raise ApiError(400, f"use_activation must be true, false or null, got {short(act)}", param="use_activation")
         _check(texts, None, m, "input")
-        return ClassifyRequest("vllm", body.get("model"), name, list(texts), None, "raw" if act is False else "default",
+        return ClassifyRequest("vllm", body.get("model"), name, texts, None, "raw" if act is False else "default",
                                field="input")
     except ApiError as exc:
         exc.dialect = "vllm"

@@ -41,7 +41,7 @@ import numpy as np
 from embtrt_backend.kinds import EMBEDDER, Kind
 
 from ...scale.gateway.dialects import tei_headers
-from ...scale.gateway.errors import ApiError, empty, flag, model_name, short
+from ...scale.gateway.errors import ApiError, empty, flag, model_name, short, text_list
 from ...scale.gateway.operation import Answer, Operation
 from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, parse_embeddings, render as render_openai,
                            request_options, resolve_model)
@@ -169,15 +169,7 @@ def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel],
             raise ApiError(400, f"{unserved} is not served by this gateway (texts only, cut by truncate)", param=unserved)
     model, name, raw = _model(body, models, kinds, cfg)
     m = models[name]
-    texts = body.get("texts")
-    if texts is None:
-        raise ApiError(400, "you must provide a texts parameter", param="texts")
-    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-        raise ApiError(400, "texts must be a list of strings", param="texts")
-    if not texts:
-        raise empty("texts")
-    if len(texts) > cfg.max_items:
-        raise ApiError(400, f"texts has {len(texts)} items; at most {cfg.max_items} per request", param="texts")
+    texts = text_list(body.get("texts"), "texts", cfg.max_items, single=False)
     input_type = body.get("input_type")
     if input_type is not None:
         if not isinstance(input_type, str) or input_type not in COHERE_INPUT_TYPES:
@@ -202,7 +194,7 @@ def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel],
     names = {"embedding_type": "embedding_types", "dimensions": "output_dimension", "prompt_name": "input_type"}
     width = body.get("output_dimension")
     if types is None:   # v1's floats: the vectors as the options give them
-        return EmbeddingsRequest(model, name, list(texts), None, "float",
+        return EmbeddingsRequest(model, name, texts, None, "float",
                                  request_options(m, {**raw, "dimensions": width}, names), version)
     # by type: full-width floats from the model, each type finished from them (one forward pass for all)
     finishes = tuple((t, request_options(m, {**raw, "embedding_type": t, "dimensions": width}, names))

@@ -14,7 +14,7 @@ import numpy as np
 
 from .reference import ce_predict
 from ...reference.ranking import Agreement, top_k
-from ...reference.verdict import Verdict
+from ...reference.verdict import Verdict, per_bucket
 
 SCORE_TOLERANCE = 1e-4   # fp32: max |served - CrossEncoder.predict| per bucket
 TOP_K = 10               # per query, the order of CrossEncoder.rank's top 10 must be the same
@@ -36,19 +36,9 @@ def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens
     want = ce_predict(ce, pairs)
     if got.shape != want.shape:
         raise ValueError(f"served scores have shape {got.shape}, CrossEncoder.predict {want.shape}")
-    b = np.asarray(buckets)
-    bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
     diff = np.abs(got - want).max(axis=1)
-    v, per_bucket = Verdict(), {}
-    for edge in b:
-        sel = bucket == edge
-        if not sel.any():
-            continue
-        worst = float(diff[sel].max())
-        per_bucket[str(int(edge))] = {"pairs": int(sel.sum()), "max_abs_diff": worst}
-        v.check(worst <= tolerance, f"bucket {int(edge)}: {int(sel.sum())} pairs, max |score - "
-                f"CrossEncoder.predict| {worst:.1e} (limit {tolerance:.0e})",
-                f"bucket {int(edge)}: max |score difference| {worst:.2e} > {tolerance:.0e}")
+    v = Verdict()
+    buckets_seen = per_bucket(v, diff, tokens, buckets, tolerance, "pairs", "CrossEncoder.predict", "pairs")
     same: int | None = None
     if got.shape[1] != 1:   # CrossEncoder.rank takes one-label models only: the scores are the gate
         v.check(True, f"ranking: not judged ({got.shape[1]} labels: a classifier, CrossEncoder.rank takes "
@@ -74,6 +64,6 @@ def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens
                     f"ranking: top-{TOP_K} overlap {overlap:.3f} < {REDUCED_OVERLAP} ({precision})")
     for line in v.lines:
         log(line)
-    v.figures.update({"pairs": len(pairs), "queries": len(queries), "buckets": per_bucket, "rank_identical": same,
+    v.figures.update({"pairs": len(pairs), "queries": len(queries), "buckets": buckets_seen, "rank_identical": same,
                       "precision": precision, "tolerance": tolerance, "max_abs_diff": float(diff.max())})
     return v

@@ -74,6 +74,24 @@ def empty(field: str, what: str = "list") -> ApiError:
     return ApiError(400, f"{field} must be a non-empty {what}", param=field, code="empty")
 
 
+def text_list(value: object, field: str, max_items: int, *, single: bool = True, tei: bool = False,
+              hint: str = "") -> list[str]:
+    """A request's texts: a string (where `single`: one text) or a non-empty list of strings, at most
+    `max_items` (over it: TEI's words where `tei`); a 400 naming `field` otherwise (an empty list is
+    TEI's `Empty`). `hint` ends the wrong-type message."""
+    if value is None:
+        raise ApiError(400, f"you must provide {'an' if field[0] in 'aeiou' else 'a'} {field} parameter", param=field)
+    texts = [value] if single and isinstance(value, str) else value
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise ApiError(400, f"{field} must be {'a string or ' if single else ''}a list of strings{hint}", param=field)
+    if not texts:
+        raise empty(field)
+    if len(texts) > max_items:
+        raise ApiError(400, f"batch size {len(texts)} > maximum allowed batch size {max_items}" if tei
+                       else f"{field} has {len(texts)} items; at most {max_items} per request", param=field)
+    return list(texts)
+
+
 def flag(body: dict, key: str, default: bool) -> bool:
     """body[key], true or false (absent or null: `default`); a 400 naming it otherwise."""
     v = body.get(key)

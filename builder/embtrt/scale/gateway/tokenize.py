@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import ApiError, check_bytes, empty, flag, short
+from .errors import ApiError, check_bytes, empty, flag, short, text_list
 from .operation import Answer, Operation
 
 # tei-text: TEI's error shape, without the compute headers TEI sends on its model routes only
@@ -97,16 +97,7 @@ def _parse(models: Mapping, cfg, path: str, body: dict, vllm: bool) -> TokenizeR
         check_bytes([prompt], models[name].max_text_bytes, "prompt", "prompt")
         return TokenizeRequest("vllm-tokenize", name, [prompt], special=flag(body, "add_special_tokens", True),
                                token_strs=flag(body, "return_token_strs", False))
-    inputs = body.get("inputs")
-    if inputs is None:
-        raise ApiError(400, "you must provide an inputs parameter", param="inputs")
-    texts = [inputs] if isinstance(inputs, str) else inputs
-    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-        raise ApiError(400, "inputs must be a string or a list of strings", param="inputs")
-    if not texts:
-        raise empty("inputs")
-    if len(texts) > cfg.max_items:
-        raise ApiError(400, f"batch size {len(texts)} > maximum allowed batch size {cfg.max_items}", param="inputs")
+    texts = text_list(body.get("inputs"), "inputs", cfg.max_items, tei=True)
     check_bytes(texts, models[name].max_text_bytes, "inputs")
     prompt = ""
     given = body.get("prompt_name")
