@@ -37,9 +37,10 @@ test: $(STAMP) ## the test suite (unit + integration against a real tritonserver
 # The edit-test loop: the unit tests and one end-to-end gRPC parity test per kind on a real tritonserver.
 QUICK_E2E := tests/integration/test_serve_e2e.py::test_front_door_equals_sentence_transformers_on_every_bucket \
 	"tests/integration/test_rerank.py::test_served_scores_and_ranks_equal_cross_encoder[bert-ce]" \
-	"tests/integration/test_sparse.py::test_served_vectors_equal_sparse_encoder[document]"
+	"tests/integration/test_sparse.py::test_served_vectors_equal_sparse_encoder[document]" \
+	tests/integration/test_classifier.py::test_grpc_scores_equal_the_transformers_pipeline
 
-test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind (embedder, reranker, sparse): about 3 min
+test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind (embedder, reranker, sparse, classifier): about 3 min
 	$(BIN)/python -m pytest -m "not slow and not deploy" -q $(XDIST) --durations=10 tests/unit $(QUICK_E2E)
 
 test-all: $(STAMP) ## every test, slow ones too (not the deploy test: make deploy-test)
