@@ -122,15 +122,14 @@ def bench_classifier(url: str, models: list[str], texts: list[str], concurrency:
     from functools import partial
 
     from ...measure.kind_measure import inprocess_row, load_row
-    from .serve import split_target
-
     rows = []
     for conc in concurrency:
         rng = random.Random(conc)
         reqs = [rng.sample(texts, per_request) if per_request <= len(texts) else rng.choices(texts, k=per_request)
                 for _ in range(requests + warmup)]
         for target in models:
-            u, name = split_target(target, url)
+            name, _, at = target.partition("@")   # NAME or NAME@HOST:PORT, as the CLI's other benches
+            u = at or url
             progress(f"{name}@{u}: {per_request} texts per request at concurrency {conc}")
             load = asyncio.run(_trial(u, name, reqs, warmup, conc))
             rows.append(load_row(f"triton:{name}@{u}", {"texts_per_request": per_request, "concurrency": conc}, load,

@@ -14,29 +14,19 @@ from embtrt_backend.kinds import CLASSIFIER
 
 from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import FrontDoorModel, renamed
-from ...scale.gateway.served import ServedModel
+from ...scale.gateway.served import ServedReranker
+from ..reranker.scale import check_row_tokens, tei_labels
 from ...serve import wire
 from .scale_schema import ClassifyModel, ClassifyRequest
 
 
-class ServedClassifier(ServedModel):
-    """A classifier: its labels (the front door's `labels`, by label id) and default activation."""
+class ServedClassifier(ServedReranker):
+    """A classifier: the reranker's record (labels, default activation, the front door's pair tokenizer,
+    which tokenizes single texts too), its labels the front door's `labels` (config.json's id2label)."""
 
     def __init__(self, repo: Path) -> None:
         super().__init__(repo)
-        self.labels: list[str] = json.loads(self.door.get("labels") or "[]")
-        self.num_labels = int(self.manifest.num_labels or len(self.labels) or 1)
-        self.activation = self.manifest.activation
-        self._tok = None
-
-    @property
-    def tokenizer(self):
-        """The front door's own tokenizer (PairTokenizer: texts alone, pairs longest_first), loaded on first use."""
-        if self._tok is None:
-            from embtrt_backend.kinds.reranker.pairs import PairTokenizer
-
-            self._tok = PairTokenizer(str(self.folder / "tokenizer.json"), self.max_len, self.manifest.pad_id)
-        return self._tok
+        self.labels = json.loads(self.door.get("labels") or "[]") or self.labels
 
 
 class Classifier(FrontDoorModel):
@@ -56,23 +46,8 @@ class Classifier(FrontDoorModel):
         batch of single texts and pairs goes up as two calls (the front door takes TEXT_PAIR for all rows or none)."""
         pairs = req.pairs
         rows = list(zip(req.texts, pairs if pairs is not None else [None] * len(req.texts)))
-        chars = sum(len(t) + len(p or "") for t, p in rows)
-        self.admission.check_count(chars, req.field)
-        # the token cap: a row is at most the max length and a token covers at least a UTF-8 byte; where that
-        # bound does not prove the request under the cap, its rows are tokenized here (off the loop) and counted
-        bound = sum(min(4 * (len(t) + len(p or "")) + 4, self.served.max_len) for t, p in rows)
-        if bound > self.admission.cfg.max_request_tokens:
-            from embtrt_backend.kinds.reranker.pairs import DEFAULT
-
-            tok = self.served.tokenizer
-
-            def count() -> int:   # single texts alone, pairs as pairs
-                singles = [t for t, p in rows if p is None]
-                twos = [(t, p) for t, p in rows if p is not None]
-                return (int(tok.encode(singles, None, DEFAULT).lengths.sum()) if singles else 0) + \
-                    (int(tok.encode([t for t, _ in twos], [p for _, p in twos], DEFAULT).lengths.sum()) if twos else 0)
-
-            self.admission.check_tokens(await self.admission.offload(chars, count), req.field)
+        self.admission.check_count(sum(len(t) + len(p or "") for t, p in rows), req.field)
+        await check_row_tokens(self, rows, req.field)
         params = {"activation": req.activation, "truncate": req.truncate, "truncation_direction": req.truncation_direction}
         kinds = [[i for i, (_, p) in enumerate(rows) if p is None], [i for i, (_, p) in enumerate(rows) if p is not None]]
         kinds = [k for k in kinds if k]
@@ -106,9 +81,7 @@ class Classifier(FrontDoorModel):
 
     def tei_type(self) -> dict:
         """TEI's /info model_type: a classifier, its labels by index."""
-        labels = self.served.labels
-        return {self.kind.name: {"id2label": {str(i): n for i, n in enumerate(labels)},   # TEI's tag is the kind's name
-                                 "label2id": {n: i for i, n in enumerate(labels)}}}
+        return tei_labels(self.kind, self.served.labels)
 
     def facts(self) -> dict:
         s = self.served

@@ -12,12 +12,12 @@ import json
 
 import numpy as np
 from embtrt_backend.kinds import CLASSIFIER
+from embtrt_backend.kinds.reranker.pairs import ACTIVATIONS   # the front door's: default, raw, softmax, sigmoid
 
 from ...errors import ClientError
 from ...serve.client import KindClient
 from ...serve.wire import text_input
-
-ACTIVATIONS = ("default", "raw", "softmax", "sigmoid")
+from ..reranker.serve import pair_params
 
 
 class ClassifyClient(KindClient):
@@ -48,15 +48,7 @@ class ClassifyClient(KindClient):
             raise ClientError("no texts to classify", "pass at least one text")
         if pairs is not None and len(pairs) != len(texts):
             raise ClientError(f"{len(texts)} texts and {len(pairs)} pairs: give one pair text per text")
-        if activation not in ACTIVATIONS:
-            raise ClientError(f"activation {activation!r}: must be one of {', '.join(ACTIVATIONS)}")
-        params: dict = {}
-        if activation != "default":
-            params["activation"] = activation
-        if not truncate:
-            params["truncate"] = False
-        if truncation_direction != "right":
-            params["truncation_direction"] = truncation_direction
+        params = pair_params(activation, truncate, truncation_direction, allowed=ACTIVATIONS)
         bs = self.batch_size
         parts = [self._infer(list(texts[i:i + bs]), None if pairs is None else list(pairs[i:i + bs]), params)
                  for i in range(0, len(texts), bs)]
@@ -70,8 +62,3 @@ class ClassifyClient(KindClient):
         return [[{"label": labels[i], "score": float(row[i])} for i in np.argsort(-row, kind="stable")[:top_k]]
                 for row in scores]
 
-
-def split_target(target: str, url: str) -> tuple[str, str]:
-    """NAME or NAME@HOST:PORT -> (url, name)."""
-    name, _, at = target.partition("@")
-    return (at or url), name

@@ -33,6 +33,7 @@ and checks as /v1/embeddings) and rendered back in their shapes.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from collections.abc import Mapping
 from typing import Any
 
@@ -130,7 +131,7 @@ def parse_embed_all(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Map
     req = parse_tei(body, models, kinds, cfg)
     if req.options.dimensions is not None:
         raise ApiError(400, "dimensions does not apply to token embeddings", param="dimensions")
-    return EmbeddingsRequest(req.model, req.served, req.texts, req.ids, "float", req.options, "tei-all")
+    return replace(req, api="tei-all", normalize=False)
 
 
 def parse_similarity(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:

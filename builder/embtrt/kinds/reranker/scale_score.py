@@ -6,13 +6,12 @@ vLLM's order: queries+documents, queries+items, data_1+data_2, text_1+text_2); e
 list of strings, paired 1 with 1, 1 with N (the one query against every document) or N with N (by
 position) -> `{id, object: "list", created, model, data: [{index, object: "score", score}], usage}` in
 pair order (not sorted, as vLLM). Scores are `CrossEncoder.predict`'s (the model's activation; with
-`use_activation: false` the raw logits). Pairs of several queries go up as one request per query,
-concurrently. Multimodal content parts are refused.
+`use_activation: false` the raw logits). The pairs go to the front door as rows of (query, document),
+whatever their queries. Multimodal content parts are refused.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Mapping
@@ -23,9 +22,8 @@ import numpy as np
 from embtrt_backend.kinds import RERANKER, Kind
 
 from ...scale.gateway.errors import ApiError, check_bytes, empty, model_name, no_such_model, short
-from ...scale.gateway.front_door import renamed
 from ...scale.gateway.operations import Answer
-from .scale_schema import RerankModel, RerankRequest
+from .scale_schema import RerankModel
 
 SPELLINGS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
 
@@ -98,26 +96,9 @@ def _parse(body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kin
 
 
 async def answer_score(model, req: ScoreRequest) -> Answer:
-    """The pairs scored, one rerank request per distinct query, concurrently; the request's caps checked
-    once over all its pairs first, and a refused pair named by its index in the request."""
-    groups: dict[str, list[int]] = {}
-    for i, (q, _) in enumerate(req.pairs):
-        groups.setdefault(q, []).append(i)
-    model.admission.check_count(sum(len(q) + len(d) for q, d in req.pairs), req.field)
-    await model.check_pair_tokens([q for q, _ in req.pairs], [d for _, d in req.pairs], req.field)
-
-    async def group(q: str, rows: list[int]):
-        try:
-            return await model.rerank(RerankRequest("cohere", req.model, req.served, q, [req.pairs[i][1] for i in rows],
-                                                    activation=req.activation))
-        except ApiError as exc:
-            raise renamed(exc, "documents", rows, req.field) from None
-
-    done = await asyncio.gather(*(group(q, rows) for q, rows in groups.items()))
-    scores = np.empty(len(req.pairs), np.float64)
-    for rows, (s, _) in zip(groups.values(), done):
-        scores[rows] = s
-    tokens = sum(t for _, t in done)
+    """The pairs scored in pair order (Reranker.score_pairs: the caps once, a refused pair named by its index)."""
+    scores, tokens = await model.score_pairs(req.pairs, req.activation, req.field)
+    scores = scores[:, 0].astype(np.float64)
     return ({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
              "model": req.model if req.model is not None else req.served,
              "data": [{"index": i, "object": "score", "score": v} for i, v in enumerate(scores.tolist())],

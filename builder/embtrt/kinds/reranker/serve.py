@@ -24,6 +24,24 @@ def rank_order(scores: np.ndarray, top_n: int | None = None) -> list[int]:
     return [int(i) for i in (order if top_n is None else order[:top_n])]
 
 
+def pair_params(activation: str, truncate: bool, truncation_direction: str, prompt_name: str | None = None,
+                allowed: tuple[str, ...] = ACTIVATIONS) -> dict:
+    """A pair-core front door's request parameters (embtrt_backend.kinds.reranker.pairs.PairOptions), the
+    defaults left out; an activation not in `allowed` refused here."""
+    if activation not in allowed:
+        raise ClientError(f"activation {activation!r}: must be one of {', '.join(allowed)}")
+    params: dict = {}
+    if activation != "default":
+        params["activation"] = activation
+    if not truncate:
+        params["truncate"] = False
+    if truncation_direction != "right":
+        params["truncation_direction"] = truncation_direction
+    if prompt_name is not None:
+        params["prompt_name"] = prompt_name
+    return params
+
+
 class RerankClient(KindClient):
     KIND = RERANKER.name
 
@@ -48,17 +66,7 @@ class RerankClient(KindClient):
             raise ClientError("score() takes a list of documents, got a single str", "wrap it: [document]")
         if not documents:
             raise ClientError("no documents to score", "pass at least one document")
-        if activation not in ACTIVATIONS:
-            raise ClientError(f"activation {activation!r}: must be one of {', '.join(ACTIVATIONS)}")
-        params: dict = {}
-        if activation != "default":
-            params["activation"] = activation
-        if not truncate:
-            params["truncate"] = False
-        if truncation_direction != "right":
-            params["truncation_direction"] = truncation_direction
-        if prompt_name is not None:
-            params["prompt_name"] = prompt_name
+        params = pair_params(activation, truncate, truncation_direction, prompt_name)
         bs = self.batch_size
         parts = [self._infer(query, list(documents[i:i + bs]), params) for i in range(0, len(documents), bs)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

@@ -11,10 +11,10 @@ is a similarity request (TEI answers it only when started with TASK=sentence-sim
 # No `from __future__ import annotations`: FastAPI reads the GET routes' annotations (`request: Request`) at run time.
 from typing import Any, Callable
 
-from .asgi import _dumps, _respond, check_key
+from .asgi import _dumps, _respond, check_key, check_length
 from .config import GatewayConfig
 from .dialects import render_error
-from .errors import ApiError
+from .errors import ApiError, implied_model
 from .operations import operations
 from .registry import MultiGateway
 
@@ -24,10 +24,9 @@ SIMILARITY = "/similarity"
 def tei_model(gw: MultiGateway, cfg: GatewayConfig) -> str:
     """The model TEI's bodies (which name none) go to on POST / and /info describes: the only model,
     else --default-model, else a 422 naming them."""
-    if len(gw.models) == 1:
-        return next(iter(gw.models))
-    if cfg.default_model is not None:
-        return cfg.default_model
+    implied = implied_model(gw.models, cfg.default_model)   # --default-model is one of them (checked at start)
+    if implied is not None:
+        return implied
     raise ApiError(400, "this gateway serves several models (" + ", ".join(map(repr, gw.models)) + "): TEI's "
                    "bodies name none, so start it with --default-model, or post to the route of the operation "
                    "with a model field", param="model")
@@ -67,9 +66,7 @@ class Root:
         try:
             headers = dict(scope.get("headers") or ())
             check_key(self.cfg, headers.get(b"authorization", b"").decode("latin-1"))
-            size = headers.get(b"content-length", b"").decode("latin-1")
-            if size.isdigit() and int(size) > self.cfg.max_body_bytes:
-                raise ApiError(413, f"request body of {size} bytes is over the limit of {self.cfg.max_body_bytes} bytes")
+            check_length(self.cfg, headers)
             body = await self.reader.json_body(receive)   # within --body-timeout and the size limit (Handler.body)
             op, path = self.pick(body)
         except Exception as exc:   # an ApiError in TEI's shape; anything else a 500 in it, the gateway serving on

@@ -52,3 +52,10 @@ def check_key(cfg: GatewayConfig, auth: str) -> None:
     if not token or not hmac.compare_digest(token.encode(), cfg.api_key.encode()):
         raise ApiError(401, "incorrect or missing API key (send Authorization: Bearer <key>)",
                        code="invalid_api_key")
+
+
+def check_length(cfg: GatewayConfig, headers: dict) -> None:
+    """413 where the request says (Content-Length) its body is over --max-body-bytes, before reading it."""
+    size = headers.get(b"content-length", b"").decode("latin-1")
+    if size.isdigit() and int(size) > cfg.max_body_bytes:
+        raise ApiError(413, f"request body of {size} bytes is over the limit of {cfg.max_body_bytes} bytes")

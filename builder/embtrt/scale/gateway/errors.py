@@ -41,6 +41,14 @@ def refuse_other_kind(model: str, kinds: Mapping[str, Kind], wanted: Kind) -> No
         raise wrong_kind(model, kind, wanted)
 
 
+def implied_model(models: Mapping, default: str | None) -> str | None:
+    """The model a body naming none goes to: the only one of `models`, else `default` (the gateway's
+    --default-model) where it is one of them; None where neither."""
+    if len(models) == 1:
+        return next(iter(models))
+    return default if default is not None and default in models else None
+
+
 def model_name(model: object, models: Mapping, kinds: Mapping[str, Kind], wanted: Kind, optional: bool = False,
                none_404: bool = False, default: str | None = None) -> str:
     """The body's `model`, a string not naming a model of another kind (refuse_other_kind); where it is
@@ -48,10 +56,9 @@ def model_name(model: object, models: Mapping, kinds: Mapping[str, Kind], wanted
     gateway's --default-model) where it is one of them, else a 400 naming them (or with `none_404` and
     no model, a 404)."""
     if model is None:
-        if optional and len(models) == 1:
-            return next(iter(models))
-        if optional and default is not None and default in models:
-            return default
+        implied = implied_model(models, default) if optional else None
+        if implied is not None:
+            return implied
         if optional and not models:   # TEI: a model that cannot serve the route (424)
             raise ApiError(404 if none_404 else 400, f"this gateway serves no {wanted.noun}", param="model",
                            code="wrong_operation")

@@ -1,5 +1,5 @@
 """The gateway's ASGI layer. Requests go by the route table (routes.py) to their operation's
-handler: every model operation (operations.py, its rows brought by the kinds' scale_schema: POST
+handler: every model operation (operations.py, its rows brought by the kinds' scale_routes / scale_schema: POST
 /v1/embeddings, the rerank routes POST /v1/rerank, /v2/rerank, /rerank, /v1/ranking, the sparse routes
 POST /v1/sparse, /embed_sparse) through one plain
 ASGI `Handler` (key, admission, body limit, deadline, JSON, errors, metrics) around the operation's
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from .anchors import Root, add_routes
-from .asgi import _dumps, _loads, _respond, _within, check_key
+from .asgi import _dumps, _loads, _respond, _within, check_key, check_length
 from .config import GatewayConfig
 from .dialects import TIMED, render_error, tei_timing
 from .errors import ApiError
@@ -54,9 +54,7 @@ class Handler:
             adm.enter()  # 429 past --max-concurrent-requests, before any work
             admitted = True
             self.gw.metrics.in_flight.inc()
-            size = headers.get(b"content-length", b"").decode("latin-1")
-            if size.isdigit() and int(size) > self.cfg.max_body_bytes:
-                raise ApiError(413, f"request body of {size} bytes is over the limit of {self.cfg.max_body_bytes} bytes")
+            check_length(self.cfg, headers)
             try:  # the deadline runs from the request's first byte: reading its body counts
                 doc, served, out_size, more = await _within(self.cfg.timeout_s, self.handle(scope, receive))
                 extra.extend(more)
@@ -71,7 +69,7 @@ class Handler:
             if exc.status == 408:  # a body that never came: the connection is not reused
                 extra.append((b"connection", b"close"))
             self.gw.metrics.errors.labels(str(status)).inc()
-        except Exception as exc:  # a bug: the request gets a 500 in OpenAI's envelope, the gateway serves on
+        except Exception as exc:  # a bug: the request gets a 500 in its route's error shape, the gateway serves on
             status, doc = render_error(ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error"),
                                        dialect)
             self.gw.metrics.errors.labels(str(status)).inc()

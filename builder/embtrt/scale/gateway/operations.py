@@ -23,7 +23,7 @@ from .tokenize import OPERATIONS as TOKENIZE
 __all__ = ["Answer", "Operation", "COMMON", "operations"]
 
 # the operations every served model takes, whatever its kind (the gateway's own rows, after the kinds')
-COMMON = ("tokenize",)
+COMMON = tuple(op.name for op in TOKENIZE)
 
 
 @cache

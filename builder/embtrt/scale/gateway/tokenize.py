@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import ApiError, check_bytes, empty, flag, short, text_list
+from .errors import ApiError, check_bytes, empty, flag, implied_model, short, text_list
 from .operation import Answer, Operation
 
 # tei-text: TEI's error shape, without the compute headers TEI sends on its model routes only
@@ -41,10 +41,9 @@ class TokenizeRequest:
 def _name(body: dict, models: Mapping, cfg) -> str:
     model = body.get("model")
     if model is None:
-        if len(models) == 1:
-            return next(iter(models))
-        if cfg.default_model in models:
-            return cfg.default_model
+        implied = implied_model(models, cfg.default_model)
+        if implied is not None:
+            return implied
         raise ApiError(400, "you must provide a model parameter (this gateway serves several models: "
                        + ", ".join(map(repr, models)) + ")", param="model")
     if not isinstance(model, str):
