@@ -276,8 +276,18 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
                 await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 in_flight_at_signal.append(sum(not t.done() for t in tasks))
                 proc.send_signal(signal.SIGTERM)
-                await asyncio.sleep(0.2)
-                while_draining.append((await asyncio.to_thread(_ready, ports[3]), proc.poll()))
+                # /ready as the serve process answers once it has taken the signal: asked every 50 ms (at most
+                # 5 s) until it is no longer 200 or the process is gone; a fixed 0.2 s wait read a 200 when
+                # the loaded 2-core machine took longer to run the handler (a flake, CI at 30b17b2)
+                for _ in range(100):
+                    await asyncio.sleep(0.05)
+                    if proc.poll() is not None:   # gone without ever answering 503: the assertion below says so
+                        seen = ((None, {}), proc.poll())
+                        break
+                    seen = (await asyncio.to_thread(_ready, ports[3]), proc.poll())
+                    if seen[0][0] != 200 or seen[1] is not None:
+                        break
+                while_draining.append(seen)
                 results.extend(await asyncio.gather(*tasks, return_exceptions=True))
 
         asyncio.run(inflight())
