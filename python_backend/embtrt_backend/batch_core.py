@@ -37,6 +37,7 @@ class Chunk:
     ids: list[list[int]]
     type_ids: list[list[int]]
     skip: np.ndarray | None = None    # per row: leading prompt tokens left out of pooling (embedders)
+    attend: np.ndarray | None = None  # per row: its leading tokens attended (None: all; query expansion)
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Rows:
     skip: int = 0                        # leading prompt tokens left out of pooling, in every row (embedders)
     tokens: np.ndarray | None = None     # tokens per item where an item is not one row (None: each row's length)
     owner: np.ndarray | None = None      # each row's item where an item has several rows (--overflow chunk windows)
+    attend: list[int] | None = None      # each row's leading tokens attended, the rest run but not attended
+                                         # (a ColBERT query's expansion: [MASK]s scored, not attended); None: all
 
 
 @dataclass
@@ -85,6 +88,7 @@ class BatchCore:
         ids: list[list[int]] = []
         types: list[list[int]] = []
         skips: list[int] = []
+        attend: list[int] | None = None    # only where some request's rows attend fewer tokens than they run
         keep: list[tuple[int, int, Rows]] = []     # (request, its first row, its rows)
         for i, rows in enumerate(self.tokenize(requests)):
             if isinstance(rows, Exception):
@@ -94,12 +98,20 @@ class BatchCore:
                 ids.extend(rows.ids)
                 types.extend(rows.type_ids)
                 skips.extend([rows.skip] * len(rows.ids))
+                if rows.attend is not None and attend is None:
+                    attend = [len(x) for x in ids[:len(ids) - len(rows.ids)]]
+                if attend is not None:
+                    attend.extend(rows.attend if rows.attend is not None else map(len, rows.ids))
         if not keep:
             return Batch(outcomes)
         lengths, chunks = self.chunks(ids, types, np.asarray(skips, dtype=np.int64))
+        if attend is not None:
+            att = np.asarray(attend, dtype=np.int64)
+            for c in chunks:
+                c.attend = att[c.rows]
 
         def finish(outs: list[np.ndarray]) -> list:
-            allv = gather(len(ids), self.width, [(c.rows, v) for c, v in zip(chunks, outs)])
+            allv = self.collect(len(ids), [(c.rows, v) for c, v in zip(chunks, outs)])
             out = list(outcomes)
             for i, first, rows in keep:
                 n = len(rows.ids)
@@ -107,6 +119,11 @@ class BatchCore:
             return [o if o is not None else self.outcome(error=RuntimeError("not served")) for o in out]
 
         return Batch(outcomes, chunks, finish)
+
+    def collect(self, n_rows: int, parts: list[tuple[np.ndarray, Any]]) -> Any:
+        """Every chunk's rows' results in the batch's row order: [rows, width] by default (routing.gather);
+        a kind whose rows differ in size (token vectors) gathers its own."""
+        return gather(n_rows, self.width, parts)
 
     def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk: Any) -> np.ndarray:
         """The encoder's output of one chunk -> its rows' results (as is by default)."""
@@ -124,8 +141,11 @@ class BatchCore:
         """The chunk's rows right-padded: to the bucket (fixed-shape encoders) or to its longest row."""
         width = chunk.bucket if self.cfg.pad_to_bucket else max(len(x) for x in chunk.ids)
         lengths = np.fromiter((len(x) for x in chunk.ids), dtype=np.int64, count=len(chunk.ids))
-        return self.padder.pad(Encoded(chunk.ids, chunk.type_ids, lengths), range(len(chunk.ids)), width,
-                               self.cfg.input_names)
+        feeds = self.padder.pad(Encoded(chunk.ids, chunk.type_ids, lengths), range(len(chunk.ids)), width,
+                                self.cfg.input_names)
+        if chunk.attend is not None:   # tokens run but not attended (a ColBERT query's expansion)
+            feeds["attention_mask"][np.arange(width)[None, :] >= chunk.attend[:, None]] = 0
+        return feeds
 
     def run(self, requests: list, encoder: Encoder) -> list:
         """prepare, every chunk through `encoder(bucket, feeds)` and `after`, finish."""

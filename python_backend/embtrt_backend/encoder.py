@@ -105,7 +105,8 @@ class OpenVinoEncoder:
     (whose threads meet at a barrier after every op, so any other process on either core
     stalls both). One text runs on one stream."""
 
-    def __init__(self, onnx_path: str, precision: str = "fp32", intra_threads: int = 0, length_step: int = 32) -> None:
+    def __init__(self, onnx_path: str, precision: str = "fp32", intra_threads: int = 0, length_step: int = 32,
+                 trim: bool = True) -> None:
         import os
 
         import openvino as ov
@@ -115,6 +116,9 @@ class OpenVinoEncoder:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.streams = intra_threads if intra_threads > 0 else cores
         self.length_step = length_step
+        # trim: columns no row attends are dropped before the run; not for a model whose unattended
+        # positions have outputs (a ColBERT query's expansion)
+        self.trim = trim_padding if trim else (lambda feeds: feeds)
         core = ov.Core()
         model = core.read_model(onnx_path)
         self.input_names = tuple(p.get_any_name() for p in model.inputs)
@@ -132,11 +136,11 @@ class OpenVinoEncoder:
         mask = feeds["attention_mask"]
         ranges = balanced_parts(mask.sum(axis=1), min(self.streams, mask.shape[0]))
         if len(ranges) == 1:
-            self.requests[0].infer(pad_single_row(trim_padding(feeds), self.length_step))
+            self.requests[0].infer(pad_single_row(self.trim(feeds), self.length_step))
             # The output tensor is the request's own buffer, overwritten by the next call.
             return np.array(self.requests[0].get_output_tensor(0).data, dtype=np.float32, copy=True)
         for req, (a, b) in zip(self.requests, ranges):
-            req.start_async(trim_padding({k: v[a:b] for k, v in feeds.items()}))
+            req.start_async(self.trim({k: v[a:b] for k, v in feeds.items()}))
         outs = []
         for req in self.requests[:len(ranges)]:
             req.wait()
@@ -149,7 +153,8 @@ def make_encoder(p: dict[str, str], onnx_path: str | None, hf_dir: str | None, t
     parity gate calls this too, so it checks exactly what is served)."""
     threads = int(p.get("intra_op_threads", "0"))
     if p.get("runtime") == "openvino":
-        return OpenVinoEncoder(str(onnx_path), p.get("precision", "fp32"), threads)
+        return OpenVinoEncoder(str(onnx_path), p.get("precision", "fp32"), threads,
+                               trim=p.get("trim_padding", "true") == "true")
     if p.get("runtime", "onnxruntime") == "torch":
         from .torch_encoder import torch_encoder
 

@@ -182,6 +182,49 @@ class TorchSplade(_Torch):
         return splade_weights(self.torch, logits, inputs["attention_mask"], self.pooling, self.double, self.top_k)
 
 
+HEADS_FILE = "embtrt_heads.npz"   # a multi-vector model's heads beside its graph (python-torch reads them)
+
+
+def multivector_head(torch, hidden, heads: dict, layout: str, normalize: bool = True):
+    """A multi-vector encoder's output per position from the last hidden states [rows, length, hidden]:
+    colbert: the projection (heads `weight`, optional `bias`), L2-normalised where the model normalises
+    -> [rows, length, dim]; m3 (bge-m3): [rows, length, C + 1], C = max(colbert dim, hidden), position 0
+    the normalised CLS (the dense vector), the others the normalised ColBERT projection (`colbert_weight`,
+    `colbert_bias`), the last column relu of the sparse head (`sparse_weight`, `sparse_bias`). The ONNX
+    export (embtrt.kinds.multivector.export) traces this same function."""
+    F = torch.nn.functional
+    if layout == "colbert":
+        v = F.linear(hidden, heads["weight"], heads.get("bias"))
+        return F.normalize(v, p=2, dim=-1, eps=1e-12) if normalize else v
+    dense = F.normalize(hidden[:, 0], p=2, dim=-1, eps=1e-12)
+    col = F.normalize(F.linear(hidden, heads["colbert_weight"], heads["colbert_bias"]), p=2, dim=-1, eps=1e-12)
+    sparse = torch.relu(F.linear(hidden, heads["sparse_weight"], heads["sparse_bias"]))
+    c = max(dense.shape[-1], col.shape[-1])
+    dense, col = F.pad(dense, (0, c - dense.shape[-1])), F.pad(col, (0, c - col.shape[-1]))
+    return torch.cat([torch.cat([dense.unsqueeze(1), col[:, 1:]], dim=1), sparse], dim=-1)
+
+
+class TorchMultiVector(_Torch):
+    """A multi-vector encoder: the model's last hidden states through its heads (multivector_head),
+    float32 [rows, length, width]."""
+
+    def __init__(self, hf_dir: str, precision: str, intra_threads: int, layout: str, normalize: bool,
+                 trust_remote_code: bool = False, device: str = "cpu") -> None:
+        super().__init__(hf_dir, precision, intra_threads, trust_remote_code, device)
+        arrays = np.load(os.path.join(os.path.dirname(os.path.abspath(hf_dir)), HEADS_FILE))
+        self.heads = {k: self.torch.from_numpy(arrays[k]).to(self.device) for k in arrays.files}
+        self.layout, self.normalize = layout, normalize
+
+    @classmethod
+    def from_params(cls, p, hf_dir, threads, trust_remote_code, device):
+        return cls(hf_dir, p["precision"], threads, p["mv_layout"], p.get("mv_normalize", "true") == "true",
+                   trust_remote_code, device)
+
+    def forward(self, inputs: dict):
+        hidden = self.model(**inputs).last_hidden_state.float()
+        return multivector_head(self.torch, hidden, self.heads, self.layout, self.normalize).float()
+
+
 def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_code: bool = False) -> _Torch:
     """The python-torch encoder of a model's parameters, by its kind, on its device; with static
     shapes (CUDA graphs on CUDA) where the parameters list them (`graph_shapes`) and `cuda_graphs`

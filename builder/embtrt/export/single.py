@@ -159,6 +159,10 @@ class FrontDoorBuild:
     def manifest_fields(self) -> dict: raise NotImplementedError   # its Manifest fields beyond the shared ones
     width = property(lambda self: self.spec.hidden_size)   # each row's encoder output width
 
+    def encoder_dims(self) -> list[int]:
+        """A row's encoder output dims in a bucket encoder's config ([width]; per position: [-1, width])."""
+        return [self.width]
+
     def params(self, pad_id: int) -> dict[str, str]:
         return front_params(self.spec, pad_id, self.kind.encoder_output)
 
@@ -226,7 +230,7 @@ class FrontDoorBuild:
             backend_code=kind.front_door, data=warmup_data(spec))
         names = model_names(spec)["encoder"]   # bls: one encoder model per bucket over the one graph, its rows [width]
         encoders = [] if spec.router_mode == "local" else [
-            _encoder_plan(spec, b, names[b], [_t(kind.encoder_output, "TYPE_FP32", [self.width])], kind.encoder_output,
+            _encoder_plan(spec, b, names[b], [_t(kind.encoder_output, "TYPE_FP32", self.encoder_dims())], kind.encoder_output,
                           {b: graph}, {}, sorted(ident.items())) for b in spec.buckets]
         bundle = write_front_door(spec, [plan, *encoders], repo, log)
         # the graph the gate judged (tensorrt: per bucket where they differ; precision_onnx has each plan's source)

@@ -115,6 +115,9 @@ class BuildSpec:
     sparse_query_max_length: int = 0  # inference-free SPLADE: the static query side's max length (0: none)
     sparse_max_active_dims: int = 0   # sparse: the folder's max_active_dims, each vector's K largest by default (0: all)
     active_dims_in_graph: bool = False  # sparse: that top-K kept inside the ONNX graph (requests ask for at most K)
+    # multi-vector: the front door's parameters the folder decides (layout, widths, lengths, expansion,
+    # skiplist ids: kinds.multivector.reference.MultiVectorInfo.params)
+    multivector: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from embtrt_backend.kinds import CLASSIFIER, RERANKER, kind_of
+from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, MULTIVECTOR, RERANKER, kind_of
 
 from ..common.files import check_out
 from ..common.gpu import tensorrt_available
@@ -123,6 +123,8 @@ def spec_from_options(
     found, why = detect_kind(model_dir)
     if kind != "auto" and {kind, found} <= set(SEQUENCE_KINDS):
         found = kind   # a *ForSequenceClassification folder: --kind says which of the two it is served as
+    if (kind, found) == (EMBEDDER.name, MULTIVECTOR.name) and (model_dir / "modules.json").is_file():
+        found = kind   # bge-m3 is a SentenceTransformer too: --kind embedder serves its dense vector alone
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {a_or_an(found)} {found} ({why})",
                         f"build it as {a_or_an(found)} {found} (leave --kind out), or point at {a_or_an(kind)} {kind} folder")

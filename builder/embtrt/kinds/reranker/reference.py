@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, RERANKER, SPARSE
+from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, MULTIVECTOR, RERANKER, SPARSE
 
 from ...errors import ModelError
 
@@ -32,7 +32,14 @@ def detect_kind(path: Path) -> tuple[str, str]:
         return doc if isinstance(doc, dict) else {}
 
     st = read("config_sentence_transformers.json")
+    from ..multivector.reference import m3_heads
     from ..sparse.reference import sparse_modules
+
+    if st.get("model_type") == "MultiVectorEncoder":
+        return MULTIVECTOR.name, "config_sentence_transformers.json says model_type MultiVectorEncoder (ColBERT)"
+    heads = m3_heads(path)
+    if heads:   # bge-m3 (its folder is a SentenceTransformer too: --kind embedder serves the dense vector alone)
+        return MULTIVECTOR.name, f"{' and '.join(heads)} beside the model (bge-m3: dense, sparse and ColBERT outputs)"
 
     if st.get("model_type") == "SparseEncoder" or sparse_modules(path):
         return SPARSE.name, "a sentence-transformers SparseEncoder folder (SPLADE)"

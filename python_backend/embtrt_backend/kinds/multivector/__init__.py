@@ -1,0 +1,19 @@
+"""The multi-vector encoder: sentence-transformers' MultiVectorEncoder (ColBERT: a vector per token,
+late interaction by MaxSim), and bge-m3-style folders (FlagEmbedding's BGEM3FlagModel: the dense
+vector, the lexical weights and the ColBERT vectors from one encoder pass)."""
+
+from ..base import Kind
+
+KIND = Kind(
+    name="multivector", label="a multi-vector encoder", reference="MultiVectorEncoder",
+    operations=("token_vectors", "rank"), metric_route="multivector",
+    served_routes="POST /embed_all (TEI), /pooling (vLLM), /v1/encode, or the rerank routes (MaxSim)",
+    client_hint="get token vectors with MultiVectorClient / `embtrt encode`",
+    front_door="router", inputs=("TEXT",), probe_output="TOKEN_EMBEDDINGS", door="MultiVectorDoor",
+    torch_encoder="TorchMultiVector", encoder_output="token_vectors",
+    build="embtrt.kinds.multivector.export:build_multivector_in",
+    spec_fields="embtrt.kinds.multivector.export:spec_fields",
+    gateway_model="embtrt.kinds.multivector.scale:MultiVector",
+    measure="embtrt.kinds.multivector.measure:MultiVectorMeasure",
+    gateway_operations="embtrt.kinds.multivector.scale_routes:OPERATIONS",
+)

@@ -1,0 +1,118 @@
+"""Tiny seeded multi-vector models, built offline: a ColBERT-style MultiVectorEncoder (a small BERT with
+MiniLM's WordPiece vocabulary, a 128-wide projection, query expansion to 32 tokens, the punctuation
+skiplist, query and document prompts) and a bge-m3-shaped folder (an XLM-R encoder with a Unigram
+tokenizer trained here, XLM-R's special ids 0-3, and both head files, colbert_linear.pt and
+sparse_linear.pt). Their weights are seeded and spread (initializer_range 0.2), so different texts
+give different vectors; FlagEmbedding's BGEM3FlagModel is imported through `flag_m3` with the
+stand-ins FINDINGS describes (it is a test reference only, installed without its dependencies)."""
+
+from __future__ import annotations
+
+import shutil
+import string
+from pathlib import Path
+
+
+def make_colbert(path: Path, prompts: dict[str, str] | None = None) -> Path:
+    import torch
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    hf = path.with_name(path.name + "-hf")
+    tok = AutoTokenizer.from_pretrained(str(default_model_path()))
+    torch.manual_seed(5)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128, initializer_range=0.2)
+    BertModel(cfg, add_pooling_layer=False).eval().save_pretrained(hf)
+    tok.save_pretrained(hf)
+    t = Transformer(str(hf), query_length=32, document_length=48, query_expansion={"strategy": "fixed", "length": 32})
+    torch.manual_seed(6)
+    d = Dense(32, 128, bias=False, activation_function=torch.nn.Identity(), module_input_name="token_embeddings")
+    m = MultiVectorEncoder(modules=[t, d, MultiVectorMask(skiplist_words=list(string.punctuation)),
+                                    Normalize(module_input_name="token_embeddings")],
+                           prompts={"query": "query: ", "document": "passage: "} if prompts is None else prompts,
+                           device="cpu")
+    m.save(str(path))
+    shutil.rmtree(hf)
+    return path
+
+
+def make_m3(path: Path, heads: bool = True) -> Path:
+    """A bge-m3-shaped folder: XLMRobertaModel (hidden 32, max length 64), its tokenizer, and (heads)
+    colbert_linear.pt [32, 32] + bias and sparse_linear.pt [1, 32] + bias beside it."""
+    import torch
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+    from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
+
+    from tiny_models import _corpus, _train
+
+    path.mkdir(parents=True, exist_ok=True)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tok = _train(models.Unigram(), trainers.UnigramTrainer(vocab_size=1500, special_tokens=specials, unk_token="<unk>"),
+                 pre_tokenizers.Metaspace(), decoders.Metaspace(), _corpus())
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+    tmp = path / "_tok.json"
+    tok.save(str(tmp))
+    fast = XLMRobertaTokenizerFast(tokenizer_file=str(tmp), model_max_length=64)
+    tmp.unlink()
+    fast.save_pretrained(path)
+    torch.manual_seed(7)
+    cfg = XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0,
+                           eos_token_id=2, type_vocab_size=1, initializer_range=0.2)
+    XLMRobertaModel(cfg, add_pooling_layer=False).eval().save_pretrained(path)
+    if heads:
+        torch.manual_seed(8)
+        colbert, sparse = torch.nn.Linear(32, 32), torch.nn.Linear(32, 1)
+        with torch.no_grad():
+            sparse.bias.fill_(0.5)   # about half the positions keep a weight, as a trained head
+        torch.save(colbert.state_dict(), path / "colbert_linear.pt")
+        torch.save(sparse.state_dict(), path / "sparse_linear.pt")
+    return path
+
+
+def flag_m3(path: Path):
+    """FlagEmbedding's BGEM3FlagModel on `path` (fp32, CPU), imported with stand-ins for the modules its
+    package __init__ needs and this environment lacks (transformers.modeling_attn_mask_utils, datasets,
+    peft: FINDINGS)."""
+    import importlib.machinery
+    import sys
+    import types
+
+    if "transformers.modeling_attn_mask_utils" not in sys.modules:
+        try:
+            import transformers.modeling_attn_mask_utils  # noqa: F401
+        except ImportError:
+            stub = types.ModuleType("transformers.modeling_attn_mask_utils")
+            for n in ("AttentionMaskConverter", "_prepare_4d_causal_attention_mask",
+                      "_prepare_4d_causal_attention_mask_for_sdpa", "_prepare_4d_attention_mask"):
+                setattr(stub, n, lambda *a, **k: None)
+            sys.modules["transformers.modeling_attn_mask_utils"] = stub
+
+    class _Any(types.ModuleType):
+        def __getattr__(self, n):
+            if n.startswith("__"):
+                raise AttributeError(n)
+            return type(n, (), {})
+
+    for name in ("datasets", "peft"):
+        try:
+            __import__(name)
+        except ImportError:
+            mod = _Any(name)
+            mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+            sys.modules[name] = mod
+    from FlagEmbedding import BGEM3FlagModel
+
+    return BGEM3FlagModel(str(path), use_fp16=False, devices="cpu")
+
+
+MULTIVECTOR = {"colbert": make_colbert, "m3": make_m3}
+PUNCTUATION = string.punctuation
