@@ -206,6 +206,42 @@ def classifier_server(classifier_repos, tmp_path_factory):
         yield srv
 
 
+@pytest.fixture(scope="session")
+def multivectors(tmp_path_factory) -> dict[str, Path]:
+    """Tiny seeded multi-vector folders (tests/tiny_multivector.py): a ColBERT MultiVectorEncoder and a
+    bge-m3-shaped XLM-R with both head files."""
+    from tiny_multivector import MULTIVECTOR
+
+    base = _once("multivectors", lambda b: [make(b / k) for k, make in MULTIVECTOR.items()])
+    return {k: base / k for k in MULTIVECTOR}
+
+
+@pytest.fixture(scope="session")
+def multivector_repos(multivectors) -> dict[str, Path]:
+    """Each multi-vector folder built (python-ort) on half the corpus, named after its key (colbert, m3), and
+    the ColBERT folder for python-torch (colbert_torch: its encoder reads the heads shipped beside 1/hf/)."""
+    from embtrt.export import build
+    from embtrt.export.spec_options import spec_from_options
+
+    def fill(base: Path) -> None:
+        corpus = _sparse_corpus(base)
+        for key, path in multivectors.items():
+            build(spec_from_options(path, base / key, name=key), corpus=corpus, log=_quiet)
+        build(spec_from_options(multivectors["colbert"], base / "colbert_torch", name="colbert_torch",
+                                target="python-torch"), corpus=corpus, log=_quiet)
+
+    base = _once("multivector_repos", fill)
+    return {key: base / key for key in (*multivectors, "colbert_torch")}
+
+
+@pytest.fixture(scope="session")
+def multivector_server(multivector_repos, tmp_path_factory):
+    """One tritonserver serving both tiny multi-vector models (colbert, m3)."""
+    first, *more = multivector_repos.values()
+    with start_server(first, tmp_path_factory.mktemp("multivector_srv"), *more) as srv:
+        yield srv
+
+
 def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options: dict | None = None,
                   full_corpus: bool = False, **kw) -> tuple[Path, Path]:
     """(model folder, built repository `name`, built with `options`) of tiny_models' `maker` SparseEncoder."""

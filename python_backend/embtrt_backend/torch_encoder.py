@@ -204,6 +204,29 @@ def multivector_head(torch, hidden, heads: dict, layout: str, normalize: bool = 
     return torch.cat([torch.cat([dense.unsqueeze(1), col[:, 1:]], dim=1), sparse], dim=-1)
 
 
+def load_heads(torch, hf_dir: str, layout: str) -> dict:
+    """A multi-vector model's heads as multivector_head names them: the served repository's
+    embtrt_heads.npz beside 1/hf/, else (the build's gate) read from the model folder itself: bge-m3's
+    colbert_linear.pt and sparse_linear.pt, or a MultiVectorEncoder's 1_Dense/model.safetensors."""
+    served = os.path.join(os.path.dirname(os.path.abspath(hf_dir)), HEADS_FILE)
+    if os.path.isfile(served):
+        arrays = np.load(served)
+        return {k: torch.from_numpy(arrays[k]) for k in arrays.files}
+    if layout == "m3":
+        col, sp = (torch.load(os.path.join(hf_dir, f), map_location="cpu", weights_only=True)
+                   for f in ("colbert_linear.pt", "sparse_linear.pt"))
+        return {"colbert_weight": col["weight"], "colbert_bias": col["bias"], "sparse_weight": sp["weight"],
+                "sparse_bias": sp["bias"]}
+    import json
+
+    from safetensors.torch import load_file
+
+    modules = json.load(open(os.path.join(hf_dir, "modules.json"), encoding="utf-8"))
+    dense = next(m["path"] for m in modules if m["type"].endswith("Dense"))
+    state = load_file(os.path.join(hf_dir, dense, "model.safetensors"))
+    return {"weight": state["linear.weight"], **({"bias": state["linear.bias"]} if "linear.bias" in state else {})}
+
+
 class TorchMultiVector(_Torch):
     """A multi-vector encoder: the model's last hidden states through its heads (multivector_head),
     float32 [rows, length, width]."""
@@ -211,8 +234,7 @@ class TorchMultiVector(_Torch):
     def __init__(self, hf_dir: str, precision: str, intra_threads: int, layout: str, normalize: bool,
                  trust_remote_code: bool = False, device: str = "cpu") -> None:
         super().__init__(hf_dir, precision, intra_threads, trust_remote_code, device)
-        arrays = np.load(os.path.join(os.path.dirname(os.path.abspath(hf_dir)), HEADS_FILE))
-        self.heads = {k: self.torch.from_numpy(arrays[k]).to(self.device) for k in arrays.files}
+        self.heads = {k: v.float().to(self.device) for k, v in load_heads(self.torch, hf_dir, layout).items()}
         self.layout, self.normalize = layout, normalize
 
     @classmethod

@@ -5,6 +5,7 @@ import pytest
 
 from embtrt.kinds.classifier.scale_routes import ROUTES as CLASSIFY_ROUTES
 from embtrt.kinds.embedder.scale_routes import ROUTES as EMBED_ROUTES
+from embtrt.kinds.multivector.scale_routes import ENCODE_ROUTES, TOKEN_ROUTES
 from embtrt.kinds.reranker.scale_routes import ROUTES as RERANK_ROUTES
 from embtrt.kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
 from embtrt.scale.gateway.errors import ApiError
@@ -12,7 +13,7 @@ from embtrt.scale.gateway.routes import OWN, Routes, all_routes
 from embtrt.scale.gateway.tokenize import ROUTES as TOKENIZE_ROUTES
 
 TABLE = all_routes()
-OPS = ("embed", "rank", "embed_sparse", "classify", "tokenize", "models", "live", "ready", "metrics", "info", "root")
+OPS = ("embed", "rank", "embed_sparse", "classify", "token_vectors", "encode", "tokenize", "models", "live", "ready", "metrics", "info", "root")
 
 
 def _routes(served):
@@ -20,15 +21,18 @@ def _routes(served):
 
 
 def test_every_route_goes_to_its_operation():
-    r = _routes({"embed", "rank", "embed_sparse"})
+    r = _routes({"embed", "rank", "embed_sparse", "classify", "token_vectors", "encode"})
     assert {r.find("POST", p) for p in EMBED_ROUTES} == {"embed"}
     assert {r.find("POST", p) for p in RERANK_ROUTES} == {"rank"}
     assert {r.find("POST", p) for p in SPARSE_ROUTES} == {"embed_sparse"}
     assert {r.find("POST", p) for p in TOKENIZE_ROUTES} == {"tokenize"}
     assert {r.find("POST", p) for p in CLASSIFY_ROUTES} == {"classify"}
+    assert {r.find("POST", p) for p in TOKEN_ROUTES} == {"token_vectors"}   # TEI's /embed_all, vLLM's /pooling
+    assert r.find("POST", "/v1/encode") == "encode"
     assert r.find("GET", "/v1/models") == "models" and r.find("GET", "/health/ready") == "ready"
     assert len({(x.method, x.path) for x in TABLE}) == len(TABLE) == (len(EMBED_ROUTES) + len(RERANK_ROUTES)
                                                                        + len(SPARSE_ROUTES) + len(CLASSIFY_ROUTES)
+                                                                       + len(TOKEN_ROUTES) + len(ENCODE_ROUTES)
                                                                        + len(TOKENIZE_ROUTES) + len(OWN))
     # TEI's POST / (its model's route, anchors.Root) and GET / (health) share a path; NIM's and TEI's GET routes
     assert r.find("POST", "/") == "root" and r.find("GET", "/info") == "info"
@@ -88,7 +92,8 @@ def test_the_kinds_bring_the_operations_once_each(monkeypatch):
 
     from embtrt.scale.gateway import operations as ops
 
-    assert list(ops.operations()) == ["embed", "rank", "embed_sparse", "classify", "tokenize"]   # the gateway's COMMON last
+    assert list(ops.operations()) == ["embed", "rank", "embed_sparse", "classify", "token_vectors", "encode",
+                                      "tokenize"]   # the gateway's COMMON last
     assert [r.path for r in TABLE][:3] == ["/v1/embeddings", "/embeddings", "/embed"]
     twice = [*registry.KINDS, dataclasses.replace(registry.KINDS[1], name="again")]
     monkeypatch.setattr(ops, "KINDS", twice)

@@ -48,7 +48,9 @@ from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, pa
                            request_options, resolve_model)
 
 # POST path -> its dialect
-ROUTES = {"/v1/embeddings": "openai", "/embeddings": "openai", "/embed": "tei", "/embed_all": "tei-all",
+# (TEI's /embed_all is the token_vectors operation's: kinds.multivector.scale_routes, which hands an embedder's
+# body to parse_embed_all and answer here)
+ROUTES = {"/v1/embeddings": "openai", "/embeddings": "openai", "/embed": "tei",
           "/similarity": "tei-similarity", "/v1/embed": "cohere-v1", "/v2/embed": "cohere-v2"}
 
 DIRECTIONS = {"right": "END", "left": "START"}

@@ -174,7 +174,7 @@ class MultiVectorBuild(FrontDoorBuild):
         if self.info.layout == "m3":
             outs = served(core, encoder, texts, "document")
             got = {"dense": np.concatenate([o.dense for o in outs]), "colbert": [v for o in outs for v in o.vectors],
-                   "sparse": [x for o in outs for x in o.sparse], "tokens": np.concatenate([o.tokens for o in outs])}
+                   "lexical": [x for o in outs for x in o.sparse], "tokens": np.concatenate([o.tokens for o in outs])}
             return judge_m3(ref.encode(texts), texts, got, core.cfg.buckets, self.log, prec).as_dict(lines=False)
         sides = {}
         for side in ("query", "document"):

@@ -130,7 +130,7 @@ def sparse_errors(got: list[tuple[np.ndarray, np.ndarray]], want: list[dict], li
 
 def judge_m3(reference: dict, texts: list[str], served: dict, buckets, log: Callable[[str], None] = print,
              precision: str = "fp32") -> Verdict:
-    """served: {"dense": [n, hidden], "colbert": vectors per text, "sparse": (ids, weights) per text, "tokens"};
+    """served: {"dense": [n, hidden], "colbert": vectors per text, "lexical": (ids, weights) per text, "tokens"};
     reference: M3Reference.encode's dict."""
     lim, v = limits_for(precision), Verdict()
     g, w = served["dense"], reference["dense_vecs"]
@@ -140,7 +140,7 @@ def judge_m3(reference: dict, texts: list[str], served: dict, buckets, log: Call
             f"(limit {lim.dense})", f"dense cosine {low:.6f} < {lim.dense}")
     per = _check_vectors(v, "colbert", served["colbert"], reference["colbert_vecs"], served["tokens"], buckets, lim,
                          "BGEM3FlagModel's colbert_vecs")
-    err, lost = sparse_errors(served["sparse"], reference["lexical_weights"], lim)
+    err, lost = sparse_errors(served["lexical"], reference["lexical_weights"], lim)
     worst = float(err.max(initial=0.0))
     v.check(worst <= lim.weight and lost == 0,
             f"lexical weights: {len(texts)} texts, max |difference| {worst:.1e} (limit {lim.weight:.0e}); "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,7 @@ class RerankRequest:
     activation: str = "default"      # the front door's activation: default (the model's own) | raw
     truncate: bool = True            # pairs over the max length cut as CrossEncoder.predict cuts them
     truncation_direction: str = "right"
+    scoring: dict | None = None      # a multi-vector model's `mode` and `weights` (bge-m3's compute_score), as sent
 
 
 def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind],
@@ -129,6 +130,9 @@ def _parse_rerank(api: str, body: dict, models: Mapping[str, RerankModel], kinds
         req = RerankRequest(api, model, name, query, docs, None, False, "raw", NIM_TRUNCATE[trunc])
     else:
         raise ValueError(f"unknown rerank API {api!r}")
+    extra = {k: body[k] for k in ("mode", "weights") if body.get(k) is not None}
+    if extra:
+        req = replace(req, scoring=extra)
     qfield = "query.text" if api == "nim" else "query"
     check_bytes([req.query], m.max_text_bytes, qfield, qfield)
     check_bytes(req.documents, m.max_text_bytes, DOC_FIELDS[api])

@@ -44,6 +44,7 @@ class GatewayConfig:
     # admission control (admission.py) and connection hygiene (connections.py)
     max_request_chars: int = 2_000_000
     max_request_tokens: int = 262_144
+    max_vector_bytes: int = 32 << 20   # token vectors (float32) one request may be answered with (multi-vector)
     max_concurrent: int = 256
     cpu_threads: int = 2
     header_timeout_s: float = 10.0
@@ -62,6 +63,8 @@ class GatewayConfig:
                 raise SpecError(f"invalid {name}: {getattr(self, name)} is not a file", "a PEM file")
         if self.route not in ROUTES:
             raise SpecError(f"invalid route: {self.route!r}", " | ".join(ROUTES))
+        if self.max_vector_bytes < 1:
+            raise SpecError(f"invalid max_vector_bytes: {self.max_vector_bytes}", "at least 1")
         if not 1 <= self.max_items <= MAX_ITEMS:
             raise SpecError(f"invalid max_items: {self.max_items}", f"1 .. {MAX_ITEMS}")
         if not 0 <= self.coalesce_us <= 1_000_000:

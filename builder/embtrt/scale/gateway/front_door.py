@@ -38,6 +38,7 @@ class FrontDoorModel:
     def unpack(self, items: list, outs: tuple) -> Any: raise NotImplementedError
     def finite(self, rows: Any) -> bool: return bool(np.all(np.isfinite(rows)))
     def facts(self) -> dict: return {}   # its /v1/models entry beside the shared fields
+    def asked(self, how: Any) -> tuple[str, ...]: return self.outputs   # a call's outputs, TOKENS last
 
     served_as: Callable[[Path], Any]   # its served record (served.py) from the repository
 
@@ -75,7 +76,7 @@ class FrontDoorModel:
         the front door refuses (INVALID_ARG, "row N: ...") is a 400 naming `field[offset + N]`."""
         try:
             *outs, tokens = await self.upstream.calls(self.pool, 0, self.served.name, self.inputs(items, how),
-                                                      self.outputs, params or None)
+                                                      self.asked(how), params or None)
         except ApiError as exc:
             if exc.status != 400:
                 raise

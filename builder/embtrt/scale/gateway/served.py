@@ -69,6 +69,18 @@ class Served(ServedModel):
         self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
 
 
+class ServedMultiVector(ServedModel):
+    """A multi-vector encoder: its layout (colbert | m3), widths and side lengths, and the front door's own
+    core (its options resolve a request's side, prompt and truncation; its tokenizer counts a large request)."""
+
+    def __init__(self, repo: Path) -> None:
+        super().__init__(repo)
+        from embtrt_backend.kinds.multivector.core import MultiVectorCore
+
+        self.core = MultiVectorCore.from_folder(str(self.folder), self.door)
+        self.mv = self.core.mv
+
+
 def served_kind(repo: Path) -> str:
     """The kind of model the repository serves, as its manifest records it (embtrt_backend.kinds)."""
     return read_manifest(Path(repo)).kind

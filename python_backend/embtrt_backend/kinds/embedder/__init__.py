@@ -4,7 +4,7 @@ from ..base import Kind
 
 KIND = Kind(
     name="embedder", label="an embedder", reference="SentenceTransformer",
-    operations=("embed",), metric_route="embeddings",
+    operations=("embed", "token_vectors"), metric_route="embeddings",   # token_vectors: TEI's /embed_all
     served_routes="POST /v1/embeddings",
     client_hint="rank with RerankClient / `embtrt rerank` (docs/rerankers.md)",
     front_door="router", inputs=("TEXT",), probe_output="EMBEDDING", door="EmbedderDoor", torch_encoder="TorchEncoder",

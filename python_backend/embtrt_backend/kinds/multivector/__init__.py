@@ -6,7 +6,7 @@ from ..base import Kind
 
 KIND = Kind(
     name="multivector", label="a multi-vector encoder", reference="MultiVectorEncoder",
-    operations=("token_vectors", "rank"), metric_route="multivector",
+    operations=("token_vectors", "rank", "encode"), metric_route="multivector",
     served_routes="POST /embed_all (TEI), /pooling (vLLM), /v1/encode, or the rerank routes (MaxSim)",
     client_hint="get token vectors with MultiVectorClient / `embtrt encode`",
     front_door="router", inputs=("TEXT",), probe_output="TOKEN_EMBEDDINGS", door="MultiVectorDoor",

@@ -1,0 +1,126 @@
+"""`embtrt verify` on a multi-vector encoder (docs/multivector.md): its gate (reference_gate) on a served
+deployment, every corpus text encoded over gRPC as a query and as a document (ColBERT: against
+MultiVectorEncoder) or with the three outputs (bge-m3: against BGEM3FlagModel's recipe); --under-load
+resends every text in mixed-size requests at a concurrency, each text's vectors equal to their unloaded
+values; --against gates one deployment against another. `embtrt tune`'s trial: one text per request."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import numpy as np
+from embtrt_backend.kinds import MULTIVECTOR
+
+from ...measure.driver import Load
+from ...measure.kind_measure import KindMeasure, KindReport, warm_then_load
+from ...reference.verdict import Verdict
+from .reference_gate import judge_colbert, judge_m3, limits_for, vector_errors
+
+
+def _flat(vectors: list[np.ndarray], width: int) -> np.ndarray:
+    """Each text's vectors flattened into one zero-padded row (the under-load check compares rows)."""
+    out = np.zeros((len(vectors), width), dtype=np.float32)
+    for i, v in enumerate(vectors):
+        out[i, :v.size] = v.reshape(-1)
+    return out
+
+
+class MultiVectorMeasure(KindMeasure):
+    kind, value = MULTIVECTOR, "vector"
+
+    def read(self) -> None:
+        from .serve import MultiVectorClient
+
+        with MultiVectorClient(self.url, self.model) as c:
+            p = c.parameters()
+        self.buckets = tuple(int(b) for b in p["embtrt.buckets"].split(","))
+        self.precision, self.layout = p.get("precision", "fp32"), p["mv_layout"]
+        self.width = max(int(p["mv_query_length"]), int(p["mv_document_length"])) * int(p["mv_dim"])
+
+    def served(self, texts: list[str], url: str, model: str) -> dict:
+        from .serve import MultiVectorClient
+
+        with MultiVectorClient(url, model) as c:
+            if self.layout == "m3":
+                got = c.encode(texts, return_dense=True, return_sparse=True, return_colbert_vecs=True)
+                tokens = np.concatenate([c._infer(texts[i:i + 32], {}, ("TOKENS",))["TOKENS"].reshape(-1)
+                                         for i in range(0, len(texts), 32)])
+                return {"dense": got["dense_vecs"], "colbert": got["colbert_vecs"], "tokens": tokens,
+                        "lexical": [(np.asarray([int(k) for k in w], np.int64), np.asarray(list(w.values()), np.float32))
+                                    for w in got["lexical_weights"]]}
+            out = {}
+            for side in ("query", "document"):
+                tokens = np.concatenate([c._infer(texts[i:i + 32], {"input_type": side}, ("TOKENS",))["TOKENS"].reshape(-1)
+                                         for i in range(0, len(texts), 32)])
+                out[side] = (c.token_vectors(texts, input_type=side), tokens)
+            return out
+
+    def described(self, texts: list[str]) -> str:
+        return f"{len(texts)} real texts encoded " + ("with the three outputs" if self.layout == "m3" else "as queries and as documents")
+
+    def limit(self) -> tuple[float, str]:
+        lim = limits_for(self.precision)
+        return (1.0 - lim.vector, " (1 - cosine)") if lim.vector_cosine else (lim.vector, "")
+
+    def _vectors(self, got) -> list[np.ndarray]:
+        return got["colbert"] if self.layout == "m3" else got["document"][0]
+
+    def against(self, rep: KindReport, got, other, where: tuple[str, str]) -> float:
+        limit, unit = self.limit()
+        err, bad = vector_errors(self._vectors(got), self._vectors(other), limits_for(self.precision))
+        worst = float(err.max(initial=0.0))
+        rep.check(bad < 0 and worst <= limit, f"against {where[1]} at {where[0]}: the same vector counts, max difference "
+                  f"{worst:.1e}{unit} (limit {limit:.0e})", f"against {where[0]}: vectors differ by {worst:.2e}")
+        return worst
+
+    def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
+        from .reference import colbert_encode, load_m3, load_multivector
+
+        quiet = lambda _m: None
+        if self.layout == "m3":
+            ref = load_m3(reference, None, trust_remote_code)
+            return judge_m3(ref.encode(texts), texts, got, self.buckets, quiet, self.precision)
+        mve = load_multivector(reference, trust_remote_code)
+        return judge_colbert(lambda t, side: colbert_encode(mve, t, side), texts, got, self.buckets,
+                             mve.similarity_fn_name, quiet, self.precision)
+
+    def groups(self, texts: list[str]) -> list[int]:
+        return [len(texts)]
+
+    def unloaded(self, got) -> np.ndarray:
+        return _flat(self._vectors(got), self.width)
+
+    def error(self, got: np.ndarray, base: np.ndarray) -> float:
+        return float(np.abs(got - base).max(initial=0.0))
+
+    async def call(self, client, texts: list[str], group: int, first: int, count: int) -> np.ndarray:
+        from embtrt_backend.kinds.multivector.core import unpadded
+
+        from ...serve.wire import outputs, text_input
+
+        r = await client.infer(self.model, [text_input(texts[first:first + count])], parameters={"input_type": "document"},
+                               outputs=outputs("TOKEN_EMBEDDINGS", "TOKEN_COUNTS"), client_timeout=120)
+        return _flat(unpadded(r.as_numpy("TOKEN_EMBEDDINGS"), r.as_numpy("TOKEN_COUNTS")), self.width)
+
+    def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load:
+        """One real text per request, as a document."""
+        import tritonclient.grpc.aio as aioclient
+
+        from ...serve.wire import text_input
+
+        rng = random.Random(conc)
+        picks = [rng.choice(texts) for _ in range(requests + warmup)]
+
+        async def run() -> Load:
+            async with aioclient.InferenceServerClient(self.url) as c:
+                async def one(i: int) -> None:
+                    await c.infer(self.model, [text_input([picks[i]])], parameters={"input_type": "document"},
+                                  client_timeout=120)
+                return await warm_then_load(one, len(picks), warmup, conc)
+
+        return asyncio.run(run())
+
+
+verify_multivector = MultiVectorMeasure.verify

@@ -1,0 +1,208 @@
+"""One multi-vector encoder behind the gateway (`MultiVector`): a request's texts to the model's front
+door, which prompts, tokenizes, cuts each side, encodes and compacts each text's vectors itself
+(docs/multivector.md), in parts of at most its max batch sent concurrently, with only the outputs the
+request needs; the vectors back in input order, and the tokens the front door reports as the usage.
+
+It serves token vectors (TEI's /embed_all, vLLM's /pooling, /v1/encode: scale_routes) and rank (the
+rerank routes): MaxSim of the query's vectors against each document's (MultiVectorEncoder.similarity),
+or for bge-m3 FlagEmbedding's compute_score in the mode the request asks (default colbert+sparse+dense,
+weights [1, 1, 1] for dense, sparse, colbert)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+from embtrt_backend.kinds import MULTIVECTOR
+from embtrt_backend.kinds.multivector.score import M3_MODES, m3_scores, maxsim
+
+from ...scale.gateway.errors import ApiError
+from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.served import ServedMultiVector
+from ...serve import wire
+
+VECTORS = ("TOKEN_EMBEDDINGS", "TOKEN_COUNTS")
+M3_ALL = ("DENSE", "SPARSE_INDICES", "SPARSE_VALUES", *VECTORS)
+
+
+@dataclass(frozen=True)
+class MultiVectorModel:
+    """What parsing a request needs of one served multi-vector model (the rerank parsers read num_labels
+    and max_text_bytes: its one MaxSim score orders the documents)."""
+
+    layout: str
+    dim: int
+    hidden: int
+    prompts: dict
+    max_text_bytes: int
+    num_labels: int = 1
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One call's outputs (TOKENS last)."""
+
+    outputs: tuple[str, ...]
+
+
+@dataclass
+class Encoded:
+    """A request's texts, encoded: each output asked for, in input order."""
+
+    vectors: list[np.ndarray] | None = None
+    dense: np.ndarray | None = None
+    sparse: list[tuple[np.ndarray, np.ndarray]] | None = None
+    tokens: int = 0
+
+
+class MultiVector(FrontDoorModel):
+    kind, does, value = MULTIVECTOR, "encodes every text", "vector"
+    outputs = (*VECTORS, "TOKENS")
+    probe = (Ask((*VECTORS, "TOKENS")), ["embtrt readiness probe"])
+    served_as = ServedMultiVector
+
+    @property
+    def schema(self) -> MultiVectorModel:
+        mv = self.served.mv
+        return MultiVectorModel(mv.layout, mv.dim, mv.hidden, dict(self.served.core.prompts), self.served.max_text_bytes)
+
+    def asked(self, how: Ask) -> tuple[str, ...]:
+        return how.outputs
+
+    def inputs(self, texts: list[str], _how) -> list:
+        return [wire.text_input(texts)]
+
+    def unpack(self, texts: list[str], outs: tuple) -> tuple:
+        return outs
+
+    def finite(self, rows: tuple) -> bool:
+        return all(np.all(np.isfinite(a)) for a in rows if a.dtype.kind == "f")
+
+    def side_length(self, side: str) -> int:
+        mv = self.served.mv
+        return mv.query_length if side == "query" else mv.document_length
+
+    def _bounds(self, texts: list[str], side: str, params: dict, field: str, vectors: bool) -> None:
+        """The caps before the call: characters, tokens (--max-request-tokens) and, where token vectors come
+        back, their float32 bytes (--max-vector-bytes): a text is at most its side's length and a token
+        covers at least one UTF-8 byte; where that bound does not prove the request under a cap, the texts
+        are tokenized here (the front door's own tokenizer, off the loop) and counted."""
+        a, mv, s = self.admission, self.served.mv, self.served
+        a.check_count(sum(map(len, texts)), field)
+        try:
+            opts = s.core.options(params)
+        except ValueError as exc:   # InputError: the front door's own words, naming the parameter
+            raise ApiError(400, str(exc), param=getattr(exc, "param", None) or field) from None
+        length = self.side_length(side)
+        expanded = side == "query" and mv.expansion_id >= 0
+        bound = a.token_bound(texts, 4 + 4 * len(opts.prompt), length)
+        per_token = 4 * mv.dim
+        limit = self.cfg.max_vector_bytes
+        if bound <= a.cfg.max_request_tokens and (not vectors or (len(texts) * length if expanded else bound) * per_token <= limit):
+            return
+        cut = s.core.cutter(length, opts.truncate)
+        n = [len(e.ids) for e in cut.encode_batch([opts.prompt + t for t in texts], add_special_tokens=True)]
+        a.check_tokens(sum(n), field)
+        total = (len(texts) * length if expanded else sum(min(x, length) for x in n)) * per_token
+        if vectors and total > limit:
+            raise ApiError(413, f"the token vectors of this request are up to {total} bytes (float32); this gateway "
+                           f"answers at most {limit} per request (--max-vector-bytes): send fewer or shorter texts",
+                           param=field, code="request_too_large")
+
+    async def encode_texts(self, texts: list[str], side: str, outputs: tuple[str, ...], field: str,
+                           prompt_name: str | None = None, truncate: str | None = None) -> Encoded:
+        """Texts on one side (query | document) -> the outputs asked for (a subset of M3_ALL), in input order."""
+        params = {"input_type": side, **({"prompt_name": prompt_name} if prompt_name else {}),
+                  **({"truncate": truncate} if truncate else {})}
+        if self.served.mv.layout != "m3" and ("DENSE" in outputs or "SPARSE_INDICES" in outputs):
+            raise ApiError(400, f"{self.served.name} is a ColBERT model: it has token vectors only", param=field)
+        self._bounds(texts, side, params, field, "TOKEN_EMBEDDINGS" in outputs)
+        ask = Ask((*outputs, "TOKENS"))
+        parts, tokens = await self.send(texts, ask, params, field)
+        out = Encoded(tokens=tokens)
+        for got in parts:
+            named = dict(zip(outputs, got))
+            self._check(named, len(got[-1]) if got else 0)
+            if "TOKEN_EMBEDDINGS" in named:
+                emb, counts = named["TOKEN_EMBEDDINGS"], named["TOKEN_COUNTS"].reshape(-1)
+                out.vectors = (out.vectors or []) + [emb[i, :int(c)] for i, c in enumerate(counts)]
+            if "DENSE" in named:
+                out.dense = named["DENSE"] if out.dense is None else np.concatenate([out.dense, named["DENSE"]])
+            if "SPARSE_INDICES" in named:
+                idx, val = named["SPARSE_INDICES"], named["SPARSE_VALUES"]
+                widths = (idx >= 0).sum(axis=1).tolist()
+                out.sparse = (out.sparse or []) + [(i[:n], v[:n]) for i, v, n in zip(idx, val, widths)]
+        return out
+
+    def _check(self, named: dict, rows: int) -> None:
+        emb = named.get("TOKEN_EMBEDDINGS")
+        if emb is not None and (emb.ndim != 3 or emb.shape[2] != self.served.mv.dim or len(emb) != rows):
+            raise ApiError(502, f"{self.served.name}'s front door answered TOKEN_EMBEDDINGS {list(emb.shape)} for {rows} "
+                           f"texts; expected [{rows}, tokens, {self.served.mv.dim}]", type_="server_error")
+
+    async def rerank(self, req) -> tuple[np.ndarray, int]:
+        """The rerank routes: each document's score against the query, in document order. ColBERT: MaxSim (or
+        meanmaxsim, the model's similarity) of encode_query's vectors against encode_document's; bge-m3:
+        compute_score's `mode` (default colbert+sparse+dense) with the request's `weights` ([dense, sparse,
+        colbert], default [1, 1, 1]). Activation flags do not apply (these are not a classifier's logits)."""
+        mode, weights = scoring(self.served.mv.layout, getattr(req, "scoring", None) or {})
+        truncate = None if req.truncate else "NONE"
+        from ..reranker.scale_schema import DOC_FIELDS
+
+        field = DOC_FIELDS.get(req.api, "documents")
+        outputs = M3_ALL if self.served.mv.layout == "m3" else VECTORS
+        q, d = await asyncio.gather(self.encode_texts([req.query], "query", outputs, "query", truncate=truncate),
+                                    self.encode_texts(req.documents, "document", outputs, field, truncate=truncate))
+        if mode is None:
+            mean = self.served.mv.similarity == "meanmaxsim"
+            scores = [maxsim(q.vectors[0], v, mean) for v in d.vectors]
+        else:
+            scores = [m3_scores(q.dense[0], q.sparse[0], q.vectors[0], d.dense[i], d.sparse[i], d.vectors[i], weights)[mode]
+                      for i in range(len(req.documents))]
+        return np.asarray(scores, dtype=np.float32), q.tokens + d.tokens
+
+    async def score_pairs(self, pairs: list[tuple[str, str]], activation: str, field: str, truncate: bool = True,
+                          truncation_direction: str = "right") -> tuple[np.ndarray, int]:
+        """vLLM's /score: (query, document) pairs -> each pair's score [pairs, 1] as rerank scores it, each
+        distinct text encoded once per side. `activation` does not apply to these scores."""
+        queries, docs = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
+        outputs = M3_ALL if self.served.mv.layout == "m3" else VECTORS
+        cut = None if truncate else "NONE"
+        q, d = await asyncio.gather(self.encode_texts(queries, "query", outputs, field, truncate=cut),
+                                    self.encode_texts(docs, "document", outputs, field, truncate=cut))
+        qi, di = {t: i for i, t in enumerate(queries)}, {t: i for i, t in enumerate(docs)}
+        mode, weights = scoring(self.served.mv.layout, {})
+        mean = self.served.mv.similarity == "meanmaxsim"
+        out = []
+        for a, b in pairs:
+            i, j = qi[a], di[b]
+            out.append(maxsim(q.vectors[i], d.vectors[j], mean) if mode is None else
+                       m3_scores(q.dense[i], q.sparse[i], q.vectors[i], d.dense[j], d.sparse[j], d.vectors[j], weights)[mode])
+        return np.asarray(out, dtype=np.float32).reshape(-1, 1), q.tokens + d.tokens
+
+    def tei_type(self) -> dict:
+        return {"embedding": {"pooling": f"multi-vector ({self.served.mv.layout})"}}
+
+    def facts(self) -> dict:
+        mv = self.served.mv
+        return {"layout": mv.layout, "dim": mv.dim, **({"dense_dim": mv.hidden} if mv.layout == "m3" else {}),
+                "similarity": mv.similarity, "query_length": mv.query_length, "document_length": mv.document_length,
+                "prompts": self.served.core.prompts}
+
+
+def scoring(layout: str, raw: dict) -> tuple[str | None, tuple[float, float, float]]:
+    """A rank request's `mode` and `weights` (bge-m3 only) -> (mode, or None for ColBERT's MaxSim; weights)."""
+    if layout != "m3":
+        for key in ("mode", "weights"):
+            if raw.get(key) is not None:
+                raise ApiError(400, f"{key} applies to bge-m3 models (this model ranks by MaxSim)", param=key)
+        return None, (1.0, 1.0, 1.0)
+    mode = raw.get("mode", "colbert+sparse+dense")
+    if mode not in M3_MODES:
+        raise ApiError(400, f"mode must be one of {', '.join(M3_MODES)}, got {mode!r}", param="mode")
+    w = raw.get("weights", [1.0, 1.0, 1.0])
+    if not isinstance(w, list) or len(w) != 3 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                       and x >= 0 for x in w) or sum(w) <= 0:
+        raise ApiError(400, "weights must be 3 numbers >= 0 (dense, sparse, colbert), not all 0", param="weights")
+    return mode, (float(w[0]), float(w[1]), float(w[2]))
