@@ -187,8 +187,8 @@ def test_an_unknown_route_names_the_routes_served_and_a_wrong_method_is_405_with
     u = two_pools
     err = _envelope(httpx.post(u + "/v1/embedding", json={"model": NAME, "input": "x"}), 404,
                     "no route POST /v1/embedding; this gateway serves POST /v1/embeddings, POST /embeddings, POST /embed, "
-                    "POST /embed_all, "
-                    "POST /similarity, POST /v1/embed, POST /v2/embed, POST /tokenize, POST /decode, POST /detokenize, "
+                    "POST /similarity, POST /v1/embed, POST /v2/embed, POST /embed_all, POST /pooling, POST /tokenize, "
+                    "POST /decode, POST /detokenize, "
                     "GET /v1/models, GET /v1/models/{id}, GET /health/live, GET /health/ready, GET /health, GET /ping, "
                     "GET /, POST /, GET /info, GET /v1/health/ready, GET /v1/health/live, GET /v1/metadata, GET /metrics, "
                     "GET /v1/metrics")

@@ -148,3 +148,33 @@ def test_queries_and_documents_batched_together_equal_each_alone(multivector_rep
         assert max(float(np.abs(a - b).max()) for a, b in zip(got.vectors, alone.vectors)) <= 1e-5
     want = colbert_ref.encode_query(texts[9:11], convert_to_numpy=True)
     assert _same_vectors(together[2].vectors, want) <= TOL
+
+
+def test_the_encode_command_prints_each_texts_vectors(multivector_server, m3_ref):
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "embtrt.cli", "encode", "hello world, again", "--url", multivector_server.grpc_url,
+                          "--model", "m3", "--dense", "--sparse", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    want = m3_ref.encode(["hello world, again"], max_length=64, return_dense=True, return_sparse=True,
+                         return_colbert_vecs=True)
+    assert np.abs(np.asarray(doc["dense_vecs"]) - want["dense_vecs"]).max() <= TOL
+    assert set(doc["lexical_weights"][0]) == set(want["lexical_weights"][0])
+    assert np.asarray(doc["colbert_vecs"][0]).shape == want["colbert_vecs"][0].shape
+
+
+@pytest.mark.parametrize("key", ["colbert", "m3"])
+def test_verify_gates_a_served_model_and_holds_under_load(multivector_server, multivectors, corpus, key):
+    from embtrt.kinds.multivector.measure import verify_multivector
+
+    texts = corpus[::10]
+    rep = verify_multivector(multivector_server.grpc_url, key, multivectors[key], texts, under_load=True, concurrency=4,
+                             log=lambda m: None)
+    assert rep.passed, rep.failures
+    assert rep.figures["under_load"]["failed"] == 0 and rep.figures["under_load"]["max_abs_diff"] <= TOL
+    same = verify_multivector(multivector_server.grpc_url, key, None, texts, against=(multivector_server.grpc_url, key),
+                              log=lambda m: None)
+    assert same.passed and same.figures["against"]["max_abs_diff"] <= 1e-6

@@ -13,7 +13,8 @@ from embtrt.scale.gateway.routes import OWN, Routes, all_routes
 from embtrt.scale.gateway.tokenize import ROUTES as TOKENIZE_ROUTES
 
 TABLE = all_routes()
-OPS = ("embed", "rank", "embed_sparse", "classify", "token_vectors", "encode", "tokenize", "models", "live", "ready", "metrics", "info", "root")
+OPS = ("embed", "rank", "embed_sparse", "classify", "token_vectors", "encode", "tokenize", "models", "live", "ready",
+       "metrics", "info", "root")
 
 
 def _routes(served):

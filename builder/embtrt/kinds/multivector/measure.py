@@ -124,3 +124,26 @@ class MultiVectorMeasure(KindMeasure):
 
 
 verify_multivector = MultiVectorMeasure.verify
+
+
+def inprocess_maxsim_rows(reference: Path, bodies: list[list[tuple[str, list[str]]]], documents, trust_remote_code: bool
+                          ) -> list[dict]:
+    """`embtrt bench --rerank-documents` with a MultiVectorEncoder --reference: in process, each request's query
+    (encode_query) and documents (encode_document, batch 32) encoded and scored by MultiVectorEncoder.similarity
+    (MaxSim), fp32, on the same requests as the served targets -> one row per document count, in pairs/s."""
+    from ...measure.kind_measure import inprocess_row
+    from .reference import load_multivector
+
+    mve = load_multivector(reference, trust_remote_code)
+
+    def run(call: list[tuple[str, str]]) -> None:
+        mve.similarity(mve.encode_query([call[0][0]], show_progress_bar=False),
+                       mve.encode_document([d for _, d in call], batch_size=32, show_progress_bar=False))
+
+    rows = []
+    for k, body in zip(documents, bodies):
+        calls = [[(q, d) for d in ds] for q, ds in body]
+        run(calls[0])   # warm
+        rows.append(inprocess_row("inprocess:MultiVectorEncoder(encode_query + encode_document + similarity, fp32)",
+                                  {"documents": k, "concurrency": 1}, run, calls, k, "pairs"))
+    return rows

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -136,8 +137,8 @@ def colbert_encode(mve, texts: list[str], side: str) -> list[np.ndarray]:
 class M3Reference:
     """FlagEmbedding's BGEM3FlagModel recipe on a folder, in PyTorch: the encoder, the tokenizer, both heads."""
 
-    model: object
-    tokenizer: object
+    model: Any
+    tokenizer: Any
     heads: dict[str, np.ndarray]
     drop_ids: tuple[int, ...]
     max_length: int
@@ -200,9 +201,10 @@ def load_m3(path: Path, max_seq_length: int | None = None, trust_remote_code: bo
                          "colbert_linear.pt is [dim, hidden] and sparse_linear.pt [1, hidden], each with a bias")
     if getattr(tok, "padding_side", "right") != "right":
         raise ModelError("its tokenizer pads on the left", "embtrt serves multi-vector models that pad on the right")
-    specials = tok.special_tokens_map   # FlagEmbedding's unused tokens: cls, eos, pad, unk where the tokenizer has them
-    drop = tuple(sorted({int(tok.convert_tokens_to_ids(specials[k])) for k in ("cls_token", "eos_token", "pad_token", "unk_token")
-                         if k in specials}))
+    specials: dict[str, Any] = dict(tok.special_tokens_map)   # FlagEmbedding's unused tokens: cls, eos, pad, unk
+    ids: list[Any] = [tok.convert_tokens_to_ids(str(specials[k])) for k in ("cls_token", "eos_token", "pad_token", "unk_token")
+                      if k in specials]
+    drop = tuple(sorted({int(i) for i in ids}))
     limit = int(min(tok.model_max_length, getattr(model.config, "max_position_embeddings", 10 ** 9) - 2))
     length = int(max_seq_length or min(M3_DEFAULT_LENGTH, limit))
     return M3Reference(model, tok, heads, drop, length)

@@ -126,7 +126,7 @@ class MultiVector(FrontDoorModel):
             self._check(named, len(got[-1]) if got else 0)
             if "TOKEN_EMBEDDINGS" in named:
                 emb, counts = named["TOKEN_EMBEDDINGS"], named["TOKEN_COUNTS"].reshape(-1)
-                out.vectors = (out.vectors or []) + [emb[i, :int(c)] for i, c in enumerate(counts)]
+                out.vectors = (out.vectors or []) + [emb[k, :int(c)] for k, c in enumerate(counts)]
             if "DENSE" in named:
                 out.dense = named["DENSE"] if out.dense is None else np.concatenate([out.dense, named["DENSE"]])
             if "SPARSE_INDICES" in named:
@@ -154,12 +154,8 @@ class MultiVector(FrontDoorModel):
         outputs = M3_ALL if self.served.mv.layout == "m3" else VECTORS
         q, d = await asyncio.gather(self.encode_texts([req.query], "query", outputs, "query", truncate=truncate),
                                     self.encode_texts(req.documents, "document", outputs, field, truncate=truncate))
-        if mode is None:
-            mean = self.served.mv.similarity == "meanmaxsim"
-            scores = [maxsim(q.vectors[0], v, mean) for v in d.vectors]
-        else:
-            scores = [m3_scores(q.dense[0], q.sparse[0], q.vectors[0], d.dense[i], d.sparse[i], d.vectors[i], weights)[mode]
-                      for i in range(len(req.documents))]
+        mean = self.served.mv.similarity == "meanmaxsim"
+        scores = [pair_score(q, 0, d, j, mode, weights, mean) for j in range(len(req.documents))]
         return np.asarray(scores, dtype=np.float32), q.tokens + d.tokens
 
     async def score_pairs(self, pairs: list[tuple[str, str]], activation: str, field: str, truncate: bool = True,
@@ -174,11 +170,7 @@ class MultiVector(FrontDoorModel):
         qi, di = {t: i for i, t in enumerate(queries)}, {t: i for i, t in enumerate(docs)}
         mode, weights = scoring(self.served.mv.layout, {})
         mean = self.served.mv.similarity == "meanmaxsim"
-        out = []
-        for a, b in pairs:
-            i, j = qi[a], di[b]
-            out.append(maxsim(q.vectors[i], d.vectors[j], mean) if mode is None else
-                       m3_scores(q.dense[i], q.sparse[i], q.vectors[i], d.dense[j], d.sparse[j], d.vectors[j], weights)[mode])
+        out = [pair_score(q, qi[a], d, di[b], mode, weights, mean) for a, b in pairs]
         return np.asarray(out, dtype=np.float32).reshape(-1, 1), q.tokens + d.tokens
 
     def tei_type(self) -> dict:
@@ -189,6 +181,16 @@ class MultiVector(FrontDoorModel):
         return {"layout": mv.layout, "dim": mv.dim, **({"dense_dim": mv.hidden} if mv.layout == "m3" else {}),
                 "similarity": mv.similarity, "query_length": mv.query_length, "document_length": mv.document_length,
                 "prompts": self.served.core.prompts}
+
+
+def pair_score(q: Encoded, i: int, d: Encoded, j: int, mode: str | None, weights: tuple[float, float, float],
+               mean: bool) -> float:
+    """Query text i against document text j: MaxSim (mode None; mean: meanmaxsim), or bge-m3's score in `mode`."""
+    assert q.vectors is not None and d.vectors is not None   # every rank call asks for the token vectors
+    if mode is None:
+        return maxsim(q.vectors[i], d.vectors[j], mean)
+    assert q.dense is not None and d.dense is not None and q.sparse is not None and d.sparse is not None
+    return m3_scores(q.dense[i], q.sparse[i], q.vectors[i], d.dense[j], d.sparse[j], d.vectors[j], weights)[mode]
 
 
 def scoring(layout: str, raw: dict) -> tuple[str | None, tuple[float, float, float]]:

@@ -56,6 +56,9 @@ class TokenRequest:
 def _resolve(body: dict, models: Mapping, kinds: Mapping[str, Kind], cfg) -> str:
     """The body's model (optional: the only model, else --default-model) -> a served name; 400 / 404 otherwise."""
     name = body.get("model")
+    if name is None and not models:
+        raise ApiError(400, f"this gateway serves no {MULTIVECTOR.noun} (token vectors of an embedder: TEI's /embed_all)",
+                       param="model", code="wrong_operation")
     if name is None:
         name = implied_model(models, cfg.default_model)
         if name is None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from embtrt_backend.kinds import RERANKER
 
+from ..multivector.reference import is_multivector
 from .reference import corpus_pairs
 from .reference_gate import REDUCED_OVERLAP, TOP_K, judge, tolerance_for
 from ...reference.verdict import Verdict
@@ -184,6 +185,11 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
             progress(f"{who}: {k} documents per request at concurrency {conc}")
             load = asyncio.run(measure(url, model, reqs, warmup, conc))
             rows.append(load_row(f"{'http' if http else 'triton'}:{who}", {"documents": k, "concurrency": conc}, load, "pairs", k))
+    if reference is not None and is_multivector(reference):   # late interaction: MultiVectorEncoder in process
+        from ..multivector.measure import inprocess_maxsim_rows
+
+        return rows + inprocess_maxsim_rows(reference, [bench_requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])
+                                                        [warmup:] for k in documents], documents, trust_remote_code)
     if reference is not None:
         from .reference import load_cross_encoder
 

@@ -8,7 +8,7 @@ KIND = Kind(
     name="multivector", label="a multi-vector encoder", reference="MultiVectorEncoder",
     operations=("token_vectors", "rank", "encode"), metric_route="multivector",
     served_routes="POST /embed_all (TEI), /pooling (vLLM), /v1/encode, or the rerank routes (MaxSim)",
-    client_hint="get token vectors with MultiVectorClient / `embtrt encode`",
+    client_hint="get token vectors with MultiVectorClient / `embtrt encode`, rank through the gateway's rerank routes",
     front_door="router", inputs=("TEXT",), probe_output="TOKEN_EMBEDDINGS", door="MultiVectorDoor",
     torch_encoder="TorchMultiVector", encoder_output="token_vectors",
     build="embtrt.kinds.multivector.export:build_multivector_in",
