@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q $(TORCH)   # the CPU build from local disk; an unpinned torch pulls CUDA
 	$(BIN)/pip install -q -e '.[build,server,dev,openvino,precision]'
 	$(BIN)/pip install -q --no-deps tensorrt-stubs   # type stubs only; its tensorrt dependency cannot install here
+	$(BIN)/pip install -q --no-deps FlagEmbedding==1.4.2   # bge-m3's reference, for the tests only (tests/tiny_multivector.flag_m3): none of its dependencies
 	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/export/onnx2trt.py $(VENV)/trt-bindings   # real 10.13 / 11.4 bindings wheels, names only
 	touch $(STAMP)
 
@@ -38,9 +39,10 @@ test: $(STAMP) ## the test suite (unit + integration against a real tritonserver
 QUICK_E2E := tests/integration/test_serve_e2e.py::test_front_door_equals_sentence_transformers_on_every_bucket \
 	"tests/integration/test_rerank.py::test_served_scores_and_ranks_equal_cross_encoder[bert-ce]" \
 	"tests/integration/test_sparse.py::test_served_vectors_equal_sparse_encoder[document]" \
-	tests/integration/test_classifier.py::test_grpc_scores_equal_the_transformers_pipeline
+	tests/integration/test_classifier.py::test_grpc_scores_equal_the_transformers_pipeline \
+	"tests/integration/test_multivector.py::test_colbert_over_grpc_equals_multivectorencoder[colbert]"
 
-test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind (embedder, reranker, sparse, classifier): about 3 min
+test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind (embedder, reranker, sparse, classifier, multivector): about 3 min
 	$(BIN)/python -m pytest -m "not slow and not deploy" -q $(XDIST) --durations=10 tests/unit $(QUICK_E2E)
 
 test-all: $(STAMP) ## every test, slow ones too (not the deploy test: make deploy-test)

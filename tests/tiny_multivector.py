@@ -42,6 +42,27 @@ def make_colbert(path: Path, prompts: dict[str, str] | None = None) -> Path:
     return path
 
 
+def make_minilm_colbert(path: Path) -> Path:
+    """The bundled all-MiniLM-L6-v2 encoder with a seeded 384 -> 128 ColBERT projection (queries expanded to
+    32 tokens, documents up to 256, the punctuation skiplist, no prompts): the bench's model (speed depends
+    on the shape, not on trained weights)."""
+    import torch
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    t = Transformer(str(default_model_path()), query_length=32, document_length=256,
+                    query_expansion={"strategy": "fixed", "length": 32})
+    torch.manual_seed(9)
+    d = Dense(384, 128, bias=False, activation_function=torch.nn.Identity(), module_input_name="token_embeddings")
+    MultiVectorEncoder(modules=[t, d, MultiVectorMask(skiplist_words=list(string.punctuation)),
+                                Normalize(module_input_name="token_embeddings")], device="cpu").save(str(path))
+    return path
+
+
 def make_m3(path: Path, heads: bool = True) -> Path:
     """A bge-m3-shaped folder: XLMRobertaModel (hidden 32, max length 64), its tokenizer, and (heads)
     colbert_linear.pt [32, 32] + bias and sparse_linear.pt [1, 32] + bias beside it."""
@@ -86,15 +107,16 @@ def flag_m3(path: Path):
     import sys
     import types
 
-    if "transformers.modeling_attn_mask_utils" not in sys.modules:
-        try:
-            import transformers.modeling_attn_mask_utils  # noqa: F401
-        except ImportError:
-            stub = types.ModuleType("transformers.modeling_attn_mask_utils")
-            for n in ("AttentionMaskConverter", "_prepare_4d_causal_attention_mask",
-                      "_prepare_4d_causal_attention_mask_for_sdpa", "_prepare_4d_attention_mask"):
-                setattr(stub, n, lambda *a, **k: None)
-            sys.modules["transformers.modeling_attn_mask_utils"] = stub
+    added: list[str] = []   # the stand-ins leave sys.modules once FlagEmbedding is imported (other tests must not see them)
+    try:
+        import transformers.modeling_attn_mask_utils  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("transformers.modeling_attn_mask_utils")
+        for n in ("AttentionMaskConverter", "_prepare_4d_causal_attention_mask",
+                  "_prepare_4d_causal_attention_mask_for_sdpa", "_prepare_4d_attention_mask"):
+            setattr(stub, n, lambda *a, **k: None)
+        sys.modules[stub.__name__] = stub
+        added.append(stub.__name__)
 
     class _Any(types.ModuleType):
         def __getattr__(self, n):
@@ -109,7 +131,12 @@ def flag_m3(path: Path):
             mod = _Any(name)
             mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
             sys.modules[name] = mod
-    from FlagEmbedding import BGEM3FlagModel
+            added.append(name)
+    try:
+        from FlagEmbedding import BGEM3FlagModel
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
 
     return BGEM3FlagModel(str(path), use_fp16=False, devices="cpu")
 

@@ -70,8 +70,10 @@ def bench_reranker_cli(url: str, models: list[str], reference: Path | None, corp
         name, _, murl = m.partition("@")
         rows += bench_reranker(murl or url, name, texts, docs, conc, requests, warmup, reference if inprocess and not i else None,
                                progress=progress, trust_remote_code=trust_remote_code)   # the in-process line once
-    for u, m in zip(http_urls, http_models):
-        rows += bench_reranker(u, m, texts, docs, conc, requests, warmup, progress=progress, http=True)
+    for j, (u, m) in enumerate(zip(http_urls, http_models)):   # the in-process line once, here where no --model
+        rows += bench_reranker(u, m, texts, docs, conc, requests, warmup,
+                               reference if inprocess and not models and not j else None, progress=progress,
+                               trust_remote_code=trust_remote_code, http=True)
     _emit({"kind": RERANKER.name, "results": rows}, {"target": "target", "documents": "documents", "conc": "concurrency"},
           "pairs", out_dir, as_json)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from embtrt_backend.kinds import EMBEDDER, SPARSE
+from embtrt_backend.kinds import EMBEDDER, MULTIVECTOR, SPARSE
 
 from .. import __version__
 from ..common.files import link_or_copy
@@ -187,6 +187,9 @@ def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:
     if spec.kind == EMBEDDER.name:
         return []
     out = [("kind", spec.kind)]
+    if spec.kind == MULTIVECTOR.name:   # every encoder (bucket encoders too): no column trimming, the head's layout
+        mv = dict(spec.multivector)
+        out += [("trim_padding", "false"), ("mv_layout", mv.get("mv_layout", "")), ("mv_normalize", mv.get("mv_normalize", "true"))]
     if spec.kind == SPARSE.name:
         out += [("splade_pooling", spec.splade_pooling), ("splade_activation", spec.activation)]
         if spec.active_dims_in_graph:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 NO_TOKEN = -1e9   # a document with no scoreable vector (sentence-transformers' score for it)
-M3_MODES = ("dense", "sparse", "colbert", "sparse+dense", "colbert+sparse+dense")
 
 
 def maxsim(query: np.ndarray, document: np.ndarray, mean: bool = False) -> float:
@@ -31,14 +30,22 @@ def lexical(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) 
     return float(np.dot(a[1][ia].astype(np.float64), b[1][ib].astype(np.float64))) if len(common) else 0.0
 
 
-def m3_scores(q_dense, q_sparse, q_colbert, d_dense, d_sparse, d_colbert, weights=(1.0, 1.0, 1.0)) -> dict[str, float]:
-    """One (query, passage) pair's five scores as BGEM3FlagModel.compute_score reports them: dense (dot of
-    the normalised vectors), sparse (lexical), colbert (mean MaxSim over the query's vectors), and the
-    weighted means `sparse+dense` (w_dense, w_sparse) and `colbert+sparse+dense` (w_dense, w_sparse, w_colbert)."""
-    wd, ws, wc = (float(w) for w in weights)
-    dense = float(np.dot(np.asarray(q_dense, np.float32), np.asarray(d_dense, np.float32)))
-    sparse = lexical(q_sparse, d_sparse)
-    colbert = maxsim(q_colbert, d_colbert, mean=True)
-    return {"dense": dense, "sparse": sparse, "colbert": colbert,
-            "sparse+dense": (ws * sparse + wd * dense) / (ws + wd),
-            "colbert+sparse+dense": (wc * colbert + ws * sparse + wd * dense) / (wc + ws + wd)}
+# what each mode reads: dense, sparse (lexical weights), colbert (token vectors)
+M3_PARTS = {"dense": ("dense",), "sparse": ("sparse",), "colbert": ("colbert",), "sparse+dense": ("dense", "sparse"),
+            "colbert+sparse+dense": ("dense", "sparse", "colbert")}
+M3_MODES = tuple(M3_PARTS)
+
+
+def m3_score(mode: str, q: dict, d: dict, weights=(1.0, 1.0, 1.0)) -> float:
+    """One (query, passage) pair's score in `mode` as BGEM3FlagModel.compute_score reports it, from each
+    side's parts the mode reads ({"dense": vector, "sparse": (ids, weights), "colbert": vectors}): dense (dot
+    of the normalised vectors), sparse (lexical), colbert (mean MaxSim over the query's vectors), and the
+    weighted means sparse+dense (w_dense, w_sparse) and colbert+sparse+dense (w_dense, w_sparse, w_colbert)."""
+    w = dict(zip(("dense", "sparse", "colbert"), (float(x) for x in weights)))
+    part = {"dense": lambda: float(np.dot(np.asarray(q["dense"], np.float32), np.asarray(d["dense"], np.float32))),
+            "sparse": lambda: lexical(q["sparse"], d["sparse"]),
+            "colbert": lambda: maxsim(q["colbert"], d["colbert"], mean=True)}
+    parts = M3_PARTS[mode]
+    if len(parts) == 1:
+        return part[parts[0]]()
+    return sum(w[p] * part[p]() for p in parts) / sum(w[p] for p in parts)
