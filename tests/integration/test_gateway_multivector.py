@@ -128,6 +128,11 @@ def test_bad_requests_and_the_vector_bytes_cap(url, corpus):
     assert mode.status_code == 400 and mode.json()["error"]["param"] == "mode"
     bad = httpx.post(url + "/v1/rerank", json={"model": "m3", "query": "q", "documents": ["d"], "mode": "lexical"}, timeout=30)
     assert bad.status_code == 400 and "colbert+sparse+dense" in bad.json()["error"]["message"]
+    zero = httpx.post(url + "/v1/rerank", json={"model": "m3", "query": "q", "documents": ["d"], "mode": "colbert",
+                                                "weights": [1, 1, 0]}, timeout=30)   # colbert's own weight 0: no score
+    assert zero.status_code == 400 and zero.json()["error"]["param"] == "weights"
+    assert _post(url, "/v1/rerank", {"model": "m3", "query": "q", "documents": ["d"], "mode": "colbert",
+                                     "weights": [0, 0, 1]})["results"][0]["index"] == 0
     colbert_dense = httpx.post(url + "/v1/encode", json={"model": "colbert", "input": ["x"], "return_dense": True}, timeout=30)
     assert colbert_dense.status_code == 400 and colbert_dense.json()["error"]["param"] == "return_dense"
     tei = httpx.post(url + "/embed_all", json={"inputs": []}, timeout=30)

@@ -116,6 +116,7 @@ def spec_from_options(
         **{**rest, **stride},  # type: ignore[arg-type]
     )
 
+    from ..kinds.multivector.reference import is_multivector
     from ..kinds.reranker.reference import detect_kind
     from ..reference.modelinfo import require_trusted
 
@@ -123,7 +124,8 @@ def spec_from_options(
     found, why = detect_kind(model_dir)
     if kind != "auto" and {kind, found} <= set(SEQUENCE_KINDS):
         found = kind   # a *ForSequenceClassification folder: --kind says which of the two it is served as
-    if (kind, found) == (EMBEDDER.name, MULTIVECTOR.name) and (model_dir / "modules.json").is_file():
+    if (kind, found) == (EMBEDDER.name, MULTIVECTOR.name) and (model_dir / "modules.json").is_file() \
+            and not is_multivector(model_dir):
         found = kind   # bge-m3 is a SentenceTransformer too: --kind embedder serves its dense vector alone
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {a_or_an(found)} {found} ({why})",

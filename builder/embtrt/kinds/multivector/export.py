@@ -71,6 +71,7 @@ class MultiVectorBuild(FrontDoorBuild):
         if is_multivector(s.model_dir):
             ref = load_multivector(s.model_dir, s.trust_remote_code)
             self._info, self._heads = colbert_info(ref, s.max_seq_length), colbert_heads(ref)
+            ref[0].document_length = self._info.document_length   # the reference cuts documents as served
         else:
             ref = load_m3(s.model_dir, s.max_seq_length, s.trust_remote_code)
             self._info, self._heads = m3_info(ref), ref.heads

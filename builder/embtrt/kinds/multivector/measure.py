@@ -38,6 +38,7 @@ class MultiVectorMeasure(KindMeasure):
         self.buckets = tuple(int(b) for b in p["embtrt.buckets"].split(","))
         self.precision, self.layout = p.get("precision", "fp32"), p["mv_layout"]
         self.width = max(int(p["mv_query_length"]), int(p["mv_document_length"])) * int(p["mv_dim"])
+        self.document_length = int(p["mv_document_length"])   # the served cut (the build's --max-seq-length)
 
     def served(self, texts: list[str], url: str, model: str) -> dict:
         from .serve import MultiVectorClient
@@ -80,9 +81,10 @@ class MultiVectorMeasure(KindMeasure):
 
         quiet = lambda _m: None
         if self.layout == "m3":
-            ref = load_m3(reference, None, trust_remote_code)
+            ref = load_m3(reference, self.document_length, trust_remote_code)
             return judge_m3(ref.encode(texts), texts, got, self.buckets, quiet, self.precision)
         mve = load_multivector(reference, trust_remote_code)
+        mve[0].document_length = self.document_length   # cut as served (a build's --max-seq-length below the folder's)
         return judge_colbert(lambda t, side: colbert_encode(mve, t, side), texts, got, self.buckets,
                              mve.similarity_fn_name, quiet, self.precision)
 

@@ -58,7 +58,7 @@ class MultiVectorInfo:
         """The front door's parameters of it (embtrt_backend.kinds.multivector.core.MultiVectorConfig)."""
         return {"mv_layout": self.layout, "mv_dim": str(self.dim), "mv_hidden": str(self.hidden),
                 "mv_query_length": str(self.query_length), "mv_document_length": str(self.document_length),
-                "mv_expansion_id": str(self.expansion_id if not self.expansion_attend else -1),
+                "mv_expansion_id": str(self.expansion_id), "mv_expansion_attend": str(self.expansion_attend).lower(),
                 "mv_skiplist": ",".join(map(str, self.skiplist)), "mv_skip_queries": str(self.skip_queries).lower(),
                 "mv_drop_ids": ",".join(map(str, self.drop_ids)), "mv_normalize": str(self.normalize).lower(),
                 "mv_similarity": self.similarity}
@@ -95,6 +95,9 @@ def colbert_info(mve, max_seq_length: int | None = None) -> MultiVectorInfo:
         raise ModelError(f"it is saved with truncate_dim {mve.truncate_dim}", "save it without truncate_dim")
     exp = t.query_expansion or None
     mask = next((m for m in mve if type(m).__name__ == "MultiVectorMask"), None)
+    if mask is None and exp is not None:   # without it the expansion positions run but are not returned
+        raise ModelError("query expansion without a MultiVectorMask",
+                         "embtrt serves ColBERT's layout: Transformer, Dense, MultiVectorMask, Normalize")
     if mask is not None and getattr(mask, "keep_only_token_ids", None):
         raise ModelError("its MultiVectorMask keeps only some token ids", "embtrt serves skiplist masks")
     limit = int(max_seq_length or t.max_seq_length)
@@ -177,6 +180,9 @@ def load_m3(path: Path, max_seq_length: int | None = None, trust_remote_code: bo
     from transformers import AutoModel, AutoTokenizer
 
     present = m3_heads(path)
+    if not present:
+        raise ModelError(f"{Path(path).name} has neither colbert_linear.pt nor sparse_linear.pt",
+                         "a bge-m3 folder holds both heads beside the model (a ColBERT folder is a MultiVectorEncoder save)")
     if len(present) != 2:
         missing = [n for n in M3_HEADS if n not in present]
         raise ModelError(f"{Path(path).name} has {present[0]} but no {missing[0]}",

@@ -15,15 +15,16 @@ from dataclasses import dataclass
 
 import numpy as np
 from embtrt_backend.kinds import MULTIVECTOR
-from embtrt_backend.kinds.multivector.score import M3_MODES, m3_scores, maxsim
+from embtrt_backend.kinds.multivector.score import M3_MODES, M3_PARTS, m3_score, maxsim
 
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.front_door import FrontDoorModel, renamed
 from ...scale.gateway.served import ServedMultiVector
 from ...serve import wire
 
 VECTORS = ("TOKEN_EMBEDDINGS", "TOKEN_COUNTS")
 M3_ALL = ("DENSE", "SPARSE_INDICES", "SPARSE_VALUES", *VECTORS)
+PART_OUTPUTS = {"dense": ("DENSE",), "lexical": ("SPARSE_INDICES", "SPARSE_VALUES"), "colbert": VECTORS}
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,13 @@ class MultiVector(FrontDoorModel):
         mv = self.served.mv
         return mv.query_length if side == "query" else mv.document_length
 
-    def _bounds(self, texts: list[str], side: str, params: dict, field: str, vectors: bool) -> None:
-        """The caps before the call: characters, tokens (--max-request-tokens) and, where token vectors come
-        back, their float32 bytes (--max-vector-bytes): a text is at most its side's length and a token
-        covers at least one UTF-8 byte; where that bound does not prove the request under a cap, the texts
-        are tokenized here (the front door's own tokenizer, off the loop) and counted."""
+    async def _bounds(self, texts: list[str], side: str, params: dict, field: str, vectors: bool) -> list[int]:
+        """The caps before the call -> each text's token count (or its bound), to order the texts by. Characters;
+        tokens (--max-request-tokens); and where token vectors come back, the float32 bytes of the padded parts
+        the gateway receives (--max-vector-bytes; the texts go up longest first, so a part's padding is its
+        own). Bounded without tokenizing first (a text is at most its side's length, a token covers at least
+        one UTF-8 byte, an expanded query is exactly its length); where that bound does not prove the request
+        under a cap, the texts are tokenized with the front door's own tokenizer, off the event loop, and counted."""
         a, mv, s = self.admission, self.served.mv, self.served
         a.check_count(sum(map(len, texts)), field)
         try:
@@ -96,44 +99,63 @@ class MultiVector(FrontDoorModel):
             raise ApiError(400, str(exc), param=getattr(exc, "param", None) or field) from None
         length = self.side_length(side)
         expanded = side == "query" and mv.expansion_id >= 0
-        bound = a.token_bound(texts, 4 + 4 * len(opts.prompt), length)
-        per_token = 4 * mv.dim
+        extra = 4 + 4 * len(opts.prompt)
+        n = [min(4 * len(t) + extra, length) for t in texts]
+
+        def padded(counts: list[int]) -> int:   # parts of the front door's max batch, longest first
+            rows = sorted((length if expanded else c for c in counts), reverse=True)
+            mb = max(1, s.max_batch_size)
+            return sum(len(rows[i:i + mb]) * rows[i] for i in range(0, len(rows), mb)) * 4 * mv.dim
+
         limit = self.cfg.max_vector_bytes
-        if bound <= a.cfg.max_request_tokens and (not vectors or (len(texts) * length if expanded else bound) * per_token <= limit):
-            return
+        if sum(n) <= a.cfg.max_request_tokens and (not vectors or padded(n) <= limit):
+            return n
         cut = s.core.cutter(length, opts.truncate)
-        n = [len(e.ids) for e in cut.encode_batch([opts.prompt + t for t in texts], add_special_tokens=True)]
+        prompted = [opts.prompt + t for t in texts]
+        n = await a.offload(sum(map(len, texts)),
+                            lambda: [min(len(e.ids), length) for e in cut.encode_batch(prompted, add_special_tokens=True)])
         a.check_tokens(sum(n), field)
-        total = (len(texts) * length if expanded else sum(min(x, length) for x in n)) * per_token
+        total = padded(n)
         if vectors and total > limit:
             raise ApiError(413, f"the token vectors of this request are up to {total} bytes (float32); this gateway "
                            f"answers at most {limit} per request (--max-vector-bytes): send fewer or shorter texts",
                            param=field, code="request_too_large")
+        return n
 
     async def encode_texts(self, texts: list[str], side: str, outputs: tuple[str, ...], field: str,
                            prompt_name: str | None = None, truncate: str | None = None) -> Encoded:
-        """Texts on one side (query | document) -> the outputs asked for (a subset of M3_ALL), in input order."""
+        """Texts on one side (query | document) -> the outputs asked for (a subset of M3_ALL), in input order.
+        The texts go up longest first (parts of similar lengths: little padding), a refusal names the
+        request's own item."""
         params = {"input_type": side, **({"prompt_name": prompt_name} if prompt_name else {}),
                   **({"truncate": truncate} if truncate else {})}
         if self.served.mv.layout != "m3" and ("DENSE" in outputs or "SPARSE_INDICES" in outputs):
             raise ApiError(400, f"{self.served.name} is a ColBERT model: it has token vectors only", param=field)
-        self._bounds(texts, side, params, field, "TOKEN_EMBEDDINGS" in outputs)
-        ask = Ask((*outputs, "TOKENS"))
-        parts, tokens = await self.send(texts, ask, params, field)
-        out = Encoded(tokens=tokens)
+        n = await self._bounds(texts, side, params, field, "TOKEN_EMBEDDINGS" in outputs)
+        order = sorted(range(len(texts)), key=lambda i: -n[i])
+        try:
+            parts, tokens = await self.send([texts[i] for i in order], Ask((*outputs, "TOKENS")), params, field)
+        except ApiError as exc:
+            raise renamed(exc, field, order) from None
+        vectors: list[np.ndarray] = []
+        dense: list[np.ndarray] = []
+        sparse: list[tuple[np.ndarray, np.ndarray]] = []
         for got in parts:
             named = dict(zip(outputs, got))
             self._check(named, len(got[-1]) if got else 0)
             if "TOKEN_EMBEDDINGS" in named:
                 emb, counts = named["TOKEN_EMBEDDINGS"], named["TOKEN_COUNTS"].reshape(-1)
-                out.vectors = (out.vectors or []) + [emb[k, :int(c)] for k, c in enumerate(counts)]
+                vectors += [emb[k, :int(c)] for k, c in enumerate(counts)]
             if "DENSE" in named:
-                out.dense = named["DENSE"] if out.dense is None else np.concatenate([out.dense, named["DENSE"]])
+                dense += list(named["DENSE"])
             if "SPARSE_INDICES" in named:
                 idx, val = named["SPARSE_INDICES"], named["SPARSE_VALUES"]
                 widths = (idx >= 0).sum(axis=1).tolist()
-                out.sparse = (out.sparse or []) + [(i[:n], v[:n]) for i, v, n in zip(idx, val, widths)]
-        return out
+                sparse += [(i[:w], v[:w]) for i, v, w in zip(idx, val, widths)]
+        back = np.argsort(order)   # sorted position of each input
+        pick = lambda rows: [rows[int(k)] for k in back] if rows else None
+        d = pick(dense)
+        return Encoded(pick(vectors), None if d is None else np.stack(d), pick(sparse), tokens)
 
     def _check(self, named: dict, rows: int) -> None:
         emb = named.get("TOKEN_EMBEDDINGS")
@@ -145,30 +167,43 @@ class MultiVector(FrontDoorModel):
         """The rerank routes: each document's score against the query, in document order. ColBERT: MaxSim (or
         meanmaxsim, the model's similarity) of encode_query's vectors against encode_document's; bge-m3:
         compute_score's `mode` (default colbert+sparse+dense) with the request's `weights` ([dense, sparse,
-        colbert], default [1, 1, 1]). Activation flags do not apply (these are not a classifier's logits)."""
-        mode, weights = scoring(self.served.mv.layout, getattr(req, "scoring", None) or {})
-        truncate = None if req.truncate else "NONE"
+        colbert], default [1, 1, 1]), only the outputs the mode reads asked for. Activation flags do not apply
+        (these are not a classifier's logits). The request's truncation cuts the documents (truncate false: an
+        over-long one refused; truncation_direction left: cut at the start); the query is always cut at its
+        length, as encode_query cuts it."""
         from ..reranker.scale_schema import DOC_FIELDS
 
+        mode, weights = scoring(self.served.mv.layout, getattr(req, "scoring", None) or {})
+        q_cut = "START" if getattr(req, "truncation_direction", "right") == "left" else None
         field = DOC_FIELDS.get(req.api, "documents")
-        outputs = M3_ALL if self.served.mv.layout == "m3" else VECTORS
-        q, d = await asyncio.gather(self.encode_texts([req.query], "query", outputs, "query", truncate=truncate),
-                                    self.encode_texts(req.documents, "document", outputs, field, truncate=truncate))
+        q, d = await self._sides([req.query], req.documents, mode, "query", field, q_cut, q_cut if req.truncate else "NONE")
         mean = self.served.mv.similarity == "meanmaxsim"
         scores = [pair_score(q, 0, d, j, mode, weights, mean) for j in range(len(req.documents))]
         return np.asarray(scores, dtype=np.float32), q.tokens + d.tokens
 
+    async def _sides(self, queries: list[str], docs: list[str], mode: str | None, qfield: str, dfield: str,
+                     q_cut: str | None, d_cut: str | None) -> tuple[Encoded, Encoded]:
+        """Queries and documents encoded concurrently, with the outputs `mode` reads (None: MaxSim's vectors)."""
+        outputs = VECTORS if mode is None else tuple(o for part in M3_PARTS[mode] for o in PART_OUTPUTS[part])
+        q, d = await asyncio.gather(self.encode_texts(queries, "query", outputs, qfield, truncate=q_cut),
+                                    self.encode_texts(docs, "document", outputs, dfield, truncate=d_cut))
+        return q, d
+
     async def score_pairs(self, pairs: list[tuple[str, str]], activation: str, field: str, truncate: bool = True,
                           truncation_direction: str = "right") -> tuple[np.ndarray, int]:
         """vLLM's /score: (query, document) pairs -> each pair's score [pairs, 1] as rerank scores it, each
-        distinct text encoded once per side. `activation` does not apply to these scores."""
+        distinct text encoded once per side (a refusal names the first pair holding that text). `activation`
+        does not apply to these scores."""
         queries, docs = list(dict.fromkeys(q for q, _ in pairs)), list(dict.fromkeys(d for _, d in pairs))
-        outputs = M3_ALL if self.served.mv.layout == "m3" else VECTORS
-        cut = None if truncate else "NONE"
-        q, d = await asyncio.gather(self.encode_texts(queries, "query", outputs, field, truncate=cut),
-                                    self.encode_texts(docs, "document", outputs, field, truncate=cut))
         qi, di = {t: i for i, t in enumerate(queries)}, {t: i for i, t in enumerate(docs)}
+        first_q = [next(k for k, (a, _) in enumerate(pairs) if a == t) for t in queries]
+        first_d = [next(k for k, (_, b) in enumerate(pairs) if b == t) for t in docs]
         mode, weights = scoring(self.served.mv.layout, {})
+        cut = "START" if truncation_direction == "left" else None
+        try:
+            q, d = await self._sides(queries, docs, mode, "query", "document", cut, cut if truncate else "NONE")
+        except ApiError as exc:
+            raise renamed(renamed(exc, "query", first_q, field), "document", first_d, field) from None
         mean = self.served.mv.similarity == "meanmaxsim"
         out = [pair_score(q, qi[a], d, di[b], mode, weights, mean) for a, b in pairs]
         return np.asarray(out, dtype=np.float32).reshape(-1, 1), q.tokens + d.tokens
@@ -185,12 +220,14 @@ class MultiVector(FrontDoorModel):
 
 def pair_score(q: Encoded, i: int, d: Encoded, j: int, mode: str | None, weights: tuple[float, float, float],
                mean: bool) -> float:
-    """Query text i against document text j: MaxSim (mode None; mean: meanmaxsim), or bge-m3's score in `mode`."""
-    assert q.vectors is not None and d.vectors is not None   # every rank call asks for the token vectors
+    """Query text i against document text j: MaxSim (mode None; mean: meanmaxsim), or bge-m3's score in `mode`
+    (from the parts it reads, which the call asked for)."""
     if mode is None:
+        assert q.vectors is not None and d.vectors is not None   # MaxSim's call asks for the token vectors
         return maxsim(q.vectors[i], d.vectors[j], mean)
-    assert q.dense is not None and d.dense is not None and q.sparse is not None and d.sparse is not None
-    return m3_scores(q.dense[i], q.sparse[i], q.vectors[i], d.dense[j], d.sparse[j], d.vectors[j], weights)[mode]
+    side = lambda e, k: {"dense": None if e.dense is None else e.dense[k], "lexical": None if e.sparse is None else e.sparse[k],
+                         "colbert": None if e.vectors is None else e.vectors[k]}
+    return m3_score(mode, side(q, i), side(d, j), weights)
 
 
 def scoring(layout: str, raw: dict) -> tuple[str | None, tuple[float, float, float]]:
@@ -205,6 +242,10 @@ def scoring(layout: str, raw: dict) -> tuple[str | None, tuple[float, float, flo
         raise ApiError(400, f"mode must be one of {', '.join(M3_MODES)}, got {mode!r}", param="mode")
     w = raw.get("weights", [1.0, 1.0, 1.0])
     if not isinstance(w, list) or len(w) != 3 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                       and x >= 0 for x in w) or sum(w) <= 0:
-        raise ApiError(400, "weights must be 3 numbers >= 0 (dense, sparse, colbert), not all 0", param="weights")
+                                                       and x >= 0 for x in w):
+        raise ApiError(400, "weights must be 3 numbers >= 0 (dense, sparse, colbert)", param="weights")
+    used = dict(zip(("dense", "lexical", "colbert"), w))
+    if sum(used[p] for p in M3_PARTS[mode]) <= 0:
+        raise ApiError(400, f"weights: the weights of {mode}'s parts ({', '.join(M3_PARTS[mode])}) are all 0",
+                       param="weights")
     return mode, (float(w[0]), float(w[1]), float(w[2]))

@@ -85,9 +85,9 @@ def _format(body: dict) -> tuple[str, str]:
 def _side(value: object, field: str) -> str:
     if value is None:
         return "document"
-    if not isinstance(value, str) or value.lower() not in (*SIDES, "passage"):
-        raise ApiError(400, f"{field} must be 'query' or 'document', not {short(value)}", param=field)
-    return "document" if value.lower() == "passage" else value.lower()
+    if not isinstance(value, str) or value.lower() not in (*SIDES, "passage", "corpus"):
+        raise ApiError(400, f"{field} must be 'query' or 'document' (passage, corpus), not {short(value)}", param=field)
+    return "query" if value.lower() == "query" else "document"
 
 
 def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, body: Any):
@@ -96,6 +96,9 @@ def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, bod
     api = TOKEN_ROUTES[path]
     sent = body.get("model")
     implied = sent if isinstance(sent, str) else implied_model(models, cfg.default_model)
+    if sent is None and implied is None and len(models) > 1:   # TEI's bodies name no model: which is ambiguous
+        raise ApiError(400, "this gateway serves several models with token vectors (" + ", ".join(map(repr, models))
+                       + "): name one with model, or start it with --default-model", param="model")
     if api == "tei-all" and implied is not None and kinds.get(implied) is EMBEDDER:   # an embedder's own /embed_all
         embedders = {n: m for n, m in models.items() if kinds.get(n) is EMBEDDER}
         return embedder_routes.parse_embed_all(body, embedders, kinds, cfg)
@@ -180,5 +183,6 @@ async def answer_encode(model, req: TokenRequest) -> Answer:
              "usage": {"prompt_tokens": got.tokens, "total_tokens": got.tokens}}, size, [])
 
 
-OPERATIONS = (Operation("token_vectors", MULTIVECTOR.metric_route, "latency", TOKEN_ROUTES, parse_tokens, answer_tokens),
+# token_vectors serves two kinds (an embedder's /embed_all too): its metric label is the operation's
+OPERATIONS = (Operation("token_vectors", "token_vectors", "latency", TOKEN_ROUTES, parse_tokens, answer_tokens),
               Operation("encode", MULTIVECTOR.metric_route, "latency", ENCODE_ROUTES, parse_encode, answer_encode))

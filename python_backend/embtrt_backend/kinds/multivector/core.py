@@ -49,6 +49,7 @@ class MultiVectorConfig:
     query_length: int = 32           # a query's tokens: the expansion length where queries are expanded
     document_length: int = 512
     expansion_id: int = -1           # the token queries are padded with (-1: no expansion)
+    expansion_attend: bool = False   # the expansion positions are attended (query_expansion's `attend`)
     skiplist: frozenset = frozenset()    # ids dropped from the scoring mask
     skip_queries: bool = False       # the skiplist applies to queries too (skiplist_tasks)
     drop_ids: frozenset = frozenset()    # m3: ids without a lexical weight (cls, eos, pad, unk)
@@ -60,7 +61,8 @@ class MultiVectorConfig:
         ids = lambda key: frozenset(int(x) for x in p.get(key, "").split(",") if x)
         return cls(layout=p["mv_layout"], dim=int(p["mv_dim"]), hidden=int(p.get("mv_hidden") or 0),
                    query_length=int(p["mv_query_length"]), document_length=int(p["mv_document_length"]),
-                   expansion_id=int(p.get("mv_expansion_id", "-1")), skiplist=ids("mv_skiplist"),
+                   expansion_id=int(p.get("mv_expansion_id", "-1")), expansion_attend=p.get("mv_expansion_attend") == "true",
+                   skiplist=ids("mv_skiplist"),
                    skip_queries=p.get("mv_skip_queries") == "true", drop_ids=ids("mv_drop_ids"),
                    similarity=p.get("mv_similarity", "maxsim"),
                    max_vector_bytes=int(p.get("max_vector_bytes") or DEFAULT_MAX_VECTOR_BYTES))
@@ -120,6 +122,7 @@ def resolve(raw: dict, prompts: dict[str, str]) -> MultiVectorOptions:
 class MultiVectorRequest:
     texts: list[str]
     options: MultiVectorOptions = MultiVectorOptions()
+    vectors: bool = True    # its token vectors are returned (max_vector_bytes bounds them); False: dense / lexical only
 
 
 @dataclass
@@ -196,7 +199,7 @@ class MultiVectorCore(BatchCore):
                 out.append(InputError(f"row {int(empty[0])}: the text tokenizes to no tokens", "input", int(empty[0])))
                 continue
             longest = length if (o.query and mv.expansion_id >= 0) else int(n.max(initial=0))
-            if len(texts) * longest * mv.dim * 4 > mv.max_vector_bytes:
+            if r.vectors and len(texts) * longest * mv.dim * 4 > mv.max_vector_bytes:
                 out.append(InputError(f"the token vectors of {len(texts)} texts of up to {longest} tokens are "
                                       f"{len(texts) * longest * mv.dim * 4} bytes, over this model's "
                                       f"max_vector_bytes {mv.max_vector_bytes}: send fewer texts per request",
@@ -205,11 +208,11 @@ class MultiVectorCore(BatchCore):
             ids = [list(e.ids) for e in encs]
             types = [list(e.type_ids) for e in encs]
             attend = None
-            if o.query and mv.expansion_id >= 0:   # query expansion: [MASK]s to the length, run, not attended
-                attend = n.tolist()
-                for i, k in enumerate(attend):
+            if o.query and mv.expansion_id >= 0:   # query expansion: [MASK]s to the length, run (not attended)
+                for i, k in enumerate(n.tolist()):
                     ids[i].extend([mv.expansion_id] * (length - k))
                     types[i].extend([0] * (length - k))
+                attend = None if mv.expansion_attend else n.tolist()
             out.append(Rows(ids, types, tokens=n, attend=attend))
         return out
 

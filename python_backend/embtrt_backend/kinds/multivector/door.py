@@ -31,7 +31,9 @@ class MultiVectorDoor(Door):
         texts = decode_texts(arrays["TEXT"], self.core.cfg.max_text_bytes)
         if not texts:
             raise InputError("TEXT holds no rows")
-        return Item(MultiVectorRequest(texts, self.core.options(params)), extra=set(asked or ()))
+        asked = set(asked or ())
+        vectors = not asked or "TOKEN_EMBEDDINGS" in asked or "TOKEN_COUNTS" in asked
+        return Item(MultiVectorRequest(texts, self.core.options(params), vectors), extra=asked)
 
     def outputs(self, item, out):
         asked, mv = item.extra, self.core.mv

@@ -30,20 +30,20 @@ def lexical(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) 
     return float(np.dot(a[1][ia].astype(np.float64), b[1][ib].astype(np.float64))) if len(common) else 0.0
 
 
-# what each mode reads: dense, sparse (lexical weights), colbert (token vectors)
-M3_PARTS = {"dense": ("dense",), "sparse": ("sparse",), "colbert": ("colbert",), "sparse+dense": ("dense", "sparse"),
-            "colbert+sparse+dense": ("dense", "sparse", "colbert")}
+# what each mode (compute_score's names) reads: dense, lexical (the lexical weights), colbert (token vectors)
+M3_PARTS = {"dense": ("dense",), "sparse": ("lexical",), "colbert": ("colbert",), "sparse+dense": ("dense", "lexical"),
+            "colbert+sparse+dense": ("dense", "lexical", "colbert")}
 M3_MODES = tuple(M3_PARTS)
 
 
 def m3_score(mode: str, q: dict, d: dict, weights=(1.0, 1.0, 1.0)) -> float:
     """One (query, passage) pair's score in `mode` as BGEM3FlagModel.compute_score reports it, from each
-    side's parts the mode reads ({"dense": vector, "sparse": (ids, weights), "colbert": vectors}): dense (dot
+    side's parts the mode reads ({"dense": vector, "lexical": (ids, weights), "colbert": vectors}): dense (dot
     of the normalised vectors), sparse (lexical), colbert (mean MaxSim over the query's vectors), and the
     weighted means sparse+dense (w_dense, w_sparse) and colbert+sparse+dense (w_dense, w_sparse, w_colbert)."""
-    w = dict(zip(("dense", "sparse", "colbert"), (float(x) for x in weights)))
+    w = dict(zip(("dense", "lexical", "colbert"), (float(x) for x in weights)))
     part = {"dense": lambda: float(np.dot(np.asarray(q["dense"], np.float32), np.asarray(d["dense"], np.float32))),
-            "sparse": lambda: lexical(q["sparse"], d["sparse"]),
+            "lexical": lambda: lexical(q["lexical"], d["lexical"]),
             "colbert": lambda: maxsim(q["colbert"], d["colbert"], mean=True)}
     parts = M3_PARTS[mode]
     if len(parts) == 1:
