@@ -32,7 +32,7 @@ def gateway(
     token_ids: bool = typer.Option(False, "--token-ids/--no-token-ids", help="Accept token-id input (lists of ints), embedded as the model's own vocabulary. Off by default: clients such as LangChain's OpenAIEmbeddings send ids of another vocabulary (tiktoken) unless check_embedding_ctx_length=False. Default off."),
     max_request_chars: int = typer.Option(2_000_000, help="Most characters of text per request; more get 413. Default 2000000."),
     max_request_tokens: int = typer.Option(262_144, help="Most tokens per request (after truncation, prompts and special tokens included); more get 413. Default 262144."),
-    max_vector_bytes: int = typer.Option(32 << 20, help="Most bytes of token vectors (float32) one request may be answered with (multi-vector models: /embed_all, /pooling, /v1/encode); a request that may reach more gets 413. Default 33554432 (32 MiB: one bge-m3 document of 8192 tokens)."),
+    max_vector_bytes: int = typer.Option(32 << 20, help="Most bytes of token vectors (float32, as the front door's parts pad them) one request may bring into the gateway (multi-vector models: /embed_all, /pooling, /v1/encode, and ranking by MaxSim or a bge-m3 mode that reads ColBERT vectors); a request that may reach more gets 413. Default 33554432 (32 MiB: one bge-m3 document of 8192 tokens)."),
     max_concurrent_requests: int = typer.Option(256, help="Requests served at once; more get 429 with Retry-After. Default 256."),
     cpu_threads: int = typer.Option(2, help="Threads for JSON and tokenization of large requests, off the event loop. Default 2."),
     request_timeout: float = typer.Option(60.0, help="Seconds a request may take from its first byte (body included); past it 504. Default 60."),
