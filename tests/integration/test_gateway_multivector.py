@@ -138,3 +138,27 @@ def test_bad_requests_and_the_vector_bytes_cap(url, corpus):
     tei = httpx.post(url + "/embed_all", json={"inputs": []}, timeout=30)
     assert tei.status_code == 400 and tei.json()["error_type"] == "Empty"
     assert _post(url, "/pooling", {"input": ["still served"]})["data"][0]["index"] == 0
+
+
+def test_bge_m3_dense_and_lexical_weights_on_the_embed_and_sparse_routes(url, m3, docs):
+    want = m3.encode(docs, max_length=64, return_dense=True, return_sparse=True)
+    openai = _post(url, "/v1/embeddings", {"model": "m3", "input": docs})
+    got = np.array([d["embedding"] for d in openai["data"]])
+    assert np.abs(got - want["dense_vecs"]).max() <= TOL and openai["usage"]["prompt_tokens"] > len(docs)
+    tei = _post(url, "/embed", {"inputs": docs[:2]})   # the only model serving embed: m3
+    assert np.abs(np.array(tei) - want["dense_vecs"][:2]).max() <= TOL
+    half = _post(url, "/v1/embeddings", {"model": "m3", "input": docs[:2], "dimensions": 16})["data"][0]["embedding"]
+    cut = want["dense_vecs"][0][:16] / np.linalg.norm(want["dense_vecs"][0][:16])
+    assert np.abs(np.array(half) - cut).max() <= TOL   # a width: the first d components, normalised again
+    sparse = _post(url, "/v1/sparse", {"model": "m3", "input": docs, "return_tokens": True})
+    for row, lex in zip(sparse["data"], want["lexical_weights"]):
+        assert [str(i) for i in row["indices"]] == sorted(lex, key=int)   # the same token ids
+        assert max(abs(v - float(lex[str(i)])) for i, v in zip(row["indices"], row["values"])) <= TOL
+        assert len(row["tokens"]) == len(row["indices"]) and all(isinstance(t, str) for t in row["tokens"])
+    top = _post(url, "/embed_sparse", {"inputs": docs[0]})[0]
+    assert {str(d["index"]) for d in top} == set(want["lexical_weights"][0])
+    one = _post(url, "/v1/sparse", {"model": "m3", "input": [docs[0]], "max_active_dims": 2})["data"][0]
+    best = sorted(want["lexical_weights"][0].items(), key=lambda kv: -kv[1])[:2]
+    assert sorted(one["indices"]) == sorted(int(k) for k, _ in best)
+    ids = httpx.post(url + "/v1/embeddings", json={"model": "m3", "input": [[5, 6, 7]]}, timeout=30)
+    assert ids.status_code == 400

@@ -6,12 +6,14 @@ request needs; the vectors back in input order, and the tokens the front door re
 It serves token vectors (TEI's /embed_all, vLLM's /pooling, /v1/encode: scale_routes) and rank (the
 rerank routes): MaxSim of the query's vectors against each document's (MultiVectorEncoder.similarity),
 or for bge-m3 FlagEmbedding's compute_score in the mode the request asks (default colbert+sparse+dense,
-weights [1, 1, 1] for dense, sparse, colbert)."""
+weights [1, 1, 1] for dense, sparse, colbert). A bge-m3 model also serves the embed routes (its dense
+vectors: `embed`) and the sparse routes (its lexical weights: `encode`): its Kind lists those operations
+(M3_OPERATIONS), so the registry, the parsers' kind checks and /v1/models see them for it alone."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from embtrt_backend.kinds import MULTIVECTOR
@@ -20,24 +22,33 @@ from embtrt_backend.kinds.multivector.score import M3_MODES, M3_PARTS, m3_score,
 from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import FrontDoorModel, renamed
 from ...scale.gateway.served import ServedMultiVector
+from embtrt_backend.options import ModelOptions
 from ...serve import wire
 
 VECTORS = ("TOKEN_EMBEDDINGS", "TOKEN_COUNTS")
 M3_ALL = ("DENSE", "SPARSE_INDICES", "SPARSE_VALUES", *VECTORS)
+M3_OPERATIONS = ("embed", "embed_sparse")   # what a bge-m3 model serves beyond the kind's own
 PART_OUTPUTS = {"dense": ("DENSE",), "lexical": ("SPARSE_INDICES", "SPARSE_VALUES"), "colbert": VECTORS}
 
 
 @dataclass(frozen=True)
 class MultiVectorModel:
-    """What parsing a request needs of one served multi-vector model (the rerank parsers read num_labels
-    and max_text_bytes: its one MaxSim score orders the documents)."""
+    """What parsing a request needs of one served multi-vector model, for each operation it serves: the
+    rerank parsers read num_labels and max_text_bytes (its one score orders the documents); bge-m3's embed
+    and sparse routes read options (its dense vector's request options), vocab_size, max_len, route and
+    token_ids, as an embedder's and a sparse encoder's."""
 
     layout: str
     dim: int
     hidden: int
     prompts: dict
     max_text_bytes: int
+    options: ModelOptions
+    vocab_size: int
+    max_len: int
     num_labels: int = 1
+    route: str = "frontdoor"
+    token_ids: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,36 @@ class MultiVector(FrontDoorModel):
     @property
     def schema(self) -> MultiVectorModel:
         mv = self.served.mv
-        return MultiVectorModel(mv.layout, mv.dim, mv.hidden, dict(self.served.core.prompts), self.served.max_text_bytes)
+        s = self.served
+        return MultiVectorModel(mv.layout, mv.dim, mv.hidden, dict(s.core.prompts), s.max_text_bytes, s.options,
+                                s.vocab_size, s.max_len)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.served.mv.layout == "m3":   # its dense vector and lexical weights on the embed and sparse routes
+            self.kind = replace(MULTIVECTOR, operations=(*MULTIVECTOR.operations, *M3_OPERATIONS))
+
+    async def embed(self, texts: list[str] | None, ids: list[list[int]] | None, opts=None) -> tuple[np.ndarray, int]:
+        """bge-m3 on the embed routes: its dense vectors (BGEM3FlagModel.encode's dense_vecs, normalised), with
+        the request's width and vector type (float, binary, ubinary), in input order; the tokens."""
+        if texts is None:
+            raise ApiError(400, f"{self.served.name} is {self.kind.label}: it embeds texts, not token ids", param="input")
+        opts = opts if opts is not None else self.served.options.default
+        got = await self.encode_texts(texts, "document", ("DENSE",), "input", truncate=opts.truncate)
+        assert got.dense is not None
+        return self.served.options.finish(got.dense, opts), got.tokens
+
+    async def encode(self, req) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+        """bge-m3 on the sparse routes (a SparseRequest): each text's lexical weights (token ids ascending,
+        BGEM3FlagModel.encode's lexical_weights), its max_active_dims largest kept; the tokens."""
+        from ..sparse.scale_schema import INPUT_FIELDS
+
+        got = await self.encode_texts(req.texts, "document", ("SPARSE_INDICES", "SPARSE_VALUES"), INPUT_FIELDS[req.api],
+                                      truncate=req.options.truncate)
+        assert got.sparse is not None
+        k = req.max_active_dims
+        rows = got.sparse if k is None else [keep_largest(i, v, k) for i, v in got.sparse]
+        return rows, got.tokens
 
     def asked(self, how: Ask) -> tuple[str, ...]:
         return how.outputs
@@ -216,6 +256,14 @@ class MultiVector(FrontDoorModel):
         return {"layout": mv.layout, "dim": mv.dim, **({"dense_dim": mv.hidden} if mv.layout == "m3" else {}),
                 "similarity": mv.similarity, "query_length": mv.query_length, "document_length": mv.document_length,
                 "prompts": self.served.core.prompts}
+
+
+def keep_largest(ids: np.ndarray, weights: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A text's k largest lexical weights, token ids ascending."""
+    if len(ids) <= k:
+        return ids, weights
+    keep = np.sort(np.argsort(-weights, kind="stable")[:k])
+    return ids[keep], weights[keep]
 
 
 def pair_score(q: Encoded, i: int, d: Encoded, j: int, mode: str | None, weights: tuple[float, float, float],

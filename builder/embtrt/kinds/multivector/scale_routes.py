@@ -66,7 +66,7 @@ def _resolve(body: dict, models: Mapping, kinds: Mapping[str, Kind], cfg) -> str
                            f"{', '.join(map(repr, models))})", param="model")
     if not isinstance(name, str):
         raise ApiError(400, "model must be a string", param="model")
-    if kinds.get(name) not in (None, MULTIVECTOR):
+    if name in kinds and kinds[name].name != MULTIVECTOR.name:
         raise wrong_kind(name, kinds[name], MULTIVECTOR)
     if name not in models:
         raise no_such_model(name, models, MULTIVECTOR, "serves token vectors of")
@@ -99,10 +99,10 @@ def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, bod
     if sent is None and implied is None and len(models) > 1:   # TEI's bodies name no model: which is ambiguous
         raise ApiError(400, "this gateway serves several models with token vectors (" + ", ".join(map(repr, models))
                        + "): name one with model, or start it with --default-model", param="model")
-    if api == "tei-all" and implied is not None and kinds.get(implied) is EMBEDDER:   # an embedder's own /embed_all
-        embedders = {n: m for n, m in models.items() if kinds.get(n) is EMBEDDER}
+    if api == "tei-all" and getattr(kinds.get(implied or ""), "name", None) == EMBEDDER.name:   # an embedder's own /embed_all
+        embedders = {n: m for n, m in models.items() if kinds[n].name == EMBEDDER.name}
         return embedder_routes.parse_embed_all(body, embedders, kinds, cfg)
-    multi = {n: m for n, m in models.items() if kinds.get(n) is MULTIVECTOR}
+    multi = {n: m for n, m in models.items() if kinds[n].name == MULTIVECTOR.name}
     name = _resolve(body, multi, kinds, cfg)
     if api == "tei-all":
         inputs = body.get("inputs")

@@ -79,6 +79,16 @@ class ServedMultiVector(ServedModel):
 
         self.core = MultiVectorCore.from_folder(str(self.folder), self.door)
         self.mv = self.core.mv
+        # bge-m3's dense vector and lexical weights behind the embed and sparse routes: their request options
+        # (no prompts; the dense vector normalised; widths; float and binary types, no calibration)
+        from embtrt_backend.options import ModelOptions
+
+        self.options = ModelOptions(dim=self.mv.hidden or self.mv.dim, normalize=True, prompts={})
+        self.vocab_size = self.core.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def token_of(self, index: int) -> str | None:
+        """A token id's string (the model's tokenizer): /v1/sparse's return_tokens."""
+        return self.core.tokenizer.id_to_token(index)
 
 
 def served_kind(repo: Path) -> str:
