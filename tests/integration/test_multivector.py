@@ -178,3 +178,17 @@ def test_verify_gates_a_served_model_and_holds_under_load(multivector_server, mu
     same = verify_multivector(multivector_server.grpc_url, key, None, texts, against=(multivector_server.grpc_url, key),
                               log=lambda m: None)
     assert same.passed and same.figures["against"]["max_abs_diff"] <= 1e-6
+
+
+def test_reduced_precision_is_judged_by_the_reduced_gate(multivectors, tmp_path, corpus):
+    """python-ort int8: the gate's reduced limits (cosine per vector, MaxSim relative, top-10 overlap); the tiny
+    random model's verdict is recorded as it is (kept here with --allow-mismatch, refused without it)."""
+    import json
+
+    small = tmp_path / "corpus.json"
+    small.write_text(json.dumps(corpus[::6]))
+    build(spec_from_options(multivectors["colbert"], tmp_path / "r", name="colbert_int8", precision="int8",
+                            allow_mismatch=True), corpus=small, log=lambda m: None)
+    par = read_manifest(tmp_path / "r").extra["parity"]
+    assert par["precision"] == "int8" and "top10_overlap" in par and par["allowed_mismatch"] == (not par["passed"])
+    assert all(b["error"] <= 1e-2 for b in par["buckets"].values())   # every vector's cosine >= 0.99

@@ -119,12 +119,14 @@ def _trial(settings):
     return Trial(settings, {1: {"req_per_s": 1.0, "p50_ms": 1.0, "p99_ms": 1.0}})
 
 
-@pytest.mark.parametrize("kind", ["reranker", pytest.param("sparse", marks=pytest.mark.slow)])
-def test_tune_takes_a_reranker_and_a_sparse_encoder_front_door_knobs_only(kind, rerank_repo, splade, tmp_path):
+@pytest.mark.parametrize("kind", ["reranker", pytest.param("sparse", marks=pytest.mark.slow),
+                                  pytest.param("multivector", marks=pytest.mark.slow)])
+def test_tune_takes_a_reranker_and_a_sparse_encoder_front_door_knobs_only(kind, rerank_repo, splade, tmp_path, request):
     """A reranker's (and a sparse encoder's) repository is tuned on its front door, the only model
     that does the work, with its kind's own requests (one query and 10 documents; one text); the
     applied winner passes `embtrt check` and still serves its kind; a per-bucket SLO is refused."""
-    folder, repo = rerank_repo if kind == "reranker" else splade
+    folder, repo = (rerank_repo if kind == "reranker" else splade if kind == "sparse"
+                    else (None, request.getfixturevalue("multivector_repos")["colbert"]))
     name = json.loads((repo / "embtrt.json").read_text())["name"]
     knobs = ("front.max_queue_delay_us", "front.run_overhead_tokens")
     doc = tune(TuneSpec(repo, slo_p99_ms=10000, concurrency=(2,), budget_min=1.0, requests=12, warmup=2,
@@ -142,7 +144,12 @@ def test_tune_takes_a_reranker_and_a_sparse_encoder_front_door_knobs_only(kind, 
     assert re.search(r'key: "run_overhead_tokens"\s*value \{\s*string_value: "%d"' % winner, front), front
     assert json.loads((tuned / "embtrt.json").read_text())["tuning"]["machine"]["host"] == doc["machine"]["host"]
     with start_server(tuned, tmp_path) as srv:
-        if kind == "reranker":
+        if kind == "multivector":
+            from embtrt.kinds.multivector.serve import MultiVectorClient
+
+            with MultiVectorClient(srv.grpc_url, name) as c:
+                assert len(c.encode_query(["a query"])[0]) == 32
+        elif kind == "reranker":
             from embtrt.kinds.reranker.serve import RerankClient
 
             with RerankClient(srv.grpc_url, name) as c:

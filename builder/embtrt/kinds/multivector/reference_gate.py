@@ -12,7 +12,7 @@ bge-m3 (FlagEmbedding's BGEM3FlagModel.encode recipe), per bucket:
 - dense: cosine min >= 0.99999 (fp32; reduced 0.999);
 - ColBERT vectors: counts exact, max |difference| <= 1e-4 (reduced: cosine >= 0.99);
 - lexical weights: every token id above 1e-3 on one side present on the other, max |difference| <= 1e-4
-  (reduced: 2e-2 of the text's largest weight).
+  (reduced: ids above 5% of the text's largest weight, 2e-2 of it).
 """
 
 from __future__ import annotations
@@ -115,12 +115,13 @@ def judge_colbert(reference: Callable[[list[str], str], list[np.ndarray]], texts
 
 def sparse_errors(got: list[tuple[np.ndarray, np.ndarray]], want: list[dict], lim: Limits) -> tuple[np.ndarray, int]:
     """Per text: the lexical weights' max |difference| over the union of ids (reduced: of its largest);
-    and how many ids above 1e-3 are on one side only."""
+    and how many ids above the threshold (1e-3; reduced: 5% of the text's largest) are on one side only."""
     err, lost = np.zeros(len(want)), 0
     for i, ((ids, vals), ref) in enumerate(zip(got, want)):
         ours = dict(zip(ids.tolist(), vals.tolist()))
         keys = set(ours) | set(ref)
-        lost += sum(1 for k in keys if max(ours.get(k, 0.0), ref.get(k, 0.0)) > 1e-3 and (k not in ours or k not in ref))
+        t = 0.05 * max(ref.values(), default=0.0) if lim.vector_cosine else 1e-3
+        lost += sum(1 for k in keys if max(ours.get(k, 0.0), ref.get(k, 0.0)) > t and (k not in ours or k not in ref))
         d = max((abs(ours.get(k, 0.0) - ref.get(k, 0.0)) for k in keys), default=0.0)
         if lim.vector_cosine:
             d /= max(max(ref.values(), default=0.0), 1e-12)
@@ -144,7 +145,7 @@ def judge_m3(reference: dict, texts: list[str], served: dict, buckets, log: Call
     worst = float(err.max(initial=0.0))
     v.check(worst <= lim.weight and lost == 0,
             f"lexical weights: {len(texts)} texts, max |difference| {worst:.1e} (limit {lim.weight:.0e}); "
-            f"{lost} token ids above 1e-3 on one side only",
+            f"{lost} token ids above {'5% of the largest' if lim.vector_cosine else '1e-3'} on one side only",
             *([f"lexical weights differ by {worst:.2e} > {lim.weight:.0e}"] if worst > lim.weight else []),
             *([f"lexical weights: {lost} token ids on one side only"] if lost else []))
     for line in v.lines:
