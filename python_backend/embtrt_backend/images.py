@@ -6,8 +6,9 @@ resample, center crop (zero-padded where the image is smaller), rescale, normali
 The torchvision backend resizes differently; the gate pins the PIL one.
 
 Hostile input is refused before it costs: the encoded bytes and the pixel count (read from the header,
-before decoding) are bounded, only the listed formats decode, a truncated or corrupt file is that item's
-InputError, and an http(s) URL is never fetched. Pillow + numpy only; the front door and the gateway use it.
+before decoding) are bounded, and so is the resized image (a thin image's shortest-edge resize); only the
+listed formats decode, a truncated or corrupt file is that item's InputError, and an http(s) URL is never
+fetched. Pillow + numpy only; the front door and the gateway use it.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def center_crop(chw: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return out[:, max(0, top):min(nh, top + ch), max(0, left):min(nw, left + cw)]
 
 
-def pixel_values(img, cfg: ProcessorConfig) -> np.ndarray:
+def pixel_values(img, cfg: ProcessorConfig, limits: ImageLimits = ImageLimits(), row: int = 0) -> np.ndarray:
     """A decoded RGB PIL image -> [3, H, W] float32, as the image processor's PIL backend computes it (its
     convert_to_rgb first: an image whose info still names a transparent colour (a palette PNG's, after
     load_image's RGB conversion) is composited onto white)."""
@@ -137,6 +138,10 @@ def pixel_values(img, cfg: ProcessorConfig) -> np.ndarray:
         img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
     if cfg.do_resize:
         h, w = resized_size(img.height, img.width, cfg.shortest_edge)
+        if h * w > limits.max_pixels:   # a thin image's resize would (1 x 20000 -> 224 x 4.5M: 3 GB)
+            raise InputError(f"row {row}: the image is {img.width} x {img.height} pixels: resized to "
+                             f"{cfg.shortest_edge} on its short side it would be {w} x {h}, over the limit of "
+                             f"{limits.max_pixels} pixels", "input", row)
         img = img.resize((w, h), resample=cfg.resample)
     chw = np.moveaxis(np.asarray(img), -1, 0)
     if cfg.do_center_crop:

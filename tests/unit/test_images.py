@@ -114,6 +114,10 @@ def test_hostile_inputs_are_refused_naming_their_row():
         with pytest.raises(InputError, match=f"row 3: .*{needle}") as e:
             decode(data, ImageLimits(), row=3)
         assert e.value.row == 3
+    thin = io.BytesIO()
+    Image.fromarray(_pattern(20000, 1, 2)).save(thin, "PNG")   # tiny to send; its resize would be 224 x 4.5M
+    with pytest.raises(InputError, match="row 5: .*resized to 224 on its short side it would be 4480000 x 224"):
+        pixel_values(decode(thin.getvalue(), row=5), ProcessorConfig(), row=5)
     with pytest.raises(InputError, match="bytes, over the limit"):
         decode(_encoded("png"), ImageLimits(max_bytes=1000), row=0)
     with pytest.raises(InputError, match="not fetched"):
