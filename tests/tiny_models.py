@@ -136,23 +136,32 @@ def _train(model, trainer, pre, decoder, texts):
     return tok
 
 
-def make_xlmr_mean(path: Path) -> Path:
-    import torch
+def xlmr_tokenizer(path: Path, vocab_size: int, max_length: int):
+    """An XLM-R-style tokenizer trained on the corpus (Unigram, Metaspace, XLM-R's special ids 0-4:
+    <s> <pad> </s> <unk> <mask>), saved into `path` -> (the tokenizers.Tokenizer, the transformers fast tokenizer)."""
     from tokenizers import decoders, models, pre_tokenizers, processors, trainers
-    from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
+    from transformers import XLMRobertaTokenizerFast
 
     path.mkdir(parents=True, exist_ok=True)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    tok = _train(models.Unigram(), trainers.UnigramTrainer(vocab_size=2000, special_tokens=specials, unk_token="<unk>"),
+    tok = _train(models.Unigram(), trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>"),
                  pre_tokenizers.Metaspace(), decoders.Metaspace(), _corpus())
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
         special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
     tmp = path / "_tok.json"
     tok.save(str(tmp))
-    fast = XLMRobertaTokenizerFast(tokenizer_file=str(tmp), model_max_length=128)
+    fast = XLMRobertaTokenizerFast(tokenizer_file=str(tmp), model_max_length=max_length)
     tmp.unlink()
     fast.save_pretrained(path)
+    return tok, fast
+
+
+def make_xlmr_mean(path: Path) -> Path:
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    tok, fast = xlmr_tokenizer(path, 2000, 128)
     torch.manual_seed(2)
     cfg = XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=48, num_hidden_layers=2,
                            num_attention_heads=4, intermediate_size=96, max_position_embeddings=130,

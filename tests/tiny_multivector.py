@@ -67,23 +67,11 @@ def make_m3(path: Path, heads: bool = True) -> Path:
     """A bge-m3-shaped folder: XLMRobertaModel (hidden 32, max length 64), its tokenizer, and (heads)
     colbert_linear.pt [32, 32] + bias and sparse_linear.pt [1, 32] + bias beside it."""
     import torch
-    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
-    from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
+    from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from tiny_models import _corpus, _train
+    from tiny_models import xlmr_tokenizer
 
-    path.mkdir(parents=True, exist_ok=True)
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    tok = _train(models.Unigram(), trainers.UnigramTrainer(vocab_size=1500, special_tokens=specials, unk_token="<unk>"),
-                 pre_tokenizers.Metaspace(), decoders.Metaspace(), _corpus())
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
-        special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
-    tmp = path / "_tok.json"
-    tok.save(str(tmp))
-    fast = XLMRobertaTokenizerFast(tokenizer_file=str(tmp), model_max_length=64)
-    tmp.unlink()
-    fast.save_pretrained(path)
+    tok, _ = xlmr_tokenizer(path, 1500, 64)
     torch.manual_seed(7)
     cfg = XLMRobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=64, max_position_embeddings=66, pad_token_id=1, bos_token_id=0,

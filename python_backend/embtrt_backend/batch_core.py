@@ -88,7 +88,6 @@ class BatchCore:
         ids: list[list[int]] = []
         types: list[list[int]] = []
         skips: list[int] = []
-        attend: list[int] | None = None    # only where some request's rows attend fewer tokens than they run
         keep: list[tuple[int, int, Rows]] = []     # (request, its first row, its rows)
         for i, rows in enumerate(self.tokenize(requests)):
             if isinstance(rows, Exception):
@@ -98,15 +97,12 @@ class BatchCore:
                 ids.extend(rows.ids)
                 types.extend(rows.type_ids)
                 skips.extend([rows.skip] * len(rows.ids))
-                if rows.attend is not None and attend is None:
-                    attend = [len(x) for x in ids[:len(ids) - len(rows.ids)]]
-                if attend is not None:
-                    attend.extend(rows.attend if rows.attend is not None else map(len, rows.ids))
         if not keep:
             return Batch(outcomes)
         lengths, chunks = self.chunks(ids, types, np.asarray(skips, dtype=np.int64))
-        if attend is not None:
-            att = np.asarray(attend, dtype=np.int64)
+        if any(r.attend is not None for _, _, r in keep):   # some rows attend fewer tokens than they run
+            att = np.concatenate([np.asarray(r.attend if r.attend is not None else [len(x) for x in r.ids], np.int64)
+                                  for _, _, r in keep])
             for c in chunks:
                 c.attend = att[c.rows]
 

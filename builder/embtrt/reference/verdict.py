@@ -49,22 +49,25 @@ class Verdict:
         return out
 
 
+def bucket_rows(tokens, buckets) -> list:
+    """[(bucket, mask of its rows)] for every length bucket holding a row, in bucket order: a row's bucket is the
+    smallest holding its `tokens` (the longest for a row over every bucket). The gates report per bucket with it."""
+    import numpy as np
+
+    b = np.asarray(buckets)
+    bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
+    return [(int(edge), bucket == edge) for edge in b if (bucket == edge).any()]
+
+
 def per_bucket(v: Verdict, diff, tokens, buckets, tolerance: float, noun: str, against: str,
                count_key: str = "rows") -> dict:
     """One marked line per length bucket of the rows' max |difference| (`diff`, one value per row; a row's
     bucket is the smallest holding its `tokens`), at most `tolerance` or the bucket fails: "bucket 32: 29
     pairs, max |score - CrossEncoder.predict| 3.0e-07 (limit 1e-04)". -> {bucket: {count_key, max_abs_diff}}."""
-    import numpy as np
-
-    b = np.asarray(buckets)
-    bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
     out = {}
-    for edge in b:
-        sel = bucket == edge
-        if not sel.any():
-            continue
+    for edge, sel in bucket_rows(tokens, buckets):
         worst = float(diff[sel].max())
-        out[str(int(edge))] = {count_key: int(sel.sum()), "max_abs_diff": worst}
-        v.check(worst <= tolerance, f"bucket {int(edge)}: {int(sel.sum())} {noun}, max |score - {against}| {worst:.1e} "
-                f"(limit {tolerance:.0e})", f"bucket {int(edge)}: max |score difference| {worst:.2e} > {tolerance:.0e}")
+        out[str(edge)] = {count_key: int(sel.sum()), "max_abs_diff": worst}
+        v.check(worst <= tolerance, f"bucket {edge}: {int(sel.sum())} {noun}, max |score - {against}| {worst:.1e} "
+                f"(limit {tolerance:.0e})", f"bucket {edge}: max |score difference| {worst:.2e} > {tolerance:.0e}")
     return out

@@ -148,8 +148,6 @@ class MultiVectorBuild(FrontDoorBuild):
             raise ParityError(f"the serving tokenizer differs from the reference's on {len(bad)} texts (first: the "
                               f"{bad[0][0]} {texts[bad[0][1]][:60]!r})", "the tokenizer.json lacks settings of the HF tokenizer")
         self.log(f"[ok] serving tokenizer equals the reference's on {len(texts)} texts, as queries and as documents")
-        if self.spec.target == "python-torch":
-            np.savez(work / HEADS, **self._heads)
 
     def _prompt(self, side: str) -> str:
         from embtrt_backend.kinds.multivector.core import resolve
@@ -192,7 +190,11 @@ class MultiVectorBuild(FrontDoorBuild):
         return out + [_t("TOKENS", "TYPE_INT64", [1])]
 
     def files(self, work: Path) -> dict[str, Path]:
-        return {f"1/{HEADS}": work / HEADS} if self.spec.target == "python-torch" else {}
+        """python-torch's encoder reads the heads beside 1/hf/ (the other targets have them in the graph)."""
+        if self.spec.target != "python-torch":
+            return {}
+        np.savez(work / HEADS, **self._heads)
+        return {f"1/{HEADS}": work / HEADS}
 
     def manifest_fields(self) -> dict:
         return {"pooling": f"tokens-{self.info.layout}", "pooler": "fused"}

@@ -27,6 +27,16 @@ def _flat(vectors: list[np.ndarray], width: int) -> np.ndarray:
     return out
 
 
+def _vectors(parts: list[dict]) -> list[np.ndarray]:
+    from embtrt_backend.kinds.multivector.core import unpadded
+
+    return [v.copy() for r in parts for v in unpadded(r["TOKEN_EMBEDDINGS"], r["TOKEN_COUNTS"])]
+
+
+def _tokens(parts: list[dict]) -> np.ndarray:
+    return np.concatenate([r["TOKENS"].reshape(-1) for r in parts])
+
+
 class MultiVectorMeasure(KindMeasure):
     kind, value = MULTIVECTOR, "vector"
 
@@ -43,19 +53,18 @@ class MultiVectorMeasure(KindMeasure):
     def served(self, texts: list[str], url: str, model: str) -> dict:
         from .serve import MultiVectorClient
 
-        with MultiVectorClient(url, model) as c:
+        vectors = ("TOKEN_EMBEDDINGS", "TOKEN_COUNTS", "TOKENS")
+        with MultiVectorClient(url, model) as c:   # each text once per side, its tokens from the same call
             if self.layout == "m3":
-                got = c.encode(texts, return_dense=True, return_sparse=True, return_colbert_vecs=True)
-                tokens = np.concatenate([c._infer(texts[i:i + 32], {}, ("TOKENS",))["TOKENS"].reshape(-1)
-                                         for i in range(0, len(texts), 32)])
-                return {"dense": got["dense_vecs"], "colbert": got["colbert_vecs"], "tokens": tokens,
-                        "lexical": [(np.asarray([int(k) for k in w], np.int64), np.asarray(list(w.values()), np.float32))
-                                    for w in got["lexical_weights"]]}
+                parts = list(c._batches(texts, {}, ("DENSE", "SPARSE_INDICES", "SPARSE_VALUES", *vectors)))
+                return {"dense": np.concatenate([r["DENSE"] for r in parts]), "colbert": _vectors(parts),
+                        "tokens": _tokens(parts),
+                        "lexical": [(ix[ix >= 0], v[ix >= 0]) for r in parts
+                                    for ix, v in zip(r["SPARSE_INDICES"], r["SPARSE_VALUES"])]}
             out = {}
             for side in ("query", "document"):
-                tokens = np.concatenate([c._infer(texts[i:i + 32], {"input_type": side}, ("TOKENS",))["TOKENS"].reshape(-1)
-                                         for i in range(0, len(texts), 32)])
-                out[side] = (c.token_vectors(texts, input_type=side), tokens)
+                parts = list(c._batches(texts, {"input_type": side}, vectors))
+                out[side] = (_vectors(parts), _tokens(parts))
             return out
 
     def described(self, texts: list[str]) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 from embtrt_backend.kinds.multivector.score import maxsim_matrix
 
 from ...reference.ranking import Agreement, top_k
-from ...reference.verdict import Verdict
+from ...reference.verdict import Verdict, bucket_rows
 
 TOP_K, QUERIES = 10, 16
 
@@ -69,17 +69,12 @@ def _check_vectors(v: Verdict, name: str, got, want, tokens, buckets, lim: Limit
             *([f"{name}: text {bad} has {len(got[bad])} vectors, the reference {len(want[bad])}"] if bad >= 0 else []))
     limit = 1.0 - lim.vector if lim.vector_cosine else lim.vector
     what = "1 - min cosine" if lim.vector_cosine else "max |difference|"
-    b = np.asarray(buckets)
-    bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
     out = {}
-    for edge in b:
-        sel = bucket == edge
-        if not sel.any():
-            continue
+    for edge, sel in bucket_rows(tokens, buckets):
         worst = float(err[sel].max())
-        out[f"{name}/{int(edge)}"] = {"texts": int(sel.sum()), "error": worst}
-        v.check(worst <= limit, f"{name} bucket {int(edge)}: {int(sel.sum())} texts, {what} vs {against} {worst:.1e} "
-                f"(limit {limit:.0e})", f"{name} bucket {int(edge)}: {what} {worst:.2e} > {limit:.0e}")
+        out[f"{name}/{edge}"] = {"texts": int(sel.sum()), "error": worst}
+        v.check(worst <= limit, f"{name} bucket {edge}: {int(sel.sum())} texts, {what} vs {against} {worst:.1e} "
+                f"(limit {limit:.0e})", f"{name} bucket {edge}: {what} {worst:.2e} > {limit:.0e}")
     return out
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from embtrt_backend.kinds import MULTIVECTOR
+from embtrt_backend.kinds.multivector.core import unpadded
 from embtrt_backend.kinds.multivector.score import M3_MODES, M3_PARTS, m3_score, maxsim
 
 from ...scale.gateway.errors import ApiError
@@ -184,8 +185,7 @@ class MultiVector(FrontDoorModel):
             named = dict(zip(outputs, got))
             self._check(named, len(got[-1]) if got else 0)
             if "TOKEN_EMBEDDINGS" in named:
-                emb, counts = named["TOKEN_EMBEDDINGS"], named["TOKEN_COUNTS"].reshape(-1)
-                vectors += [emb[k, :int(c)] for k, c in enumerate(counts)]
+                vectors += unpadded(named["TOKEN_EMBEDDINGS"], named["TOKEN_COUNTS"])
             if "DENSE" in named:
                 dense += list(named["DENSE"])
             if "SPARSE_INDICES" in named:

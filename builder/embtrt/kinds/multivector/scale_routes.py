@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from embtrt_backend.kinds import EMBEDDER, MULTIVECTOR, Kind
+from embtrt_backend.kinds.multivector.core import SIDES
 
 from ...scale.gateway.dialects import tei_headers
 from ...scale.gateway.errors import ApiError, flag, implied_model, no_such_model, short, text_list, wrong_kind
@@ -36,7 +37,6 @@ from .scale import M3_ALL, VECTORS
 TOKEN_ROUTES = {"/embed_all": "tei-all", "/pooling": "vllm-pooling"}
 ENCODE_ROUTES = {"/v1/encode": "openai"}
 DTYPES = {"float32": np.float32, "float16": np.float16}
-SIDES = ("query", "document")
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,9 @@ def _format(body: dict) -> tuple[str, str]:
 def _side(value: object, field: str) -> str:
     if value is None:
         return "document"
-    if not isinstance(value, str) or value.lower() not in (*SIDES, "passage", "corpus"):
+    if not isinstance(value, str) or value.lower() not in SIDES:
         raise ApiError(400, f"{field} must be 'query' or 'document' (passage, corpus), not {short(value)}", param=field)
-    return "query" if value.lower() == "query" else "document"
+    return SIDES[value.lower()]
 
 
 def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, body: Any):

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...reference.ranking import Agreement, top_k
 from .reference import se_encode
-from ...reference.verdict import Verdict
+from ...reference.verdict import Verdict, bucket_rows
 
 TOLERANCE = 1e-4   # fp32: max |served weight - SparseEncoder weight| per bucket
 TOP_K = 10
@@ -74,30 +74,25 @@ def judge(se, texts: list[str], served: dict[str, tuple[np.ndarray, np.ndarray]]
     lim = limits_for(precision)
     unit = "" if not lim.weight_relative else " of the text's largest"
     v, per = Verdict(), {}
-    b = np.asarray(buckets)
     ref = {}
     for which in ("document", "query"):
         want = se_encode(se, texts, which)
         ref[which] = want
         got, tokens = served[which]
         diff, missing = _values(got, want, lim), _inactive(got, want, lim)
-        bucket = b[np.minimum(np.searchsorted(b, tokens), len(b) - 1)]
-        for edge in b:
-            sel = bucket == edge
-            if not sel.any():
-                continue
+        for edge, sel in bucket_rows(tokens, buckets):
             worst, lost = float(diff[sel].max()), int(missing[sel].sum())
             nnz_w, nnz_g = int((want[sel] > 0).sum()), int((got[sel] > 0).sum())
-            per[f"{which}/{int(edge)}"] = {"texts": int(sel.sum()), "max_abs_diff": float(np.abs(got[sel] - want[sel]).max()),
+            per[f"{which}/{edge}"] = {"texts": int(sel.sum()), "max_abs_diff": float(np.abs(got[sel] - want[sel]).max()),
                                            "weight_error": worst, "active": [nnz_w, nnz_g], "active_mismatch": lost}
             v.check(worst <= lim.weight and lost == 0,
-                    f"{which} bucket {int(edge)}: {int(sel.sum())} texts, max |weight - "
+                    f"{which} bucket {edge}: {int(sel.sum())} texts, max |weight - "
                     f"SparseEncoder.encode_{which}| {worst:.1e}{unit} (limit {lim.weight:.0e}); active dimensions "
                     f"{nnz_g} served, {nnz_w} reference, {lost} above {lim.active:.0%} of the largest weight "
                     "active on one side only",
-                    *([f"{which} bucket {int(edge)}: max |weight difference| {worst:.2e}{unit} > {lim.weight:.0e}"]
+                    *([f"{which} bucket {edge}: max |weight difference| {worst:.2e}{unit} > {lim.weight:.0e}"]
                       if worst > lim.weight else []),
-                    *([f"{which} bucket {int(edge)}: {lost} dimensions above the threshold active on one side only"]
+                    *([f"{which} bucket {edge}: {lost} dimensions above the threshold active on one side only"]
                       if lost else []))
     nq = min(QUERIES, len(texts) // 2)   # a small corpus: half its texts as queries, the rest documents
     q, d = served["query"][0][:nq], served["document"][0][nq:]
