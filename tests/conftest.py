@@ -242,6 +242,41 @@ def multivector_server(multivector_repos, tmp_path_factory):
         yield srv
 
 
+@pytest.fixture(scope="session")
+def clips(tmp_path_factory) -> dict[str, Path]:
+    """The tiny seeded CLIP (tests/tiny_images.py) as sentence-transformers saves it (clip) and in the old
+    CLIPModel-module layout (clip_old: its Hugging Face files in 0_CLIPModel/)."""
+    from tiny_images import make_clip, make_old_clip
+
+    base = _once("clips", lambda b: make_old_clip(b / "clip_old", make_clip(b / "clip")))
+    return {"clip": base / "clip", "clip_old": base / "clip_old"}
+
+
+@pytest.fixture(scope="session")
+def clip_repos(clips) -> dict[str, Path]:
+    """The tiny CLIP built for python-ort (clip) and, from its old layout, for python-torch (clip_old_torch),
+    on half the corpus."""
+    from embtrt.export import build
+    from embtrt.export.spec_options import spec_from_options
+
+    def fill(base: Path) -> None:
+        corpus = _sparse_corpus(base)
+        build(spec_from_options(clips["clip"], base / "clip", name="clip"), corpus=corpus, log=_quiet)
+        build(spec_from_options(clips["clip_old"], base / "clip_old_torch", name="clip_old_torch", target="python-torch"),
+              corpus=corpus, log=_quiet)
+
+    base = _once("clip_repos", fill)
+    return {key: base / key for key in ("clip", "clip_old_torch")}
+
+
+@pytest.fixture(scope="session")
+def clip_server(clip_repos, minilm_repo, tmp_path_factory):
+    """One tritonserver serving both tiny CLIP builds and the default MiniLM (a text-only embedder beside them)."""
+    with start_server(clip_repos["clip"], tmp_path_factory.mktemp("clip_srv"), clip_repos["clip_old_torch"],
+                      minilm_repo) as srv:
+        yield srv
+
+
 def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options: dict | None = None,
                   full_corpus: bool = False, **kw) -> tuple[Path, Path]:
     """(model folder, built repository `name`, built with `options`) of tiny_models' `maker` SparseEncoder."""

@@ -6,8 +6,14 @@ multimodal Transformer module: `modalities == ["text", "image"]`)."""
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
+import struct
+import zlib
 from pathlib import Path
+
+import numpy as np
 
 
 def make_clip(path: Path) -> Path:
@@ -44,3 +50,71 @@ def make_clip(path: Path) -> Path:
     SentenceTransformer(str(hf), device="cpu").save(str(path))
     shutil.rmtree(hf)
     return path
+
+
+def make_old_clip(path: Path, clip: Path) -> Path:
+    """The tiny CLIP in the old sentence-transformers layout: one `sentence_transformers.models.CLIPModel` module
+    whose Hugging Face files sit in its folder (0_CLIPModel/), as Hub folders such as clip-ViT-B-32 keep them."""
+    sub = path / "0_CLIPModel"
+    sub.mkdir(parents=True, exist_ok=True)
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "processor_config.json"):
+        shutil.copy(clip / f, sub / f)
+    (path / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "0_CLIPModel",
+                                                    "type": "sentence_transformers.models.CLIPModel"}]))
+    return path
+
+
+def pattern(w: int, h: int, seed: int) -> np.ndarray:
+    """A seeded [h, w, 3] uint8 image with structure (gradients and noise): resizing and cropping show in it."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([(x * 255 // max(w - 1, 1)), (y * 255 // max(h - 1, 1)), ((x + y) * 3) % 256], -1)
+    return np.clip(base + rng.integers(-40, 40, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+def encoded_form(kind: str) -> bytes:
+    """An encoded image of one of FORMS (seeded)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    rgb = Image.fromarray(pattern(317, 211, 1))
+    if kind == "jpeg-exif":
+        exif = Image.Exif()
+        exif[0x0112] = 6   # rotate 90 degrees on display
+        rgb.save(buf, "JPEG", quality=90, exif=exif.tobytes())
+    elif kind == "png":
+        rgb.save(buf, "PNG")
+    elif kind == "webp":
+        rgb.save(buf, "WEBP", quality=90)
+    elif kind == "gif-animated":
+        frames = [Image.fromarray(pattern(180, 260, s)).convert("P") for s in (2, 3, 4)]
+        frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:], duration=50)
+    elif kind == "grayscale":
+        Image.fromarray(pattern(400, 300, 5)[..., 0]).save(buf, "PNG")
+    elif kind == "rgba":
+        a = np.dstack([pattern(250, 250, 6), (np.arange(250 * 250).reshape(250, 250) % 256).astype(np.uint8)])
+        Image.fromarray(a, "RGBA").save(buf, "PNG")
+    elif kind == "palette-transparent":
+        p = rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=64)
+        p.save(buf, "PNG", transparency=3)
+    elif kind == "png-16bit":
+        Image.fromarray((pattern(300, 200, 7)[..., 1].astype(np.uint16) * 257)).save(buf, "PNG")
+    elif kind == "small":
+        Image.fromarray(pattern(100, 50, 8)).save(buf, "PNG")
+    elif kind == "tall":
+        Image.fromarray(pattern(225, 999, 9)).save(buf, "PNG")
+    else:
+        raise ValueError(kind)
+    return buf.getvalue()
+
+
+FORMS = ("jpeg-exif", "png", "webp", "gif-animated", "grayscale", "rgba", "palette-transparent", "png-16bit", "small", "tall")
+
+
+
+def png_header_only(w: int, h: int) -> bytes:
+    """A PNG whose header claims w x h pixels (a decompression bomb's first bytes)."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))

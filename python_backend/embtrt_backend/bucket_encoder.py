@@ -6,11 +6,17 @@ encoder_mode "bls" (onnxruntime, tensorrt, or --router-encoder bls): each bucket
 that bucket's encoder model (`encoder_models`, one per bucket, in bucket order), whose output
 `encoder_output` is returned. The embedder, reranker and sparse front doors all call this.
 
+A model of two towers (a text-and-image embedder) names its other towers in `towers` ("image"): `tower(name)`
+runs one, locally from `<name>.onnx` beside the text graph (python-torch: the same PyTorch model's other
+tower), or over BLS to the model `tower_<name>_model` (its output `tower_<name>_output`).
+
 pb_utils is passed in (Triton's module exists only inside the server), so that this file
 imports without Triton.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -24,10 +30,16 @@ class BucketEncoder:
         self.input_names = tuple(p["input_names"].split(","))
         self.local = None
         self.models: dict[int, str] = {}
+        self.towers: dict[str, object] = {}
+        names = [t for t in p.get("towers", "").split(",") if t]
         if self.mode == "local":
-            from .encoder import encoder_from_parameters
+            from .encoder import encoder_from_parameters, make_encoder
 
             self.local = encoder_from_parameters(folder, p)
+            for t in names:   # python-torch: a view of the one model; else the tower's own graph
+                tower = getattr(self.local, "tower", None)
+                self.towers[t] = tower(t) if tower is not None else make_encoder(
+                    p, os.path.join(folder, f"{t}.onnx"), None, False)
             return
         names = [n for n in p.get("encoder_models", "").split(",") if n]
         if len(names) != len(buckets):
@@ -37,6 +49,18 @@ class BucketEncoder:
             raise ValueError("encoder_mode bls runs inside tritonserver only (pb_utils is missing)")
         self.models = dict(zip(buckets, names))
         self.pb = pb_utils
+        for t in [t for t in p.get("towers", "").split(",") if t]:
+            self.towers[t] = (p[f"tower_{t}_model"], p[f"tower_{t}_output"])
+
+    def tower(self, name: str):
+        """The tower `name` as a function feeds -> its output [rows, dim]."""
+        if name not in self.towers:
+            raise ValueError(f"this model has no {name} tower (towers: {', '.join(self.towers) or 'none'})")
+        t = self.towers[name]
+        if not isinstance(t, tuple):
+            return t.run
+        model, output = t
+        return lambda feeds: self._bls(model, output, feeds, tuple(feeds))
 
     @property
     def thread_safe(self) -> bool:
@@ -49,10 +73,12 @@ class BucketEncoder:
         async execute under the Python backend)."""
         if self.local is not None:
             return self.local.run(feeds)
+        return self._bls(self.models[bucket], self.output_name, feeds, self.input_names)
+
+    def _bls(self, model: str, output: str, feeds: dict[str, np.ndarray], names) -> np.ndarray:
         pb = self.pb
-        model = self.models[bucket]
-        inputs = [pb.Tensor(n, feeds[n]) for n in self.input_names]
-        resp = pb.InferenceRequest(model_name=model, requested_output_names=[self.output_name], inputs=inputs).exec()
+        inputs = [pb.Tensor(n, feeds[n]) for n in names]
+        resp = pb.InferenceRequest(model_name=model, requested_output_names=[output], inputs=inputs).exec()
         if resp.has_error():
             raise RuntimeError(f"encoder {model}: {resp.error().message()}")
-        return pb.get_output_tensor_by_name(resp, self.output_name).as_numpy()
+        return pb.get_output_tensor_by_name(resp, output).as_numpy()

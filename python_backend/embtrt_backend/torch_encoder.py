@@ -260,3 +260,30 @@ def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_cod
     if p.get("graph_shapes") and p.get("cuda_graphs", "true") == "true":
         enc.capture(parse_graph_shapes(p["graph_shapes"]), tuple(p["input_names"].split(",")))
     return enc
+
+
+class TorchClip(_Torch):
+    """A text-and-image embedder (a CLIP-style model): the text tower's projected vector
+    (`get_text_features(...).pooler_output`, as sentence-transformers reads it); `tower("image")` is the
+    same model's image tower (`get_image_features(pixel_values).pooler_output`), sharing its weights."""
+
+    def forward(self, inputs: dict):
+        return self.model.get_text_features(**inputs).pooler_output.float()
+
+    def tower(self, name: str):
+        if name != "image":
+            raise ValueError(f"a CLIP-style model has a text and an image tower, not {name!r}")
+        return _ImageTower(self)
+
+
+class _ImageTower:
+    def __init__(self, clip: TorchClip) -> None:
+        self.clip = clip
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        c = self.clip
+        torch = c.torch
+        pixels = torch.from_numpy(np.ascontiguousarray(feeds["pixel_values"])).to(c.device)
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=c.autocast_bf16):
+            return c.model.get_image_features(pixel_values=pixels.to(next(c.model.parameters()).dtype)) \
+                .pooler_output.float().cpu().numpy()

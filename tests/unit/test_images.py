@@ -9,60 +9,13 @@ from __future__ import annotations
 
 import base64
 import io
-import struct
-import zlib
 
 import numpy as np
 import pytest
 
 from embtrt_backend import InputError
 from embtrt_backend.images import ImageLimits, ProcessorConfig, decode, from_data_uri, pixel_values
-
-
-def _pattern(w: int, h: int, seed: int) -> np.ndarray:
-    """A seeded [h, w, 3] uint8 image with structure (gradients and noise): resizing and cropping show in it."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w]
-    base = np.stack([(x * 255 // max(w - 1, 1)), (y * 255 // max(h - 1, 1)), ((x + y) * 3) % 256], -1)
-    return np.clip(base + rng.integers(-40, 40, (h, w, 3)), 0, 255).astype(np.uint8)
-
-
-def _encoded(kind: str) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    rgb = Image.fromarray(_pattern(317, 211, 1))
-    if kind == "jpeg-exif":
-        exif = Image.Exif()
-        exif[0x0112] = 6   # rotate 90 degrees on display
-        rgb.save(buf, "JPEG", quality=90, exif=exif.tobytes())
-    elif kind == "png":
-        rgb.save(buf, "PNG")
-    elif kind == "webp":
-        rgb.save(buf, "WEBP", quality=90)
-    elif kind == "gif-animated":
-        frames = [Image.fromarray(_pattern(180, 260, s)).convert("P") for s in (2, 3, 4)]
-        frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:], duration=50)
-    elif kind == "grayscale":
-        Image.fromarray(_pattern(400, 300, 5)[..., 0]).save(buf, "PNG")
-    elif kind == "rgba":
-        a = np.dstack([_pattern(250, 250, 6), (np.arange(250 * 250).reshape(250, 250) % 256).astype(np.uint8)])
-        Image.fromarray(a, "RGBA").save(buf, "PNG")
-    elif kind == "palette-transparent":
-        p = rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=64)
-        p.save(buf, "PNG", transparency=3)
-    elif kind == "png-16bit":
-        Image.fromarray((_pattern(300, 200, 7)[..., 1].astype(np.uint16) * 257)).save(buf, "PNG")
-    elif kind == "small":
-        Image.fromarray(_pattern(100, 50, 8)).save(buf, "PNG")
-    elif kind == "tall":
-        Image.fromarray(_pattern(225, 999, 9)).save(buf, "PNG")
-    else:
-        raise ValueError(kind)
-    return buf.getvalue()
-
-
-FORMS = ("jpeg-exif", "png", "webp", "gif-animated", "grayscale", "rgba", "palette-transparent", "png-16bit", "small", "tall")
+from tiny_images import FORMS, encoded_form, pattern, png_header_only
 
 
 @pytest.mark.parametrize("kind", FORMS)
@@ -70,7 +23,7 @@ def test_pixel_values_equal_load_image_and_the_pil_image_processor(kind):
     from transformers.image_utils import load_image
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-    data = _encoded(kind)
+    data = encoded_form(kind)
     uri = "data:image/png;base64," + base64.b64encode(data).decode()
     want = CLIPImageProcessorPil()(images=[load_image(uri)], return_tensors="np")["pixel_values"][0]
     got = pixel_values(decode(from_data_uri(uri, 0)), ProcessorConfig())
@@ -85,18 +38,10 @@ def test_the_processor_config_is_read_from_preprocessor_config():
     proc = CLIPImageProcessorPil(size={"shortest_edge": 64}, crop_size={"height": 48, "width": 56},
                                  image_mean=[0.5, 0.4, 0.3], image_std=[0.2, 0.25, 0.3])
     cfg = ProcessorConfig.from_dict(proc.to_dict())
-    img = decode(_encoded("tall"))
+    img = decode(encoded_form("tall"))
     want = proc(images=[img], return_tensors="np")["pixel_values"][0]
     got = pixel_values(img, cfg)
     assert got.shape == (3, 48, 56) and float(np.abs(got - want).max()) <= 1e-5
-
-
-def _png_header_only(w: int, h: int) -> bytes:
-    """A PNG whose header claims w x h pixels (a decompression bomb's first bytes)."""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
 
 
 def test_hostile_inputs_are_refused_naming_their_row():
@@ -104,22 +49,22 @@ def test_hostile_inputs_are_refused_naming_their_row():
 
     cases = {
         "not an image": b"this is text, not an image",
-        "truncated": _encoded("png")[:400],
-        "over the limit": _png_header_only(50_000, 50_000),   # refused from the header: nothing decoded
+        "truncated": encoded_form("png")[:400],
+        "over the limit": png_header_only(50_000, 50_000),   # refused from the header: nothing decoded
     }
     tiff = io.BytesIO()
-    Image.fromarray(_pattern(20, 20, 1)).save(tiff, "TIFF")
+    Image.fromarray(pattern(20, 20, 1)).save(tiff, "TIFF")
     cases["is not decoded"] = tiff.getvalue()
     for needle, data in cases.items():
         with pytest.raises(InputError, match=f"row 3: .*{needle}") as e:
             decode(data, ImageLimits(), row=3)
         assert e.value.row == 3
     thin = io.BytesIO()
-    Image.fromarray(_pattern(20000, 1, 2)).save(thin, "PNG")   # tiny to send; its resize would be 224 x 4.5M
+    Image.fromarray(pattern(20000, 1, 2)).save(thin, "PNG")   # tiny to send; its resize would be 224 x 4.5M
     with pytest.raises(InputError, match="row 5: .*resized to 224 on its short side it would be 4480000 x 224"):
         pixel_values(decode(thin.getvalue(), row=5), ProcessorConfig(), row=5)
     with pytest.raises(InputError, match="bytes, over the limit"):
-        decode(_encoded("png"), ImageLimits(max_bytes=1000), row=0)
+        decode(encoded_form("png"), ImageLimits(max_bytes=1000), row=0)
     with pytest.raises(InputError, match="not fetched"):
         from_data_uri("https://example.com/cat.png", 1)
     with pytest.raises(InputError, match="not valid base64"):

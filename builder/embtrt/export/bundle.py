@@ -75,11 +75,12 @@ def _compile(dest: Path, py: str) -> bool:
                                        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH))
 
 
-def make_bundle(target: str, server_python: str, dest: Path, log: Log = print) -> dict:
-    """Install the target's packages for `server_python` into dest (via the cache); return the metadata."""
+def make_bundle(target: str, server_python: str, dest: Path, log: Log = print, extra: tuple[str, ...] = ()) -> dict:
+    """Install the target's packages (and the kind's `extra`) for `server_python` into dest (via the cache);
+    return the metadata."""
     py = parse_python(server_python)
     machine = platform.machine() or "x86_64"
-    pins = _pins(packages_for(target))
+    pins = _pins(packages_for(target, extra))
     key = hashlib.sha256(json.dumps([pins, py, machine, MANYLINUX, "pyc:checked-hash"]).encode()).hexdigest()[:16]
     cached = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "embtrt" / "bundles" / f"{python_tag(py)}-{key}"
     if not (cached / BUNDLE_META).is_file():

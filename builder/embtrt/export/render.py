@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from embtrt_backend.kinds import EMBEDDER, MULTIVECTOR, SPARSE
+from embtrt_backend.kinds import EMBEDDER, MULTIVECTOR, SPARSE, kind_of
 
 from .. import __version__
 from ..common.files import link_or_copy
@@ -134,9 +134,10 @@ def hf_files(model_dir: Path) -> dict[str, Path]:
 
 
 def torch_dir(spec: BuildSpec) -> Path:
-    """The folder the python-torch encoder runs: the model's, or an inference-free SPLADE's document
-    route's MLM folder inside it."""
-    return spec.model_dir / spec.sparse_encoder_dir if spec.sparse_encoder_dir else spec.model_dir
+    """The folder the python-torch encoder runs: the model's, an inference-free SPLADE's document
+    route's MLM folder inside it, or the Hugging Face files' folder of an old CLIPModel module."""
+    sub = spec.sparse_encoder_dir or spec.hf_subdir
+    return spec.model_dir / sub if sub else spec.model_dir
 
 
 def encoder_files(spec: BuildSpec, onnx_path: Path | None) -> dict[str, Path]:
@@ -374,7 +375,8 @@ def attach_deps(spec: BuildSpec, plans: list[ModelPlan]) -> None:
     for plan in plans:
         if plan.backend_code:
             bundle = {"path": f"../../{bundle_dir(spec)}", "python": spec.server_python} if spec.bundle_deps else None
-            plan.deps = {"requires": model_requires(plan.kind, spec.target, spec.router_mode == "local"),
+            plan.deps = {"requires": model_requires(plan.kind, spec.target, spec.router_mode == "local",
+                                                    kind_of(spec.kind).packages),
                          "bundle": bundle}
 
 

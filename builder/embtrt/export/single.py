@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from embtrt_backend.kinds import Kind
+from embtrt_backend.kinds import Kind, kind_of
 
 from .. import __version__
 from ..common.files import sha256_file
@@ -75,7 +75,7 @@ def write_front_door(spec: BuildSpec, plans: list[ModelPlan], repo: Path, log: L
         return None
     from .bundle import make_bundle
 
-    bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log)
+    bundle = make_bundle(spec.target, spec.server_python, repo / bundle_dir(spec), log, kind_of(spec.kind).packages)
     bundle["path"] = bundle_dir(spec)
     return bundle
 
@@ -174,6 +174,10 @@ class FrontDoorBuild:
         """Files beside the tokenizer and the graph in the front door's folder."""
         return {}
 
+    def extra_plans(self, ident: dict[str, str], work: Path) -> list[ModelPlan]:
+        """Models beside the front door and its bucket encoders (a second tower's encoder model over BLS)."""
+        return []
+
     def build(self, tmp: Path, texts: list[str]) -> BuildResult:
         spec, log, kind = self.spec, self.log, self.kind
         work, repo = tmp / "work", tmp / "repo"
@@ -223,7 +227,7 @@ class FrontDoorBuild:
                      "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
                      # a parameter the identity holds is written once, with the identity
                      "params": sorted((k, v) for k, v in params.items() if k not in ident) + sorted(ident.items()),
-                     "warmup": front_warmup(spec, [t for t in inputs if not t.get("optional")])},
+                     "warmup": front_warmup(spec, [t for t in inputs if t["name"] in kind.inputs])},
             # local: the graph (1/model.onnx) or python-torch's model files (1/hf/); nothing over BLS
             files={"1/tokenizer.json": tok_json, **(encoder_files(spec, graph) if spec.router_mode == "local" else {}),
                    **self.files(work)},
@@ -232,6 +236,7 @@ class FrontDoorBuild:
         encoders = [] if spec.router_mode == "local" else [
             _encoder_plan(spec, b, names[b], [_t(kind.encoder_output, "TYPE_FP32", self.encoder_dims())], kind.encoder_output,
                           {b: graph}, {}, sorted(ident.items())) for b in spec.buckets]
+        encoders += self.extra_plans(ident, work)
         bundle = write_front_door(spec, [plan, *encoders], repo, log)
         # the graph the gate judged (tensorrt: per bucket where they differ; precision_onnx has each plan's source)
         served: str | dict[str, str] | None = None if graph is None else sha256_file(graph)

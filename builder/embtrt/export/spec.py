@@ -118,6 +118,7 @@ class BuildSpec:
     # multi-vector: the front door's parameters the folder decides (layout, widths, lengths, expansion,
     # skiplist ids: kinds.multivector.reference.MultiVectorInfo.params)
     multivector: tuple[tuple[str, str], ...] = ()
+    hf_subdir: str = ""               # the Hugging Face files' folder inside the model folder (an old CLIPModel module's)
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):

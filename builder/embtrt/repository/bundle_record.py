@@ -13,7 +13,7 @@ DEPS_DIR = "_deps"
 BUNDLE_META = "embtrt_bundle.json"
 MODEL_DEPS = "embtrt_deps.json"  # in each Python model's 1/ folder
 # pip distribution -> the module it provides
-PACKAGES = {"tokenizers": "tokenizers", "onnxruntime": "onnxruntime", "openvino": "openvino"}
+PACKAGES = {"tokenizers": "tokenizers", "onnxruntime": "onnxruntime", "openvino": "openvino", "pillow": "PIL"}
 # The encoder runtime each python-* target imports; PyTorch (python-torch) is far too large to
 # bundle (a CUDA build from PyPI), so it must be in the server's Python, which the models check.
 RUNTIME = {"python-ort": ["onnxruntime"], "python-openvino": ["openvino"], "python-torch": []}
@@ -34,16 +34,18 @@ def parse_python(value: str | None) -> str:
     return f"{parts[0]}.{int(parts[1])}"
 
 
-def packages_for(target: str) -> list[str]:
-    """What the target's Python-backend models import besides numpy (which the server has)."""
-    return ["tokenizers", *RUNTIME.get(target, [])]
+def packages_for(target: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """What the target's Python-backend models import besides numpy (which the server has), and the
+    kind's own (`extra`: Pillow for an image model)."""
+    return ["tokenizers", *extra, *RUNTIME.get(target, [])]
 
 
-def model_requires(kind: str, target: str, local_encoder: bool) -> list[str]:
-    """Modules one model imports: kind is front door, tokenizer, encoder or pooler."""
+def model_requires(kind: str, target: str, local_encoder: bool, extra: tuple[str, ...] = ()) -> list[str]:
+    """Modules one model imports: kind is front door, tokenizer, encoder or pooler; `extra`: the pip
+    distributions the model's kind adds to its front door (Kind.packages)."""
     runtime = [PACKAGES[p] for p in RUNTIME.get(target, [])] + EXPECTED.get(target, [])
     if kind == "front door":
-        return ["tokenizers"] + (runtime if local_encoder else [])
+        return ["tokenizers"] + [PACKAGES[p] for p in extra] + (runtime if local_encoder else [])
     if kind == "tokenizer":
         return ["tokenizers"]
     if kind == "encoder" and target in RUNTIME:

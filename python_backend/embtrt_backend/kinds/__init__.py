@@ -9,11 +9,12 @@ from __future__ import annotations
 from .base import Kind
 from .classifier import KIND as CLASSIFIER
 from .embedder import KIND as EMBEDDER
+from .multimodal import KIND as MULTIMODAL
 from .multivector import KIND as MULTIVECTOR
 from .reranker import KIND as RERANKER
 from .sparse import KIND as SPARSE
 
-KINDS: tuple[Kind, ...] = (EMBEDDER, RERANKER, SPARSE, CLASSIFIER, MULTIVECTOR)
+KINDS: tuple[Kind, ...] = (EMBEDDER, RERANKER, SPARSE, CLASSIFIER, MULTIVECTOR, MULTIMODAL)
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 DEFAULT = EMBEDDER   # a manifest or front door from before kinds (schema 1 and 2) is an embedder's
@@ -30,4 +31,5 @@ def kind_of(name: str | None) -> Kind:
         raise ValueError(f"unknown kind of model {name!r}: one of {', '.join(NAMES)}") from None
 
 
-__all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIVECTOR", "NAMES", "RERANKER", "SPARSE", "BY_NAME", "Kind", "kind_of"]
+__all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIMODAL", "MULTIVECTOR", "NAMES", "RERANKER", "SPARSE", "BY_NAME",
+           "Kind", "kind_of"]

@@ -37,6 +37,8 @@ class Kind:
     # the BuildSpec fields its reference reads of the folder; "": the embedder's (export.spec_options' own)
     spec_fields: str = ""
     measure: str = ""         # its measure.kind_measure.KindMeasure (verify, `embtrt tune`'s trial); "": the embedder's
+    # pip distributions its front door imports beyond the target's (bundled with the repository): Pillow to decode images
+    packages: tuple[str, ...] = ()
 
     @property
     def noun(self) -> str:

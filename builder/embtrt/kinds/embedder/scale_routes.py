@@ -167,13 +167,21 @@ def parse_similarity(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Ma
 def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind],
                  cfg) -> EmbeddingsRequest:
     body = _object(body)
-    for unserved in ("images", "inputs", "max_tokens"):
-        if body.get(unserved) is not None:
-            raise ApiError(400, f"{unserved} is not served by this gateway (texts only, cut by truncate)", param=unserved)
+    if body.get("max_tokens") is not None:
+        raise ApiError(400, "max_tokens is not served by this gateway (inputs are cut by truncate)", param="max_tokens")
     model, name, raw = _model(body, models, kinds, cfg)
     m = models[name]
-    texts = text_list(body.get("texts"), "texts", cfg.max_items, single=False)
+    from ..multimodal.scale_schema import cohere_items
+
+    found = cohere_items(body, version, m, name, kinds.get(name, EMBEDDER), cfg.max_items)   # images / inputs
+    texts, media = found if found is not None else (text_list(body.get("texts"), "texts", cfg.max_items, single=False), ())
+    field = "texts" if found is None else "images" if body.get("images") is not None else "inputs"
     input_type = body.get("input_type")
+    if input_type == "image":
+        if not media:
+            raise ApiError(400, "input_type image is for images: send them in images (or inputs' image_url parts)",
+                           param="input_type")
+        input_type = None   # no prompt: prompts apply to texts only
     if input_type is not None:
         if not isinstance(input_type, str) or input_type not in COHERE_INPUT_TYPES:
             raise ApiError(400, f"input_type must be one of {', '.join(COHERE_INPUT_TYPES)}, not {short(input_type)}",
@@ -198,12 +206,13 @@ def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel],
     width = body.get("output_dimension")
     if types is None:   # v1's floats: the vectors as the options give them
         return EmbeddingsRequest(model, name, texts, None, "float",
-                                 request_options(m, {**raw, "dimensions": width}, names), version)
+                                 request_options(m, {**raw, "dimensions": width}, names), version, media=media,
+                                 media_field=field)
     # by type: full-width floats from the model, each type finished from them (one forward pass for all)
     finishes = tuple((t, request_options(m, {**raw, "embedding_type": t, "dimensions": width}, names))
                      for t in dict.fromkeys(types))
     return EmbeddingsRequest(model, name, list(texts), None, "float", request_options(m, raw, names), version,
-                             types=finishes)
+                             types=finishes, media=media, media_field=field)
 
 
 PARSERS = {"tei": parse_tei, "tei-all": parse_embed_all, "tei-similarity": parse_similarity,
@@ -230,7 +239,10 @@ async def answer(model, req: EmbeddingsRequest) -> Answer:
     if req.api == "tei-all":   # each input's token embeddings (a --pooler python build's encoders)
         rows, tokens = await model.token_vectors(req.texts, req.ids, req.options)
         return rows, 8 * sum(r.size for r in rows), tei_headers(tokens, sum(map(len, req.texts or ())))
-    vecs, tokens = await model.embed(req.texts, req.ids, req.options)
+    if req.media:   # a text-and-image model's images (and texts), each item in its own modality
+        vecs, tokens = await model.embed_items(req.texts, req.media, req.options, req.media_field)
+    else:
+        vecs, tokens = await model.embed(req.texts, req.ids, req.options)
     if req.api == "openai":
         return render_openai(req, vecs, tokens)
     return render(model, req, vecs, tokens)
@@ -247,7 +259,8 @@ def render(model, req: EmbeddingsRequest, vecs: np.ndarray, tokens: int) -> Answ
         return (unit[1:] @ unit[0]).astype(np.float64).tolist(), 16 * len(vecs), tei_headers(tokens, chars)
     version = req.api[-1]
     meta = {"api_version": {"version": version}, "billed_units": {"input_tokens": tokens}}
-    doc: dict[str, Any] = {"id": str(uuid.uuid4()), "texts": req.texts, "meta": meta}
+    texts = [t for k, t in enumerate(req.texts or ()) if not req.media or req.media[k] is None]
+    doc: dict[str, Any] = {"id": str(uuid.uuid4()), "texts": texts, "meta": meta}
     if not req.types:   # v1 without embedding_types
         doc.update(embeddings=vecs, response_type="embeddings_floats")
     else:

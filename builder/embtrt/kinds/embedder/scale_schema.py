@@ -54,6 +54,10 @@ class EmbeddingsRequest:
     normalize: bool = False          # TEI's normalize: L2-normalized whether or not the model normalizes
     # Cohere's embedding_types: each type's name and the options it is finished with (from the float vectors)
     types: tuple[tuple[str, RequestOptions], ...] = ()
+    # a text-and-image model's request: per item an image's encoded bytes, or None where texts[k] is a text
+    # (kinds.multimodal.scale_schema); () where every item is a text
+    media: tuple = ()
+    media_field: str = "input"       # the body's field of those items (Cohere: images or inputs), in errors
 
 
 def model_suffixes(options: ModelOptions) -> list[str]:
@@ -124,17 +128,22 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
     if "input" not in body:
         raise ApiError(400, "you must provide an input parameter", param="input")
     inp = body["input"]
-    if isinstance(inp, str):
-        check_bytes([inp], m.max_text_bytes, "input")
-        return request([inp], None)
+    if isinstance(inp, str) or (isinstance(inp, list) and inp and all(isinstance(x, str) for x in inp)):
+        items = [inp] if isinstance(inp, str) else list(inp)
+        if len(items) > max_items:
+            raise ApiError(400, f"input has {len(items)} items; at most {max_items} per request", param="input")
+        from ..multimodal.scale_schema import media, modalities
+
+        found = media(items, modalities(body.get("modality"), len(items)), m, name, kinds.get(name, EMBEDDER))
+        check_bytes([x for k, x in enumerate(items) if not found or found[k] is None], m.max_text_bytes, "input")
+        return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found)
+    if body.get("modality") not in (None, "text"):
+        raise ApiError(400, "images are data URI strings in input: token ids are texts' only", param="modality")
     if not isinstance(inp, list) or not inp:
         raise ApiError(400, "input must be a string, a non-empty list of strings, a list of token ids or a list "
                        "of token-id lists", param="input")
     if len(inp) > max_items:
         raise ApiError(400, f"input has {len(inp)} items; at most {max_items} per request", param="input")
-    if all(isinstance(x, str) for x in inp):
-        check_bytes(inp, m.max_text_bytes, "input")
-        return request(list(inp), None)
     looks_like_ids = all(_is_int(x) for x in inp) or all(isinstance(x, list) for x in inp)
     if looks_like_ids and not m.token_ids:
         raise ApiError(400, "token-id input is off on this gateway: ids are embedded as this model's own vocabulary, "

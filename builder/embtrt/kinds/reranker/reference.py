@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, MULTIVECTOR, RERANKER, SPARSE
+from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, MULTIMODAL, MULTIVECTOR, RERANKER, SPARSE
 
 from ...errors import ModelError
 
@@ -57,6 +57,10 @@ def detect_kind(path: Path) -> tuple[str, str]:
             return RERANKER.name, f"config.json names the architecture {seq[0]} with one label (a cross-encoder)"
         return CLASSIFIER.name, (f"config.json names the architecture {seq[0]} with {labels} labels and no "
                                  "config_sentence_transformers.json saying CrossEncoder (a classifier)")
+    from ..multimodal.reference import is_multimodal
+
+    if is_multimodal(path):
+        return MULTIMODAL.name, "a sentence-transformers folder whose model encodes texts and images (CLIP-style)"
     if st.get("model_type") == "SentenceTransformer" or (path / "modules.json").is_file():
         return EMBEDDER.name, "a sentence-transformers SentenceTransformer folder"
     return EMBEDDER.name, f"config.json names {', '.join(archs) or 'no architecture'} (an encoder)"

@@ -1,0 +1,111 @@
+"""`embtrt verify` on a text-and-image embedder (docs/images.md): its gate (reference_gate) on a served
+deployment, every corpus text and the gate's seeded images embedded over gRPC against
+SentenceTransformer.encode (images as data URIs); --under-load resends every text in mixed-size requests at a
+concurrency, each vector equal to its unloaded value, beside a background of image requests; --against
+gates one deployment against another (texts and images). `embtrt tune`'s trial: one text per request."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import numpy as np
+from embtrt_backend.kinds import MULTIMODAL
+
+from ...measure.driver import Load
+from ...measure.kind_measure import KindMeasure, KindReport, warm_then_load
+from ...reference.verdict import Verdict
+from .reference import gate_images
+from .reference_gate import cosines, judge
+
+UNDER_LOAD = 1e-4   # max |difference| of a text's vector under load, fp32 and reduced alike (the same graph)
+
+
+class MultimodalMeasure(KindMeasure):
+    kind, value = MULTIMODAL, "vector"
+    beside = ", beside image requests"
+
+    def read(self) -> None:
+        from .serve import ImageEmbeddingClient
+
+        with ImageEmbeddingClient(self.url, self.model) as c:
+            p = c.parameters()
+        self.buckets = tuple(int(b) for b in p["embtrt.buckets"].split(","))
+        self.precision = p.get("precision", "fp32")
+        self.images = [f for f, _ in gate_images()]
+
+    def served(self, texts: list[str], url: str, model: str) -> dict:
+        from .serve import ImageEmbeddingClient
+
+        with ImageEmbeddingClient(url, model) as c:
+            vecs, tokens = c.with_tokens("TEXT", texts)
+            return {"text": vecs, "tokens": tokens, "image": c.embed_images(self.images)}
+
+    def described(self, texts: list[str]) -> str:
+        return f"{len(texts)} real texts and {len(self.images)} seeded images embedded"
+
+    def limit(self) -> tuple[float, str]:
+        return UNDER_LOAD, ""
+
+    def against(self, rep: KindReport, got, other, where: tuple[str, str]) -> float:
+        worst = 1.0 - float(min(cosines(got["text"], other["text"]).min(), cosines(got["image"], other["image"]).min()))
+        limit = 1e-3
+        rep.check(worst <= limit, f"against {where[1]} at {where[0]}: texts and images, 1 - cosine min {worst:.1e} "
+                  f"(limit {limit:.0e})", f"against {where[0]}: vectors differ (1 - cosine {worst:.2e})")
+        return worst
+
+    def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
+        from .reference import data_uri, encode_images, encode_texts, load_reference
+
+        ref = load_reference(reference, trust_remote_code)
+        want_image = encode_images(ref, [data_uri(f, fmt) for f, fmt in gate_images()])
+        return judge(encode_texts(ref, texts), got["text"], got["tokens"], self.buckets, want_image, got["image"],
+                     self.precision)
+
+    def groups(self, texts: list[str]) -> list[int]:
+        return [len(texts)]
+
+    def unloaded(self, got) -> np.ndarray:
+        return np.asarray(got["text"], np.float32)
+
+    def error(self, got: np.ndarray, base: np.ndarray) -> float:
+        return float(np.abs(got - base).max(initial=0.0))
+
+    async def call(self, client, texts: list[str], group: int, first: int, count: int) -> np.ndarray:
+        from ...serve.wire import outputs, text_input
+
+        r = await client.infer(self.model, [text_input(texts[first:first + count])], outputs=outputs("EMBEDDING"),
+                               client_timeout=120)
+        return r.as_numpy("EMBEDDING")
+
+    def background(self, client, texts: list[str], concurrency: int) -> list[Load]:
+        """Image requests of 1 to 4 images beside the texts, their vectors checked against the unloaded ones."""
+        from ...serve.wire import outputs, text_input
+
+        async def one(i: int) -> None:
+            k = 1 + i % 4
+            rows = [self.images[(i + j) % len(self.images)] for j in range(k)]
+            await client.infer(self.model, [text_input(rows, "IMAGE")], outputs=outputs("EMBEDDING"), client_timeout=120)
+
+        return [Load(one, 2 * len(self.images), max(1, concurrency // 4))]
+
+    def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load:
+        """One real text per request."""
+        import tritonclient.grpc.aio as aioclient
+
+        from ...serve.wire import text_input
+
+        rng = random.Random(conc)
+        picks = [rng.choice(texts) for _ in range(requests + warmup)]
+
+        async def run() -> Load:
+            async with aioclient.InferenceServerClient(self.url) as c:
+                async def one(i: int) -> None:
+                    await c.infer(self.model, [text_input([picks[i]])], client_timeout=120)
+                return await warm_then_load(one, len(picks), warmup, conc)
+
+        return asyncio.run(run())
+
+
+verify_multimodal = MultimodalMeasure.verify

@@ -1,0 +1,114 @@
+"""One text-and-image embedder behind the gateway (`Multimodal`): a request's texts and images to the model's
+front door, texts in calls of TEXT and images in calls of IMAGE (one modality per call: Triton's batch rule),
+each in parts of at most its max batch, concurrently; the vectors back in input order. The front door applies
+the request's options (prompt and truncation to texts; width and vector type to both) and reports each text's
+tokens (an image takes none) as the usage.
+
+It serves the embed operation (kinds.embedder.scale_routes: OpenAI's and NIM's /v1/embeddings with `modality`,
+infinity's /embeddings with `modality: "image"`, Cohere's /v1/embed and /v2/embed with `images` and `inputs`,
+TEI's /embed for texts). An image arrives as an encoded file (a data URI decoded from base64 by the parser);
+the front door decodes it, so the gateway never holds pixels."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+from embtrt_backend.kinds import MULTIMODAL
+from embtrt_backend.options import ModelOptions
+
+from ...scale.gateway.errors import ApiError
+from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.served import Served
+from ...serve import wire
+
+
+@dataclass(frozen=True)
+class MultimodalModel:
+    """What the embed parsers need of a served text-and-image embedder (an embedder's EmbeddingsModel fields,
+    and `images`: it takes images)."""
+
+    options: ModelOptions
+    vocab_size: int
+    max_len: int
+    max_text_bytes: int
+    route: str = "frontdoor"
+    token_ids: bool = False
+    images: bool = True
+
+
+def option_params(opts) -> dict:
+    """A request's resolved options as the front door's request parameters (it resolves them again)."""
+    p = {"prompt_name": opts.prompt_choice, "truncate": opts.truncate, "dimensions": opts.dimensions,
+         "embedding_type": opts.embedding_type if opts.embedding_type != "float" else None}
+    return {k: v for k, v in p.items() if v is not None}
+
+
+class Multimodal(FrontDoorModel):
+    kind, does, value = MULTIMODAL, "embeds every text and image", "vector"
+    outputs = ("EMBEDDING", "TOKENS")
+    probe = (("TEXT", "EMBEDDING"), ["embtrt readiness probe"])
+    served_as = Served
+
+    @property
+    def schema(self) -> MultimodalModel:
+        s = self.served
+        return MultimodalModel(s.options, s.vocab_size, s.max_len, s.max_text_bytes)
+
+    def facts(self) -> dict:
+        return {"dim": self.served.options.dim, "modalities": ["text", "image"]}
+
+    def asked(self, how) -> tuple[str, ...]:
+        return (how[1], "TOKENS")
+
+    def inputs(self, items: list, how) -> list:
+        return [wire.text_input(items, how[0])]
+
+    def unpack(self, items: list, outs: tuple):
+        return outs[0]
+
+    async def embed(self, texts: list[str] | None, ids: list[list[int]] | None, opts=None) -> tuple[np.ndarray, int]:
+        """Texts -> (vectors in input order, as the options ask; the tokens)."""
+        if texts is None:
+            raise ApiError(400, f"{self.served.name} is {self.kind.label}: it embeds texts and images, not token ids",
+                           param="input")
+        return await self.embed_items(texts, (), opts)
+
+    async def embed_items(self, texts: list[str], media: tuple, opts=None, field: str = "input") -> tuple[np.ndarray, int]:
+        """Items in input order, `media[k]` an image's encoded bytes (or None: texts[k] is a text; `media` empty:
+        every item a text) -> (their vectors in input order; the texts' tokens). Texts and images go up in
+        calls of their own modality, concurrently; a refused image or text is a 400 naming `field[k]`."""
+        opts = opts if opts is not None else self.served.options.default
+        n = len(texts)
+        at_text = [k for k in range(n) if not media or media[k] is None]
+        at_image = [k for k in range(n) if media and media[k] is not None]
+        self.admission.check_chars([texts[k] for k in at_text])
+        params = option_params(opts)
+        out = opts.output
+
+        async def run(rows: list[int], modality: str, values: list):
+            if not rows:
+                return [], 0
+            try:
+                return await self.send(values, (modality, out), params, field)
+            except ApiError as exc:
+                raise _renamed(exc, field, rows) from None
+
+        (tv, tt), (iv, _) = await asyncio.gather(run(at_text, "TEXT", [texts[k] for k in at_text]),
+                                                 run(at_image, "IMAGE", [media[k] for k in at_image]))
+        parts = [np.concatenate(p) for p in (tv, iv) if p]
+        width = parts[0].shape[1]
+        vecs = np.empty((n, width), dtype=parts[0].dtype)
+        if tv:
+            vecs[at_text] = parts[0]
+        if iv:
+            vecs[at_image] = parts[-1]
+        return vecs, tt
+
+
+def _renamed(exc: ApiError, field: str, rows: list[int]) -> ApiError:
+    """A refusal naming `field[k]` of the k-th item of one modality -> naming the request's item `field[rows[k]]`."""
+    from ...scale.gateway.front_door import renamed
+
+    return renamed(exc, field, rows)

@@ -1,0 +1,121 @@
+"""Images in the embed operation's request shapes (kinds.embedder.scale_schema and scale_routes call these),
+each as its anchor sends them:
+
+- NIM's and OpenAI-style `/v1/embeddings`, and infinity's `/embeddings`: `modality` "text" or "image", one
+  value for the batch or one per input (NIM), `input` items being texts or images as data URIs
+  (`data:image/<type>;base64,...`); "text_image" (a text and an image fused in one input) needs a VLM
+  embedder: a two-tower model refuses it, naming the modality.
+- Cohere's `/v2/embed` (and `/v1/embed`): `images` (data URIs, input_type "image") instead of `texts`, or
+  (v2) `inputs`, each `{"content": [part]}` with one text part or one image_url part; an input mixing parts
+  is fused content, refused the same way.
+
+Modality is always explicit: a string that looks like a data URI or a URL is a text unless the request says
+it is an image. An http(s) URL is never fetched (400 saying so). The parsers decode the base64 (a bad one is
+a 400 naming the item) and pass the encoded file to the front door, which decodes the image."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embtrt_backend.kinds import Kind
+
+from ...scale.gateway.errors import ApiError, short
+
+MODALITIES = ("text", "image", "text_image")
+FUSED = ("a text and an image fused in one input needs a VLM embedder; {name} has two towers and embeds each "
+         "alone: send the text and the image as separate inputs")
+
+
+def takes_images(m) -> bool:
+    return bool(getattr(m, "images", False))
+
+
+def modalities(value: Any, n: int, field: str = "modality") -> list[str] | None:
+    """A body's `modality` (absent: None, every item a text) -> one modality per item; a 400 naming the field."""
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+        raise ApiError(400, f"{field} must be one of {', '.join(MODALITIES)}, or a list of them, got {short(value)}",
+                       param=field)
+    bad = next((v for v in values if v not in MODALITIES), None)
+    if bad is not None:
+        raise ApiError(400, f"{field} must be one of {', '.join(MODALITIES)}, not {short(bad)}", param=field)
+    if len(values) not in (1, n):
+        raise ApiError(400, f"{field} has {len(values)} values for {n} inputs: give one for the batch or one per input",
+                       param=field)
+    return values * n if len(values) == 1 else list(values)
+
+
+def image_bytes(value: Any, k: int, field: str, max_bytes: int) -> bytes:
+    """One image item (a data URI, or bare base64) -> its encoded file; a 400 naming `field[k]`."""
+    from embtrt_backend import InputError
+    from embtrt_backend.images import from_data_uri
+
+    if not isinstance(value, str):
+        raise ApiError(400, f"{field}[{k}]: an image is a data URI string (data:image/png;base64,...), got {short(value)}",
+                       param=field)
+    if len(value) > max_bytes * 4 // 3 + 64:
+        raise ApiError(400, f"{field}[{k}]: the image is over {max_bytes} bytes (base64: {len(value)} characters)",
+                       param=field)
+    try:
+        data = from_data_uri(value, k)
+    except InputError as exc:
+        raise ApiError(400, f"{field}[{k}]: {str(exc).split(': ', 1)[-1]}", param=field) from None
+    if not data:
+        raise ApiError(400, f"{field}[{k}]: an empty image", param=field)
+    if len(data) > max_bytes:
+        raise ApiError(400, f"{field}[{k}]: the image file is {len(data)} bytes, over the limit of {max_bytes}", param=field)
+    return data
+
+
+def media(items: list, mods: list[str] | None, m, name: str, kind: Kind, field: str = "input",
+          max_bytes: int = 8 << 20) -> tuple:
+    """Per item: an image's encoded bytes, or None for a text; () where every item is a text. A model that
+    takes no images, a fused modality, or a bad image: a 400 naming the item."""
+    if mods is None or all(x == "text" for x in mods):
+        return ()
+    if "text_image" in mods:
+        raise ApiError(400, f"modality text_image: {FUSED.format(name=name)}", param="modality")
+    if not takes_images(m):
+        k = mods.index("image")
+        raise ApiError(400, f"{field}[{k}] is an image, but {name} is {kind.label}: it embeds texts only",
+                       param=field, code="wrong_modality")
+    return tuple(image_bytes(x, k, field, max_bytes) if mod == "image" else None for k, (x, mod) in enumerate(zip(items, mods)))
+
+
+def cohere_items(body: dict, version: str, m, name: str, kind: Kind, max_items: int) -> tuple[list[str], tuple] | None:
+    """Cohere's `images` or (v2) `inputs` -> (items, media), or None where the body has neither (texts)."""
+    images, inputs = body.get("images"), body.get("inputs")
+    if images is None and inputs is None:
+        return None
+    if body.get("texts") is not None or (images is not None and inputs is not None):
+        raise ApiError(400, "send one of texts, images or inputs", param="images" if images is not None else "inputs")
+    if inputs is not None and version != "cohere-v2":
+        raise ApiError(400, "inputs is served on /v2/embed (Cohere's v2 API)", param="inputs")
+    field = "images" if images is not None else "inputs"
+    value = images if images is not None else inputs
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, f"{field} must be a non-empty list", param=field)
+    if len(value) > max_items:
+        raise ApiError(400, f"{field} has {len(value)} items; at most {max_items} per request", param=field)
+    if images is not None:
+        return list(images), media(list(images), ["image"] * len(images), m, name, kind, field)
+    items, mods = [], []
+    for k, inp in enumerate(value):
+        parts = inp.get("content") if isinstance(inp, dict) else None
+        if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
+            raise ApiError(400, f"inputs[{k}] must be {{\"content\": [parts]}}, got {short(inp)}", param="inputs")
+        if len(parts) > 1:
+            raise ApiError(400, f"inputs[{k}] has {len(parts)} content parts: {FUSED.format(name=name)}", param="inputs")
+        part = parts[0]
+        if part.get("type") == "text" and isinstance(part.get("text"), str):
+            items.append(part["text"])
+            mods.append("text")
+        elif part.get("type") == "image_url" and isinstance(part.get("image_url"), dict):
+            items.append(part["image_url"].get("url"))
+            mods.append("image")
+        else:
+            raise ApiError(400, f"inputs[{k}].content[0] must be a text part or an image_url part, got {short(part)}",
+                           param="inputs")
+    return items, media(items, mods, m, name, kind, "inputs")

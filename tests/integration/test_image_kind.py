@@ -1,0 +1,153 @@
+"""Text-and-image embedders (#53): a CLIP-style sentence-transformers folder (and the old CLIPModel-module
+layout) builds on every CPU target, passes its gate, and serves over gRPC on a real tritonserver what
+SentenceTransformer.encode gives in process for the same texts and the same images (as data URIs): every
+image form the preprocessing covers, options, retrieval across the towers; hostile images refused naming
+their row while serving goes on; `embtrt verify` (the gate, under load) on the served model."""
+
+import numpy as np
+import pytest
+
+from embtrt.errors import ClientError, SpecError
+from embtrt.export import build
+from embtrt.export.spec_options import spec_from_options
+from embtrt.kinds.multimodal.reference import data_uri, gate_images
+from embtrt.kinds.multimodal.serve import ImageEmbeddingClient
+from embtrt.repository.manifest import read_manifest
+from tiny_images import FORMS, encoded_form, pattern, png_header_only
+
+pytestmark = pytest.mark.integration
+COS = 0.99999
+
+
+@pytest.fixture(scope="module")
+def ref(clips):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(clips["clip"]), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def images():
+    """Every preprocessing form (EXIF-rotated JPEG, PNG, WebP, an animated GIF, grayscale, RGBA, palette with
+    transparency, 16-bit, smaller than the crop, tall) and six seeded images of assorted sizes and formats."""
+    return [encoded_form(k) for k in FORMS] + [f for f, _ in gate_images(6, seed=99)]
+
+
+def _cos(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def _top(q, d, k=10):
+    s = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (d / np.linalg.norm(d, axis=1, keepdims=True)).T
+    return np.argsort(-s, axis=1, kind="stable")[:, :k].tolist()
+
+
+def test_detection_and_the_built_manifests(clips, clip_repos):
+    from embtrt.kinds.reranker.reference import detect_kind
+
+    for folder in clips.values():
+        assert detect_kind(folder)[0] == "multimodal"
+    for key, repo in clip_repos.items():
+        m = read_manifest(repo)
+        parity = m.extra["parity"]
+        assert m.kind == "multimodal" and parity["passed"], key
+        assert parity["image_cosine_min"] >= COS and parity["text_cosine_min"] >= COS
+        assert parity["image_to_text_identical"] == parity["images"] == 16
+        assert parity["text_to_image_identical"] == parity["texts"]
+    old = clip_repos["clip_old_torch"]
+    assert read_manifest(old).extra["spec"]["hf_subdir"] == "0_CLIPModel"
+    assert (old / "clip_old_torch" / "1" / "hf" / "model.safetensors").is_file()   # the module folder's weights
+    ort = clip_repos["clip"] / "clip" / "1"
+    assert (ort / "image.onnx").is_file() and (ort / "image_processor.json").is_file()
+    assert "pillow" in read_manifest(clip_repos["clip"]).bundle["packages"]   # the front door decodes images
+
+
+def test_served_texts_and_images_equal_sentence_transformers(clip_server, ref, images, corpus, tmp_path):
+    texts = [t for t in corpus if len(t) < 200][:20] + ["Hello, world!", "a photo of a cat " * 30]   # one cut at 77
+    want_t, want_i = ref.encode(texts), ref.encode([data_uri(x, "png") for x in images])
+    for model in ("clip", "clip_old_torch"):
+        with ImageEmbeddingClient(clip_server.grpc_url, model) as c:
+            got_t, got_i = c.embed(texts), c.embed_images(images)
+            assert _cos(got_t, want_t).min() >= COS and np.abs(got_t - want_t).max() <= 1e-4, model
+            assert _cos(got_i, want_i).min() >= COS and np.abs(got_i - want_i).max() <= 1e-4, model
+            assert _top(got_t, got_i) == _top(want_t, want_i) and _top(got_i, got_t) == _top(want_i, want_t)
+    path = tmp_path / "cat.jpg"
+    path.write_bytes(images[0])
+    with ImageEmbeddingClient(clip_server.grpc_url, "clip", batch_size=3) as c:   # a path, a data URI, bytes
+        got = c.embed_images([path, data_uri(images[1], "png"), images[2], *images[3:8]])
+        assert np.abs(got - want_i[:8]).max() <= 1e-4
+        narrow = c.embed_images(images[:3], dimensions=8)
+        assert np.abs(narrow - want_i[:3, :8]).max() <= 1e-4   # sentence-transformers' truncate_dim
+        from sentence_transformers.util.quantization import quantize_embeddings
+
+        packed = c.embed_images(images[:3], embedding_type="ubinary")
+        assert np.array_equal(packed, quantize_embeddings(want_i[:3], "ubinary"))
+
+
+def test_hostile_images_are_refused_naming_their_row_and_serving_goes_on(clip_server, images):
+    import io
+
+    import tritonclient.grpc as grpcclient
+    from PIL import Image
+
+    from embtrt.serve.wire import text_input
+
+    tiff, thin = io.BytesIO(), io.BytesIO()
+    Image.fromarray(pattern(20, 20, 1)).save(tiff, "TIFF")
+    Image.fromarray(pattern(20000, 1, 2)).save(thin, "PNG")
+    cases = {b"plain text, not an image": "row 1: not an image", images[1][:300]: "row 1: the image file is truncated",
+             tiff.getvalue(): "row 1: image format TIFF is not decoded",
+             png_header_only(50_000, 50_000): "row 1: the image.s header claims more pixels than Pillow opens",
+             png_header_only(8000, 8000): "row 1: the image is 8000 x 8000 pixels, over the limit of 36000000",
+             thin.getvalue(): "row 1: .*resized to 224 on its short side",
+             b"https://example.com/cat.png": "row 1: not an image", b"": "row 1: an empty image",
+             b"\xff\xd8" + b"\x00" * (9 << 20): "row 1: the image file is 9437186 bytes, over the limit of 8388608"}
+    c = grpcclient.InferenceServerClient(clip_server.grpc_url)
+    try:
+        for data, needle in cases.items():
+            with pytest.raises(Exception, match=f"StatusCode.INVALID_ARGUMENT.*{needle}"):
+                c.infer("clip", [text_input([images[0], data], "IMAGE")])
+        both = [text_input(["a cat"]), text_input([images[0]], "IMAGE")]
+        with pytest.raises(Exception, match="INVALID_ARGUMENT.*TEXT or IMAGE, not both"):
+            c.infer("clip", both)
+        with pytest.raises(Exception, match="INVALID_ARGUMENT"):   # an image to a text-only embedder
+            c.infer("all_minilm_l6_v2", [text_input([images[0]], "IMAGE")])
+        ok = c.infer("clip", [text_input(images[:2], "IMAGE")]).as_numpy("EMBEDDING")
+        assert ok.shape == (2, 16) and np.isfinite(ok).all()   # served after every refusal
+    finally:
+        c.close()
+    with pytest.raises(ClientError, match="not fetched"):
+        ImageEmbeddingClient(clip_server.grpc_url, "clip").embed_images(["http://example.com/cat.png"])
+    with pytest.raises(ClientError, match="is not a text-and-image embedder"):
+        ImageEmbeddingClient(clip_server.grpc_url, "all_minilm_l6_v2").embed(["a cat"])
+
+
+def test_verify_gates_the_served_model_under_load(clip_server, clips, corpus):
+    from embtrt.kinds.multimodal.measure import verify_multimodal
+
+    rep = verify_multimodal(clip_server.grpc_url, "clip", clips["clip"], corpus[:40], under_load=True, concurrency=8,
+                            log=lambda _m: None)
+    assert rep.passed, rep.failures
+    assert rep.figures["gate"]["image_cosine_min"] >= COS and rep.figures["under_load"]["failed"] == 0
+    other = verify_multimodal(clip_server.grpc_url, "clip", None, corpus[:20], against=(clip_server.grpc_url, "clip_old_torch"),
+                              log=lambda _m: None)
+    assert other.passed, other.failures
+
+
+def test_the_other_cpu_targets_build_and_pass_the_gate(clips, corpus, tmp_path):
+    import json
+
+    half = tmp_path / "corpus.json"
+    half.write_text(json.dumps(corpus[::4]))
+    for target in ("python-openvino", "onnxruntime"):
+        repo = tmp_path / target
+        build(spec_from_options(clips["clip"], repo, name="clip_x", target=target), corpus=half, log=lambda _m: None)
+        m = read_manifest(repo)
+        assert m.extra["parity"]["passed"] and m.extra["parity"]["image_cosine_min"] >= COS, target
+    image = (tmp_path / "onnxruntime" / "clip_x_image" / "config.pbtxt").read_text()
+    assert 'backend: "onnxruntime"' in image and "dims: [ 3, 224, 224 ]" in image
+    assert "clip_x_image" in (tmp_path / "onnxruntime" / "clip_x" / "config.pbtxt").read_text()
+    with pytest.raises(SpecError, match="tensorrt"):
+        build(spec_from_options(clips["clip"], tmp_path / "trt", name="clip_t", target="tensorrt"), corpus=half,
+              log=lambda _m: None)
