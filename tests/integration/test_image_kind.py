@@ -123,8 +123,13 @@ def test_hostile_images_are_refused_naming_their_row_and_serving_goes_on(clip_se
         ImageEmbeddingClient(clip_server.grpc_url, "all_minilm_l6_v2").embed(["a cat"])
 
 
-def test_verify_gates_the_served_model_under_load(clip_server, clips, corpus):
-    from embtrt.kinds.multimodal.measure import verify_multimodal
+def test_verify_tune_bench_and_the_cli_on_the_served_model(clip_server, clips, corpus, images, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from embtrt.kinds.multimodal.measure import MultimodalMeasure, verify_multimodal
+    from embtrt.kinds.multimodal.measure_bench import bench_images
 
     rep = verify_multimodal(clip_server.grpc_url, "clip", clips["clip"], corpus[:40], under_load=True, concurrency=8,
                             log=lambda _m: None)
@@ -133,6 +138,22 @@ def test_verify_gates_the_served_model_under_load(clip_server, clips, corpus):
     other = verify_multimodal(clip_server.grpc_url, "clip", None, corpus[:20], against=(clip_server.grpc_url, "clip_old_torch"),
                               log=lambda _m: None)
     assert other.passed, other.failures
+    load = MultimodalMeasure(clip_server.grpc_url, "clip").trial(corpus, 4, 24, 4)   # `embtrt tune`'s trial
+    assert load.ok == 24 and not load.failures
+    rows = bench_images(clip_server.grpc_url, ["clip"], images, (1, 4), 2, 10, 2, clips["clip"])
+    assert [(r["target"].split("@")[0], r["concurrency"]) for r in rows] == [
+        ("triton:clip", 1), ("triton:clip", 4), ("inprocess:SentenceTransformer.encode(images as data URIs, batch 32, fp32)", 1)]
+    assert all(r["errors"] == 0 and r["images_per_s"] > 0 for r in rows)
+    (tmp_path / "a.png").write_bytes(images[1])
+    out = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", "a cat", "--image", str(tmp_path / "a.png"),
+                          "--model", "clip", "--url", clip_server.grpc_url, "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = np.array(json.loads(out.stdout)["embeddings"])
+    with ImageEmbeddingClient(clip_server.grpc_url, "clip") as c:
+        assert np.abs(got - np.concatenate([c.embed(["a cat"]), c.embed_images([images[1]])])).max() <= 1e-5
+    out = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", "--image", str(tmp_path / "a.png"), "--model",
+                          "all_minilm_l6_v2", "--url", clip_server.grpc_url], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "takes no images" in out.stderr
 
 
 def test_the_other_cpu_targets_build_and_pass_the_gate(clips, corpus, tmp_path):

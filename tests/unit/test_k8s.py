@@ -497,15 +497,16 @@ def test_two_models_get_pools_of_their_own_behind_one_gateway(repos, tiny_models
 
 
 def test_a_reranker_and_a_sparse_encoder_get_one_pool_each_beside_an_embedder(repos, rerank_repos, splade, classifier_repos,
-                                                                              multivector_repos, tmp_path):
+                                                                              multivector_repos, clip_repos, tmp_path):
     """A reranker's and a sparse encoder's front door plans every bucket itself: each kind is one pool
     that loads its front door (a model on disk, with its liveness checker) and, built with bls, the
     bucket encoders it calls; every bucket of it routed there by the gateway; an embedder beside them
-    keeps its length pools (a classifier, #51, and a multi-vector encoder, #52, as the reranker). A --pools split
+    keeps its length pools (a classifier, #51, a multi-vector encoder, #52, and a text-and-image embedder, #53, as
+    the reranker). A --pools split
     of such a kind is refused naming it."""
     rr, sp, rb, cl = rerank_repos["bert-ce"], splade[1], rerank_repos["qwen3-ce"], classifier_repos["bert-cls3"]
-    mv = multivector_repos["colbert"]
-    files = rendered(repos["cpu"], tmp_path / "out", more_repositories=(rr, sp, rb, cl, mv))
+    mv, mm = multivector_repos["colbert"], clip_repos["clip"]
+    files = rendered(repos["cpu"], tmp_path / "out", more_repositories=(rr, sp, rb, cl, mv, mm))
     for name, ds in files.items():
         if name != "kustomization.yaml":
             for d in ds:
@@ -514,7 +515,7 @@ def test_a_reranker_and_a_sparse_encoder_get_one_pool_each_beside_an_embedder(re
     pools = {n: d for n, d in kinds["Deployment"].items() if "-pool-" in n}
     cmd = kinds["Deployment"]["bert-gateway"]["spec"]["template"]["spec"]["containers"][0]["command"]
     routes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--pool"]
-    for repo in (rr, sp, rb, cl, mv):
+    for repo in (rr, sp, rb, cl, mv, mm):
         m = json.loads((repo / "embtrt.json").read_text())
         app = m["name"].replace("_", "-")
         mine = {n: d for n, d in pools.items() if n.startswith(f"{app}-pool-")}

@@ -107,6 +107,7 @@ def bench(
     rerank_documents: Optional[str] = typer.Option(None, help="Rerank scenarios: documents per request (one query each), e.g. 1,10,32,100; the --model targets are rerankers, --openai-url / --openai-model name HTTP rerank APIs of the Cohere shape (POST <url>/rerank: infinity, vLLM, the embtrt gateway's /v1), and --reference (their CrossEncoder folder) adds in-process CrossEncoder.predict (batch 32) on the same pairs. Default: none (embedding scenarios)."),
     classify: bool = typer.Option(False, "--classify", help="Classifier scenarios: the --model targets are classifiers, measured in texts/s at each --concurrency with --texts-per-request real texts each (8 when left at 1); --reference (their model folder) adds in-process transformers (fp32, batch 32) on the same texts. Default off (embedding scenarios)."),
     sparse: bool = typer.Option(False, "--sparse", help="Sparse scenarios: the --model targets are sparse encoders (SPLADE), measured in texts/s per --buckets scenario and --concurrency with --texts-per-request texts each, as documents (or --option input_type=query); --reference (their SparseEncoder folder) adds in-process SparseEncoder.encode_document / encode_query (fp32, batch 32 and one at a time) on the same texts. Default off (embedding scenarios)."),
+    images: Optional[Path] = typer.Option(None, "--images", help="Image scenarios: a folder of image files (jpg, png, webp, gif, bmp); the --model targets are text-and-image models, measured in images/s at each --concurrency with --texts-per-request images each; --reference (their model folder) adds in-process SentenceTransformer.encode of the same images (data URIs, batch 32, fp32). Default: none (embedding scenarios)."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr. Default off."),
     trust_remote_code: bool = typer.Option(False, help="Load a reference folder that runs its own code (an auto_map), as `embtrt build --trust-remote-code`. Default off."),
@@ -124,6 +125,12 @@ def bench(
 
         bench_classifier_cli(url, model or [], reference, corpus, concurrency, texts_per_request, requests, warmup,
                              inprocess, out_dir, as_json, trust_remote_code)
+        return
+    if images is not None:
+        from .rerank import bench_images_cli
+
+        bench_images_cli(url, model or [], reference, images, concurrency, texts_per_request, requests, warmup, inprocess,
+                         out_dir, as_json, trust_remote_code)
         return
     if sparse:
         from .rerank import bench_sparse_cli

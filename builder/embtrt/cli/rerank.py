@@ -125,3 +125,24 @@ def bench_classifier_cli(url: str, models: list[str], reference: Path | None, co
                             trust_remote_code=trust_remote_code)
     _emit({"kind": CLASSIFIER.name, "results": rows},
           {"target": "target", "conc": "concurrency", "texts/request": "texts_per_request"}, "texts", out_dir, as_json)
+
+
+def bench_images_cli(url: str, models: list[str], reference: Path | None, folder: Path, concurrency: str, per_request: int,
+                     requests: int, warmup: int, inprocess: bool, out_dir: Path | None, as_json: bool,
+                     trust_remote_code: bool = False) -> None:
+    """bench on text-and-image models: the --model targets at each concurrency on the folder's images, and
+    in-process SentenceTransformer.encode of the same images when --reference is given."""
+    from embtrt_backend.kinds import MULTIMODAL
+
+    from ..kinds.multimodal.measure_bench import bench_images, image_files
+
+    if not models:
+        raise SpecError("--images needs the text-and-image model to measure: --model NAME[@HOST:PORT]")
+    if inprocess and reference is None:
+        raise SpecError("--images measures in-process SentenceTransformer.encode beside the served model: pass "
+                        "--reference MODEL_DIR (the folder it was built from), or --no-inprocess")
+    rows = bench_images(url, models, image_files(folder), parse_int_list("concurrency", concurrency) or (1,), per_request,
+                        requests, warmup, reference if inprocess else None, progress=lambda m: err.print(m, markup=False),
+                        trust_remote_code=trust_remote_code)
+    _emit({"kind": MULTIMODAL.name, "results": rows},
+          {"target": "target", "conc": "concurrency", "images/request": "images_per_request"}, "images", out_dir, as_json)

@@ -50,7 +50,8 @@ def serve(
 
 @app.command()
 def embed(
-    texts: list[str] = typer.Argument(..., help="Texts to embed."),
+    texts: Optional[list[str]] = typer.Argument(None, help="Texts to embed."),
+    image: Optional[list[Path]] = typer.Option(None, "--image", help="An image file to embed (repeat for several; a text-and-image model: docs/images.md). Default none."),
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
     model: str = typer.Option("all_minilm_l6_v2", help="Model to call (the front door). Default all_minilm_l6_v2."),
     prompt_name: Optional[str] = typer.Option(None, help="Request option: one of the model's prompts (embtrt.json lists them). Default: the model's default prompt."),
@@ -60,21 +61,51 @@ def embed(
     embedding_type: Optional[str] = typer.Option(None, help="Request option: float | int8 | uint8 | binary | ubinary (sentence-transformers' quantize_embeddings). Default float."),
     as_json: bool = typer.Option(False, "--json", help="Print {identity, latency_ms, embeddings} as JSON. Default off."),
 ) -> None:
-    """Embed texts over gRPC and print the vectors with the latency."""
-    from ..serve.client import EmbeddingClient
+    """Embed texts (and, with a text-and-image model, images) over gRPC and print the vectors with the latency."""
+    import numpy as np
+    from embtrt_backend.kinds import MULTIMODAL
 
+    from ..errors import ClientError
+    from ..serve.client import EmbeddingClient, model_kind
+
+    texts, images = list(texts or []), list(image or [])
+    if not texts and not images:
+        raise ClientError("nothing to embed", "give texts, or --image FILE for a text-and-image model")
+    if model_kind(url, model) == MULTIMODAL.name:
+        if input_type is not None:
+            raise ClientError("--input-type does not apply to a text-and-image model", "use --prompt-name")
+        from ..kinds.multimodal.serve import ImageEmbeddingClient
+
+        with ImageEmbeddingClient(url, model) as ic:
+            identity = {k: v for k, v in ic.parameters().items() if k.startswith("embtrt.")}
+            t0 = time.perf_counter()
+            parts = ([ic.embed(texts, prompt_name=prompt_name, dimensions=dimensions, truncate=truncate,
+                               embedding_type=embedding_type)] if texts else []) + \
+                    ([ic.embed_images(images, dimensions=dimensions, embedding_type=embedding_type)] if images else [])
+            ms = (time.perf_counter() - t0) * 1e3
+        _print_vectors(model, identity, ms, texts + [f"image {p}" for p in images], np.concatenate(parts), as_json)
+        return
+    if images:
+        raise ClientError(f"model {model!r} is an embedder of texts: it takes no images",
+                          "point --model at a text-and-image model (docs/images.md)")
     with EmbeddingClient(url, model) as c:
         meta = c.metadata()
         t0 = time.perf_counter()
         vecs = c.embed(texts, prompt_name=prompt_name, input_type=input_type, dimensions=dimensions,
                        truncate=truncate, embedding_type=embedding_type)
         ms = (time.perf_counter() - t0) * 1e3
+    _print_vectors(model, meta.identity, ms, texts, vecs, as_json)
+
+
+def _print_vectors(model: str, identity: dict, ms: float, labels: list[str], vecs, as_json: bool) -> None:
+    """The vectors of `labels` (texts, or "image PATH"): JSON, or a line each."""
     if as_json:
-        sys.stdout.write(json.dumps({"model": model, "identity": meta.identity, "latency_ms": ms,
+        sys.stdout.write(json.dumps({"model": model, "identity": identity, "latency_ms": ms,
                                      "embeddings": vecs.tolist()}) + "\n")
         return
-    say(f"{model} ({meta.identity.get('embtrt.backend_profile', '?')}), dim {vecs.shape[1]}, {len(texts)} texts in {ms:.1f} ms")
-    for t, v in zip(texts, vecs):
+    noun = "texts" if not any(t.startswith("image ") for t in labels) else "inputs"
+    say(f"{model} ({identity.get('embtrt.backend_profile', '?')}), dim {vecs.shape[1]}, {len(labels)} {noun} in {ms:.1f} ms")
+    for t, v in zip(labels, vecs):
         if v.dtype.kind == "f":
             head = ", ".join(f"{x:+.4f}" for x in v[:6])
             say(f"  |v|={float((v ** 2).sum() ** 0.5):.4f} [{head}, ...]  {t[:60]!r}")
