@@ -16,7 +16,15 @@ from pathlib import Path
 import numpy as np
 
 
-def make_clip(path: Path) -> Path:
+# (text tower, vision tower, projection) widths, layers, heads and MLP sizes; "vit-b-32": openai/clip-vit-base-patch32's
+# shape (speed depends on the shape, not the weights: the image benchmark's model)
+SHAPES = {"tiny": (dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2),
+                   dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2), 16, 0.2),
+          "vit-b-32": (dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8),
+                       dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12), 512, 0.02)}
+
+
+def make_clip(path: Path, shape: str = "tiny") -> Path:
     import torch
     from sentence_transformers import SentenceTransformer
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -40,12 +48,11 @@ def make_clip(path: Path) -> Path:
                              unk_token=specials[1], pad_token=specials[1], model_max_length=77)
     (hf / "_tok.json").unlink()
     torch.manual_seed(11)
-    text = CLIPTextConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                          num_attention_heads=2, max_position_embeddings=77, bos_token_id=bos, eos_token_id=eos,
-                          pad_token_id=eos, initializer_range=0.2)
-    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                              image_size=224, patch_size=32, initializer_range=0.2)
-    CLIPModel(CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=16)).eval().save_pretrained(hf)
+    t, v, proj, spread = SHAPES[shape]
+    text = CLIPTextConfig(vocab_size=tok.get_vocab_size(), **t, max_position_embeddings=77, bos_token_id=bos,
+                          eos_token_id=eos, pad_token_id=eos, initializer_range=spread)
+    vision = CLIPVisionConfig(**v, image_size=224, patch_size=32, initializer_range=spread)
+    CLIPModel(CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=proj)).eval().save_pretrained(hf)
     CLIPProcessor(image_processor=CLIPImageProcessorPil(), tokenizer=fast).save_pretrained(hf)
     SentenceTransformer(str(hf), device="cpu").save(str(path))
     shutil.rmtree(hf)
