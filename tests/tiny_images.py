@@ -108,6 +108,8 @@ def encoded_form(kind: str) -> bytes:
         Image.fromarray((pattern(300, 200, 7)[..., 1].astype(np.uint16) * 257)).save(buf, "PNG")
     elif kind == "small":
         Image.fromarray(pattern(100, 50, 8)).save(buf, "PNG")
+    elif kind == "mpo":   # a camera JPEG with a multi-picture header (Pillow opens it as MPO): its first picture
+        Image.fromarray(pattern(260, 190, 10)).save(buf, "MPO", save_all=True, append_images=[rgb])
     elif kind == "tall":
         Image.fromarray(pattern(225, 999, 9)).save(buf, "PNG")
     else:
@@ -115,7 +117,8 @@ def encoded_form(kind: str) -> bytes:
     return buf.getvalue()
 
 
-FORMS = ("jpeg-exif", "png", "webp", "gif-animated", "grayscale", "rgba", "palette-transparent", "png-16bit", "small", "tall")
+FORMS = ("jpeg-exif", "png", "webp", "gif-animated", "grayscale", "rgba", "palette-transparent", "png-16bit", "small", "tall",
+         "mpo")
 
 
 

@@ -158,7 +158,9 @@ class ModelOptions:
             raise InputError(f"invalid embedding_type {raw['embedding_type']!r}: allowed {', '.join(EMBEDDING_TYPES)}",
                              "embedding_type")
         if etype in ("int8", "uint8") and self.calibration is None:
-            raise InputError(f"embedding_type {etype}: this repository has no calibration ranges (rebuild it)", "embedding_type")
+            raise InputError(f"embedding_type {etype} needs calibration ranges, which this model does not carry (an "
+                             "embedder's build writes them; a multi-vector or text-and-image model has none): use float, "
+                             "binary or ubinary", "embedding_type")
         return RequestOptions(prompt_name if prompt else None, prompt, dimensions, truncate, etype,
                               prompt_name if prompt_name in self.prompts else None)
 

@@ -268,7 +268,8 @@ class TorchClip(_Torch):
     same model's image tower (`get_image_features(pixel_values).pooler_output`), sharing its weights."""
 
     def forward(self, inputs: dict):
-        return self.model.get_text_features(**inputs).pooler_output.float()
+        out = self.model.get_text_features(**inputs)
+        return getattr(out, "pooler_output", out).float()   # transformers 5: an output object; 4: the tensor
 
     def tower(self, name: str):
         if name != "image":
@@ -285,5 +286,5 @@ class _ImageTower:
         torch = c.torch
         pixels = torch.from_numpy(np.ascontiguousarray(feeds["pixel_values"])).to(c.device)
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=c.autocast_bf16):
-            return c.model.get_image_features(pixel_values=pixels.to(next(c.model.parameters()).dtype)) \
-                .pooler_output.float().cpu().numpy()
+            out = c.model.get_image_features(pixel_values=pixels.to(next(c.model.parameters()).dtype))
+            return getattr(out, "pooler_output", out).float().cpu().numpy()

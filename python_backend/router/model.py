@@ -126,7 +126,7 @@ class TritonPythonModel:
                 inputs = arrays[i] if arrays is not None else self._inputs(request)
                 item = self.door.parse(inputs, parse_request_parameters(request.parameters()),
                                        request.requested_output_names())
-            except InputError as exc:
+            except Exception as exc:  # noqa: BLE001 (InputError: INVALID_ARG; else INTERNAL: this request's, never the batch's)
                 responses[i] = _error(exc)
                 continue
             if item.ready is not None:   # made without the encoder

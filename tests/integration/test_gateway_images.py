@@ -54,6 +54,8 @@ def test_nim_and_openai_bodies_with_modality(url, ref, uris):
     want = np.stack([*ref.encode(texts[:1]), want_i[0], *ref.encode(texts[1:]), want_i[1]])
     assert np.abs(_vecs([d.model_dump() for d in got.data]) - want).max() <= TOL
     assert got.usage.prompt_tokens > 0
+    nim = c.embeddings.create(model="clip", input=uris[:2], extra_body={"modality": "image", "input_type": "passage"})
+    assert np.abs(_vecs([d.model_dump() for d in nim.data]) - want_i[:2]).max() <= TOL   # NIM always sends input_type
     plain = c.embeddings.create(model="clip", input=[uris[0]])   # no modality: a text, never guessed
     as_text = ref.encode([{"text": uris[0]}])[0]   # (sentence-transformers would guess an image from the string)
     assert np.abs(np.array(plain.data[0].embedding) - as_text).max() <= TOL
@@ -98,6 +100,8 @@ def test_bad_and_hostile_image_requests_are_400s_naming_the_item(url, uris):
         "modality count": ({"model": "clip", "input": [uris[0], uris[1], "x"], "modality": ["image", "text"]},
                            "modality has 2 values for 3 inputs"),
         "modality value": ({"model": "clip", "input": [uris[0]], "modality": "video"}, "modality must be one of"),
+        "long text after an image": ({"model": "clip", "input": [uris[0], "x" * (1 << 20 | 1)], "modality": ["image", "text"]},
+                                     "input\\[1\\] is 1048577 bytes of UTF-8"),
     }
     for name, (body, needle) in bad.items():
         r = httpx.post(url + "/v1/embeddings", json=body, timeout=60)
@@ -111,6 +115,8 @@ def test_bad_and_hostile_image_requests_are_400s_naming_the_item(url, uris):
     assert r.status_code == 400 and "input_type image is for images" in r.text
     ok = httpx.post(url + "/v1/embeddings", json={"model": "clip", "input": uris[:1], "modality": "image"}, timeout=60)
     assert ok.status_code == 200   # serving goes on
+    ready = httpx.get(url + "/health/ready", timeout=30)   # the probe embeds a text and an image
+    assert ready.status_code == 200, ready.text
     models = httpx.get(url + "/v1/models", timeout=10).json()["data"]
     clip = next(m for m in models if m["id"] == "clip")
     assert clip["kind"] == "multimodal" and clip["modalities"] == ["text", "image"]

@@ -61,6 +61,8 @@ def test_detection_and_the_built_manifests(clips, clip_repos):
     ort = clip_repos["clip"] / "clip" / "1"
     assert (ort / "image.onnx").is_file() and (ort / "image_processor.json").is_file()
     assert "pillow" in read_manifest(clip_repos["clip"]).bundle["packages"]   # the front door decodes images
+    config = (clip_repos["clip"] / "clip" / "config.pbtxt").read_text()
+    assert 'name: "sample_image"' in config and (clip_repos["clip"] / "clip" / "warmup" / "sample_image").is_file()
 
 
 def test_served_texts_and_images_equal_sentence_transformers(clip_server, ref, images, corpus, tmp_path):

@@ -71,3 +71,51 @@ def test_hostile_inputs_are_refused_naming_their_row():
         from_data_uri("data:image/png;base64,@@@", 2)
     with pytest.raises(InputError, match="data:image/<type>;base64"):
         from_data_uri("data:text/plain,hello", 0)
+
+
+def test_a_corrupt_exif_block_is_the_rows_error_never_another_exception():
+    """Bits flipped in a JPEG's EXIF block (orientation 6): Pillow's exif_transpose may raise struct.error or
+    TypeError on them (load_image fails too); each such file is that row's InputError, never an exception that
+    would fail the front door's whole batch."""
+    import random
+    import warnings
+
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x0112], exif[0x010F], exif[0x011A] = 6, "embtrt", 72.0
+    buf = io.BytesIO()
+    Image.fromarray(pattern(40, 30, 3)).save(buf, "JPEG", exif=exif.tobytes())
+    base = buf.getvalue()
+    start = base.index(b"Exif\x00\x00") + 6
+    refused = decoded = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in range(400):
+            r, x = random.Random(seed), bytearray(base)
+            for _ in range(3):
+                x[start + r.randrange(60)] ^= 1 << r.randrange(8)
+            try:
+                decode(bytes(x), row=2)
+                decoded += 1
+            except InputError as exc:
+                assert exc.row == 2 and str(exc).startswith("row 2: ")
+                refused += 1
+    assert refused > 0 and decoded > 0
+
+
+def test_line_wrapped_base64_is_read_as_the_reference_reads_it():
+    data = encoded_form("png")
+    wrapped = "data:image/png;base64," + base64.encodebytes(data).decode()   # 76-column lines
+    assert "\n" in wrapped and from_data_uri(wrapped, 0) == data
+
+
+def test_a_request_whose_images_hold_too_many_pixels_is_refused_before_decoding():
+    from embtrt_backend.kinds.multimodal.core import ImageCore
+    from embtrt_backend.options import RequestOptions
+
+    core = ImageCore(ProcessorConfig(), ImageLimits(max_request_pixels=3 * 317 * 211 - 1), 8)
+    files = [encoded_form("png")] * 3   # 317 x 211 each
+    with pytest.raises(InputError, match="the request's 3 images hold 200661 pixels, over the limit of 200660"):
+        core.prepare(files, RequestOptions())
+    assert core.prepare(files[:2], RequestOptions()).pixels.shape == (2, 3, 224, 224)

@@ -174,6 +174,10 @@ class FrontDoorBuild:
         """Files beside the tokenizer and the graph in the front door's folder."""
         return {}
 
+    def warmup_samples(self) -> tuple[list[dict], dict[str, bytes]]:
+        """The front door's warm-up samples beside the text one (local mode), and their files under warmup/."""
+        return [], {}
+
     def extra_plans(self, ident: dict[str, str], work: Path) -> list[ModelPlan]:
         """Models beside the front door and its bucket encoders (a second tower's encoder model over BLS)."""
         return []
@@ -220,6 +224,7 @@ class FrontDoorBuild:
         log(f"[5/{steps}] rendering the front door {spec.name}")
         ident = {**identity(spec, msha), "embtrt.kind": kind.name}
         inputs = self.input_tensors()
+        more_warmup, more_data = self.warmup_samples() if spec.router_mode == "local" else ([], {})
         plan = ModelPlan(
             name=spec.name, template="router.pbtxt.j2", kind="front door",
             context={"version": __version__, "max_batch_size": spec.max_batch_size, "name": spec.name,
@@ -227,11 +232,11 @@ class FrontDoorBuild:
                      "batching": _batching(spec), "group": _group(spec.front_instances, spec.front_on_gpu),
                      # a parameter the identity holds is written once, with the identity
                      "params": sorted((k, v) for k, v in params.items() if k not in ident) + sorted(ident.items()),
-                     "warmup": front_warmup(spec, [t for t in inputs if t["name"] in kind.inputs])},
+                     "warmup": front_warmup(spec, [t for t in inputs if t["name"] in kind.inputs]) + more_warmup},
             # local: the graph (1/model.onnx) or python-torch's model files (1/hf/); nothing over BLS
             files={"1/tokenizer.json": tok_json, **(encoder_files(spec, graph) if spec.router_mode == "local" else {}),
                    **self.files(work)},
-            backend_code=kind.front_door, data=warmup_data(spec))
+            backend_code=kind.front_door, data={**warmup_data(spec), **more_data})
         names = model_names(spec)["encoder"]   # bls: one encoder model per bucket over the one graph, its rows [width]
         encoders = [] if spec.router_mode == "local" else [
             _encoder_plan(spec, b, names[b], [_t(kind.encoder_output, "TYPE_FP32", self.encoder_dims())], kind.encoder_output,

@@ -199,12 +199,22 @@ def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:
     """The served model's kind (its config's embtrt.kind; embedders built before kinds have none)."""
     import tritonclient.grpc as grpcclient
 
-    c = grpcclient.InferenceServerClient(url)
-    try:
-        _, params = model_config(c, model, url, timeout_s)
-    finally:
-        c.close()
-    return kind_of(params.get("embtrt.kind")).name
+    last: ClientError | None = None
+    for u in replicas(url):   # the first replica that answers (as the clients rotate over them)
+        c = grpcclient.InferenceServerClient(u)
+        try:
+            _, params = model_config(c, model, u, timeout_s)
+        except ClientError as exc:
+            last = exc
+            continue
+        finally:
+            c.close()
+        try:
+            return kind_of(params.get("embtrt.kind")).name
+        except ValueError as exc:
+            raise ClientError(f"model {model!r} at {u}: {exc}", "this embtrt is older than the repository: upgrade it") from None
+    assert last is not None
+    raise last
 
 
 class AsyncEmbeddingClient(_Replicas):

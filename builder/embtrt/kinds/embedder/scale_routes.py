@@ -258,7 +258,9 @@ def render(model, req: EmbeddingsRequest, vecs: np.ndarray, tokens: int) -> Answ
         unit = _unit(vecs)
         return (unit[1:] @ unit[0]).astype(np.float64).tolist(), 16 * len(vecs), tei_headers(tokens, chars)
     version = req.api[-1]
-    meta = {"api_version": {"version": version}, "billed_units": {"input_tokens": tokens}}
+    images = sum(x is not None for x in req.media)
+    meta = {"api_version": {"version": version},
+            "billed_units": {"input_tokens": tokens, **({"images": images} if images else {})}}
     texts = [t for k, t in enumerate(req.texts or ()) if not req.media or req.media[k] is None]
     doc: dict[str, Any] = {"id": str(uuid.uuid4()), "texts": texts, "meta": meta}
     if not req.types:   # v1 without embedding_types

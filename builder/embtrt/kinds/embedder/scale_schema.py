@@ -120,6 +120,14 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
             if key in raw and raw[key] != body[key]:
                 raise ApiError(400, f"{key} {body[key]!r} disagrees with the model name {model!r}", param=key)
             raw[key] = body[key]
+    if getattr(m, "images", False) and isinstance(raw.get("input_type"), str):
+        from embtrt_backend.options import INPUT_TYPES
+
+        # NIM sends input_type (query / passage) with every request; a text-and-image model without that prompt
+        # (CLIP's are empty or absent) has nothing to apply: no prompt, as for Cohere's input_type
+        names = INPUT_TYPES.get(raw["input_type"].lower(), ())
+        if names and not any(n in m.options.prompts for n in names):
+            raw.pop("input_type")
     opts = request_options(m, raw)
 
     def request(texts: list[str] | None, ids: list[list[int]] | None) -> EmbeddingsRequest:
@@ -135,10 +143,15 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
         from ..multimodal.scale_schema import media, modalities
 
         found = media(items, modalities(body.get("modality"), len(items)), m, name, kinds.get(name, EMBEDDER))
-        check_bytes([x for k, x in enumerate(items) if not found or found[k] is None], m.max_text_bytes, "input")
+        for k, x in enumerate(items):
+            if not found or found[k] is None:
+                check_bytes([x], m.max_text_bytes, "input", name=f"input[{k}]")
         return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found)
-    if body.get("modality") not in (None, "text"):
-        raise ApiError(400, "images are data URI strings in input: token ids are texts' only", param="modality")
+    if body.get("modality") is not None:
+        from ..multimodal.scale_schema import modalities
+
+        if any(x != "text" for x in modalities(body["modality"], len(inp) if isinstance(inp, list) else 1) or ()):
+            raise ApiError(400, "images are data URI strings in input: token ids are texts' only", param="modality")
     if not isinstance(inp, list) or not inp:
         raise ApiError(400, "input must be a string, a non-empty list of strings, a list of token ids or a list "
                        "of token-id lists", param="input")

@@ -47,7 +47,8 @@ def export_image_tower(model, path: Path, size: tuple[int, int]):
             self.m = model
 
         def forward(self, pixel_values):
-            return self.m.get_image_features(pixel_values=pixel_values).pooler_output
+            out = self.m.get_image_features(pixel_values=pixel_values)
+            return getattr(out, "pooler_output", out)   # transformers 5: an output object; 4: the tensor
 
     tower = Tower().eval()
     sample = torch.zeros(2, 3, *size)
@@ -116,7 +117,8 @@ class MultimodalBuild(FrontDoorBuild):
                 self.m = model
 
             def forward(self, *args):
-                return self.m.get_text_features(**dict(zip(names, args))).pooler_output
+                out = self.m.get_text_features(**dict(zip(names, args)))
+                return getattr(out, "pooler_output", out)   # transformers 5: an output object; 4: the tensor
 
         tok = self.hf_tokenizer(ref)
         enc = lambda batch: tok(batch, padding=True, truncation=True, max_length=s.max_seq_length, return_tensors="pt")
@@ -222,6 +224,14 @@ class MultimodalBuild(FrontDoorBuild):
             out["1/" + IMAGE_GRAPH] = work / "onnx" / IMAGE_GRAPH
         return out
 
+    def warmup_samples(self) -> tuple[list[dict], dict[str, bytes]]:
+        """An 8 x 8 PNG through the image path (decode, preprocess, the image tower) before the model is ready."""
+        from embtrt_backend.kinds.multimodal import PROBE_PNG
+
+        sample = {"name": "sample_image", "batch_size": 1,
+                  "inputs": [dict(_t("IMAGE", "TYPE_STRING", [1]), file="sample_image")]}
+        return [sample], {"warmup/sample_image": len(PROBE_PNG).to_bytes(4, "little") + PROBE_PNG}
+
     def extra_plans(self, ident: dict[str, str], work: Path) -> list[ModelPlan]:
         """onnxruntime (BLS): the image tower's encoder model, NAME_image."""
         s = self.spec
@@ -232,7 +242,8 @@ class MultimodalBuild(FrontDoorBuild):
         pixels = _t("pixel_values", "TYPE_FP32", [3, h, w])
         ctx = {"version": __version__, "max_batch_size": mb, "name": name, "tower": "image", "precision": "fp32",
                "inputs": [pixels], "outputs": [_t(IMAGE_OUTPUT, "TYPE_FP32", [self.info.dim])],
-               "batching": _batching(s), "group": _group(s.instances, s.gpu), "device": "GPU" if s.gpu else "CPU",
+               "batching": _batching(s, tuple(p for p in s.preferred_batch_sizes if p <= mb) or (mb,)),
+               "group": _group(s.instances, s.gpu), "device": "GPU" if s.gpu else "CPU",
                "graph_level": 1, "trt_accelerator": None,
                "backend_params": [("intra_op_thread_count", str(s.ort_threads)), ("inter_op_thread_count", "1")],
                "params": sorted(ident.items()), "warmup": [{"name": "image_batch_1", "batch_size": 1, "inputs": [pixels]}]}

@@ -40,7 +40,10 @@ class MultimodalMeasure(KindMeasure):
 
         with ImageEmbeddingClient(url, model) as c:
             vecs, tokens = c.with_tokens("TEXT", texts)
-            return {"text": vecs, "tokens": tokens, "image": c.embed_images(self.images)}
+            out = {"text": vecs, "tokens": tokens, "image": c.embed_images(self.images)}
+        if (url, model) == (self.url, self.model):   # the unloaded image vectors the background is held to
+            self.unloaded_images, self.background_worst = out["image"], 0.0
+        return out
 
     def described(self, texts: list[str]) -> str:
         return f"{len(texts)} real texts and {len(self.images)} seeded images embedded"
@@ -70,7 +73,8 @@ class MultimodalMeasure(KindMeasure):
         return np.asarray(got["text"], np.float32)
 
     def error(self, got: np.ndarray, base: np.ndarray) -> float:
-        return float(np.abs(got - base).max(initial=0.0))
+        """The texts' largest difference, or the background images' where larger (a failed image call: inf)."""
+        return max(float(np.abs(got - base).max(initial=0.0)), getattr(self, "background_worst", 0.0))
 
     async def call(self, client, texts: list[str], group: int, first: int, count: int) -> np.ndarray:
         from ...serve.wire import outputs, text_input
@@ -80,13 +84,22 @@ class MultimodalMeasure(KindMeasure):
         return r.as_numpy("EMBEDDING")
 
     def background(self, client, texts: list[str], concurrency: int) -> list[Load]:
-        """Image requests of 1 to 4 images beside the texts, their vectors checked against the unloaded ones."""
+        """Image requests of 1 to 4 images beside the texts (batched with them and each other by the server),
+        each vector held to its unloaded value: the largest difference joins the texts' (`error`)."""
         from ...serve.wire import outputs, text_input
 
         async def one(i: int) -> None:
             k = 1 + i % 4
-            rows = [self.images[(i + j) % len(self.images)] for j in range(k)]
-            await client.infer(self.model, [text_input(rows, "IMAGE")], outputs=outputs("EMBEDDING"), client_timeout=120)
+            picks = [(i + j) % len(self.images) for j in range(k)]
+            try:
+                r = await client.infer(self.model, [text_input([self.images[p] for p in picks], "IMAGE")],
+                                       outputs=outputs("EMBEDDING"), client_timeout=120)
+                diff = float(np.abs(r.as_numpy("EMBEDDING") - self.unloaded_images[picks]).max())
+            except Exception:
+                diff = float("inf")
+                raise
+            finally:
+                self.background_worst = max(self.background_worst, diff)
 
         return [Load(one, 2 * len(self.images), max(1, concurrency // 4))]
 

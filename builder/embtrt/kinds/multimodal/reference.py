@@ -90,10 +90,13 @@ def info_of(model, path: Path) -> MultimodalInfo:
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{path}: the image processor is not served ({exc})", "a CLIP-style processor "
                          "(shortest-edge resize, center crop) is served") from None
+    if not (cfg.do_resize and cfg.do_center_crop):   # every image the same size: the tower's fixed input
+        raise ModelError(f"{path}: the image processor has do_resize {cfg.do_resize}, do_center_crop {cfg.do_center_crop}: "
+                         "images of different sizes cannot share the image tower's fixed input",
+                         "a CLIP-style processor (shortest-edge resize and center crop) is served")
     hf_dir = hf_subdir(path) or ""
     dim = int(mod.model.config.projection_dim)
-    return MultimodalInfo(hf_dir, dim, int(model.max_seq_length), cfg.crop if cfg.do_center_crop else
-                          (cfg.shortest_edge, cfg.shortest_edge), settings, dict(model.prompts or {}),
+    return MultimodalInfo(hf_dir, dim, int(model.max_seq_length), cfg.crop, settings, dict(model.prompts or {}),
                           model.default_prompt_name)
 
 

@@ -59,6 +59,19 @@ class Multimodal(FrontDoorModel):
     def facts(self) -> dict:
         return {"dim": self.served.options.dim, "modalities": ["text", "image"]}
 
+    async def ready(self) -> dict[str, str]:
+        """The text probe, then an 8 x 8 PNG through the image path: both must give finite vectors."""
+        from embtrt_backend.kinds.multimodal import PROBE_PNG
+
+        state = await super().ready()
+        if state.get(self.pool.name) != "ok":
+            return state
+        try:
+            rows, _ = await self.call([PROBE_PNG], ("IMAGE", "EMBEDDING"), None, "input")
+            return {self.pool.name: "ok" if self.finite(rows) else "non-finite image vector"}
+        except ApiError as exc:
+            return {self.pool.name: f"image probe: {exc.message}"}
+
     def asked(self, how) -> tuple[str, ...]:
         return (how[1], "TOKENS")
 

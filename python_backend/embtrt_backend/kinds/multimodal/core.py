@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import InputError
-from ...images import ImageLimits, ProcessorConfig, decode, pixel_values
+from ...images import ImageLimits, ProcessorConfig, load, opened, pixel_values
 from ...options import RequestOptions
 
 PROCESSOR_FILE = "image_processor.json"   # the model's image processor settings, in the front door's folder
@@ -48,22 +48,34 @@ class ImageCore:
         with open(os.path.join(folder, PROCESSOR_FILE), encoding="utf-8") as f:
             processor = ProcessorConfig.from_dict(json.load(f))
         limits = ImageLimits(int(p.get("image_max_bytes", ImageLimits.max_bytes)),
-                             int(p.get("image_max_pixels", ImageLimits.max_pixels)))
+                             int(p.get("image_max_pixels", ImageLimits.max_pixels)),
+                             int(p.get("image_max_request_pixels", ImageLimits.max_request_pixels)))
         return cls(processor, limits, int(p.get("image_max_batch", "8")))
 
-    def one(self, data: bytes, row: int) -> np.ndarray:
-        """One encoded file -> its pixel_values [3, H, W], or the InputError naming its row."""
+    def header(self, data: bytes, row: int):
+        """One encoded file's header (nothing decoded), or the InputError naming its row."""
         if not isinstance(data, (bytes, bytearray)) or not data:
             raise InputError(f"row {row}: an empty image", "input", row)
-        return pixel_values(decode(bytes(data), self.limits, row), self.processor, self.limits, row)
+        return opened(bytes(data), self.limits, row)
+
+    def one(self, img, row: int) -> np.ndarray:
+        """One opened image -> its pixel_values [3, H, W], or the InputError naming its row."""
+        return pixel_values(load(img, row), self.processor, self.limits, row)
 
     def prepare(self, files: list[bytes], options: RequestOptions) -> ImageRequest:
-        """A request's encoded files -> its ImageRequest; the first bad file's InputError (by row) refuses it."""
-        if len(files) == 1:
-            return ImageRequest(self.one(files[0], 0)[None], options)
+        """A request's encoded files -> its ImageRequest: every header read first (the formats, each image's and
+        the request's pixels bounded before anything decodes), then the images decoded; the first bad file's
+        InputError (by row) refuses the request."""
+        heads = [self.header(f, k) for k, f in enumerate(files)]
+        total = sum(h.size[0] * h.size[1] for h in heads)
+        if total > self.limits.max_request_pixels:
+            raise InputError(f"the request's {len(files)} images hold {total} pixels, over the limit of "
+                             f"{self.limits.max_request_pixels} per request: send them in several requests", "input")
+        if len(heads) == 1:
+            return ImageRequest(self.one(heads[0], 0)[None], options)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="embtrt-decode")
-        return ImageRequest(np.stack(list(self._pool.map(self.one, files, range(len(files))))), options)
+        return ImageRequest(np.stack(list(self._pool.map(self.one, heads, range(len(heads))))), options)
 
     def run(self, requests: list[ImageRequest], tower, finish) -> list[ImageOutcome]:
         """Every request's images through `tower` (feeds -> [rows, dim]) in runs of at most max_batch rows;
