@@ -142,9 +142,12 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
             raise ApiError(400, f"input has {len(items)} items; at most {max_items} per request", param="input")
         from ..multimodal.scale_schema import media, modalities
 
-        found = media(items, modalities(body.get("modality"), len(items)), m, name, kinds.get(name, EMBEDDER))
-        for k, x in enumerate(items):
-            if not found or found[k] is None:
+        mods = modalities(body.get("modality"), len(items)) if "modality" in body else None
+        found = media(items, mods, m, name, kinds.get(name, EMBEDDER)) if mods is not None else ()
+        if not found:   # every item a text (the hot path: one pass, as before images)
+            check_bytes(items, m.max_text_bytes, "input")
+        for k, x in enumerate(items if found else ()):
+            if found[k] is None:
                 check_bytes([x], m.max_text_bytes, "input", name=f"input[{k}]")
         return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found)
     if body.get("modality") is not None:
