@@ -7,7 +7,7 @@ their row while serving goes on; `embtrt verify` (the gate, under load) on the s
 import numpy as np
 import pytest
 
-from embtrt.errors import ClientError, SpecError
+from embtrt.errors import ClientError, ParityError, SpecError
 from embtrt.export import build
 from embtrt.export.spec_options import spec_from_options
 from embtrt.kinds.multimodal.reference import data_uri, gate_images
@@ -171,6 +171,15 @@ def test_the_other_cpu_targets_build_and_pass_the_gate(clips, corpus, tmp_path):
     image = (tmp_path / "onnxruntime" / "clip_x_image" / "config.pbtxt").read_text()
     assert 'backend: "onnxruntime"' in image and "dims: [ 3, 224, 224 ]" in image
     assert "clip_x_image" in (tmp_path / "onnxruntime" / "clip_x" / "config.pbtxt").read_text()
+    # reduced precision ships only behind the reduced gate: the tiny model's int8 text tower moves its vectors past
+    # the text bound (0.999), and image -> text retrieval with them; refused, or recorded as refused when allowed
+    with pytest.raises(ParityError, match="int8 text-and-image embedder fails the gate: texts in bucket"):
+        build(spec_from_options(clips["clip"], tmp_path / "int8", name="clip_i", precision="int8"), corpus=half,
+              log=lambda _m: None)
+    build(spec_from_options(clips["clip"], tmp_path / "int8b", name="clip_i", precision="int8", allow_mismatch=True),
+          corpus=half, log=lambda _m: None)
+    parity = read_manifest(tmp_path / "int8b").extra["parity"]
+    assert not parity["passed"] and parity["allowed_mismatch"] and parity["image_cosine_min"] >= 0.995   # fp32 images
     with pytest.raises(SpecError, match="tensorrt"):
         build(spec_from_options(clips["clip"], tmp_path / "trt", name="clip_t", target="tensorrt"), corpus=half,
               log=lambda _m: None)
