@@ -45,7 +45,7 @@ def test_options_resolve_defaults_and_name_the_bad_parameter():
         o.resolve({"dimension": 4})
     with pytest.raises(InputError, match="allows 2, 4"):
         _opts(allowed_dimensions=(2, 4)).resolve({"dimensions": 3})
-    with pytest.raises(InputError, match="no calibration"):
+    with pytest.raises(InputError, match="needs calibration ranges, which this model does not carry"):
         _opts(calibration=None).resolve({"embedding_type": "int8"})
 
 

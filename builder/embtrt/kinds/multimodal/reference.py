@@ -67,7 +67,10 @@ class MultimodalInfo:
 def load_reference(path: Path, trust_remote_code: bool = False):
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(path), device="cpu", trust_remote_code=trust_remote_code)
+    # the PIL image backend pinned: where torchvision is installed transformers would pick its processor, which
+    # resizes differently (antialiasing); the served preprocessing is the PIL backend's
+    model = SentenceTransformer(str(path), device="cpu", trust_remote_code=trust_remote_code,
+                                processor_kwargs={"backend": "pil"})
     if not {"text", "image"} <= set(getattr(model, "modalities", ()) or ()):
         raise ModelError(f"{path} does not encode both texts and images (modalities {getattr(model, 'modalities', None)})",
                          "point at a CLIP-style sentence-transformers folder")
@@ -79,7 +82,7 @@ def info_of(model, path: Path) -> MultimodalInfo:
 
     mod = model[0]
     proc = mod.processor.image_processor
-    if type(proc).__name__.endswith("Fast") or "torchvision" in type(proc).__module__:
+    if not type(proc).__name__.endswith("Pil"):
         raise ModelError(f"{path}: the image processor {type(proc).__name__} is the torchvision backend, which "
                          "resizes differently", "save the processor with its PIL backend (CLIPImageProcessorPil)")
     settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in proc.to_dict().items()
