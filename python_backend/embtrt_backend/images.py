@@ -22,6 +22,14 @@ import numpy as np
 
 from . import InputError
 
+# an 8 x 8 seeded PNG: a text-and-image model's warm-up image and the readiness probes'
+# image (a constant: the gateway and `embtrt probe` decode nothing and need no Pillow)
+PROBE_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAA00lEQVR42gHIADf/AEtwnMH9N9kCPR+irVKHCrhoVlPPaMDEVAOY3eLFhbMw5tS/"
+    "7tSaLaJO6RkweesEKUUB32qR4awP+rtAdINRPzPZROHAGVX+fNM3AhAYkA1s3xXzWe0Kd/Osq5kFapQ+DcmTTgQoulsTrdplsHD9+Gs5rxMInTwk"
+    "akK9fRcDDOEgKTPuaWcF3oWmc8YKIEgdO/f2y9F2BPVYJOOhla5M/rs3TxTwANH9AMuOABWrqwM6BxYOyiRc50f2pSvkY+dW6HANMqwHmXB4HF1y"
+    "3kHrCQAAAABJRU5ErkJggg==")
+
 FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "MPO")   # MPO: a camera JPEG with a multi-picture header
 
 

@@ -119,6 +119,9 @@ def test_hostile_images_are_refused_naming_their_row_and_serving_goes_on(clip_se
             c.infer("all_minilm_l6_v2", [text_input([images[0]], "IMAGE")])
         ok = c.infer("clip", [text_input(images[:2], "IMAGE")]).as_numpy("EMBEDDING")
         assert ok.shape == (2, 16) and np.isfinite(ok).all()   # served after every refusal
+        from embtrt.serve.probe import probe
+
+        assert probe(clip_server.grpc_url, "clip").ok   # `embtrt probe`: a text, then the probe image alone
     finally:
         c.close()
     with pytest.raises(ClientError, match="not fetched"):

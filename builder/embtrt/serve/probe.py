@@ -55,6 +55,13 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
                 if v is None or not np.all(np.isfinite(v)):
                     raise ValueError(f"no finite {kind.probe_output} in the response")
                 vecs[name] = v[0]
+                if kind.image_input:   # the image path too (decode, preprocess, the image tower): an 8 x 8 PNG alone
+                    from embtrt_backend.images import PROBE_PNG
+
+                    vi = c.infer(name, [text_input([PROBE_PNG], kind.image_input)],
+                                 client_timeout=timeout_s).as_numpy(kind.probe_output)
+                    if vi is None or not np.all(np.isfinite(vi)):
+                        raise ValueError(f"no finite {kind.probe_output} for the probe image")
             except Exception as exc:  # each model's failure is recorded by name
                 errors[name] = str(exc)
             checked.append(name)

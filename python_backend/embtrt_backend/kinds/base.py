@@ -39,6 +39,9 @@ class Kind:
     measure: str = ""         # its measure.kind_measure.KindMeasure (verify, `embtrt tune`'s trial); "": the embedder's
     # pip distributions its front door imports beyond the target's (bundled with the repository): Pillow to decode images
     packages: tuple[str, ...] = ()
+    # the front door's input of encoded images, where it takes them ("IMAGE"): the readiness probes send the probe
+    # image (embtrt_backend.images.PROBE_PNG) through it in a request of its own, beside the text one
+    image_input: str = ""
 
     @property
     def noun(self) -> str:

@@ -226,7 +226,7 @@ class MultimodalBuild(FrontDoorBuild):
 
     def warmup_samples(self) -> tuple[list[dict], dict[str, bytes]]:
         """An 8 x 8 PNG through the image path (decode, preprocess, the image tower) before the model is ready."""
-        from embtrt_backend.kinds.multimodal import PROBE_PNG
+        from embtrt_backend.images import PROBE_PNG
 
         sample = {"name": "sample_image", "batch_size": 1,
                   "inputs": [dict(_t("IMAGE", "TYPE_STRING", [1]), file="sample_image")]}

@@ -61,7 +61,7 @@ class Multimodal(FrontDoorModel):
 
     async def ready(self) -> dict[str, str]:
         """The text probe, then an 8 x 8 PNG through the image path: both must give finite vectors."""
-        from embtrt_backend.kinds.multimodal import PROBE_PNG
+        from embtrt_backend.images import PROBE_PNG
 
         state = await super().ready()
         if state.get(self.pool.name) != "ok":

@@ -3,17 +3,7 @@ image tower projected into one space: `SentenceTransformer.encode` of texts and 
 text or image. A request carries one modality: TEXT (the embedder's request core, the text tower per
 bucket) or IMAGE (encoded files, decoded and preprocessed as the model's processor does, the image tower)."""
 
-import base64
-
 from ..base import Kind
-
-# an 8 x 8 seeded PNG: the front door's warm-up image and the gateway's readiness probe of the image path
-# (a constant: the gateway decodes nothing and has no Pillow)
-PROBE_PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAA00lEQVR42gHIADf/AEtwnMH9N9kCPR+irVKHCrhoVlPPaMDEVAOY3eLFhbMw5tS/"
-    "7tSaLaJO6RkweesEKUUB32qR4awP+rtAdINRPzPZROHAGVX+fNM3AhAYkA1s3xXzWe0Kd/Osq5kFapQ+DcmTTgQoulsTrdplsHD9+Gs5rxMInTwk"
-    "akK9fRcDDOEgKTPuaWcF3oWmc8YKIEgdO/f2y9F2BPVYJOOhla5M/rs3TxTwANH9AMuOABWrqwM6BxYOyiRc50f2pSvkY+dW6HANMqwHmXB4HF1y"
-    "3kHrCQAAAABJRU5ErkJggg==")
 
 KIND = Kind(
     name="multimodal", label="a text-and-image embedder", reference="SentenceTransformer",
@@ -26,5 +16,5 @@ KIND = Kind(
     build="embtrt.kinds.multimodal.export:build_multimodal_in",
     spec_fields="embtrt.kinds.multimodal.export:spec_fields",
     gateway_model="embtrt.kinds.multimodal.scale:Multimodal",
-    measure="embtrt.kinds.multimodal.measure:MultimodalMeasure", packages=("pillow",),
+    measure="embtrt.kinds.multimodal.measure:MultimodalMeasure", packages=("pillow",), image_input="IMAGE",
 )
