@@ -80,8 +80,9 @@ def opened(data: bytes, limits: ImageLimits = ImageLimits(), row: int = 0):
     except Image.DecompressionBombError:   # Pillow's own guard, at twice its MAX_IMAGE_PIXELS: far over ours
         raise InputError(f"row {row}: the image's header claims more pixels than Pillow opens, over the limit of "
                          f"{limits.max_pixels} pixels", "input", row) from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"row {row}: not a decodable image ({exc})", "input", row) from None
+    except Exception as exc:  # noqa: BLE001 (OSError, ValueError, and what other plugins' header parsers raise:
+        # a DDS header with unknown pixel-format flags raises NotImplementedError): this image's fault
+        raise InputError(f"row {row}: not a decodable image ({type(exc).__name__}: {exc})", "input", row) from None
     if img.format not in FORMATS:
         raise InputError(f"row {row}: image format {img.format} is not decoded ({', '.join(FORMATS)} are)", "input", row)
     w, h = img.size

@@ -65,8 +65,13 @@ class MultimodalInfo:
 
 
 def load_reference(path: Path, trust_remote_code: bool = False):
+    import transformers
     from sentence_transformers import SentenceTransformer
 
+    if int(transformers.__version__.split(".")[0]) < 5:   # the PIL image backend as a class of its own, and its pin
+        raise ModelError(f"a text-and-image model needs transformers 5 or later (this is {transformers.__version__}): "
+                         "its image processor's PIL backend is what the front door reproduces",
+                         "pip install 'transformers>=5'")
     # the PIL image backend pinned: where torchvision is installed transformers would pick its processor, which
     # resizes differently (antialiasing); the served preprocessing is the PIL backend's
     model = SentenceTransformer(str(path), device="cpu", trust_remote_code=trust_remote_code,

@@ -59,8 +59,12 @@ class ImageCore:
         return opened(bytes(data), self.limits, row)
 
     def one(self, img, row: int) -> np.ndarray:
-        """One opened image -> its pixel_values [3, H, W], or the InputError naming its row."""
-        return pixel_values(load(img, row), self.processor, self.limits, row)
+        """One opened image -> its pixel_values [3, H, W], or the InputError naming its row; its decoded buffers
+        closed at once (a request's other images must not keep them: one full-size buffer per decode thread)."""
+        try:
+            return pixel_values(load(img, row), self.processor, self.limits, row)
+        finally:
+            img.close()
 
     def prepare(self, files: list[bytes], options: RequestOptions) -> ImageRequest:
         """A request's encoded files -> its ImageRequest: every header read first (the formats, each image's and
