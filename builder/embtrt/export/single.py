@@ -46,10 +46,11 @@ class GateEncoder:
         return self.by_bucket[bucket].run(feeds)
 
 
-def export_head(head, args: tuple, path: Path, input_names, output: str):
+def export_head(head, args: tuple, path: Path, input_names, output: str, length: bool = True):
     """A kind's head (a torch module over the model's inputs) to ONNX as every kind exports it: rows
-    and length dynamic, opset 17, the TorchScript exporter; checked by onnx -> an ONNX Runtime CPU
-    session on it, for the kind's validation against its reference."""
+    and length dynamic (`length` False: rows only, a fixed-size input such as an image tower's pixels),
+    opset 17, the TorchScript exporter; checked by onnx -> an ONNX Runtime CPU session on it, for the
+    kind's validation against its reference."""
     import warnings
 
     import onnx
@@ -60,7 +61,8 @@ def export_head(head, args: tuple, path: Path, input_names, output: str):
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(head, args, str(path), input_names=list(input_names), output_names=[output],
-                          dynamic_axes={**{n: {0: "rows", 1: "length"} for n in input_names}, output: {0: "rows"}},
+                          dynamic_axes={**{n: {0: "rows", **({1: "length"} if length else {})} for n in input_names},
+                                        output: {0: "rows"}},
                           opset_version=17, do_constant_folding=True, dynamo=False)
     onnx.checker.check_model(str(path), full_check=False)
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -69,6 +69,26 @@ async def warm_then_load(call: Callable[[int], Awaitable[Any]], n: int, warmup: 
     return await Load(lambda i: call(warmup + i), max(0, n - warmup), conc).run()
 
 
+def text_trial(url: str, model: str, texts: list[str], conc: int, requests: int, warmup: int,
+               parameters: dict | None = None) -> Load:
+    """`embtrt tune`'s trial of a front door taking TEXT: one real text per request (picked with a seed of
+    `conc`), with the request `parameters`, warm-up then the load at `conc`."""
+    import tritonclient.grpc.aio as aioclient
+
+    from ..serve.wire import text_input
+
+    rng = random.Random(conc)
+    picks = [rng.choice(texts) for _ in range(requests + warmup)]
+
+    async def run() -> Load:
+        async with aioclient.InferenceServerClient(url) as c:
+            async def one(i: int) -> None:
+                await c.infer(model, [text_input([picks[i]])], parameters=parameters, client_timeout=120)
+            return await warm_then_load(one, len(picks), warmup, conc)
+
+    return asyncio.run(run())
+
+
 class KindReport(Verdict):
     """`embtrt verify` of a kind's deployment: the gate's verdict or the comparison with another
     deployment, and the under-load check; figures start with the kind's name."""

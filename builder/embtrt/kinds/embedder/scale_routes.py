@@ -44,6 +44,7 @@ from embtrt_backend.kinds import EMBEDDER, Kind
 from ...scale.gateway.dialects import tei_headers
 from ...scale.gateway.errors import ApiError, empty, flag, model_name, short, text_list
 from ...scale.gateway.operation import Answer, Operation
+from ..multimodal.scale_schema import cohere_items
 from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, parse_embeddings, render as render_openai,
                            request_options, resolve_model)
 
@@ -171,8 +172,6 @@ def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel],
         raise ApiError(400, "max_tokens is not served by this gateway (inputs are cut by truncate)", param="max_tokens")
     model, name, raw = _model(body, models, kinds, cfg)
     m = models[name]
-    from ..multimodal.scale_schema import cohere_items
-
     found = cohere_items(body, version, m, name, kinds.get(name, EMBEDDER), cfg.max_items)   # images / inputs
     texts, media = found if found is not None else (text_list(body.get("texts"), "texts", cfg.max_items, single=False), ())
     field = "texts" if found is None else "images" if body.get("images") is not None else "inputs"

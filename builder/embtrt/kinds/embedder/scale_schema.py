@@ -19,6 +19,7 @@ from embtrt_backend.kinds import EMBEDDER, Kind
 
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, model_name
 from ...scale.gateway.operation import Answer
+from ..multimodal.scale_schema import media, modalities, takes_images
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -120,7 +121,7 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
             if key in raw and raw[key] != body[key]:
                 raise ApiError(400, f"{key} {body[key]!r} disagrees with the model name {model!r}", param=key)
             raw[key] = body[key]
-    if getattr(m, "images", False) and isinstance(raw.get("input_type"), str):
+    if takes_images(m) and isinstance(raw.get("input_type"), str):
         from embtrt_backend.options import INPUT_TYPES
 
         # NIM sends input_type (query / passage) with every request; a text-and-image model without that prompt
@@ -140,8 +141,6 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
         items = [inp] if isinstance(inp, str) else list(inp)
         if len(items) > max_items:
             raise ApiError(400, f"input has {len(items)} items; at most {max_items} per request", param="input")
-        from ..multimodal.scale_schema import media, modalities
-
         mods = modalities(body.get("modality"), len(items)) if "modality" in body else None
         found = media(items, mods, m, name, kinds.get(name, EMBEDDER)) if mods is not None else ()
         if not found:   # every item a text (the hot path: one pass, as before images)
@@ -151,8 +150,6 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
                 check_bytes([x], m.max_text_bytes, "input", name=f"input[{k}]")
         return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found)
     if body.get("modality") is not None:
-        from ..multimodal.scale_schema import modalities
-
         if any(x != "text" for x in modalities(body["modality"], len(inp) if isinstance(inp, list) else 1) or ()):
             raise ApiError(400, "images are data URI strings in input: token ids are texts' only", param="modality")
     if not isinstance(inp, list) or not inp:

@@ -20,7 +20,7 @@ from embtrt_backend.kinds import MULTIMODAL
 
 from ... import __version__
 from ...errors import ParityError, SpecError
-from ...export.render import ModelPlan, _batching, _group, _t
+from ...export.render import ModelPlan, _batching, _group, _t, torch_dir
 from ...export.single import FrontDoorBuild, export_head
 from ...reference.modelinfo import default_buckets
 from .reference import (MultimodalInfo, data_uri, encode_images, encode_texts, gate_images, info_of, is_multimodal,
@@ -35,10 +35,6 @@ IMAGE_MAX_BATCH = 32   # rows per image-tower run (at most the front door's max 
 
 def export_image_tower(model, path: Path, size: tuple[int, int]):
     """The image tower to ONNX: pixel_values [rows, 3, H, W] -> [rows, dim]; an ONNX Runtime session on it."""
-    import warnings
-
-    import onnx
-    import onnxruntime as ort
     import torch
 
     class Tower(torch.nn.Module):
@@ -50,15 +46,7 @@ def export_image_tower(model, path: Path, size: tuple[int, int]):
             out = self.m.get_image_features(pixel_values=pixel_values)
             return getattr(out, "pooler_output", out)   # transformers 5: an output object; 4: the tensor
 
-    tower = Tower().eval()
-    sample = torch.zeros(2, 3, *size)
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(tower, (sample,), str(path), input_names=["pixel_values"], output_names=[IMAGE_OUTPUT],
-                          dynamic_axes={"pixel_values": {0: "rows"}, IMAGE_OUTPUT: {0: "rows"}}, opset_version=17,
-                          do_constant_folding=True, dynamo=False)
-    onnx.checker.check_model(str(path), full_check=False)
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return export_head(Tower().eval(), (torch.zeros(2, 3, *size),), path, ["pixel_values"], IMAGE_OUTPUT, length=False)
 
 
 class MultimodalBuild(FrontDoorBuild):
@@ -98,8 +86,7 @@ class MultimodalBuild(FrontDoorBuild):
         import torch
         from transformers import AutoModel
 
-        folder = self.spec.model_dir / self.info.hf_dir if self.info.hf_dir else self.spec.model_dir
-        return AutoModel.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager",
+        return AutoModel.from_pretrained(str(torch_dir(self.spec)), dtype=torch.float32, attn_implementation="eager",
                                          trust_remote_code=self.spec.trust_remote_code).eval()
 
     def export(self, ref, path: Path, texts: list[str]) -> dict:
@@ -148,18 +135,11 @@ class MultimodalBuild(FrontDoorBuild):
         return ref[0].processor.tokenizer
 
     def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None:
-        from tokenizers import Tokenizer
+        """The served tokenizer (TextTokenizer, with its truncation) gives the reference's ids: the embedder's check,
+        on the Hugging Face files' folder (an old CLIPModel module's)."""
+        from ...export.tokenizer import check_tokenizer
 
-        ours = Tokenizer.from_file(str(tok_json))
-        ours.no_padding()
-        ours.enable_truncation(max_length=self.spec.max_seq_length)
-        got = [e.ids for e in ours.encode_batch(texts, add_special_tokens=True)]
-        want = hf_tok(texts, truncation=True, max_length=self.spec.max_seq_length)["input_ids"]
-        bad = [i for i, (a, b) in enumerate(zip(got, want)) if list(a) != list(b)]
-        if bad:
-            raise ParityError(f"the serving tokenizer differs from the reference's on {len(bad)} texts (first: "
-                              f"{texts[bad[0]][:60]!r})", "the tokenizer.json lacks settings of the HF tokenizer")
-        self.log(f"[ok] serving tokenizer equals the reference's on {len(texts)} texts")
+        check_tokenizer(self.spec.with_(model_dir=torch_dir(self.spec)), tok_json, pad_id, texts, self.log)
 
     def image_max_batch(self) -> int:
         return min(IMAGE_MAX_BATCH, self.spec.max_batch_size)

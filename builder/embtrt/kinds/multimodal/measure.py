@@ -6,15 +6,13 @@ gates one deployment against another (texts and images). `embtrt tune`'s trial: 
 
 from __future__ import annotations
 
-import asyncio
-import random
 from pathlib import Path
 
 import numpy as np
 from embtrt_backend.kinds import MULTIMODAL
 
 from ...measure.driver import Load
-from ...measure.kind_measure import KindMeasure, KindReport, warm_then_load
+from ...measure.kind_measure import KindMeasure, KindReport, text_trial
 from ...reference.verdict import Verdict
 from .reference import gate_images
 from .reference_gate import cosines, judge
@@ -105,20 +103,7 @@ class MultimodalMeasure(KindMeasure):
 
     def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load:
         """One real text per request."""
-        import tritonclient.grpc.aio as aioclient
-
-        from ...serve.wire import text_input
-
-        rng = random.Random(conc)
-        picks = [rng.choice(texts) for _ in range(requests + warmup)]
-
-        async def run() -> Load:
-            async with aioclient.InferenceServerClient(self.url) as c:
-                async def one(i: int) -> None:
-                    await c.infer(self.model, [text_input([picks[i]])], client_timeout=120)
-                return await warm_then_load(one, len(picks), warmup, conc)
-
-        return asyncio.run(run())
+        return text_trial(self.url, self.model, texts, conc, requests, warmup)
 
 
 verify_multimodal = MultimodalMeasure.verify

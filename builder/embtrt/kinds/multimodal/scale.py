@@ -19,7 +19,7 @@ from embtrt_backend.kinds import MULTIMODAL
 from embtrt_backend.options import ModelOptions
 
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.front_door import FrontDoorModel, renamed
 from ...scale.gateway.served import Served
 from ...serve import wire
 
@@ -106,7 +106,7 @@ class Multimodal(FrontDoorModel):
             try:
                 return await self.send(values, (modality, out), params, field)
             except ApiError as exc:
-                raise _renamed(exc, field, rows) from None
+                raise renamed(exc, field, rows) from None
 
         (tv, tt), (iv, _) = await asyncio.gather(run(at_text, "TEXT", [texts[k] for k in at_text]),
                                                  run(at_image, "IMAGE", [media[k] for k in at_image]))
@@ -119,9 +119,3 @@ class Multimodal(FrontDoorModel):
             vecs[at_image] = parts[-1]
         return vecs, tt
 
-
-def _renamed(exc: ApiError, field: str, rows: list[int]) -> ApiError:
-    """A refusal naming `field[k]` of the k-th item of one modality -> naming the request's item `field[rows[k]]`."""
-    from ...scale.gateway.front_door import renamed
-
-    return renamed(exc, field, rows)

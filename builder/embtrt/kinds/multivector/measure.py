@@ -6,15 +6,13 @@ values; --against gates one deployment against another. `embtrt tune`'s trial: o
 
 from __future__ import annotations
 
-import asyncio
-import random
 from pathlib import Path
 
 import numpy as np
 from embtrt_backend.kinds import MULTIVECTOR
 
 from ...measure.driver import Load
-from ...measure.kind_measure import KindMeasure, KindReport, warm_then_load
+from ...measure.kind_measure import KindMeasure, KindReport, text_trial
 from ...reference.verdict import Verdict
 from .reference_gate import judge_colbert, judge_m3, limits_for, vector_errors
 
@@ -117,21 +115,7 @@ class MultiVectorMeasure(KindMeasure):
 
     def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load:
         """One real text per request, as a document."""
-        import tritonclient.grpc.aio as aioclient
-
-        from ...serve.wire import text_input
-
-        rng = random.Random(conc)
-        picks = [rng.choice(texts) for _ in range(requests + warmup)]
-
-        async def run() -> Load:
-            async with aioclient.InferenceServerClient(self.url) as c:
-                async def one(i: int) -> None:
-                    await c.infer(self.model, [text_input([picks[i]])], parameters={"input_type": "document"},
-                                  client_timeout=120)
-                return await warm_then_load(one, len(picks), warmup, conc)
-
-        return asyncio.run(run())
+        return text_trial(self.url, self.model, texts, conc, requests, warmup, {"input_type": "document"})
 
 
 verify_multivector = MultiVectorMeasure.verify

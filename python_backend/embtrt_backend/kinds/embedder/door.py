@@ -23,12 +23,16 @@ class EmbedderDoor(Door):
         texts = decode_texts(arrays["TEXT"], self.core.cfg.max_text_bytes)
         if not texts:
             raise InputError("TEXT holds no rows")
+        return Item(Request(texts, None, self.request_options(params, asked)))
+
+    def request_options(self, params, asked):
+        """The request's options; refused where it asks for outputs that are not its vector type's."""
         opts = self.core.options.resolve(params)
         if asked and opts.output not in asked:   # every output when the caller names none
             wrong = sorted(n for n in asked if n in VECTOR_OUTPUTS)
             raise InputError(f"embedding_type {opts.embedding_type} comes back in {opts.output}, but the request "
                              f"asked for {', '.join(wrong) or ', '.join(asked)}", "embedding_type")
-        return Item(Request(texts, None, opts))
+        return opts
 
     def outputs(self, item, out):
         return [(item.work.options.output, out.vectors), ("TOKENS", out.tokens.reshape(-1, 1))]

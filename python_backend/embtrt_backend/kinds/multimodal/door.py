@@ -44,11 +44,7 @@ class MultimodalDoor(EmbedderDoor):
         files = list(image.ravel())
         if not files:
             raise InputError("IMAGE holds no rows")
-        opts = self.core.options.resolve(params)
-        if asked and opts.output not in asked:
-            raise InputError(f"embedding_type {opts.embedding_type} comes back in {opts.output}, but the request "
-                             f"asked for {', '.join(asked)}", "embedding_type")
-        return Item(self.images.prepare(files, opts))
+        return Item(self.images.prepare(files, self.request_options(params, asked)))
 
     def run(self, items, encode):
         """Texts through the text core, images through the image core, each item's outcome in order."""
