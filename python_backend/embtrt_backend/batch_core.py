@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .routing import gather, plan
+from .stages import NULL
 from .text import Encoded, TextTokenizer
 
 Encoder = Callable[[int, dict[str, np.ndarray]], np.ndarray]
@@ -63,6 +64,7 @@ class Batch:
 class BatchCore:
     cfg: Any                 # the kind's config: buckets, input_names, pad_to_bucket, ...
     outcome: type            # the kind's outcome class (error=...)
+    clock = NULL             # the front door's stage timers (embtrt_backend.stages), when its flag is on
 
     @property
     def padder(self) -> TextTokenizer:
@@ -89,7 +91,9 @@ class BatchCore:
         types: list[list[int]] = []
         skips: list[int] = []
         keep: list[tuple[int, int, Rows]] = []     # (request, its first row, its rows)
-        for i, rows in enumerate(self.tokenize(requests)):
+        tokenized = self.tokenize(requests)
+        self.clock.mark("tokenize")
+        for i, rows in enumerate(tokenized):
             if isinstance(rows, Exception):
                 outcomes[i] = self.outcome(error=rows)
             elif rows is not None:
@@ -100,6 +104,7 @@ class BatchCore:
         if not keep:
             return Batch(outcomes)
         lengths, chunks = self.chunks(ids, types, np.asarray(skips, dtype=np.int64))
+        self.clock.mark("plan")
         if any(r.attend is not None for _, _, r in keep):   # some rows attend fewer tokens than they run
             att = np.concatenate([np.asarray(r.attend if r.attend is not None else [len(x) for x in r.ids], np.int64)
                                   for _, _, r in keep])
@@ -148,11 +153,18 @@ class BatchCore:
         batch = self.prepare(requests)
         if not batch.chunks:
             return [o or self.outcome(error=RuntimeError("not served")) for o in batch.outcomes]
+        clock = self.clock
         try:
             outs = []
             for c in batch.chunks:
                 feeds = self.feeds(c)
-                outs.append(self.after(encoder(c.bucket, feeds), feeds, c))
+                clock.mark("pad")
+                out = encoder(c.bucket, feeds)
+                clock.mark("encode")
+                outs.append(self.after(out, feeds, c))
+                clock.mark("pool")
         except Exception as exc:  # the encoder's failure is that of the requests it was serving
             return [o or self.outcome(error=exc) for o in batch.outcomes]
-        return batch.finish(outs)
+        done = batch.finish(outs)
+        clock.mark("finish")
+        return done

@@ -1,5 +1,6 @@
 """Encoder inside the Python backend (any tritonserver with it): ONNX Runtime or PyTorch."""
 
+import json
 import os
 import sys
 
@@ -11,13 +12,15 @@ from embtrt_backend.deps import use_bundle  # noqa: E402
 
 use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own packages, before importing them
 
+from embtrt_backend.host import instances_of, size_threads  # noqa: E402
 from embtrt_backend.batching import parameters, split_rows  # noqa: E402
 from embtrt_backend.encoder import encoder_from_parameters  # noqa: E402
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        p = parameters(args["model_config"])
+        cfg = parameters(args["model_config"])
+        p = size_threads(cfg, instances_of(json.loads(args["model_config"])))   # embtrt_backend.host
         here = os.path.dirname(os.path.abspath(__file__))
         self.encoder = encoder_from_parameters(here, p)
         self.output_name = p["encoder_output"]

@@ -26,10 +26,12 @@ from embtrt_backend import InputError  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
 from embtrt_backend.doors import door_for  # noqa: E402
 from embtrt_backend.drain import Drain  # noqa: E402
+from embtrt_backend.host import instances_of, size_threads  # noqa: E402
 from embtrt_backend.kinds import kind_of  # noqa: E402
 from embtrt_backend.long_rows import DEFAULT_TOKENS, LongLane, LongRowGate, LongRowsBusy  # noqa: E402
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
+from embtrt_backend.stages import NULL, StageClock, TritonMetrics  # noqa: E402
 
 
 def _error(exc):
@@ -52,23 +54,26 @@ def _response(request, outputs):
                                        if name != "TOKENS" or not asked or "TOKENS" in asked])
 
 
-def _instances(model_config: dict) -> int:
-    return sum(int(g.get("count", 1)) for g in model_config.get("instance_group", [])) or 1
-
-
 class TritonPythonModel:
     def initialize(self, args):
         self.drain = Drain(track=True)
-        p = parameters(args["model_config"])
+        # encoder and tokenizer threads: the host's cores shared by this model's instances (embtrt_backend.host)
+        p = size_threads(parameters(args["model_config"]), instances_of(json.loads(args["model_config"])))
         here = os.path.dirname(os.path.abspath(__file__))
         self.door = door_for(kind_of(p.get("kind")), here, p)
         self.encode = BucketEncoder(here, p, self.door.buckets, pb_utils)
+        # the front door's own stage timers (embtrt_backend.stages), behind the stage_timers flag
+        self.clock = NULL
+        if p.get("stage_timers", "false") == "true":
+            self.clock = StageClock(TritonMetrics(pb_utils, args["model_name"]))
+            if hasattr(self.door, "core"):
+                self.door.core.clock = self.clock
         # long texts run off this instance, on its lane (embtrt_backend.long_rows), where the model
         # takes texts that long and its encoder may run from two threads
         tokens = int(p.get("long_row_tokens", DEFAULT_TOKENS))
         self.lane = None
         if int(p["max_seq_length"]) > tokens and self.encode.thread_safe:
-            gate = LongRowGate(args["model_name"], _instances(json.loads(args["model_config"])))
+            gate = LongRowGate(args["model_name"], instances_of(json.loads(args["model_config"])))
             self.lane = LongLane(gate, self._answer, _send, self.drain, tokens=tokens)
 
     def finalize(self):
@@ -119,12 +124,23 @@ class TritonPythonModel:
 
     def _execute(self, requests, arrays=None):
         """The requests' responses; `arrays`: their inputs where _split read them already."""
+        clock = self.clock
+        clock.start()
         responses = [None] * len(requests)
         work, where = [], []
+        if arrays is None:
+            arrays = []
+            for r in requests:
+                try:
+                    arrays.append(self._inputs(r))
+                except Exception as exc:  # noqa: BLE001 (that request's error, below)
+                    arrays.append(exc)
+        clock.mark("read")
         for i, request in enumerate(requests):
             try:
-                inputs = arrays[i] if arrays is not None else self._inputs(request)
-                item = self.door.parse(inputs, parse_request_parameters(request.parameters()),
+                if isinstance(arrays[i], Exception):
+                    raise arrays[i]
+                item = self.door.parse(arrays[i], parse_request_parameters(request.parameters()),
                                        request.requested_output_names())
             except Exception as exc:  # noqa: BLE001 (InputError: INVALID_ARG; else INTERNAL: this request's, never the batch's)
                 responses[i] = _error(exc)
@@ -134,6 +150,11 @@ class TritonPythonModel:
                 continue
             work.append(item)
             where.append(i)
-        for i, item, out in zip(where, work, self.door.run(work, self.encode) if work else ()):
+        clock.mark("parse")
+        outs = self.door.run(work, self.encode) if work else ()
+        clock.mark("encode")   # what a door's core did not mark itself (an image tower's run)
+        for i, item, out in zip(where, work, outs, strict=True):
             responses[i] = _error(out.error) if out.error is not None else _response(requests[i], self.door.outputs(item, out))
+        clock.mark("respond")
+        clock.flush(len(requests))
         return responses

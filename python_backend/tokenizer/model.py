@@ -1,5 +1,6 @@
 """Tokenizer for one bucket: TEXT -> encoder inputs right-padded to the bucket length."""
 
+import json
 import os
 import sys
 
@@ -12,6 +13,7 @@ from embtrt_backend.deps import use_bundle  # noqa: E402
 use_bundle(os.path.dirname(os.path.abspath(__file__)))  # the repository's own packages, before importing them
 
 from embtrt_backend import InputError  # noqa: E402
+from embtrt_backend.host import instances_of, size_threads  # noqa: E402
 from embtrt_backend.batching import parameters  # noqa: E402
 from embtrt_backend.drain import Drain  # noqa: E402
 from embtrt_backend.options import OPTION_NAMES, ModelOptions, parse_request_parameters  # noqa: E402
@@ -22,7 +24,8 @@ from embtrt_backend.text import TextTokenizer, decode_texts  # noqa: E402
 class TritonPythonModel:
     def initialize(self, args):
         self.drain = Drain(track=True)
-        p = parameters(args["model_config"])
+        cfg = parameters(args["model_config"])
+        p = size_threads(cfg, instances_of(json.loads(args["model_config"])))   # embtrt_backend.host
         here = os.path.dirname(os.path.abspath(__file__))
         self.bucket = int(p["bucket"])
         self.is_largest = p["largest_bucket"] == "true"

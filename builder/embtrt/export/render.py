@@ -214,7 +214,7 @@ def front_params(spec: BuildSpec, pad_id: int, output: str) -> dict[str, str]:
               "encoder_max_batch_sizes": ",".join(str(spec.bucket_max_batch(b)) for b in spec.buckets),
               "max_batch_tokens": str(spec.max_batch_tokens), "pad_to_bucket": str(spec.pad_to_bucket).lower(),
               **bls_params(spec), "run_overhead_tokens": str(spec.run_overhead_tokens),
-              "long_row_tokens": str(LONG_ROW_TOKENS),
+              "long_row_tokens": str(LONG_ROW_TOKENS), "stage_timers": str(spec.stage_timers).lower(),
               "prompts": json.dumps(spec.prompt_map, sort_keys=True), "default_prompt_name": spec.default_prompt_name or ""})
     return p
 

@@ -81,6 +81,8 @@ class BuildSpec:
     cuda_graphs: bool = True     # python-torch on cuda: CUDA graphs per (bucket, batch size), rows padded to the bucket
     ort_threads: int = 0
     ort_spinning: bool = False
+    # the front door's own per-stage timers (embtrt_backend.stages), exported as Triton custom metrics
+    stage_timers: bool = False
     router_encoder: str = "auto"
     ort_trt_fp16: bool = False
     fp32_layers: bool = False

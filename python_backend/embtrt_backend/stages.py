@@ -1,0 +1,122 @@
+"""The front door's own timers, behind a flag (the config parameter `stage_timers`, off by default):
+where one execute() spends its time, stage by stage, as Triton's statistics cannot see inside it.
+
+    clock.start()                    at the top of execute()
+    clock.mark("tokenize")           the time since the last mark goes to that stage
+    clock.flush(requests, rows)      at the end: the execute's stages, counts and totals kept
+
+Stages, in the order a request meets them: read (its input tensors), parse (decode, options), tokenize,
+plan (length buckets, chunks), pad (the encoder's feeds), encode (the encoder runs), pool (pooling,
+normalization, a kind's `after`), finish (each request's outcome: options, vector types), respond
+(the response tensors). A stage may be marked several times in one execute (pad and encode once per
+chunk); the sums are kept. Off, `NULL` is used: its marks do nothing.
+
+`totals()` gives the sums since load; the router exports them as Triton custom metrics
+(embtrt_frontdoor_stage_seconds_total{stage}, ..._executions_total, ..._requests_total,
+..._rows_total) on the server's metrics port. Plain Python, tested without Triton.
+"""
+
+from __future__ import annotations
+
+import time
+
+STAGES = ("read", "parse", "tokenize", "plan", "pad", "encode", "pool", "finish", "respond")
+
+
+class NullClock:
+    enabled = False
+
+    def start(self) -> None:
+        pass
+
+    def mark(self, stage: str) -> None:
+        pass
+
+    def flush(self, requests: int, rows: int = 0) -> None:
+        pass
+
+
+NULL = NullClock()
+
+
+class StageClock(NullClock):
+    enabled = True
+
+    def __init__(self, sink=None) -> None:
+        self.ns = dict.fromkeys(STAGES, 0)          # this execute's
+        self.total_ns = dict.fromkeys(STAGES, 0)    # since load
+        self.executions = self.requests = self.rows = 0
+        self.sink = sink                            # called with (stage ns of this execute, requests, rows)
+        self._last = time.perf_counter_ns()
+
+    def start(self) -> None:
+        for k in self.ns:
+            self.ns[k] = 0
+        self._last = time.perf_counter_ns()
+
+    def mark(self, stage: str) -> None:
+        now = time.perf_counter_ns()
+        self.ns[stage] += now - self._last
+        self._last = now
+
+    def flush(self, requests: int, rows: int = 0) -> None:
+        for k, v in self.ns.items():
+            self.total_ns[k] += v
+        self.executions += 1
+        self.requests += requests
+        self.rows += rows
+        if self.sink is not None:
+            self.sink(self.ns, requests, rows)
+
+    def totals(self) -> dict:
+        return {"stage_seconds": {k: v / 1e9 for k, v in self.total_ns.items()}, "executions": self.executions,
+                "requests": self.requests, "rows": self.rows}
+
+
+class TritonMetrics:
+    """The clock's sink into Triton's custom metrics (pb_utils.MetricFamily, Triton >= 23.05): counters
+    on the server's metrics endpoint, labelled by model (and stage).
+
+    Each metric update is a message from the stub to tritonserver (about 75 us each, measured: a dozen
+    per execute doubled a lone request's latency), so executes only add to sums here, and a thread pushes
+    what changed every `interval_s` (the metrics lag the traffic by at most that)."""
+
+    def __init__(self, pb_utils, model: str, interval_s: float = 0.2) -> None:
+        import threading
+
+        fam = pb_utils.MetricFamily
+        stage = fam(name="embtrt_frontdoor_stage_seconds_total",
+                    description="Seconds the front door's execute() spent per stage (stage_timers on)", kind=fam.COUNTER)
+        self.stage = {s: stage.Metric(labels={"model": model, "stage": s}) for s in STAGES}
+        counts = {n: fam(name=f"embtrt_frontdoor_{n}_total", description=f"Front door {n} (stage_timers on)",
+                         kind=fam.COUNTER) for n in ("executions", "requests", "rows")}
+        self.counts = {n: f.Metric(labels={"model": model}) for n, f in counts.items()}
+        self.families = [stage, *counts.values()]   # kept alive: a collected family drops its metrics
+        self.pending: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.interval = interval_s
+        threading.Thread(target=self._push_forever, daemon=True, name="embtrt-stage-metrics").start()
+
+    def __call__(self, ns: dict, requests: int, rows: int) -> None:
+        with self.lock:
+            p = self.pending
+            for s, v in ns.items():
+                if v:
+                    p[s] = p.get(s, 0.0) + v / 1e9
+            p["#executions"] = p.get("#executions", 0.0) + 1
+            p["#requests"] = p.get("#requests", 0.0) + requests
+            p["#rows"] = p.get("#rows", 0.0) + rows
+
+    def push(self) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, {}
+        for k, v in pending.items():
+            if v:
+                (self.counts[k[1:]] if k.startswith("#") else self.stage[k]).increment(v)
+
+    def _push_forever(self) -> None:
+        import time
+
+        while True:
+            time.sleep(self.interval)
+            self.push()
