@@ -229,7 +229,7 @@ def load_calibration(folder: str) -> np.ndarray | None:
 
 def parse_request_parameters(raw: str | dict | None) -> dict:
     """Triton request parameters (the Python backend gives a JSON string) -> dict."""
-    if raw is None or raw == "":
+    if raw is None or raw == "" or raw == "{}":   # most requests carry no parameters: no JSON parse
         return {}
     if isinstance(raw, dict):
         return raw

@@ -24,46 +24,52 @@ def assign_buckets(lengths: np.ndarray, buckets: tuple[int, ...] | list[int]) ->
     return idx
 
 
-def chunk_sorted(lengths: np.ndarray, max_batch: int, run_overhead_tokens: int) -> list[tuple[int, int]]:
+def chunk_sorted(lengths, max_batch: int, run_overhead_tokens: int) -> list[tuple[int, int]]:
     """Cut ascending `lengths` into [start, end) chunks of at most max_batch rows that minimise
     sum(run_overhead_tokens + rows * longest row): each chunk is padded to its longest row,
     so mixing a 5-token and a 30-token text wastes 25 tokens of compute, while every extra
-    run costs a fixed overhead. Exact dynamic program, O(n * max_batch)."""
-    n = len(lengths)
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    cut = np.zeros(n + 1, dtype=np.int64)
+    run costs a fixed overhead. Exact dynamic program, O(n * max_batch), on Python integers (it runs
+    once per execute on the front door's hot path: numpy scalars in this loop cost 10x)."""
+    lens = [int(x) for x in lengths]
+    n = len(lens)
+    best = [0] * (n + 1)
+    cut = [0] * (n + 1)
     for j in range(1, n + 1):
-        lj = float(lengths[j - 1])
-        for i in range(max(0, j - max_batch), j):
-            cost = best[i] + run_overhead_tokens + (j - i) * lj
-            if cost < best[j]:
-                best[j], cut[j] = cost, i
+        lj = lens[j - 1]
+        lo = max(0, j - max_batch)
+        b, c = best[lo] + (j - lo) * lj, lo
+        for i in range(lo + 1, j):   # the first (smallest) i of equal cost wins, as before
+            v = best[i] + (j - i) * lj
+            if v < b:
+                b, c = v, i
+        best[j], cut[j] = b + run_overhead_tokens, c
     bounds = []
     j = n
     while j > 0:
-        bounds.append((int(cut[j]), j))
-        j = int(cut[j])
+        bounds.append((cut[j], j))
+        j = cut[j]
     return bounds[::-1]
 
 
 def plan(lengths: np.ndarray, buckets: tuple[int, ...] | list[int], max_batch: int | tuple[int, ...] | list[int],
          run_overhead_tokens: int = RUN_OVERHEAD_TOKENS, pad_to_bucket: bool = False) -> list[tuple[int, np.ndarray]]:
-    """[(bucket_index, row_indices)]: rows of one bucket, sorted by length, in chunks of at most
-    max_batch rows (one number, or one per bucket: long buckets take fewer rows per run). With
+    """[(bucket_index, row_indices)]: rows of one bucket, sorted by length (ties in row order), in chunks
+    of at most max_batch rows (one number, or one per bucket: long buckets take fewer rows per run). With
     pad_to_bucket (fixed-shape engines) every row costs the bucket length, so chunks are simply
     as large as allowed."""
     limits = [int(max_batch)] * len(buckets) if isinstance(max_batch, (int, np.integer)) else [int(m) for m in max_batch]
     if len(limits) != len(buckets) or min(limits) < 1:
         raise ValueError(f"max_batch {max_batch!r}: one positive number, or one per bucket {list(buckets)}")
+    lengths = np.asarray(lengths, dtype=np.int64)
     idx = assign_buckets(lengths, buckets)
+    if idx.size == 1:   # a lone row (every request at concurrency 1): one chunk, nothing to plan
+        return [(int(idx[0]), np.zeros(1, dtype=np.int64))]
+    order = np.lexsort((lengths, idx))   # by bucket, then length; stable: ties keep their row order
     out: list[tuple[int, np.ndarray]] = []
-    for b in np.unique(idx):
-        rows = np.nonzero(idx == b)[0]
-        rows = rows[np.argsort(lengths[rows], kind="stable")]
-        eff = np.full(rows.size, buckets[b]) if pad_to_bucket else lengths[rows]
-        for start, end in chunk_sorted(eff, limits[b], run_overhead_tokens):
-            out.append((int(b), rows[start:end]))
+    for rows in np.split(order, np.flatnonzero(np.diff(idx[order])) + 1):
+        b = int(idx[rows[0]])
+        eff = [buckets[b]] * rows.size if pad_to_bucket else lengths[rows].tolist()
+        out += [(b, rows[start:end]) for start, end in chunk_sorted(eff, limits[b], run_overhead_tokens)]
     return out
 
 

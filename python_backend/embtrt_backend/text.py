@@ -33,6 +33,12 @@ def decode_texts(arr: np.ndarray, max_bytes: int) -> list[str]:
     return out
 
 
+def _batch(tok):
+    """A tokenizer's batch encoding without character offsets (tokenizers >= 0.21: `encode_batch_fast`,
+    the same ids and type ids, about 10% less work on short texts), else `encode_batch`."""
+    return getattr(tok, "encode_batch_fast", tok.encode_batch)
+
+
 @dataclass
 class Encoded:
     ids: list[list[int]]
@@ -96,7 +102,7 @@ class TextTokenizer:
                 for r, o in enumerate(owner):
                     per_text[idx[int(o)]].append((e.ids[r], e.type_ids[r]))
             else:
-                for i, enc in zip(idx, self.variant(mode).encode_batch(sub, add_special_tokens=True)):
+                for i, enc in zip(idx, _batch(self.variant(mode))(sub, add_special_tokens=True), strict=True):
                     per_text[i].append((enc.ids, enc.type_ids))
         ids, types, owner_l = [], [], []
         for i, rows in enumerate(per_text):
@@ -111,7 +117,10 @@ class TextTokenizer:
     def encode(self, texts: list[str]) -> Encoded:
         """Tokenize all texts in one call. Over-long rows are kept (reject mode) for check(); in
         chunk mode a text longer than the max becomes several window rows (see Encoded.owner)."""
-        encs = self.tok.encode_batch(texts, add_special_tokens=True)
+        if self.overflow != "chunk":   # no offsets needed: the batch call that skips them
+            encs = _batch(self.tok)(texts, add_special_tokens=True)
+        else:
+            encs = self.tok.encode_batch(texts, add_special_tokens=True)
         if self.overflow == "chunk":
             rows, owner = [], []
             for i, e in enumerate(encs):
