@@ -68,7 +68,7 @@ def test_every_rendered_config_parses_with_the_triton_proto(tmp_path, variant):
         assert cfg.parameters["embtrt.model"].string_value == "m"
         if cfg.platform != "ensemble":
             db = cfg.dynamic_batching
-            assert cfg.HasField("dynamic_batching") and db.max_queue_delay_microseconds == 2000
+            assert cfg.HasField("dynamic_batching") and db.max_queue_delay_microseconds == spec.max_queue_delay_us == 0
             # The front door runs the encoder itself for python-* targets, and the bucket encoders of
             # python-* targets take token ids from the gateway: two instances each (auto).
             front_local = d.name == "emb" and spec.router_mode == "local"

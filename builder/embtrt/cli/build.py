@@ -33,7 +33,7 @@ def build(
     dimensions: Optional[str] = typer.Option(None, help="Matryoshka widths a request may ask for, e.g. 64,128,256,512,1024 (from the model card). Default: any width from 1 to the model's dimension."),
     max_batch_size: int = typer.Option(32, help="Largest batch of any model (the front door's max_batch_size), 1 .. 4096. Default 32."),
     max_batch_tokens: int = typer.Option(16384, help="Token budget per encoder run: each bucket's max batch (config, preferred sizes, TensorRT profile, CUDA graphs, warm-up) is min(--max-batch-size, budget // bucket length). Default 16384."),
-    max_queue_delay_us: int = typer.Option(2000, help="Dynamic batching max_queue_delay_microseconds, 0 .. 10000000. Default 2000."),
+    max_queue_delay_us: int = typer.Option(0, help="Dynamic batching max_queue_delay_microseconds, 0 .. 10000000: how long a request may wait for a preferred batch size while an instance is idle. Default 0: a batch is formed as soon as an instance is free, from what is queued (under load the queue fills while the instances work); docs/performance.md measures 2000 (the seed's) against 0."),
     preferred_batch_sizes: Optional[str] = typer.Option(None, help="Dynamic batching preferred_batch_size list, e.g. 8,16,32. Default: up to three powers of two ending at max-batch-size."),
     instances: int = typer.Option(1, help="instance_group count per model, 1 .. 64. Default 1."),
     encoder_instances: Optional[int] = typer.Option(None, help="instance_group count of each bucket's encoder. Default: 2 for the python-* targets (one instance showed 5 s stalls in Triton 2.51's dynamic batcher under load through the gateway), else --instances."),
