@@ -119,9 +119,10 @@ def free_port() -> int:
 class Served:
     """`embtrt serve REPO` (the working tree's) in its own process group, stopped on exit."""
 
-    def __init__(self, repo: Path, log: Path) -> None:
-        self.grpc = free_port()
-        ports = ["--grpc-port", str(self.grpc), "--http-port", str(free_port()), "--metrics-port", str(free_port()), "--health-port", "0"]
+    def __init__(self, repo: Path, log: Path, model: str = NAME) -> None:
+        self.grpc, self.http, self.metrics, self.model = free_port(), free_port(), free_port(), model
+        ports = ["--grpc-port", str(self.grpc), "--http-port", str(self.http), "--metrics-port", str(self.metrics),
+                 "--health-port", "0"]
         self.log = log.open("w")
         self.proc = subprocess.Popen([str(BIN / "embtrt"), "serve", str(repo), *ports, "--probe-interval", "0"],
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -131,7 +132,7 @@ class Served:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 sys.exit(f"ab: embtrt serve exited with {self.proc.returncode}; see {self.log.name}")
-            r = subprocess.run([str(BIN / "embtrt"), "probe", "--url", f"127.0.0.1:{self.grpc}", "--model", NAME],
+            r = subprocess.run([str(BIN / "embtrt"), "probe", "--url", f"127.0.0.1:{self.grpc}", "--model", self.model],
                                capture_output=True)
             if r.returncode == 0:
                 return self

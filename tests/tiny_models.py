@@ -157,6 +157,26 @@ def xlmr_tokenizer(path: Path, vocab_size: int, max_length: int):
     return tok, fast
 
 
+def make_bert_mean_64(path: Path) -> Path:
+    """A BERT of 2 layers, 64 wide, mean pooling + Normalize, MiniLM's WordPiece vocabulary: its encoder
+    costs almost nothing, so that a served request's time is the request path's (benchmarks/path.py)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from embtrt.reference.modelinfo import default_model_path
+
+    path.mkdir(parents=True, exist_ok=True)
+    src = default_model_path()
+    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy2(src / f, path / f)
+    torch.manual_seed(3)
+    cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=128, max_position_embeddings=512, initializer_range=0.5)
+    BertModel(cfg, add_pooling_layer=False).eval().save_pretrained(path)
+    _st_files(path, "mean", True, 64, 256)
+    return path
+
+
 def make_xlmr_mean(path: Path) -> Path:
     import torch
     from transformers import XLMRobertaConfig, XLMRobertaModel
