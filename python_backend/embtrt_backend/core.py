@@ -120,22 +120,24 @@ class RequestCore(BatchCore):
             text_len = np.zeros(len(texts), np.int64)
             np.maximum.at(text_len, owner, enc.lengths)
         max_len = self.tokenizer.max_length
-        row_of_text = np.searchsorted(owner, np.arange(len(texts) + 1))   # owner is sorted
+        row_of_text = np.searchsorted(owner, np.arange(len(texts) + 1)).tolist()   # owner is sorted
+        # the checks below look at a request's texts only where some text of the batch needs it
+        long_any, empty_any = bool((text_len > max_len).any()), bool((text_len == 0).any())
         for i, start in spans:
             r = requests[i]
             end = start + len(r.texts or ())
-            if self.tokenizer.refuses_long(r.options.truncate):
+            if long_any and self.tokenizer.refuses_long(r.options.truncate):
                 over = np.nonzero(text_len[start:end] > max_len)[0]
                 if over.size:
                     out[i] = InputError(
                         f"row {int(over[0])}: text is longer than the max sequence length {max_len} tokens (truncate "
                         f"NONE{'' if r.options.truncate else ', the build used --overflow reject'})", "input", int(over[0]))
                     continue
-            empty = np.nonzero(text_len[start:end] == 0)[0]
-            if empty.size:   # no row to run: an empty text, and a tokenizer that adds no special tokens
+            empty = np.nonzero(text_len[start:end] == 0)[0] if empty_any else ()
+            if len(empty):   # no row to run: an empty text, and a tokenizer that adds no special tokens
                 out[i] = InputError(f"row {int(empty[0])}: the text tokenizes to no tokens", "input", int(empty[0]))
                 continue
-            a, b = int(row_of_text[start]), int(row_of_text[end])
+            a, b = row_of_text[start], row_of_text[end]
             out[i] = Rows(enc.ids[a:b], enc.type_ids[a:b], self.skip_of(r.options), text_tokens[start:end],
                           None if enc.owner is None else owner[a:b] - start)
         for i, r in enumerate(requests):

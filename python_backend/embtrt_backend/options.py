@@ -88,9 +88,7 @@ class ModelOptions:
     @property
     def default(self) -> RequestOptions:
         """The options of a request that sets none (resolved once: most requests)."""
-        if self._default is None:
-            self._default = self.resolve({})
-        return self._default
+        return self.resolve({})
 
     def prompt_skip(self, opts: RequestOptions, tokenizer) -> int:
         """The prompt's tokens left out of pooling: none unless the Pooling config's include_prompt is
@@ -110,8 +108,13 @@ class ModelOptions:
         """Request parameters (any subset of OPTION_NAMES, beside Triton's own) -> options. A bad
         value, or a name that is not an option (a misspelt `dimension` must not silently give
         full-width vectors), raises InputError naming the parameter and what is allowed."""
-        if not raw and self._default is not None:
+        if not raw:   # most requests: resolved once
+            if self._default is None:
+                self._default = self._resolve({})
             return self._default
+        return self._resolve(raw)
+
+    def _resolve(self, raw: dict) -> RequestOptions:
         unknown = sorted(k for k in raw if k not in OPTION_NAMES and k not in TRITON_PARAMETERS)
         if unknown:
             raise InputError(f"unknown request parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "

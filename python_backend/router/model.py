@@ -46,10 +46,12 @@ def _send(request, response):
     request.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
-def _response(request, outputs):
+def _response(request, outputs, asked=None):
     """The response of named output arrays; TOKENS only where the caller reads it (asks for no output
-    by name, or for TOKENS): a tensor less per response for callers that do not."""
-    asked = request.requested_output_names()
+    by name, or for TOKENS): a tensor less per response for callers that do not. `asked`: the request's
+    requested output names where the caller has read them already."""
+    if asked is None:
+        asked = request.requested_output_names()
     return pb_utils.InferenceResponse([pb_utils.Tensor(name, a) for name, a in outputs
                                        if name != "TOKENS" or not asked or "TOKENS" in asked])
 
@@ -136,17 +138,18 @@ class TritonPythonModel:
                 except Exception as exc:  # noqa: BLE001 (that request's error, below)
                     arrays.append(exc)
         clock.mark("read")
+        asked: list = [None] * len(requests)
         for i, request in enumerate(requests):
             try:
                 if isinstance(arrays[i], Exception):
                     raise arrays[i]
-                item = self.door.parse(arrays[i], parse_request_parameters(request.parameters()),
-                                       request.requested_output_names())
+                asked[i] = request.requested_output_names()
+                item = self.door.parse(arrays[i], parse_request_parameters(request.parameters()), asked[i])
             except Exception as exc:  # noqa: BLE001 (InputError: INVALID_ARG; else INTERNAL: this request's, never the batch's)
                 responses[i] = _error(exc)
                 continue
             if item.ready is not None:   # made without the encoder
-                responses[i] = _response(request, item.ready)
+                responses[i] = _response(request, item.ready, asked[i])
                 continue
             work.append(item)
             where.append(i)
@@ -154,7 +157,8 @@ class TritonPythonModel:
         outs = self.door.run(work, self.encode) if work else ()
         clock.mark("encode")   # what a door's core did not mark itself (an image tower's run)
         for i, item, out in zip(where, work, outs, strict=True):
-            responses[i] = _error(out.error) if out.error is not None else _response(requests[i], self.door.outputs(item, out))
+            responses[i] = _error(out.error) if out.error is not None else \
+                _response(requests[i], self.door.outputs(item, out), asked[i])
         clock.mark("respond")
         clock.flush(len(requests))
         return responses
