@@ -185,3 +185,31 @@ def test_rounds_interleave_the_targets_and_pool_their_requests(minilm_server, co
         assert r["triton"][model]["requests"] == 31 + 3 * 2  # three rounds of warm-up, and the requests
     with pytest.raises(SpecError, match="rounds"):
         run_bench(targets, corpus, counts, buckets=(32,), concurrency=(1,), requests=2, rounds=3)
+
+
+def test_bench_cli_drives_triton_from_processes_beside_the_floor(minilm_server, tmp_path):
+    """--processes N: the Triton target's load comes from N generator processes (their CPU in the load generator's
+    column); --floor: the floor is served and measured as one more target, and the report judges the generator."""
+    out = tmp_path / "b"
+    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--url", minilm_server.grpc_url, "--model", "all_minilm_l6_v2",
+                        "--no-inprocess", "--only", "<=32", "--concurrency", "1,4", "--requests", "24", "--warmup", "4",
+                        "--processes", "2", "--floor", "--cpu-pid", f"tritonserver={minilm_server.proc.pid}", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    rows = {(r["target"], r["concurrency"]): r for r in doc["results"]}
+    assert set(rows) == {(t, c) for t in ("triton:all_minilm_l6_v2", "floor (no encoder)") for c in (1, 4)}
+    for r in rows.values():
+        assert r["ok"] == 24 and r["errors"] == 0 and r["req_per_s"] > 0 and r["client_cpu_ms_per_req"] > 0
+    assert rows[("triton:all_minilm_l6_v2", 4)]["triton"]["all_minilm_l6_v2"]["requests"] >= 24   # statistics read around it
+    assert [t["processes"] for t in doc["targets"]] == [2, 2]
+    md = (out / "results.md").read_text()
+    assert "The load generator against the floor" in md
+    assert sum("triton:all_minilm_l6_v2 <=32 c" in line and ("not the limit" in line or "generator-bound?" in line)
+               for line in md.splitlines()) == 2
+
+
+def test_bench_refuses_processes_and_floor_outside_embedding_scenarios():
+    p = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--model", "m", "--sparse", "--floor"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "--processes and --floor apply to embedding scenarios only" in p.stdout + p.stderr

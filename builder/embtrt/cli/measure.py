@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -108,12 +109,17 @@ def bench(
     classify: bool = typer.Option(False, "--classify", help="Classifier scenarios: the --model targets are classifiers, measured in texts/s at each --concurrency with --texts-per-request real texts each (8 when left at 1); --reference (their model folder) adds in-process transformers (fp32, batch 32) on the same texts. Default off (embedding scenarios)."),
     sparse: bool = typer.Option(False, "--sparse", help="Sparse scenarios: the --model targets are sparse encoders (SPLADE), measured in texts/s per --buckets scenario and --concurrency with --texts-per-request texts each, as documents (or --option input_type=query); --reference (their SparseEncoder folder) adds in-process SparseEncoder.encode_document / encode_query (fp32, batch 32 and one at a time) on the same texts. Default off (embedding scenarios)."),
     images: Optional[Path] = typer.Option(None, "--images", help="Image scenarios: a folder of image files (jpg, png, webp, gif, bmp); the --model targets are text-and-image models, measured in images/s at each --concurrency with --texts-per-request images each; --reference (their model folder) adds in-process SentenceTransformer.encode of the same images (data URIs, batch 32, fp32). Default: none (embedding scenarios)."),
+    processes: int = typer.Option(1, help="Load generator processes for the --model (Triton) targets of embedding scenarios: above 1, embtrt.measure.loadgen drives them from that many processes, every request built before the clock starts (a host with cores to spare: the GPU host's 16). Default 1 (this process's asyncio driver)."),
+    floor: bool = typer.Option(False, "--floor", help="Embedding scenarios: also serve the floor (a model with the front door's signature and no encoder, on a tritonserver of its own) and drive it as a target with the same generator and texts; the report says, per scenario, whether each Triton target's rate is under a third of the floor's, or may have been the generator's. Needs a tritonserver (embtrt[server]). Default off."),
     option: Optional[list[str]] = typer.Option(None, help="KEY=VALUE request option sent with every request to the --model and --openai-url targets (prompt_name, input_type, dimensions, truncate, embedding_type); repeatable. Default: none."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout; progress to stderr. Default off."),
     trust_remote_code: bool = typer.Option(False, help="Load a reference folder that runs its own code (an auto_map), as `embtrt build --trust-remote-code`. Default off."),
 ) -> None:
     """Side-by-side load test: Triton and OpenAI-compatible targets on the same texts, per bucket and concurrency.
     The stress matrix of one repository is `embtrt matrix`."""
+    if (processes != 1 or floor) and (rerank_documents is not None or classify or images is not None or sparse):
+        raise SpecError("--processes and --floor apply to embedding scenarios only",
+                        "leave them out with --rerank-documents, --classify, --images or --sparse")
     if rerank_documents is not None:
         from .rerank import bench_reranker_cli
 
@@ -141,11 +147,8 @@ def bench(
         return
     from urllib.parse import parse_qsl
 
-    from rich.progress import Progress
-    from rich.table import Table
-
     from ..common.corpus import load_corpus
-    from ..kinds.embedder.measure_bench import Target, markdown, plots_unavailable, run_bench, save
+    from ..kinds.embedder.measure_bench import Target, plots_unavailable
     from ..reference.modelinfo import default_model_path
     from ..reference.torch_ref import Reference
 
@@ -161,7 +164,8 @@ def bench(
         name, _, murl = spec.partition("@")
         tp = (pids[i] if len(pids) > 1 else pids[0],) if pids else ()
         own = {**opts, **parse_options([f"{k}={v}" for k, v in parse_qsl(query)])} if query else opts
-        targets.append(Target(f"triton:{m}" if murl or query else f"triton:{name}", "triton", murl or url, name, tp, own))
+        targets.append(Target(f"triton:{m}" if murl or query else f"triton:{name}", "triton", murl or url, name, tp, own,
+                              processes=processes))
     ou, om, opid = openai_url or [], openai_model or [], openai_pid or []
     if len(ou) != len(om) or (opid and len(opid) != len(ou)):
         raise SpecError("invalid openai targets: give one --openai-model (and --openai-pid, if any) per --openai-url")
@@ -173,6 +177,39 @@ def bench(
     texts = load_corpus(corpus)
     counts = Reference(ref_dir, trust_remote_code=trust_remote_code).token_counts(texts)
     only_t = tuple(x for x in only.split(",") if x) if only else None
+    if processes < 1:
+        raise SpecError(f"invalid --processes {processes}: 1 or more")
+    with contextlib.ExitStack() as stack:
+        if floor:
+            targets.append(stack.enter_context(_floor_target(processes)))
+        _bench_run(targets, texts, counts, buckets, concurrency, texts_per_request, requests, warmup, ref_dir, inprocess, ort_repo,
+                   engine_repo, only_t, cpu_pid, rounds, trust_remote_code, out_dir, no_plots, as_json)
+
+
+@contextlib.contextmanager
+def _floor_target(processes: int):
+    """The floor on a tritonserver of its own (stopped after the run), as a bench target."""
+    import tempfile
+
+    from ..kinds.embedder.measure_bench import Target
+    from ..measure.floor import FLOOR_MODEL, FLOOR_TARGET, write_floor
+    from ..serve.server import ServerSpec, TritonServer, free_port
+
+    with tempfile.TemporaryDirectory(prefix="embtrt-floor-") as tmp:
+        spec = ServerSpec(write_floor(Path(tmp) / "repo"), grpc_port=free_port(), http_port=free_port(),
+                          metrics_port=free_port(), graceful_exit=False)
+        with TritonServer(spec) as server:
+            assert server.proc is not None
+            yield Target(FLOOR_TARGET, "triton", server.grpc_url, FLOOR_MODEL, (-server.proc.pid,), processes=processes)
+
+
+def _bench_run(targets, texts, counts, buckets, concurrency, texts_per_request, requests, warmup, ref_dir, inprocess, ort_repo,
+               engine_repo, only_t, cpu_pid, rounds, trust_remote_code, out_dir, no_plots, as_json) -> None:
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from ..kinds.embedder.measure_bench import markdown, run_bench, save
+
     with Progress(console=err if as_json else out, transient=True) as prog:
         task = prog.add_task("bench", total=None)
         doc = run_bench(targets, texts, counts, buckets=parse_int_list("buckets", buckets) or (32, 128, 256),

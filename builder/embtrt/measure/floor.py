@@ -14,6 +14,24 @@ from .. import __version__
 from ..common.resources import python_backend_dir, templates_dir
 
 FLOOR_MODEL = "embtrt_floor"
+FLOOR_TARGET = "floor (no encoder)"   # its target's name in `embtrt bench --floor`'s results
+
+
+def headroom_lines(results: list[dict]) -> list[str]:
+    """For each scenario that has the floor: each other Triton target's rate as a share of the floor's, and
+    whether the generator may have set it (the floor under HEADROOM x the target's rate)."""
+    from .loadgen import HEADROOM
+
+    floors = {(r["bucket"], r["concurrency"], r["texts_per_request"]): r["req_per_s"] for r in results
+              if r["target"] == FLOOR_TARGET}
+    out = []
+    for r in results:
+        f = floors.get((r["bucket"], r["concurrency"], r["texts_per_request"]))
+        if f and r["target"] != FLOOR_TARGET and r["kind"] == "triton" and r["req_per_s"] > 0:
+            verdict = "not the limit" if f >= HEADROOM * r["req_per_s"] else "generator-bound? (the floor is under 3x)"
+            out.append(f"- {r['target']} {r['bucket']} c{r['concurrency']}: {r['req_per_s']:.0f} req/s, the floor "
+                       f"{f:.0f} ({f / r['req_per_s']:.1f}x): {verdict}")
+    return out
 
 
 def write_floor(dest: Path, dim: int = 64, max_batch_size: int = 64, instances: int = 2,

@@ -56,6 +56,7 @@ class Outcome:
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
     outputs: dict[int, np.ndarray] = field(default_factory=dict)
+    indices: list[int] = field(default_factory=list)   # the request index of each latency, in the same order
 
     @property
     def req_per_s(self) -> float:
@@ -180,9 +181,9 @@ def _share(total: int, parts: int, k: int) -> int:
     return total // parts + (1 if k < total % parts else 0)
 
 
-async def _round(job: Job, k: int, calls: list) -> tuple[list[float], list[str], dict[int, np.ndarray]]:
-    """One measured round of process k: its requests from its workers -> (latencies, errors, outputs)."""
-    lat: list[float] = []
+async def _round(job: Job, k: int, calls: list) -> tuple[list[tuple[int, float]], list[str], dict[int, np.ndarray]]:
+    """One measured round of process k: its requests from its workers -> ((index, latency)s, errors, outputs)."""
+    lat: list[tuple[int, float]] = []
     errors: list[str] = []
     outputs: dict[int, np.ndarray] = {}
     queue = iter(range(k, job.requests, job.processes))   # this process's request indices
@@ -195,7 +196,7 @@ async def _round(job: Job, k: int, calls: list) -> tuple[list[float], list[str],
             except Exception as exc:  # counted, sampled: a failed request is a result of the run
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
                 continue
-            lat.append(time.perf_counter() - t0)
+            lat.append((i, time.perf_counter() - t0))
             if v is not None:
                 outputs[i] = v
 
@@ -308,7 +309,8 @@ def run_rounds(job: Job, rounds: int) -> list[Outcome]:
             rows = [g[1] for g in got]
             o = Outcome([], max(r[1] for r in rows) - min(r[0] for r in rows), sum(r[2] for r in rows), procs)
             for _, _, _, lat, errors, outputs in rows:
-                o.latencies_s += lat
+                o.latencies_s += [x for _, x in lat]
+                o.indices += [i for i, _ in lat]
                 o.errors += len(errors)
                 o.error_samples = (o.error_samples + errors)[:5]
                 o.outputs.update(outputs)

@@ -54,6 +54,12 @@ def markdown(doc: dict) -> str:
                      + (f" {sum(r.get('cpu_ms_per_req', {}).values()):.2f} |" if cpu_keys else "")
                      + "".join(f" {r.get('peak_rss_mib', {}).get(k, float('nan')):.0f} |" for k in cpu_keys)
                      + (f" {r.get('client_cpu_ms_per_req') or float('nan'):.2f} |" if cpu_keys else ""))
+    from .floor import headroom_lines
+
+    headroom = headroom_lines(doc["results"])
+    if headroom:
+        lines += ["", "The load generator against the floor (a model with no encoder, the same generator and texts):", "",
+                  *headroom]
     return "\n".join(lines) + "\n"
 
 

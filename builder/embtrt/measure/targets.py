@@ -27,6 +27,9 @@ class Target:
     pids: tuple[int, ...] = ()  # server processes to pause while another target is measured
     # request options sent with every request (Triton request parameters; fields of the OpenAI body)
     options: dict = field(default_factory=dict)
+    # load generator processes (Triton targets): above 1, embtrt.measure.loadgen drives this target from that
+    # many processes with every request built before the clock starts; 1: this process's asyncio driver
+    processes: int = 1
 
 
 class _Triton:

@@ -95,6 +95,33 @@ def _result(target: Target, bucket: str, conc: int, per_req: int, sent: int, lat
                   max(lat) if lat else float("nan"), samples, triton or {})
 
 
+async def _scenario_processes(t: Target, texts, plans, conc, requests, warmup, tokens) -> _Raw:
+    """A Triton target driven by embtrt.measure.loadgen from `t.processes` processes (the warm-up plans first,
+    unmeasured, as their warm-up), Triton's statistics read around it."""
+    from ...measure.loadgen import Job, run
+    from ...serve.wire import output_name
+
+    measured = plans[warmup:]
+    job = Job(t.url, t.model, tuple(tuple(texts[j] for j in p) for p in measured), requests, conc, t.processes, "grpc",
+              warmup=warmup, output=output_name(t.options), parameters=tuple(t.options.items()))
+    client = client_for(t)
+    try:
+        before = await client.stats()
+        out = await asyncio.to_thread(run, job)
+        want = before.get(t.model, (0, 0, 0))[0] + len(out.latencies_s)
+        after = await client.stats()
+        for _ in range(20):
+            if after.get(t.model, (0, 0, 0))[0] >= want:
+                break
+            await asyncio.sleep(0.05)
+            after = await client.stats()
+    finally:
+        await client.close()
+    return _Raw(lat=[s * 1e3 for s in out.latencies_s], errors=out.errors, samples=out.error_samples[:3],
+                seconds=out.wall_s, tokens=sum(int(tokens[measured[i]].sum()) for i in out.indices), sent=requests,
+                triton=_triton_delta(before, after, t.model), client_cpu_s=out.client_cpu_s)
+
+
 def _triton_delta(before: dict, after: dict, model: str) -> dict:
     """The model and its sub-models -> [requests, queue ns, compute ns] served between two snapshots."""
     out = {}
@@ -154,7 +181,8 @@ def run_bench(targets: list[Target], texts: list[str], token_counts: np.ndarray,
                             one = asyncio.run(_scenario(t, texts, rows, conc, texts_per_request, n_round, warmup,
                                                         seed + scenario + 1000 * rnd, token_counts))
                         one.cpu_s = {k: tree_cpu_seconds(p) - cpu0[k] for k, p in (cpu_pids or {}).items()}
-                        one.client_cpu_s, one.rss = _own_cpu_seconds() - own0, mem.mib()
+                        # this process's CPU, and the generator processes' where they drove the load
+                        one.client_cpu_s, one.rss = one.client_cpu_s + _own_cpu_seconds() - own0, mem.mib()
                         raw[id(t)].add(one)
             for t in order:
                 results.append(raw[id(t)].result(t, bucket, conc, texts_per_request, warmup * rounds))
@@ -239,6 +267,8 @@ async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, see
     """One target, one round of a scenario: warm-up requests first (not measured), then `requests` at
     `conc` -> its measurements (the caller adds CPU and memory)."""
     plans = plans_of(rows, per_req, requests + warmup, seed)
+    if t.kind == "triton" and t.processes > 1:
+        return await _scenario_processes(t, texts, plans, conc, requests, warmup, tokens)
     client = client_for(t)
 
     def load(batch: list[list[int]], c: int) -> Load:
