@@ -68,6 +68,10 @@ bench-ab: $(STAMP) ## A/B of the serving hot path: the working tree against BASE
 	@test -n "$(BASE)" || { echo "usage: make bench-ab BASE=<commit> [MODE=own|pinned] [ROUNDS=3] [REQUESTS=1000] [OUT=dir]"; exit 2; }
 	$(BIN)/python benchmarks/ab.py $(BASE) --mode $(or $(MODE),own) --rounds $(or $(ROUNDS),3) --requests $(or $(REQUESTS),1000) $(if $(OUT),--out $(OUT))
 
+bench-path: $(STAMP) ## the request path against BASE=<commit>: a tiny model (MODEL=tiny|minilm), the floor, c1..c64 over gRPC, CPU per request, batch sizes (docs/performance.md); ROUNDS, OUT
+	@test -n "$(BASE)" || { echo "usage: make bench-path BASE=<commit> [MODEL=tiny|minilm] [ROUNDS=3] [OUT=dir]"; exit 2; }
+	$(BIN)/python benchmarks/path.py $(BASE) --model $(or $(MODEL),tiny) --rounds $(or $(ROUNDS),3) $(if $(OUT),--out $(OUT))
+
 # Images (deploy/): the pool image FROM NGC's tritonserver, the gateway image from embtrt's wheel.
 # Default names are what `embtrt k8s` renders; tag and push them to the cluster's registry.
 TRITON_RELEASE ?= 25.06
@@ -97,4 +101,4 @@ deploy-test: $(STAMP) ## as root: podman + runc, stand-in images, `podman kube p
 clean: ## remove built repositories and caches (keeps .venv)
 	rm -rf repo .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install demo test test-quick test-all lint gpu-check gpu-kit bench bench-ab gateway-wheels images deploy-test clean
+.PHONY: help install demo test test-quick test-all lint gpu-check gpu-kit bench bench-ab bench-path gateway-wheels images deploy-test clean

@@ -7,16 +7,18 @@
    Python-backend stub for this Python and its libraries (ldd); numpy below 2 for the stub's
    Python where the host's is 2.x (a venv over the host's packages with the carried numpy 1.26);
    the build's pure-Python pieces the host lacks (carried wheels, unpacked beside the kit).
-2. Per model, most valuable first (all-MiniLM-L6-v2's shape, then BERT-base's, then bge-m3's
-   XLM-R-large encoder; benchmarks/gpukit/models.py): weights from a fixed seed; `embtrt build
-   --target python-torch --device cuda` in fp16 (its gate runs on the GPU; a precision that fails
-   is recorded with its figures and the next one tried: bf16, then fp32); tritonserver on
-   127.0.0.1 with the kit's tritonserver; the served vectors against the fp32 reference on the
-   same weights (SentenceTransformer.encode on the device) per bucket; then p50 / p99 / req/s
-   per bucket at concurrency 4, 1, 16 and 64 with CUDA graphs, `SentenceTransformer.encode` in
-   process on the same device and dtype, and the same cells without graphs (a reload with
-   cuda_graphs false; rows still padded to the bucket), until the deadline.
-3. Every result is written as it is measured: results.json, table.md, kit.log, and the tail of
+2. The floor: a model with no encoder (embtrt.measure.floor) on the kit's tritonserver, driven by the
+   load generator (embtrt.measure.loadgen: gRPC where tritonclient's stubs and the host's grpcio import,
+   else HTTP; 4 processes): what the generator can drive on this host.
+3. Per model, most valuable first (bge-m3's XLM-R-large encoder, then BERT-base's, then all-MiniLM-L6-v2's
+   shape; benchmarks/gpukit/models.py): weights from a fixed seed; `embtrt build --target python-torch
+   --device cuda` in fp16 (its gate runs on the GPU; a precision that fails is recorded with its figures
+   and the next one tried: bf16, then fp32); tritonserver on 127.0.0.1 with the kit's tritonserver; the
+   served vectors against the fp32 reference on the same weights per bucket; then the planned cells
+   (benchmarks/gpukit/cells.py: issue #67's targets first), each repeated, every timed vector compared
+   with its reference, the in-process peer warm and the best of three, graphs off against graphs on,
+   until the deadline.
+4. Every result is written as it is measured: results.json, table.md, kit.log, and the tail of
    each tritonserver log (at most 8 files under --out, what the device tool brings back).
 
 The dry run (--dry-run) is the same code on this CPU with tiny shapes: `--device cpu`, and the
@@ -229,8 +231,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpukit-out")), help="results folder. Default $OUT.")
     ap.add_argument("--kit", type=Path, default=ROOT / ".gpukit", help="the packed kit. Default .gpukit/.")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (--device cpu), few requests")
-    ap.add_argument("--deadline-s", type=float, default=285.0, help="stop measuring after this long. Default 285.")
-    ap.add_argument("--models", default=None, help="comma-separated model shapes. Default: every one, MiniLM first.")
+    ap.add_argument("--deadline-s", type=float, default=420.0, help="stop measuring after this long. Default 420.")
+    ap.add_argument("--processes", type=int, default=None,
+                    help="load generator processes. Default: 4 on the GPU host (a quarter of its 16 cores), 1 in the dry run.")
+    ap.add_argument("--protocol", choices=("grpc", "http"), default=None,
+                    help="the load's protocol. Default grpc where tritonclient's stubs and grpcio import, else http.")
+    ap.add_argument("--models", default=None, help="comma-separated model shapes. Default: every one, bge-m3's "
+                                                   "(xlmr-large) first, then bert-base, then minilm.")
     ap.add_argument("--stub-venv", action="store_true",
                     help="give the stub its own venv over this Python's packages even where numpy is below 2 (the dry run "
                          "checks the GPU host's path with it)")
@@ -258,9 +265,30 @@ def copy_log_tail(work: Path, out: Path, name: str, lines: int = 150) -> None:
         (out / log.name).write_text("\n".join(tail) + "\n")
 
 
+def load_settings(kit: Kit, args: argparse.Namespace, device: str) -> dict:
+    """The load generator's protocol and processes: gRPC where the stubs import (tritonclient's files, the
+    host's grpcio), else HTTP (standard library); 4 processes on the GPU host, 1 in the dry run."""
+    protocol = args.protocol
+    if protocol is None:
+        try:
+            import grpc  # noqa: F401
+
+            from embtrt.repository.proto import grpc_service
+
+            grpc_service()
+            protocol = "grpc"
+        except Exception as exc:  # noqa: BLE001 (said in the log; HTTP needs nothing)
+            kit.log(f"[x] gRPC load unavailable ({type(exc).__name__}: {exc}); the load goes over HTTP")
+            protocol = "http"
+    processes = args.processes or (4 if device == "cuda" else 1)
+    kit.doc["load"] = {"protocol": protocol, "processes": processes, "generator": "embtrt.measure.loadgen"}
+    return {"protocol": protocol, "processes": processes}
+
+
 def run(kit: Kit, args: argparse.Namespace, device: str, work: Path) -> None:
     import torch
 
+    from cells import DRY_PLAN, PLAN
     from models import SHAPES, TINY, make_model
 
     kit.doc["device"] = device
@@ -268,19 +296,23 @@ def run(kit: Kit, args: argparse.Namespace, device: str, work: Path) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         fail(kit, "PyTorch sees no CUDA device", "run the kit on the GPU host, or --dry-run on a CPU")
     kit.doc["gpu"] = torch.cuda.get_device_name(0) if device == "cuda" else None
-    kit.log(f"device {device}: {kit.doc['gpu'] or 'CPU dry run'}; torch {torch.__version__}")
+    kit.log(f"device {device}: {kit.doc['gpu'] or 'CPU dry run'}; torch {torch.__version__}; {os.cpu_count()} CPUs")
     server_settings = setup(kit, args.kit, work, args.stub_venv)
+    load = load_settings(kit, args, device)
     kit.write()
     shapes = TINY if args.dry_run else SHAPES
-    keys = [k for k in (args.models.split(",") if args.models else shapes) if k in shapes]
+    plans = DRY_PLAN if args.dry_run else PLAN
+    keys = [k for k in (args.models.split(",") if args.models else plans) if k in shapes and k in plans]
     buckets = TINY_BUCKETS if args.dry_run else BUCKETS
     from embtrt.common.corpus import load_corpus
 
     corpus = load_corpus()
     gate_corpus = work / "gate-corpus.json"
     gate_corpus.write_text(json.dumps(corpus[::4]))
-    from serving import serve_and_measure
+    from serving import measure_floor, serve_and_measure
 
+    kit.doc["floor"] = measure_floor(kit, work, server_settings, corpus[:200], load, args.dry_run)
+    kit.write()
     for i, key in enumerate(keys):
         if kit.left() < 45:
             kit.log(f"[skip] {key}: {kit.left():.0f} s left")
@@ -292,9 +324,9 @@ def run(kit: Kit, args: argparse.Namespace, device: str, work: Path) -> None:
             repo = work / "repos" / key
             rec["build"] = build_model(kit, key, folder, repo, device, buckets, gate_corpus)
             kit.write()
-            # the models after this one keep 100 s each for their build and the concurrency-4 cells
+            # the models after this one keep 60 s each for their build and their first cells
             serve_and_measure(kit, rec, key.replace("-", "_"), folder, repo, work, server_settings, device, buckets,
-                              corpus, args.dry_run, reserve_s=100.0 * (len(keys) - i - 1))
+                              corpus, args.dry_run, plans[key], load, reserve_s=60.0 * (len(keys) - i - 1))
         except Exception as exc:
             rec["error"] = f"{type(exc).__name__}: {exc}"[:2000]
             kit.log(f"[x] {key}: {rec['error']}\n{traceback.format_exc()[-2000:]}")

@@ -1,5 +1,6 @@
-"""One model of the GPU kit served: tritonserver with the kit's stub, the served vectors against the
-fp32 reference, then the measured cells, most valuable first, each written as it is measured."""
+"""One model of the GPU kit served: tritonserver with the kit's stub, the served vectors against the fp32
+reference, then the planned cells (benchmarks/gpukit/cells.py), most valuable first, each written as it is
+measured; and the floor (a model with no encoder) that shows what the load generator can drive."""
 
 from __future__ import annotations
 
@@ -7,19 +8,24 @@ from pathlib import Path
 
 import numpy as np
 
-from load import Http, closed_loop, in_process, reload_with
+from cells import DRY_FLOOR, FLOOR, ROUNDS, agreement, payloads, summarize, vectors_by_text
+from load import Http, in_process, reload_with
 
-CONCURRENCY = (4, 1, 16, 64)
 GATE = {"p50": 0.9999, "p01": 0.999}   # docs/verify.md: the usual thresholds, per bucket
+LONG = 448   # the "512" band: texts of 449-512 tokens (the bucket's own length, as the targets say)
 
 
 def band_texts(folder: Path, buckets: tuple[int, ...], corpus: list[str], count: int) -> dict[str, list[str]]:
+    """Texts per length band: each bucket's (<=B: longer than the bucket below), and "B" for the largest
+    bucket's texts near its length (B - 63 .. B tokens)."""
     from models import texts_in_band
 
     out, low = {}, 2
     for b in buckets:
         out[f"<={b}"] = texts_in_band(folder / "tokenizer.json", corpus, low, b, count)
         low = b
+    top = buckets[-1]
+    out[str(top)] = texts_in_band(folder / "tokenizer.json", corpus, top - 64 if top > 128 else top // 2, top, count)
     return out
 
 
@@ -83,16 +89,50 @@ def _to_kind_cpu(repo: Path) -> int:
     return n
 
 
+def server_spec(repo: Path, srv: dict, log: Path, models: tuple[str, ...] | None, startup_s: float):
+    from embtrt.serve.server import ServerSpec, free_port
+
+    return ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                      tritonserver=srv["tritonserver"], backend_directory=srv["backend_directory"],
+                      python_env=srv["python_env"], models=models, log_file=log, graceful_exit=False,
+                      startup_timeout_s=startup_s)
+
+
+def drive(server, name: str, texts: list[str], plan: tuple, cell, load: dict) -> list:
+    from embtrt.measure.loadgen import Job, run_rounds
+
+    url = server.grpc_url if load["protocol"] == "grpc" else server.http_url
+    job = Job(url, name, tuple(tuple(texts[i] for i in p) for p in plan), cell.requests, cell.conc,
+              load["processes"], load["protocol"], warmup=min(cell.requests, max(2 * cell.conc, 16)), keep=True)
+    return run_rounds(job, ROUNDS)
+
+
+def measure_floor(kit, work: Path, srv: dict, texts: list[str], load: dict, dry: bool) -> dict:
+    """The floor model (no encoder) on the kit's tritonserver, driven by the same generator: what it can drive."""
+    from embtrt.measure.floor import FLOOR_MODEL, write_floor
+    from embtrt.serve.server import TritonServer
+
+    repo = write_floor(work / "floor", dim=64, max_batch_size=64)
+    out = {}
+    with TritonServer(server_spec(repo, srv, work / "tritonserver-floor.log", None, 120.0)) as server:
+        for cell in (DRY_FLOOR if dry else FLOOR):
+            plan = payloads(texts, cell.per, cell.requests)
+            out[f"c{cell.conc}"] = summarize(cell, drive(server, FLOOR_MODEL, texts, plan, cell, load), plan, None)
+            kit.log(f"floor c{cell.conc}: {out[f'c{cell.conc}']['req_per_s']['median']} req/s, "
+                    f"p50 {out[f'c{cell.conc}']['p50_ms']['median']} ms ({load['protocol']}, {load['processes']} processes)")
+    return out
+
+
 def serve_and_measure(kit, rec: dict, name: str, folder: Path, repo: Path, work: Path, srv: dict, device: str,
-                      buckets: tuple[int, ...], corpus: list[str], dry: bool, reserve_s: float = 0.0) -> None:
-    """Parity, then the cells most valuable first: concurrency 4 with graphs, the in-process peer,
-    concurrency 4 without graphs; then the other concurrencies with and without, while more than
-    `reserve_s` (the later models' share) is left."""
+                      buckets: tuple[int, ...], corpus: list[str], dry: bool, plan: list, load: dict,
+                      reserve_s: float = 0.0) -> None:
+    """Parity per bucket, then the planned cells in order while more than `reserve_s` (the later models'
+    share) is left; every timed vector compared with its reference."""
     import torch
     from sentence_transformers import SentenceTransformer
 
     from embtrt.errors import ServerError
-    from embtrt.serve.server import ServerSpec, TritonServer, free_port
+    from embtrt.serve.server import TritonServer
 
     bands = band_texts(folder, buckets, corpus, 16 if dry else 64)
     st = SentenceTransformer(str(folder), device=device)
@@ -101,11 +141,8 @@ def serve_and_measure(kit, rec: dict, name: str, folder: Path, repo: Path, work:
     kit.log(f"{name}: reference texts apart, median cosine {rec['apart_median_cosine']}")
     log = work / f"tritonserver-{name}.log"
 
-    def spec() -> ServerSpec:
-        return ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                          tritonserver=srv["tritonserver"], backend_directory=srv["backend_directory"],
-                          python_env=srv["python_env"], models=(name,), log_file=log, graceful_exit=False,
-                          startup_timeout_s=max(60.0, min(300.0, kit.left() - reserve_s - 20)))
+    def spec():
+        return server_spec(repo, srv, log, (name,), max(60.0, min(300.0, kit.left() - reserve_s - 20)))
 
     cells: list[dict] = []
     rec["cells"] = cells
@@ -118,9 +155,8 @@ def serve_and_measure(kit, rec: dict, name: str, folder: Path, repo: Path, work:
         kit.log(f"[x] {name}: {rec['instance_kind_fallback']}; PyTorch still on cuda:0")
         server = TritonServer(spec()).__enter__()
     try:
-        url = server.http_url
-        kit.log(f"{name}: served at {url}")
-        rec["parity"] = parity(url, name, bands, ref)
+        kit.log(f"{name}: served at {server.grpc_url} (gRPC) / {server.http_url}")
+        rec["parity"] = parity(server.http_url, name, {k: v for k, v in bands.items() if k.startswith("<=")}, ref)
         for label, p in rec["parity"].items():
             kit.log(f"{'[ok]' if p['passed'] else '[x] '} {name} served {label}: cosine p50 {p['cosine_p50']:.6f} "
                     f"p01 {p['cosine_p01']:.6f} min {p['cosine_min']:.6f}")
@@ -129,37 +165,39 @@ def serve_and_measure(kit, rec: dict, name: str, folder: Path, repo: Path, work:
         if dtype is not None:
             st.to(dtype)
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        n, secs = (24, 2.0) if dry else (400, 2.0)
-        state = {"graphs": None}
-
-        def cells_at(graphs: bool, concs: tuple[int, ...], reserve: float) -> None:
-            if state["graphs"] != graphs:
-                if kit.left() - reserve < 20:
-                    return
-                reload_with(url, name, graph_params(repo, name, graphs, device))
-                state["graphs"] = graphs
-            for conc in concs:
-                for label, texts in bands.items():
-                    if kit.left() - reserve < secs + 5:
-                        kit.log(f"[skip] {name} {label} graphs={graphs} c{conc}: {kit.left():.0f} s left")
-                        continue
-                    got = closed_loop(url, name, texts, conc, n, secs)
-                    cells.append({"bucket": label, "graphs": graphs, "concurrency": conc, **got})
-                    kit.log(f"{name} {label} graphs={graphs} c{conc}: {got['req_per_s']} req/s p50 {got['p50_ms']} ms "
-                            f"p99 {got['p99_ms']} ms errors {got['errors']}")
-                    kit.write()
-
-        cells_at(True, CONCURRENCY[:1], 0.0)   # the most valuable cells: concurrency 4 with graphs
-        rec["static_shapes"] = statics(log)[-4:]
-        if kit.left() > 20:   # the in-process peer, right after
-            rec["in_process"] = {label: in_process(st, texts, n, 32, secs, sync) for label, texts in bands.items()}
-            kit.log(f"{name} in process: " + "; ".join(
-                f"{label} single p50 {v['single']['p50_ms']} ms, batch 32 {v['batch']['texts_per_s']} texts/s"
-                for label, v in rec["in_process"].items()))
+        # the build's own: graphs captured on CUDA; on the CPU eager (the static shapes are switched on by a reload)
+        state: dict = {"graphs": device == "cuda", "vectors": {}}
+        for item in plan:
+            if item == "inprocess":
+                if kit.left() - reserve_s < 30:
+                    continue
+                used = {c.band: max(c.per, 1) for c in plan if c != "inprocess"}
+                rec["in_process"] = {band: in_process(st, bands[band], 32 if per > 1 else 1, sync, dry)
+                                     for band, per in used.items()}
+                kit.log(f"{name} in process: " + "; ".join(f"{b} {v}" for b, v in rec["in_process"].items()))
+                kit.write()
+                continue
+            cell = item
+            if kit.left() - reserve_s < 25:
+                kit.log(f"[skip] {name} {cell.key}: {kit.left():.0f} s left")
+                continue
+            if state["graphs"] != cell.graphs:
+                reload_with(server.http_url, name, graph_params(repo, name, cell.graphs, device))
+                state["graphs"] = cell.graphs
+            texts = bands[cell.band]
+            p = payloads(texts, cell.per, cell.requests)
+            outcomes = drive(server, name, texts, p, cell, load)
+            got = summarize(cell, outcomes, p, ref[cell.band])
+            mine = vectors_by_text(outcomes[-1], p)
+            twin = state["vectors"].get((cell.band, not cell.graphs))
+            if twin is not None:
+                got["graphs_on_vs_off"] = agreement(mine, twin)
+            state["vectors"].setdefault((cell.band, cell.graphs), {}).update(mine)
+            cells.append(got)
+            kit.log(f"{name} {cell.key}: {got['req_per_s']['median']} req/s ({got['texts_per_s']['median']} texts/s), "
+                    f"p50 {got['p50_ms']['median']} ms, p99 {got['p99_ms']['median']} ms, min cosine "
+                    f"{got.get('min_cosine')}, errors {got['errors']}")
             kit.write()
-        cells_at(False, CONCURRENCY[:1], 0.0)
-        cells_at(False, CONCURRENCY[1:], reserve_s)
-        cells_at(True, CONCURRENCY[1:], reserve_s)
         rec["static_shapes"] = statics(log)[-4:]
     finally:
         server.__exit__(None, None, None)
