@@ -53,9 +53,15 @@ def stage_metrics(metrics_url: str, model: str) -> dict[str, float]:
 
 
 def triton_ns(stats: dict) -> dict[str, int]:
+    """Per request sums (each request of a batch is charged its batch's whole compute time) and, from the
+    batch statistics, per execution sums."""
     s = stats["inference_stats"]
-    return {"count": int(s["success"]["count"]), "request": int(s["success"]["ns"]),
-            **{k: int(s[k]["ns"]) for k in TRITON}}
+    out = {"count": int(s["success"]["count"]), "request": int(s["success"]["ns"]), **{k: int(s[k]["ns"]) for k in TRITON}}
+    bs = stats.get("batch_stats", [])
+    out["executions"] = sum(int(b["compute_infer"]["count"]) for b in bs)
+    for k in ("compute_input", "compute_infer", "compute_output"):
+        out[f"exec_{k}"] = sum(int(b[k]["ns"]) for b in bs)
+    return out
 
 
 def measure(url: str, model: str, texts: list[str], conc: int, n: int, rounds: int, grpc_port: int,
@@ -70,29 +76,38 @@ def measure(url: str, model: str, texts: list[str], conc: int, n: int, rounds: i
     after_s = stage_metrics(metrics_url, model) if metrics_url else {}
     served = after_t["count"] - before_t["count"]
     per = {k: (after_t[k] - before_t[k]) / served / 1e3 for k in ("request", *TRITON)}   # us per request
+    executions = max(after_t["executions"] - before_t["executions"], 1)
+    per_exec = {k: (after_t[f"exec_{k}"] - before_t[f"exec_{k}"]) / executions / 1e3
+                for k in ("compute_input", "compute_infer", "compute_output")}
     lat = [s for o in outs for s in o.latencies_s]
     rec = {"concurrency": conc, "requests": len(lat), "served": served,
            "client_mean_us": 1e6 * statistics.fmean(lat), "client_p50_us": 1e6 * statistics.median(lat),
-           "req_per_s": statistics.median(o.req_per_s for o in outs), "triton_us": per}
+           "req_per_s": statistics.median(o.req_per_s for o in outs), "triton_us": per,
+           "executions": executions, "batch_mean": served / executions, "per_execution_us": per_exec}
     if after_s:
-        reqs = after_s["requests"] - before_s.get("requests", 0)
-        rec["stages_us"] = {s: 1e6 * (after_s.get(s, 0) - before_s.get(s, 0)) / reqs for s in STAGES}
-        rec["batch_mean"] = reqs / max(after_s["executions"] - before_s.get("executions", 0), 1)
+        ex = max(after_s["executions"] - before_s.get("executions", 0), 1)
+        rec["stages_per_execution_us"] = {s: 1e6 * (after_s.get(s, 0) - before_s.get(s, 0)) / ex for s in STAGES}
     return rec
 
 
 def split(rec: dict) -> dict[str, float]:
-    """The mean request's parts (us), from the client down, summing to the client's mean latency."""
-    t = rec["triton_us"]
-    parts = {"client + gRPC + frontend": rec["client_mean_us"] - t["request"], "queue": t["queue"],
-             "stub in": t["compute_input"]}
-    if "stages_us" in rec:
-        parts.update({s: v for s, v in rec["stages_us"].items()})
-        parts["stub other"] = t["compute_infer"] - sum(rec["stages_us"].values())
+    """The mean request's parts (us). At concurrency 1 (one request per execution) from the client down,
+    summing to the client's mean latency. Under load, the work per request: each execution's parts divided
+    by the requests in it (a request's wait in the queue and for its batch's other requests left out)."""
+    t, e, b = rec["triton_us"], rec["per_execution_us"], rec["batch_mean"]
+    stages = rec.get("stages_per_execution_us")
+    parts: dict[str, float] = {}
+    if rec["concurrency"] == 1:
+        parts = {"client + gRPC + frontend": rec["client_mean_us"] - t["request"], "queue": t["queue"]}
+    parts["stub in"] = e["compute_input"] / b
+    if stages:
+        parts.update({s: v / b for s, v in stages.items()})
+        parts["stub other"] = (e["compute_infer"] - sum(stages.values())) / b
     else:
-        parts["execute (no timers)"] = t["compute_infer"]
-    parts["stub out"] = t["compute_output"]
-    parts["triton other"] = t["request"] - sum(t[k] for k in TRITON)
+        parts["execute (no timers)"] = e["compute_infer"] / b
+    parts["stub out"] = e["compute_output"] / b
+    if rec["concurrency"] == 1:
+        parts["triton other"] = t["request"] - sum(t[k] for k in TRITON)
     return parts
 
 
@@ -114,7 +129,7 @@ def plot(doc: dict, png: Path) -> None:
             ax.bar([label for label, _ in sel], vals, bottom=bottom, color=cmap(k % 20), label=name)
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         ax.set_ylabel("ms per request (mean)")
-        what = " (latency)" if conc == 1 else " (time in each stage per request)"
+        what = " (latency)" if conc == 1 else " (work per request: each execution / its requests)"
         ax.set_title(f"one short text per request, concurrency {conc}{what}")
     axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.suptitle(f"Where a request's time goes: {doc['model']} on {doc['cpu']} ({doc['date'][:10]})")
@@ -124,7 +139,8 @@ def plot(doc: dict, png: Path) -> None:
 
 def report(doc: dict) -> str:
     lines = [f"# One request taken apart: {doc['model']}, {doc['cpu']}", "", f"command: `{doc['command']}`", "",
-             "Mean microseconds per request, from the client down (rounds pooled).", ""]
+             "Mean microseconds per request (rounds pooled): at concurrency 1 from the client down, summing to the "
+             "client's mean latency; at 64 the work per request (each execution's parts divided by its requests).", ""]
     for conc in (1, 64):
         sides = list(doc["sides"])
         rows = {side: split(doc["sides"][side][f"c{conc}"]) for side in sides}
@@ -133,7 +149,7 @@ def report(doc: dict) -> str:
         for n in names:
             lines.append(f"| {n} | " + " | ".join(f"{rows[s][n]:.0f}" if n in rows[s] else "-" for s in sides) + " |")
         for label, key in (("**client mean latency**", "client_mean_us"), ("client p50 latency", "client_p50_us"),
-                           ("req/s", "req_per_s")):
+                           ("req/s", "req_per_s"), ("requests per execution", "batch_mean")):
             lines.append(f"| {label} | " + " | ".join(f"{doc['sides'][s][f'c{conc}'][key]:.0f}" for s in sides) + " |")
         lines.append("")
     f = doc["floor"]

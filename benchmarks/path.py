@@ -89,10 +89,10 @@ def cell(out, extra: dict | None = None) -> dict:
             "p99_ms": round(out.percentile_ms(99), 3), "client_busy": round(out.client_busy, 2), **(extra or {})}
 
 
-def floor_round(texts: list[str], work: Path, procs: int) -> dict:
+def floor_round(texts: list[str], work: Path, procs: int, dim: int) -> dict:
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
-    repo = write_floor(work / "floor", dim=64)
+    repo = write_floor(work / "floor", dim=dim)   # the model's width: the same bytes back per request
     spec = ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(), graceful_exit=False)
     out = {}
     with TritonServer(spec) as s:
@@ -257,7 +257,7 @@ def main() -> None:
                                           *[f"--variant {k}={','.join(v)}" for k, v in args.variant]]),
                      "floor": [], "sides": {s: [] for s in order}}
         for r in range(args.rounds):
-            doc["floor"].append(floor_round(texts, work / f"floor-{r}", args.processes))
+            doc["floor"].append(floor_round(texts, work / f"floor-{r}", args.processes, int(reference.shape[1])))
             print(f"round {r + 1} floor: {doc['floor'][-1]}", flush=True)
             for side in order[r % len(order):] + order[:r % len(order)]:
                 rec = {"inprocess": in_process(repos[side], texts),

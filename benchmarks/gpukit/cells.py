@@ -62,7 +62,10 @@ def payloads(texts: list[str], per: int, n: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple((i * per + j) % len(texts) for j in range(per)) for i in range(n))
 
 
-def spread(values: list[float]) -> dict:
+def spread(values: list) -> dict | None:
+    """median, min, max; None where a round had no successful request to measure."""
+    if not values or any(v is None for v in values):
+        return None
     return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
 
 
@@ -83,6 +86,7 @@ def summarize(cell: Cell, outcomes: list, plan: tuple, reference: np.ndarray | N
         v = np.concatenate([r[0] for r in rows]).astype(np.float64)
         w = np.concatenate([r[1] for r in rows]).astype(np.float64)
         cos = np.sum(v * w, axis=1) / (np.linalg.norm(v, axis=1) * np.linalg.norm(w, axis=1))
+        cos = np.nan_to_num(cos, nan=-1.0)   # a zero vector is the worst answer, never a skipped one
         out["min_cosine"] = round(float(cos.min()), 7)
         out["vectors_compared"] = int(cos.size)
     return out
@@ -104,5 +108,5 @@ def agreement(a: dict[int, np.ndarray], b: dict[int, np.ndarray]) -> dict | None
         return None
     v = np.stack([a[t] for t in common]).astype(np.float64)
     w = np.stack([b[t] for t in common]).astype(np.float64)
-    cos = np.sum(v * w, axis=1) / (np.linalg.norm(v, axis=1) * np.linalg.norm(w, axis=1))
+    cos = np.nan_to_num(np.sum(v * w, axis=1) / (np.linalg.norm(v, axis=1) * np.linalg.norm(w, axis=1)), nan=-1.0)
     return {"texts": len(common), "min_cosine": round(float(cos.min()), 7)}

@@ -112,7 +112,7 @@ def measure_floor(kit, work: Path, srv: dict, texts: list[str], load: dict, dry:
     from embtrt.measure.floor import FLOOR_MODEL, write_floor
     from embtrt.serve.server import TritonServer
 
-    repo = write_floor(work / "floor", dim=64, max_batch_size=64)
+    repo = write_floor(work / "floor", dim=1024, max_batch_size=64)   # the widest model's vectors back
     out = {}
     with TritonServer(server_spec(repo, srv, work / "tritonserver-floor.log", None, 120.0)) as server:
         for cell in (DRY_FLOOR if dry else FLOOR):
@@ -171,9 +171,9 @@ def serve_and_measure(kit, rec: dict, name: str, folder: Path, repo: Path, work:
             if item == "inprocess":
                 if kit.left() - reserve_s < 30:
                     continue
-                used = {c.band: max(c.per, 1) for c in plan if c != "inprocess"}
-                rec["in_process"] = {band: in_process(st, bands[band], 32 if per > 1 else 1, sync, dry)
-                                     for band, per in used.items()}
+                # one text at a time for the bands timed one text per request, batches of 32 for those timed batched
+                used = sorted({(c.band, 1 if c.per == 1 else 32) for c in plan if c != "inprocess"})
+                rec["in_process"] = {f"{band} x{batch}": in_process(st, bands[band], batch, sync, dry) for band, batch in used}
                 kit.log(f"{name} in process: " + "; ".join(f"{b} {v}" for b, v in rec["in_process"].items()))
                 kit.write()
                 continue

@@ -105,6 +105,7 @@ class BatchCore:
             return Batch(outcomes)
         lengths, chunks = self.chunks(ids, types, np.asarray(skips, dtype=np.int64))
         self.clock.mark("plan")
+        self.clock.add_rows(len(ids))
         if any(r.attend is not None for _, _, r in keep):   # some rows attend fewer tokens than they run
             att = np.concatenate([np.asarray(r.attend if r.attend is not None else [len(x) for x in r.ids], np.int64)
                                   for _, _, r in keep])

@@ -62,6 +62,8 @@ def plan(lengths: np.ndarray, buckets: tuple[int, ...] | list[int], max_batch: i
         raise ValueError(f"max_batch {max_batch!r}: one positive number, or one per bucket {list(buckets)}")
     lengths = np.asarray(lengths, dtype=np.int64)
     idx = assign_buckets(lengths, buckets)
+    if idx.size == 0:
+        return []
     if idx.size == 1:   # a lone row (every request at concurrency 1): one chunk, nothing to plan
         return [(int(idx[0]), np.zeros(1, dtype=np.int64))]
     order = np.lexsort((lengths, idx))   # by bucket, then length; stable: ties keep their row order

@@ -32,6 +32,12 @@ class NullClock:
     def mark(self, stage: str) -> None:
         pass
 
+    def add_rows(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
     def flush(self, requests: int, rows: int = 0) -> None:
         pass
 
@@ -40,37 +46,67 @@ NULL = NullClock()
 
 
 class StageClock(NullClock):
+    """The stage timers. An execute's own marks are per thread (the long-text lane runs executes on a
+    thread of its own beside the instance's), its sums kept under a lock."""
+
     enabled = True
 
     def __init__(self, sink=None) -> None:
-        self.ns = dict.fromkeys(STAGES, 0)          # this execute's
+        import threading
+
         self.total_ns = dict.fromkeys(STAGES, 0)    # since load
         self.executions = self.requests = self.rows = 0
         self.sink = sink                            # called with (stage ns of this execute, requests, rows)
-        self._last = time.perf_counter_ns()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    @property
+    def ns(self) -> dict[str, int]:
+        """This thread's current execute's stage times."""
+        local = self._local
+        if not hasattr(local, "ns"):
+            local.ns, local.last, local.rows = dict.fromkeys(STAGES, 0), time.perf_counter_ns(), 0
+        return local.ns
 
     def start(self) -> None:
-        for k in self.ns:
-            self.ns[k] = 0
-        self._last = time.perf_counter_ns()
+        ns = self.ns
+        for k in ns:
+            ns[k] = 0
+        self._local.rows = 0
+        self._local.last = time.perf_counter_ns()
 
     def mark(self, stage: str) -> None:
         now = time.perf_counter_ns()
-        self.ns[stage] += now - self._last
-        self._last = now
+        local = self._local
+        self.ns[stage] += now - local.last
+        local.last = now
+
+    def add_rows(self, n: int) -> None:
+        """The encoder rows this execute made (the request core's count)."""
+        self.ns   # noqa: B018 (this thread's state, made on first use)
+        self._local.rows += n
 
     def flush(self, requests: int, rows: int = 0) -> None:
-        for k, v in self.ns.items():
-            self.total_ns[k] += v
-        self.executions += 1
-        self.requests += requests
-        self.rows += rows
+        ns, rows = self.ns, rows or self._local.rows
+        with self._lock:
+            for k, v in ns.items():
+                self.total_ns[k] += v
+            self.executions += 1
+            self.requests += requests
+            self.rows += rows
         if self.sink is not None:
-            self.sink(self.ns, requests, rows)
+            self.sink(ns, requests, rows)
+
+    def close(self) -> None:
+        """The sink's last push (the model's finalize)."""
+        close = getattr(self.sink, "close", None)
+        if close is not None:
+            close()
 
     def totals(self) -> dict:
-        return {"stage_seconds": {k: v / 1e9 for k, v in self.total_ns.items()}, "executions": self.executions,
-                "requests": self.requests, "rows": self.rows}
+        with self._lock:
+            return {"stage_seconds": {k: v / 1e9 for k, v in self.total_ns.items()}, "executions": self.executions,
+                    "requests": self.requests, "rows": self.rows}
 
 
 class TritonMetrics:
@@ -95,7 +131,10 @@ class TritonMetrics:
         self.pending: dict[str, float] = {}
         self.lock = threading.Lock()
         self.interval = interval_s
-        threading.Thread(target=self._push_forever, daemon=True, name="embtrt-stage-metrics").start()
+        self._stop = threading.Event()
+        self._warned = False
+        self._thread = threading.Thread(target=self._push_forever, daemon=True, name="embtrt-stage-metrics")
+        self._thread.start()
 
     def __call__(self, ns: dict, requests: int, rows: int) -> None:
         with self.lock:
@@ -110,13 +149,31 @@ class TritonMetrics:
     def push(self) -> None:
         with self.lock:
             pending, self.pending = self.pending, {}
-        for k, v in pending.items():
-            if v:
-                (self.counts[k[1:]] if k.startswith("#") else self.stage[k]).increment(v)
+        for k, v in list(pending.items()):
+            try:
+                if v:
+                    (self.counts[k[1:]] if k.startswith("#") else self.stage[k]).increment(v)
+            except Exception:
+                with self.lock:   # not pushed: kept for the next push
+                    for kk, vv in pending.items():
+                        self.pending[kk] = self.pending.get(kk, 0.0) + vv
+                raise
+            del pending[k]
 
     def _push_forever(self) -> None:
-        import time
+        while not self._stop.wait(self.interval):
+            try:
+                self.push()
+            except Exception as exc:  # noqa: BLE001 (said once; the sums stay pending and the next push retries)
+                if not self._warned:
+                    print(f"embtrt front door: stage metrics not pushed: {type(exc).__name__}: {exc}", flush=True)
+                    self._warned = True
 
-        while True:
-            time.sleep(self.interval)
+    def close(self) -> None:
+        """The last sums pushed, the thread stopped (the model's finalize)."""
+        self._stop.set()
+        self._thread.join(timeout=2)
+        try:
             self.push()
+        except Exception:  # noqa: BLE001 (the server is unloading the model: nothing left to report to)
+            pass

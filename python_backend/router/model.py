@@ -81,6 +81,7 @@ class TritonPythonModel:
     def finalize(self):
         if self.lane is not None:
             self.lane.gate.remove()
+        self.clock.close()
 
     def execute(self, requests):
         # refused while draining (embtrt_backend.drain); long requests to the lane where there is one

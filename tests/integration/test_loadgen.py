@@ -84,3 +84,63 @@ def test_rounds_come_from_the_same_warm_processes(minilm_server):
     assert len(outs) == 3 and all(o.errors == 0 and len(o.latencies_s) == 10 and len(o.outputs) == 10 for o in outs)
     np.testing.assert_allclose(outs[0].outputs[0], outs[2].outputs[0], atol=1e-6)   # the same requests each round
     assert not np.allclose(outs[0].outputs[0], outs[0].outputs[1])                 # told apart
+
+
+def test_work_is_shared_by_workers_not_processes_and_warm_up_is_exact(minilm_server):
+    """6 workers in 4 processes (2, 2, 1, 1): each worker gets a sixth of the requests (a process of one worker
+    does not finish last at a lower concurrency), and the warm-up is the job's, not rounded up per worker."""
+    import tritonclient.grpc as g
+
+    c = g.InferenceServerClient(minilm_server.grpc_url)
+    before = int(c.get_inference_statistics("all_minilm_l6_v2").model_stats[0].inference_stats.success.count)
+    out = run(Job(minilm_server.grpc_url, "all_minilm_l6_v2", (("a",), ("b",), ("c",)), 30, concurrency=6, processes=4,
+                  warmup=7, keep=True))
+    after = int(c.get_inference_statistics("all_minilm_l6_v2").model_stats[0].inference_stats.success.count)
+    c.close()
+    assert out.processes == 4 and out.warmup_sent == 7 and len(out.latencies_s) == 30 and sorted(out.indices) == list(range(30))
+    assert after - before == 37
+
+
+def test_a_dead_http_connection_is_made_again(minilm_server):
+    """A server that closes the keep-alive connection after each answer: every request still answered."""
+    import socket
+    import threading
+
+    from embtrt.serve.server import free_port
+
+    port = free_port()
+    srv = socket.create_server(("127.0.0.1", port))
+    stop = threading.Event()
+
+    def proxy():   # answers each request on a connection, then closes it
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                data = conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                n = int([h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")][0].split(b":")[1])
+                while len(body) < n:
+                    body += conn.recv(65536)
+                import http.client
+
+                up = http.client.HTTPConnection("127.0.0.1", int(minilm_server.http_url.rsplit(":", 1)[1]))
+                up.request("POST", head.split(b" ")[1].decode(), body, {"Content-Type": "application/json"})
+                r = up.getresponse()
+                payload = r.read()
+                extra = "".join(f"{k}: {v}\r\n" for k, v in r.getheaders() if k.lower() == "inference-header-content-length")
+                conn.sendall(f"HTTP/1.1 {r.status} OK\r\nContent-Length: {len(payload)}\r\n{extra}Connection: close\r\n\r\n"
+                             .encode() + payload)
+
+    t = threading.Thread(target=proxy, daemon=True)
+    t.start()
+    try:
+        out = run(Job(f"http://127.0.0.1:{port}", "all_minilm_l6_v2", (("x",), ("y",)), 6, protocol="http", keep=True))
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        srv.close()
+    assert out.errors == 0 and len(out.outputs) == 6 and out.outputs[0].shape == (1, 384)

@@ -30,6 +30,61 @@ def test_stage_clock_gives_each_stage_the_time_since_the_last_mark(monkeypatch):
     assert totals["executions"] == 1 and totals["requests"] == 3 and totals["stage_seconds"]["encode"] == 650e-9
 
 
+def test_stage_clock_keeps_each_threads_execute_apart():
+    """The long-text lane runs executes on its own thread beside the instance's: one clock, two executes."""
+    import threading
+
+    clock = StageClock()
+    clock.start()
+    clock.mark("read")
+    other = threading.Thread(target=lambda: (clock.start(), clock.add_rows(7), clock.mark("encode"), clock.flush(2)))
+    other.start()
+    other.join()
+    clock.add_rows(3)
+    clock.mark("respond")
+    clock.flush(1)
+    assert clock.executions == 2 and clock.requests == 3 and clock.rows == 10
+    assert clock.ns["encode"] == 0 and clock.ns["read"] > 0   # this thread's execute was not reset by the other
+
+
+def test_the_metrics_sink_keeps_what_it_could_not_push_and_pushes_it_at_close():
+    from embtrt_backend.stages import TritonMetrics
+
+    class Family:
+        COUNTER = "counter"
+
+        def __init__(self, **kw):
+            self.metrics = []
+
+        def Metric(self, labels):   # noqa: N802 (pb_utils' name)
+            m = Metric(labels)
+            self.metrics.append(m)
+            return m
+
+    class Metric:
+        fail = True
+
+        def __init__(self, labels):
+            self.labels, self.value = labels, 0.0
+
+        def increment(self, v):
+            if Metric.fail:
+                raise RuntimeError("stub busy")
+            self.value += v
+
+    class PbUtils:
+        MetricFamily = Family
+
+    sink = TritonMetrics(PbUtils, "m", interval_s=3600)
+    sink(dict.fromkeys(STAGES, 0) | {"encode": 2_000_000_000}, 4, 9)
+    with pytest.raises(RuntimeError):
+        sink.push()
+    Metric.fail = False
+    sink.close()
+    assert sink.stage["encode"].value == 2.0 and sink.counts["requests"].value == 4 and sink.counts["rows"].value == 9
+    assert sink.counts["executions"].value == 1 and not sink._thread.is_alive()
+
+
 def test_stage_clock_starts_each_execute_from_zero():
     clock = StageClock()
     clock.start()
@@ -90,6 +145,42 @@ def test_plan_takes_every_row_once_by_bucket_then_length(pad_to_bucket):
             order = np.concatenate([r for bb, r in chunks if bb == b])
             keys = list(zip(lengths[order].tolist(), order.tolist()))
             assert keys == sorted(keys)
+
+
+def _plan_as_defined(lengths, buckets, limits, overhead, pad_to_bucket):
+    """The plan as it was first written (numpy, per bucket, the dynamic program on floats): the definition the
+    faster one must equal, plan for plan."""
+    idx = np.searchsorted(np.asarray(buckets), lengths, side="left")
+    out = []
+    for b in np.unique(idx):
+        rows = np.nonzero(idx == b)[0]
+        rows = rows[np.argsort(lengths[rows], kind="stable")]
+        eff = np.full(rows.size, buckets[b]) if pad_to_bucket else lengths[rows]
+        n = len(eff)
+        best, cut = np.full(n + 1, np.inf), np.zeros(n + 1, dtype=np.int64)
+        best[0] = 0.0
+        for j in range(1, n + 1):
+            for i in range(max(0, j - limits[b]), j):
+                cost = best[i] + overhead + (j - i) * float(eff[j - 1])
+                if cost < best[j]:
+                    best[j], cut[j] = cost, i
+        bounds, j = [], n
+        while j > 0:
+            bounds.append((int(cut[j]), j))
+            j = int(cut[j])
+        out += [(int(b), rows[s:e].tolist()) for s, e in bounds[::-1]]
+    return out
+
+
+def test_the_plan_equals_its_definition_plan_for_plan():
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        n = int(rng.integers(0, 60))
+        lengths = rng.integers(1, 257, n)
+        limits = tuple(int(x) for x in rng.integers(1, 40, 3))
+        overhead, pad = int(rng.integers(0, 100)), bool(rng.integers(0, 2))
+        got = [(b, r.tolist()) for b, r in plan(lengths, (32, 128, 256), limits, overhead, pad)]
+        assert got == _plan_as_defined(lengths, (32, 128, 256), limits, overhead, pad)
 
 
 def test_a_lone_row_is_one_chunk_of_its_bucket():

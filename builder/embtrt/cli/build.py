@@ -43,7 +43,7 @@ def build(
     overflow_stride: int = typer.Option(32, help="--overflow chunk: tokens shared by consecutive windows. Default 32."),
     max_queue_size: int = typer.Option(256, help="Bounded queue per model; overload is rejected at once. 0 = unbounded. Default 256."),
     queue_timeout_us: int = typer.Option(30_000_000, help="Requests waiting longer in the queue are rejected. Default 30000000 (30 s)."),
-    ort_threads: int = typer.Option(0, help="Encoder threads per instance (ONNX Runtime intra-op, OpenVINO, PyTorch). Default 0 (the runtime decides)."),
+    ort_threads: int = typer.Option(0, help="Encoder threads per instance (ONNX Runtime intra-op, OpenVINO streams, PyTorch) of the Python-backend models, and their tokenizer's threads. Default 0: sized at load from the host, the cores the server may run on divided by the model's instances (at least 1)."),
     router_encoder: str = typer.Option("auto", help="auto | local | bls. How the front door runs the encoder: local = the encoder runs inside the front door (one stub hop less); bls = calls each bucket's encoder model. Default auto: local for the python-* targets, bls for onnxruntime and tensorrt."),
     active_dims_in_graph: bool = typer.Option(False, help="Sparse encoders whose folder sets max_active_dims K: keep each text's K largest weights inside the ONNX graph (TopK on the device for tensorrt; in PyTorch for python-torch) instead of in the front door; requests may then ask for at most K. Default off."),
     ort_spinning: bool = typer.Option(False, help="Let ONNX Runtime threads spin-wait. Default off (on 2 cores it stalled requests by ~500 ms)."),

@@ -181,13 +181,30 @@ def bench(
         raise SpecError(f"invalid --processes {processes}: 1 or more")
     with contextlib.ExitStack() as stack:
         if floor:
-            targets.append(stack.enter_context(_floor_target(processes)))
+            targets.append(stack.enter_context(_floor_target(processes, _width(targets))))
         _bench_run(targets, texts, counts, buckets, concurrency, texts_per_request, requests, warmup, ref_dir, inprocess, ort_repo,
                    engine_repo, only_t, cpu_pid, rounds, trust_remote_code, out_dir, no_plots, as_json)
 
 
+def _width(targets) -> int:
+    """The first Triton target's vector width (its config's embtrt.dim), for a floor that answers as many bytes."""
+    import tritonclient.grpc as grpcclient
+
+    for t in targets:
+        if t.kind == "triton":
+            c = grpcclient.InferenceServerClient(t.url)
+            try:
+                return int(c.get_model_config(t.model).config.parameters["embtrt.dim"].string_value)
+            except Exception as exc:  # noqa: BLE001 (said with what it needs)
+                raise SpecError(f"--floor: cannot read {t.model}'s width from {t.url} ({exc})",
+                                "the floor answers vectors of the first --model's width: serve it first") from None
+            finally:
+                c.close()
+    raise SpecError("--floor needs a --model (Triton) target to compare with")
+
+
 @contextlib.contextmanager
-def _floor_target(processes: int):
+def _floor_target(processes: int, dim: int):
     """The floor on a tritonserver of its own (stopped after the run), as a bench target."""
     import tempfile
 
@@ -196,7 +213,7 @@ def _floor_target(processes: int):
     from ..serve.server import ServerSpec, TritonServer, free_port
 
     with tempfile.TemporaryDirectory(prefix="embtrt-floor-") as tmp:
-        spec = ServerSpec(write_floor(Path(tmp) / "repo"), grpc_port=free_port(), http_port=free_port(),
+        spec = ServerSpec(write_floor(Path(tmp) / "repo", dim=dim), grpc_port=free_port(), http_port=free_port(),
                           metrics_port=free_port(), graceful_exit=False)
         with TritonServer(spec) as server:
             assert server.proc is not None

@@ -133,6 +133,8 @@ def rebuild_command(spec: BuildSpec) -> str:
         parts.append("--no-bundle-deps")
     if spec.active_dims_in_graph:
         parts.append("--active-dims-in-graph")
+    if spec.stage_timers:
+        parts.append("--stage-timers")
     if spec.trust_remote_code:   # the folder runs its own code: the build was told to trust it
         parts.append("--trust-remote-code")
     if spec.target == "tensorrt":

@@ -65,10 +65,9 @@ class BuildSpec:
     # Rows x bucket length per encoder run: each bucket's max batch is min(max_batch_size,
     # max_batch_tokens // bucket), so long buckets batch few rows and memory per run stays bounded.
     max_batch_tokens: int = 16384
-    # 0: a batch is formed as soon as an instance is free, from whatever is queued (Triton waits for a free
-    # instance when the queue has a policy, as every embtrt model's does), so a lone request never waits and
-    # batches fill while the instances are busy. The seed's 2000 made every lone request wait 2 ms
-    # (docs/performance.md: a653096's c1 p50 3.6-4.4 ms on a tiny model, 1.2-1.3 ms with 0, and more req/s at 64).
+    # 0: a batch is formed as soon as an instance is free, from whatever is queued (the queue policy every
+    # config carries makes Triton wait for a free instance first), so a lone request never waits and batches
+    # fill while the instances are busy. The seed's 2000 made every lone request wait 2 ms (docs/performance.md).
     max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
     instances: int = 1

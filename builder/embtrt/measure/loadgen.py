@@ -57,6 +57,7 @@ class Outcome:
     error_samples: list[str] = field(default_factory=list)
     outputs: dict[int, np.ndarray] = field(default_factory=dict)
     indices: list[int] = field(default_factory=list)   # the request index of each latency, in the same order
+    warmup_sent: int = 0                               # warm-up requests sent before this round (the first: the job's)
 
     @property
     def req_per_s(self) -> float:
@@ -152,13 +153,24 @@ class _Http:
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
         return head + body
 
-    async def connect(self):
-        return await asyncio.open_connection(self.host, self.port)
+    async def connect(self) -> "_Conn":
+        return _Conn(self.host, self.port)
 
-    async def call_on(self, conn, i: int, keep: bool) -> np.ndarray | None:
-        reader, writer = conn
+    async def call_on(self, conn: "_Conn", i: int, keep: bool) -> np.ndarray | None:
+        """One request on the worker's connection (made again after any failure: a half-read response
+        would misalign every later one), within the job's timeout."""
+        try:
+            return await asyncio.wait_for(self._call(conn, i, keep), self.job.timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+
+    async def _call(self, conn: "_Conn", i: int, keep: bool) -> np.ndarray | None:
+        reader, writer = await conn.streams()
         writer.write(self.bodies[i % len(self.bodies)])
         status = await reader.readline()
+        if not status:
+            raise ConnectionError("the server closed the connection")
         headers = {}
         while True:
             line = await reader.readline()
@@ -166,9 +178,14 @@ class _Http:
                 break
             k, _, v = line.decode("latin-1").partition(":")
             headers[k.strip().lower()] = v.strip()
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        if "content-length" not in headers:   # Triton always sends one; a chunked body is not read here
+            raise RuntimeError(f"{status.decode(errors='replace').strip()}: a response without Content-Length "
+                               f"({headers.get('transfer-encoding', 'no length')})")
+        body = await reader.readexactly(int(headers["content-length"]))
         if not status.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"{status.decode().strip()}: {body[:300].decode(errors='replace')}")
+        if headers.get("connection", "").lower() == "close":
+            conn.close()
         if not keep:
             return None
         n = int(headers.get("inference-header-content-length", len(body)))
@@ -176,17 +193,35 @@ class _Http:
         return np.frombuffer(body[n:], dtype=_DTYPES[out["datatype"]]).reshape(out["shape"])
 
 
+class _Conn:
+    """A keep-alive connection, opened on first use and again after it is closed."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.rw: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def streams(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.rw is None:
+            self.rw = await asyncio.open_connection(self.host, self.port)
+        return self.rw
+
+    def close(self) -> None:
+        if self.rw is not None:
+            self.rw[1].close()
+            self.rw = None
+
+
 # ---- one process ------------------------------------------------------------------------------------------
 def _share(total: int, parts: int, k: int) -> int:
     return total // parts + (1 if k < total % parts else 0)
 
 
-async def _round(job: Job, k: int, calls: list) -> tuple[list[tuple[int, float]], list[str], dict[int, np.ndarray]]:
-    """One measured round of process k: its requests from its workers -> ((index, latency)s, errors, outputs)."""
+async def _round(job: Job, mine: list[int], calls: list) -> tuple[list[tuple[int, float]], list[str], dict[int, np.ndarray]]:
+    """One measured round of a process: its requests from its workers -> ((index, latency)s, errors, outputs)."""
     lat: list[tuple[int, float]] = []
     errors: list[str] = []
     outputs: dict[int, np.ndarray] = {}
-    queue = iter(range(k, job.requests, job.processes))   # this process's request indices
+    queue = iter(mine)
 
     async def worker(call) -> None:
         for i in queue:
@@ -208,30 +243,33 @@ async def _process(job: Job, k: int, rounds: int, ready, go, send) -> None:
     """Process k's share, `rounds` times: warm up once; per round `ready()`, wait for `go()`, run,
     `send((start, end, cpu_s, latencies, errors, outputs))`."""
     conc = _share(job.concurrency, job.processes, k)
+    first = sum(_share(job.concurrency, job.processes, j) for j in range(k))   # this process's first worker
     client: Any = _Grpc(job) if job.protocol == "grpc" else _Http(job)
     conns = [await client.connect() for _ in range(conc)] if job.protocol == "http" else [None] * conc
     calls = [(lambda i, keep, c=c: client.call_on(c, i, keep)) if c else client.call for c in conns]
     try:
-        warm = -(-job.warmup // conc) if job.warmup else 0
+        warms = [_share(job.warmup, job.concurrency, first + w) for w in range(conc)]   # the job's warm-up, exactly
 
-        async def warm_up(call) -> None:   # each worker's connection, one request at a time
-            for i in range(warm):
-                await call(k + i, False)
+        async def warm_up(call, n: int, w: int) -> None:   # each worker's connection, one request at a time
+            for i in range(n):
+                await call(first + w + i * job.concurrency, False)
 
-        await asyncio.gather(*(warm_up(call) for call in calls))
+        await asyncio.gather(*(warm_up(call, n, w) for w, (call, n) in enumerate(zip(calls, warms, strict=True))))
         loop = asyncio.get_running_loop()
-        for _ in range(rounds):
+        # the requests of this process's workers: each worker's share of the job, as if one process ran them all
+        mine = [i for i in range(job.requests) if first <= i % job.concurrency < first + conc]
+        for r in range(rounds):
             await loop.run_in_executor(None, ready)
             await loop.run_in_executor(None, go)
             r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.clock_gettime(time.CLOCK_MONOTONIC)
-            lat, errors, outputs = await _round(job, k, calls)
+            lat, errors, outputs = await _round(job, mine, calls)
             t1, r1 = time.clock_gettime(time.CLOCK_MONOTONIC), resource.getrusage(resource.RUSAGE_SELF)
             cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-            send(("ok", (t0, t1, cpu, lat, errors, outputs)))
+            send(("ok", (t0, t1, cpu, lat, errors, outputs, sum(warms) if r == 0 else 0)))
     finally:
         for c in conns:
             if c:
-                c[1].close()
+                c.close()
         if job.protocol == "grpc":
             await client.close()
 
@@ -272,7 +310,7 @@ def run_rounds(job: Job, rounds: int) -> list[Outcome]:
 
     if job.protocol not in ("grpc", "http"):
         raise ValueError(f"protocol {job.protocol!r}: grpc or http")
-    procs = max(1, min(job.processes, job.concurrency, max(job.requests, 1)))
+    procs = max(1, min(job.processes, job.concurrency))
     job = Job(**{**job.__dict__, "processes": procs})
     env = dict(os.environ)
     pkg_root = str(Path(__file__).resolve().parents[2])   # the folder holding the embtrt package
@@ -307,8 +345,9 @@ def run_rounds(job: Job, rounds: int) -> list[Outcome]:
             if errs:
                 raise RuntimeError("; ".join(errs))
             rows = [g[1] for g in got]
-            o = Outcome([], max(r[1] for r in rows) - min(r[0] for r in rows), sum(r[2] for r in rows), procs)
-            for _, _, _, lat, errors, outputs in rows:
+            o = Outcome([], max(r[1] for r in rows) - min(r[0] for r in rows), sum(r[2] for r in rows), procs,
+                        warmup_sent=sum(r[6] for r in rows))
+            for _, _, _, lat, errors, outputs, _ in rows:
                 o.latencies_s += [x for _, x in lat]
                 o.indices += [i for i, _ in lat]
                 o.errors += len(errors)

@@ -108,7 +108,7 @@ async def _scenario_processes(t: Target, texts, plans, conc, requests, warmup, t
     try:
         before = await client.stats()
         out = await asyncio.to_thread(run, job)
-        want = before.get(t.model, (0, 0, 0))[0] + len(out.latencies_s)
+        want = before.get(t.model, (0, 0, 0))[0] + out.warmup_sent + len(out.latencies_s)
         after = await client.stats()
         for _ in range(20):
             if after.get(t.model, (0, 0, 0))[0] >= want:
