@@ -1,11 +1,13 @@
-"""Threads sized from the host's cores, per front-door instance: instances x threads = the cores this
-process may run on, never more (on 2 cores, two instances of two ONNX Runtime threads and two tokenizer
-threads each made every encoder run and batch tokenization wait on threads the other processes held:
-benchmarks/results/path-*).
+"""The tokenizer's threads sized from the host's cores, per model instance: instances x threads = the cores this
+process may run on, never more (Hugging Face tokenizers encodes a batch on a Rayon pool of one thread per core
+by default: two front-door instances on 2 cores made four, each batch tokenization waiting on threads the other
+processes held). One thread runs it in the calling thread, with no pool at all.
 
-`intra_op_threads` 0 (the build's default, "auto") becomes cores // instances (at least 1); a number
-the build set is kept. The tokenizer (Hugging Face tokenizers, whose batch encoding runs on a Rayon
-pool) gets the same count: one thread runs it in the calling thread, with no pool at all."""
+The encoder's threads stay the runtime's (ONNX Runtime: the cores; OpenVINO: a stream per core; PyTorch: its
+default) unless the build sets `intra_op_threads` (`--ort-threads`): measured on 2 cores with two instances,
+one ONNX Runtime thread each served 1.28x the one-text requests of a tiny model at concurrency 64, but a lone
+long text ran on one core: MiniLM's mixed lengths at concurrency 1 fell to 0.80x (docs/performance.md). Which
+matters is the deployment's: `embtrt tune` measures it (knob front.intra_op_threads)."""
 
 from __future__ import annotations
 
@@ -30,16 +32,11 @@ def instances_of(model_config: dict) -> int:
 
 
 def size_threads(p: dict[str, str], instances: int, cores: int | None = None) -> dict[str, str]:
-    """The model's parameters with `intra_op_threads` resolved (auto: threads_per_instance), and the
-    tokenizer's pool sized to the same count. Call before the first batch is tokenized (the pool is
-    made on first use and keeps its size)."""
-    out = dict(p)
-    n = int(out.get("intra_op_threads", "0") or 0)
-    if n <= 0:
-        n = threads_per_instance(instances, cores)
-        out["intra_op_threads"] = str(n)
+    """The tokenizer's pool sized for this model's instances (call before the first batch is tokenized: the
+    pool is made on first use and keeps its size); the parameters returned as given."""
+    n = threads_per_instance(instances, cores)
     if n == 1:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     else:
         os.environ.setdefault("RAYON_NUM_THREADS", str(n))
-    return out
+    return dict(p)

@@ -59,7 +59,7 @@ def _response(request, outputs, asked=None):
 class TritonPythonModel:
     def initialize(self, args):
         self.drain = Drain(track=True)
-        # encoder and tokenizer threads: the host's cores shared by this model's instances (embtrt_backend.host)
+        # the tokenizer's threads: the host's cores shared by this model's instances (embtrt_backend.host)
         p = size_threads(parameters(args["model_config"]), instances_of(json.loads(args["model_config"])))
         here = os.path.dirname(os.path.abspath(__file__))
         self.door = door_for(kind_of(p.get("kind")), here, p)

@@ -103,23 +103,17 @@ def test_the_null_clock_records_nothing():
     assert not NULL.enabled and not hasattr(NULL, "ns")
 
 
-def test_threads_are_the_cores_shared_by_the_instances(monkeypatch):
+def test_tokenizer_threads_are_the_cores_shared_by_the_instances(monkeypatch):
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
     assert threads_per_instance(2, cores=2) == 1 and threads_per_instance(2, cores=16) == 8
     assert threads_per_instance(4, cores=2) == 1      # never 0
     p = size_threads({"intra_op_threads": "0", "other": "x"}, 2, cores=2)
-    assert p == {"intra_op_threads": "1", "other": "x"} and os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    assert p == {"intra_op_threads": "0", "other": "x"}   # the encoder's threads stay the runtime's
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
     monkeypatch.delenv("TOKENIZERS_PARALLELISM")
-    p = size_threads({}, 2, cores=16)
-    assert p["intra_op_threads"] == "8" and os.environ["RAYON_NUM_THREADS"] == "8"
-    assert "TOKENIZERS_PARALLELISM" not in os.environ
-
-
-def test_threads_the_build_set_are_kept(monkeypatch):
-    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
-    assert size_threads({"intra_op_threads": "3"}, 2, cores=2)["intra_op_threads"] == "3"
-    assert os.environ["RAYON_NUM_THREADS"] == "3"
+    size_threads({}, 2, cores=16)
+    assert os.environ["RAYON_NUM_THREADS"] == "8" and "TOKENIZERS_PARALLELISM" not in os.environ
 
 
 def test_instances_are_summed_over_the_groups():
