@@ -55,12 +55,16 @@ def stage_metrics(metrics_url: str, model: str) -> dict[str, float]:
 def triton_ns(stats: dict) -> dict[str, int]:
     """Per request sums (each request of a batch is charged its batch's whole compute time) and, from the
     batch statistics, per execution sums."""
-    s = stats["inference_stats"]
-    out = {"count": int(s["success"]["count"]), "request": int(s["success"]["ns"]), **{k: int(s[k]["ns"]) for k in TRITON}}
+    def n(d: dict, key: str) -> int:   # the JSON statistics leave out fields that are 0
+        return int(d.get(key, 0))
+
+    s = stats.get("inference_stats", {})
+    out = {"count": n(s.get("success", {}), "count"), "request": n(s.get("success", {}), "ns"),
+           **{k: n(s.get(k, {}), "ns") for k in TRITON}}
     bs = stats.get("batch_stats", [])
-    out["executions"] = sum(int(b["compute_infer"]["count"]) for b in bs)
+    out["executions"] = sum(n(b.get("compute_infer", {}), "count") for b in bs)
     for k in ("compute_input", "compute_infer", "compute_output"):
-        out[f"exec_{k}"] = sum(int(b[k]["ns"]) for b in bs)
+        out[f"exec_{k}"] = sum(n(b.get(k, {}), "ns") for b in bs)
     return out
 
 
@@ -129,10 +133,11 @@ def plot(doc: dict, png: Path) -> None:
             ax.bar([label for label, _ in sel], vals, bottom=bottom, color=cmap(k % 20), label=name)
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         ax.set_ylabel("ms per request (mean)")
-        what = " (latency)" if conc == 1 else " (work per request: each execution / its requests)"
-        ax.set_title(f"one short text per request, concurrency {conc}{what}")
+        what = "latency, from the client down" if conc == 1 else "work per request: each execution / its requests"
+        ax.set_title(f"concurrency {conc}: {what}", fontsize=10)
     axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    fig.suptitle(f"Where a request's time goes: {doc['model']} on {doc['cpu']} ({doc['date'][:10]})")
+    fig.suptitle(f"Where a request's time goes: one short text per request, {doc['model']} model, {doc['cpu']} "
+                 f"({doc['date'][:10]})", fontsize=11)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 

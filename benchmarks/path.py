@@ -62,8 +62,8 @@ def model_folder(which: str, work: Path) -> tuple[Path, str]:
 
 def batch_sizes(stats_before: dict, stats_after: dict) -> dict[int, int]:
     """Executions per batch size between two statistics readings of one model."""
-    def counts(s: dict) -> dict[int, int]:
-        return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in s.get("batch_stats", [])}
+    def counts(s: dict) -> dict[int, int]:   # the JSON statistics leave out fields that are 0
+        return {int(b["batch_size"]): int(b.get("compute_infer", {}).get("count", 0)) for b in s.get("batch_stats", [])}
     a, b = counts(stats_before), counts(stats_after)
     return {k: v - a.get(k, 0) for k, v in sorted(b.items()) if v - a.get(k, 0)}
 
@@ -136,7 +136,8 @@ def side_round(repo: Path, name: str, texts: list[str], reference: np.ndarray, w
             before, cpu0 = model_stats(s.grpc, name), tree_cpu_seconds(s.proc.pid)
             o = drive(url, name, one, conc, n, procs, keep=conc == 64)
             cpu1, after = tree_cpu_seconds(s.proc.pid), model_stats(s.grpc, name)
-            served = int(after["inference_stats"]["success"]["count"]) - int(before["inference_stats"]["success"]["count"])
+            served = int(after["inference_stats"]["success"].get("count", 0)) - \
+                int(before["inference_stats"]["success"].get("count", 0))
             extra = {"server_cpu_ms_per_req": round(1e3 * (cpu1 - cpu0) / max(served, 1), 3),
                      "batch_sizes": batch_sizes(before, after)}
             if conc == 64:
