@@ -120,3 +120,13 @@ def test_bad_and_hostile_image_requests_are_400s_naming_the_item(url, uris):
     models = httpx.get(url + "/v1/models", timeout=10).json()["data"]
     clip = next(m for m in models if m["id"] == "clip")
     assert clip["kind"] == "multimodal" and clip["modalities"] == ["text", "image"]
+
+
+def test_tei_info_describes_a_text_and_image_model(url):
+    """GET /info (TEI's, what Hugging Face's clients read first) on a text-and-image model: its type and limits,
+    not a 500 (its gateway class had no tei_type; #68 item 6)."""
+    r = httpx.get(url + "/info", timeout=30)
+    assert r.status_code == 200, r.text
+    info = r.json()
+    assert info["model_id"] == "clip" and info["model_type"] == {"embedding": {"pooling": "projection"}}   # as its manifest
+    assert info["max_input_length"] == 77 and info["model_dtype"] == "fp32"

@@ -59,6 +59,10 @@ class Multimodal(FrontDoorModel):
     def facts(self) -> dict:
         return {"dim": self.served.options.dim, "modalities": ["text", "image"]}
 
+    def tei_type(self) -> dict:
+        """TEI's /info model_type: an embedding model, pooled as its text tower is (CLIP: its pooled output)."""
+        return {"embedding": {"pooling": self.served.manifest.pooling}}
+
     async def ready(self) -> dict[str, str]:
         """The text probe, then an 8 x 8 PNG through the image path: both must give finite vectors."""
         from embtrt_backend.images import PROBE_PNG
