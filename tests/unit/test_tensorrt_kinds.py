@@ -234,3 +234,23 @@ def test_calibration_takes_the_default_prompt_and_refuses_a_bucket_nothing_fits(
     assert all(tuple(int(x) for x in ids[m == 1]) in rows for ids, m in zip(f["input_ids"], f["attention_mask"]))
     with pytest.raises(SpecError, match="no calibration input fits bucket 4"):
         calibration_feeds(corpus, folder / "tokenizer.json", 64, int(hf.pad_token_id), (4, 64), names, 4096, pairs=True)
+
+
+def test_a_classifiers_plan_is_judged_by_the_classifier_gates_scores_and_logits(classifiers, tmp_path):
+    """A classifier built for tensorrt (#68 item 6): its plans are judged in the classifier gate's units, each
+    label's score after the pipeline's activation and its logit, under the classifier's tolerance; not as a
+    sparse encoder's weights (the rule every kind but the embedder and the reranker used to fall into)."""
+    repo = _build(classifiers["bert-cls3"], tmp_path / "clf", name="clf_trt", target="tensorrt")
+    assert read_manifest(repo).kind == "classifier"
+    p = run_on_gpu_host(f"""
+        from plan_runner import OrtPlanRunner
+        from embtrt.errors import EmbtrtError
+        from embtrt.export.onnx2trt import build_engines
+        OrtPlanRunner.noise = 2e-4   # over the classifier's fp32 bound (1e-4) in logits and in softmax scores
+        try:
+            build_engines({str(repo)!r}, runner_cls=OrtPlanRunner, log=print)
+        except EmbtrtError as e:
+            print("error:", e.message)
+        """, tmp_path)
+    assert "max |score or logit difference|" in p.stdout and "(limit 1e-04)" in p.stdout, p.stdout + p.stderr
+    assert "the TensorRT plan fails the quality gate and was removed" in p.stdout

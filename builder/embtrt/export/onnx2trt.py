@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from embtrt_backend.kinds import EMBEDDER, RERANKER
+from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, RERANKER, SPARSE
 
 from ..common.files import link_or_copy as _link
 from ..common.files import sha256_file
@@ -322,20 +322,39 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
     return st, ok
 
 
-def kind_plan_difference(m, got: np.ndarray, want: np.ndarray) -> tuple[float, float, str]:
-    """A reranker's or sparse encoder's plan outputs against its gated graph's, in the units and
-    under the bounds of the kind's gate for its precision -> (difference, limit, what): reranker
-    scores after the model's activation (logits for identity), fp32 1e-4 / reduced 1e-2; sparse
-    weights, fp32 1e-4 absolute / reduced 2% of each text's largest weight."""
-    from ..kinds.reranker.reference_gate import tolerance_for
-    from ..kinds.sparse.reference_gate import limits_for, weight_error
+def _activated(z: np.ndarray, activation: str) -> np.ndarray:
+    z = z.astype(np.float64)
+    if activation == "sigmoid":
+        return 1 / (1 + np.exp(-z))
+    if activation == "softmax":
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    return z
 
+
+def kind_plan_difference(m, got: np.ndarray, want: np.ndarray) -> tuple[float, float, str]:
+    """A reranker's, classifier's or sparse encoder's plan outputs against its gated graph's, in the units and
+    under the bounds of the kind's gate for its precision -> (difference, limit, what): reranker scores after
+    the model's activation (logits for identity), fp32 1e-4 / reduced 1e-2; classifier scores after the
+    pipeline's activation and the logits, as its gate judges both, fp32 1e-4 / reduced 1e-2; sparse weights,
+    fp32 1e-4 absolute / reduced 2% of each text's largest weight."""
     if m.kind == RERANKER.name:
-        if m.activation == "sigmoid":
-            got, want = 1 / (1 + np.exp(-got.astype(np.float64))), 1 / (1 + np.exp(-want.astype(np.float64)))
-        return float(np.abs(got - want).max()), tolerance_for(m.precision), "score"
-    unit = "" if m.precision == "fp32" else " (of the text's largest)"
-    return weight_error(got, want, m.precision), limits_for(m.precision).weight, "weight" + unit
+        from ..kinds.reranker.reference_gate import tolerance_for
+
+        d = np.abs(_activated(got, m.activation) - _activated(want, m.activation)).max()
+        return float(d), tolerance_for(m.precision), "score"
+    if m.kind == CLASSIFIER.name:
+        from ..kinds.classifier.reference_gate import tolerance_for as classifier_tolerance
+
+        d = max(np.abs(_activated(got, m.activation) - _activated(want, m.activation)).max(),
+                np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
+        return float(d), classifier_tolerance(m.precision), "score or logit"
+    if m.kind == SPARSE.name:
+        from ..kinds.sparse.reference_gate import limits_for, weight_error
+
+        unit = "" if m.precision == "fp32" else " (of the text's largest)"
+        return weight_error(got, want, m.precision), limits_for(m.precision).weight, "weight" + unit
+    raise SpecError(f"no TensorRT plan check for a {m.kind} model", "its kind is not built for the tensorrt target")
 
 
 def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = False, texts: list[str] | None = None,
