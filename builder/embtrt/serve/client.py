@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 
 import numpy as np
-from embtrt_backend.kinds import DEFAULT, EMBEDDER, kind_of
+from embtrt_backend.kinds import BY_NAME, DEFAULT, EMBEDDER, kind_of
 
 from ..errors import BadRequestError, ClientError
 from . import wire
@@ -129,6 +129,12 @@ class ModelIdentity:
         return {k: v for k, v in self.parameters.items() if k.startswith("embtrt.")}
 
 
+def _hint(kind: str) -> str:
+    """How a model of this kind is called (its own client), for a client of another kind that named it."""
+    found = BY_NAME.get(kind)
+    return found.client_hint if found is not None else f"a {kind} model needs a newer embtrt's client"
+
+
 class EmbeddingClient(GrpcClient):
     def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", **options) -> None:
         super().__init__(url, model, **options)
@@ -139,7 +145,7 @@ class EmbeddingClient(GrpcClient):
             cfg, params = self._config()
             if params.get("embtrt.kind", EMBEDDER.name) != EMBEDDER.name:
                 raise ClientError(f"model {self.model!r} at {self.url} is a {params['embtrt.kind']}, not {EMBEDDER.label}",
-                                  EMBEDDER.client_hint)
+                                  _hint(params["embtrt.kind"]))
             dims = cfg["output"][0].get("dims", ["0"])
             dim = int(params["embtrt.dim"]) if params.get("embtrt.dim") else int(dims[-1])
             self._meta = ModelIdentity(self.model, dim, int(cfg.get("max_batch_size", 0)), params)
@@ -183,9 +189,9 @@ class KindClient(GrpcClient):
         if self._params is None:
             cfg, params = self._config()
             if params.get("embtrt.kind") != self.KIND:
-                kind = kind_of(self.KIND)
-                raise ClientError(f"model {self.model!r} is not {kind.label} (kind {params.get('embtrt.kind', DEFAULT.name)})",
-                                  kind.client_hint)
+                found = params.get("embtrt.kind", DEFAULT.name)
+                raise ClientError(f"model {self.model!r} is not {kind_of(self.KIND).label} (kind {found})",
+                                  _hint(found))
             params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
             self._params = params
         return self._params

@@ -19,7 +19,7 @@ class Kind:
     operations: tuple[str, ...]   # what its models do behind the gateway (scale/gateway/operations.py)
     metric_route: str         # the `route` label of embtrt_gateway_requests for those requests
     served_routes: str        # the gateway routes that serve it: told to a client that named it on another's
-    client_hint: str          # told to this kind's gRPC client that named a model of another kind
+    client_hint: str          # how a model of this kind is called (told to a client of another kind that named it)
     front_door: str           # the python_backend folder its front door's model.py comes from
     inputs: tuple[str, ...]   # the front door's text inputs: TEXT, or QUERY and DOCUMENT
     probe_output: str         # the front door output a readiness probe checks is finite

@@ -6,7 +6,7 @@ KIND = Kind(
     name="embedder", label="an embedder", reference="SentenceTransformer",
     operations=("embed", "token_vectors"), metric_route="embeddings",   # token_vectors: TEI's /embed_all
     served_routes="POST /v1/embeddings",
-    client_hint="rank with RerankClient / `embtrt rerank` (docs/rerankers.md)",
+    client_hint="embed with EmbeddingClient / `embtrt embed`",
     front_door="router", inputs=("TEXT",), probe_output="EMBEDDING", door="EmbedderDoor", torch_encoder="TorchEncoder",
     build="embtrt.kinds.embedder.export:build_embedder_in", gateway_model="embtrt.kinds.embedder.scale:Gateway",
     gateway_operations="embtrt.kinds.embedder.scale_routes:OPERATIONS",
