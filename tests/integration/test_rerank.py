@@ -44,7 +44,7 @@ def _assert_scores_apart(scores: np.ndarray, what: str) -> None:
 def test_the_build_records_the_kind_and_gates_against_cross_encoder(rerank_repos):
     m = read_manifest(rerank_repos["bert-ce"])
     assert (m.kind, m.num_labels, m.activation, m.models.front_door) == ("reranker", 1, "sigmoid", "bert_ce")
-    assert m.extra["parity"]["passed"] and m.extra["parity"]["rank_identical"] == m.extra["parity"]["queries"]
+    assert m.extra["parity"]["passed"] and m.extra["parity"]["ranking"]["within_ties"] == m.extra["parity"]["queries"]
     assert m.extra["parity"]["max_abs_diff"] <= ROUNDS
     mq = read_manifest(rerank_repos["qwen3-ce"])   # a decoder: left padding in sentence-transformers, right here
     assert (mq.kind, mq.activation, mq.extra["parity"]["passed"]) == ("reranker", "sigmoid", True)
@@ -230,7 +230,7 @@ def test_verify_gates_a_served_reranker_also_under_load_and_against_another(rera
     rep = verify_reranker(rerank_server.grpc_url, "bert_ce", cross_encoders["bert-ce"], texts, under_load=True,
                           concurrency=8, log=lambda _m: None)
     assert rep.passed, rep.lines
-    assert rep.figures["gate"]["rank_identical"] == rep.figures["gate"]["queries"] == 8
+    assert rep.figures["gate"]["ranking"]["within_ties"] == rep.figures["gate"]["queries"] == 8
     assert rep.figures["under_load"]["failed"] == 0 and rep.figures["under_load"]["max_abs_diff"] <= ROUNDS
     wrong = verify_reranker(rerank_server.grpc_url, "qwen3_ce", cross_encoders["bert-ce"], texts, log=lambda _m: None)
     assert not wrong.passed and any("bucket" in f for f in wrong.failures)   # another model's scores fail the gate

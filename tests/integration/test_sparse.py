@@ -36,7 +36,7 @@ def test_the_build_records_the_kind_and_passes_the_gate(splade):
     m = read_manifest(splade[1])
     assert (m.kind, m.dim, m.activation, m.pooling) == ("sparse", 30522, "relu", "splade-max")
     assert m.prompts == {"query": "query: ", "document": ""}
-    assert m.extra["parity"]["passed"] and m.extra["parity"]["retrieval_identical"] == 16
+    assert m.extra["parity"]["passed"] and m.extra["parity"]["retrieval"]["within_ties"] == 16
 
 
 @pytest.mark.parametrize("input_type", ["query", "document"])
@@ -166,7 +166,7 @@ def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, spl
     rep = verify_sparse(splade_server.grpc_url, "splade", splade[0], texts, under_load=True, concurrency=4,
                         log=lambda _m: None)
     assert rep.passed, rep.lines
-    assert rep.figures["gate"]["retrieval_identical"] == 16 and rep.figures["under_load"]["failed"] == 0
+    assert rep.figures["gate"]["retrieval"]["within_ties"] == 16 and rep.figures["under_load"]["failed"] == 0
     same = verify_sparse(splade_server.grpc_url, "splade", None, texts, against=(splade_server.grpc_url, "splade"),
                          log=lambda _m: None)
     assert same.passed and same.figures["against"]["max_abs_diff"] == 0.0
@@ -257,7 +257,7 @@ def test_openvino_bf16_ships_only_behind_the_reduced_precision_gate(splade, tmp_
         assert not out.exists() and not list(tmp_path.glob(".bf16*"))
         return
     par = read_manifest(out).extra["parity"]
-    assert par["passed"] and par["precision"] == "bf16" and par["top10_overlap"] >= 0.98 and par["dot_error"] <= 1e-2
+    assert par["passed"] and par["precision"] == "bf16" and par["retrieval"]["overlap"] >= 0.98 and par["dot_error"] <= 1e-2
     assert all(b["weight_error"] <= 0.02 and b["active_mismatch"] == 0 for b in par["buckets"].values())
 
 

@@ -102,7 +102,7 @@ def test_fp16_kinds_are_judged_by_the_reduced_precision_gates_on_their_fp16_grap
     assert (par["precision"], par["tolerance"]) == ("fp16", 1e-2) and 0 < par["max_abs_diff"] <= 1e-2
     sp = read_manifest(trt_kinds["sp16"])
     spar = sp.extra["parity"]
-    assert spar["precision"] == "fp16" and spar["passed"] and spar["top10_overlap"] >= 0.98
+    assert spar["precision"] == "fp16" and spar["passed"] and spar["retrieval"]["overlap"] >= 0.98
     assert 0 < max(b["weight_error"] for b in spar["buckets"].values()) <= 0.02 and 0 < spar["dot_error"] <= 1e-2
     for repo, meta in ((trt_kinds["ce16"], m), (trt_kinds["sp16"], sp)):
         graph = onnx.load(str(repo / meta.models.encoders[0] / "model.onnx"))

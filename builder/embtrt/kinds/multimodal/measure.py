@@ -15,7 +15,7 @@ from ...measure.driver import Load
 from ...measure.kind_measure import KindMeasure, KindReport, text_trial
 from ...reference.verdict import Verdict
 from .reference import gate_images
-from .reference_gate import cosines, judge
+from .reference_gate import cosines, cross_tower, judge, limits_for
 
 UNDER_LOAD = 1e-4   # max |difference| of a text's vector under load, fp32 and reduced alike (the same graph)
 
@@ -50,11 +50,23 @@ class MultimodalMeasure(KindMeasure):
         return UNDER_LOAD, ""
 
     def against(self, rep: KindReport, got, other, where: tuple[str, str]) -> float:
-        worst = 1.0 - float(min(cosines(got["text"], other["text"]).min(), cosines(got["image"], other["image"]).min()))
-        limit = 1e-3
-        rep.check(worst <= limit, f"against {where[1]} at {where[0]}: texts and images, 1 - cosine min {worst:.1e} "
-                  f"(limit {limit:.0e})", f"against {where[0]}: vectors differ (1 - cosine {worst:.2e})")
-        return worst
+        """Both towers and retrieval both ways against the other deployment, by the gate's bounds at the lower
+        of the two precisions."""
+        from .serve import ImageEmbeddingClient
+
+        precision = self.precision
+        if precision == "fp32":
+            with ImageEmbeddingClient(*where) as c:
+                precision = c.parameters().get("precision", "fp32")
+        lim = limits_for(precision)
+        text = 1.0 - float(cosines(got["text"], other["text"]).min(initial=1.0))
+        image = 1.0 - float(cosines(got["image"], other["image"]).min(initial=1.0))
+        rep.check(text <= 1.0 - lim.text and image <= 1.0 - lim.image,
+                  f"against {where[1]} at {where[0]} ({precision}): 1 - cosine min, texts {text:.1e} (limit "
+                  f"{1.0 - lim.text:.0e}), images {image:.1e} (limit {1.0 - lim.image:.0e})",
+                  f"against {where[0]}: vectors differ (1 - cosine: texts {text:.2e}, images {image:.2e})")
+        cross_tower(rep, got["text"], got["image"], other["text"], other["image"], precision, f" against {where[1]}")
+        return max(text, image)
 
     def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
         from .reference import data_uri, encode_images, encode_texts, load_reference

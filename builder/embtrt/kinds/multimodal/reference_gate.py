@@ -3,13 +3,13 @@
 
 - text tower, per length bucket: cosine min >= 0.99999 (fp32); reduced precision: the seed's text bound, 0.999;
 - image tower: cosine min >= 0.99999 (fp32); reduced: the seed's multimodal bound, 0.995;
-- retrieval across the towers, each text against every image and each image against every text: the top
-  10 identical for every row (fp32), up to ties: the served top 10 must be a top-10 ranking of the reference's
-  cosines in which two items may swap only where their reference cosines are closer than twice the row's
-  measured score error (largest |served cosine - reference cosine| of the row, plus 1e-6): a swap the
-  vectors' own measured noise explains, never one it does not (that noise is held small by the per-tower
-  cosine bound, which refuses vectors far enough off to reorder items that are not tied); reduced: mean
-  top-10 overlap >= 0.9.
+- text-image cosines (fp32): max |served - reference| <= 1e-5 (1 - the towers' fp32 cosine bound);
+- retrieval across the towers, each text against every image and each image against every text
+  (reference.ranking's rule): fp32, every row's served top 10 a top-10 ranking of the reference's cosines,
+  two items trading places only where their reference cosines are closer than SCORE_TIE (2e-5: twice the
+  cosine bound above, a constant, never the error measured);
+  reduced, mean top-10 overlap >= 0.98 and NDCG@10 regression <= 0.005, in both directions.
+`*_identical` figures count rows whose served top 10 is the reference's exactly, in order.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...reference.ranking import Agreement, agreement
 from ...reference.verdict import Verdict, bucket_rows
 
 TOP_K = 10
@@ -27,12 +28,12 @@ TOP_K = 10
 class Limits:
     text: float
     image: float
-    overlap: float
 
 
-FP32 = Limits(0.99999, 0.99999, 1.0)
-REDUCED = Limits(0.999, 0.995, 0.9)
-TIE_FLOOR = 1e-6   # beside twice a row's measured score error: float noise of the cosines themselves
+FP32 = Limits(0.99999, 0.99999)
+REDUCED = Limits(0.999, 0.995)
+SCORE_BOUND = 1e-5                 # 1 - FP32.text; fp32: max |served - reference| of every text-image cosine
+SCORE_TIE = 2 * SCORE_BOUND      # fp32: two cosines each within the bound cross only inside twice it
 
 
 def limits_for(precision: str) -> Limits:
@@ -49,35 +50,28 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
-def top(scores: np.ndarray, k: int) -> list[list[int]]:
-    """Each row's k best columns, best first (ties by index)."""
-    return [list(np.lexsort((np.arange(len(r)), -r))[:k]) for r in scores]
-
-
-def ranks_within(order: list[int], want: np.ndarray, k: int, tie: float) -> bool:
-    """Is `order` (a served top k, best first) a top-k ranking of the reference's scores `want`, up to ties closer
-    than `tie`: every item at least every later one and every item left out, each less `tie`?"""
-    want = np.asarray(want, np.float64)
-    vals = want[list(order)]
-    if len(vals) != min(k, len(want)):
-        return False
-    rest = np.delete(want, list(order))
-    if rest.size and vals.min() < rest.max() - tie:   # a better item left out
-        return False
-    later = np.maximum.accumulate(vals[::-1])[::-1][1:]   # the best of each item's followers
-    return bool(np.all(vals[:-1] >= later - tie))
-
-
-def retrieval(got_q, got_d, want_q, want_d, k: int = TOP_K) -> tuple[int, float]:
-    """(rows whose top k ranks as the reference's up to ties the row's measured score error explains, mean top-k
-    overlap) of the served against the reference's cosine ranking."""
+def retrieval(got_q, got_d, want_q, want_d, k: int = TOP_K) -> Agreement:
+    """Each query row's served top k (cosines of got_q against got_d) against the reference's cosines, by
+    reference.ranking's rule with the constant fp32 tie SCORE_TIE."""
     scores = _unit(want_q) @ _unit(want_d).T
     served = _unit(got_q) @ _unit(got_d).T
-    ties = 2 * np.abs(served - scores).max(axis=1, initial=0.0) + TIE_FLOOR
-    g, w = top(served, k), top(scores, k)
-    same = sum(ranks_within(a, s, k, t) for a, s, t in zip(g, scores, ties))
-    overlap = float(np.mean([len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(g, w)])) if g else 1.0
-    return same, overlap
+    return agreement(list(served), list(scores), k, SCORE_TIE)
+
+
+def cross_tower(v: Verdict, got_text, got_image, want_text, want_image, precision: str, against: str = "") -> None:
+    """The checks across the towers into `v`: the text-image cosines' error (fp32) and retrieval both ways."""
+    k = min(TOP_K, len(want_image), len(want_text))
+    err = float(np.abs(_unit(got_text) @ _unit(got_image).T - _unit(want_text) @ _unit(want_image).T).max(initial=0.0))
+    v.figures["score_error"] = err
+    if precision == "fp32":
+        v.check(err <= SCORE_BOUND, f"text-image cosines{against}: max |difference| {err:.1e} (limit {SCORE_BOUND:.0e})",
+                f"text-image cosines{against} differ by {err:.2e} > {SCORE_BOUND:.0e}")
+    for name, key, agree in (("text -> image", "text_to_image", retrieval(got_text, got_image, want_text, want_image, k)),
+                             ("image -> text", "image_to_text", retrieval(got_image, got_text, want_image, want_text, k))):
+        v.figures.update({f"{key}_identical": agree.identical, f"{key}_within_ties": agree.within_ties,
+                          f"{key}_overlap": agree.overlap, f"{key}_ndcg_regression": agree.ndcg_regression})
+        v.check(agree.passes(precision), f"{name} retrieval{against}: " + agree.describe(precision, k),
+                *(f"{name} retrieval{against}: {f}" for f in agree.failure(precision, k)))
 
 
 def judge(want_text: np.ndarray, got_text: np.ndarray, tokens: np.ndarray, buckets, want_image: np.ndarray,
@@ -101,19 +95,7 @@ def judge(want_text: np.ndarray, got_text: np.ndarray, tokens: np.ndarray, bucke
                                             np.abs(got_image - want_image).max(initial=0.0))))
     v.check(float(ic.min()) >= lim.image, f"images: {len(ic)} images, cosine min {float(ic.min()):.6f} (limit {lim.image})",
             f"images: cosine min {float(ic.min()):.6f} < {lim.image}")
-    k = min(TOP_K, len(want_image), len(want_text))
-    t2i = retrieval(got_text, got_image, want_text, want_image, k)
-    i2t = retrieval(got_image, got_text, want_image, want_text, k)
-    v.figures.update(text_to_image_identical=t2i[0], image_to_text_identical=i2t[0],
-                     text_to_image_overlap=t2i[1], image_to_text_overlap=i2t[1])
-    for name, (same, overlap), rows in (("text -> image", t2i, len(want_text)), ("image -> text", i2t, len(want_image))):
-        if lim.overlap >= 1.0:
-            v.check(same == rows, f"{name} retrieval: top {k} identical (up to ties within the measured score error) "
-                    f"for {same} of {rows} rows",
-                    f"{name} retrieval: top {k} differs for {rows - same} of {rows} rows")
-        else:
-            v.check(overlap >= lim.overlap, f"{name} retrieval: mean top-{k} overlap {overlap:.3f} (limit {lim.overlap})",
-                    f"{name} retrieval: top-{k} overlap {overlap:.3f} < {lim.overlap}")
+    cross_tower(v, got_text, got_image, want_text, want_image, precision)
     if log is not None:
         for line in v.lines:
             log(line)

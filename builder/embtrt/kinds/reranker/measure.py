@@ -23,7 +23,7 @@ from embtrt_backend.kinds import RERANKER
 
 from ..multivector.reference import is_multivector
 from .reference import corpus_pairs
-from .reference_gate import REDUCED_OVERLAP, TOP_K, judge, tolerance_for
+from .reference_gate import TOP_K, judge, tolerance_for
 from ...reference.verdict import Verdict
 from ...measure.driver import Load
 from ...measure.kind_measure import KindMeasure, KindReport, inprocess_row, load_row, warm_then_load
@@ -85,17 +85,13 @@ class RerankMeasure(KindMeasure):
                   f"token counts {'equal' if np.array_equal(tokens, tok2) else 'differ'}",
                   f"against {where[0]}: scores differ by {worst:.2e} or token counts differ")
         if got.shape[1] == 1:
-            from ...reference.ranking import Agreement, top_k
+            from ...reference.ranking import agreement
 
-            docs = self.docs
-            bounds = np.cumsum([0] + [len(ds) for ds in docs])
-            agree = Agreement.of([top_k(got[a:b, 0], TOP_K) for a, b in zip(bounds, bounds[1:])],
-                                 [top_k(other[a:b, 0], TOP_K) for a, b in zip(bounds, bounds[1:])])
-            same, overlap = agree.identical, agree.overlap
-            rep.check(agree.passes(None if precision == "fp32" else REDUCED_OVERLAP),
-                      f"ranking: top {TOP_K} identical for {same} of {len(docs)} queries, overlap {overlap:.3f}"
-                      + ("" if precision == "fp32" else f" (limit {REDUCED_OVERLAP}, {precision})"),
-                      f"ranking against {where[0]}: {len(docs) - same} queries differ")
+            bounds = np.cumsum([0] + [len(ds) for ds in self.docs])
+            rows = list(zip(bounds, bounds[1:]))
+            agree = agreement([got[a:b, 0] for a, b in rows], [other[a:b, 0] for a, b in rows], TOP_K, 2 * limit)
+            rep.check(agree.passes(precision), f"ranking against {where[1]}: " + agree.describe(precision, TOP_K),
+                      *(f"ranking against {where[0]}: {f}" for f in agree.failure(precision, TOP_K)))
         return worst
 
     def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
