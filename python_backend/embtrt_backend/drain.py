@@ -47,6 +47,7 @@ class Drain:
         self._busy = 0
         self._marked: str | None = None
         self._lock = threading.Lock()
+        self.seen = threading.Event()   # the watcher has seen the marker (and listed a running call, if any)
         if track and self.path is not None:
             threading.Thread(target=self._watch, name="embtrt-drain", daemon=True).start()
 
@@ -106,4 +107,5 @@ class Drain:
             with self._lock:
                 if self._busy > 0 and self._marked is None:
                     self._mark()
+            self.seen.set()
             return  # draining is for good: a later call is refused, or lists itself (enter)

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from waiting import until
 
 pytestmark = pytest.mark.deploy
 
@@ -88,6 +89,12 @@ def wait_for(url: str, limit_s: float, what: str, logs: str, ctx: ssl.SSLContext
 def pod_ip(pod: str) -> str:
     infra = podman("pod", "inspect", pod, "--format", "{{.InfraContainerID}}")
     return podman("inspect", infra, "--format", "{{(index .NetworkSettings.Networks \"%s\").IPAddress}}" % NET)
+
+
+def triton_metric(ip: str, name: str) -> float:
+    """The sum of one of the pool's tritonserver metrics over its models (its metrics port, from the host)."""
+    _code, raw = http(f"http://{ip}:8002/metrics")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in raw.decode().splitlines() if line.startswith(name + "{"))
 
 
 def exec_in(container: str, *cmd: str) -> subprocess.CompletedProcess:
@@ -288,8 +295,11 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
         long_body = json.dumps({"model": NAME, "input": [TEXTS[3]] * 64}).encode()
         auth = {"content-type": "application/json", "authorization": f"Bearer {key}"}
         with ThreadPoolExecutor(8) as pool_x:
+            served0 = triton_metric(ip, "nv_inference_request_success")
             busy = [pool_x.submit(http, f"{base}/v1/embeddings", "POST", auth, long_body, ctx) for _ in range(16)]
-            time.sleep(0.5)
+            until(lambda: triton_metric(ip, "nv_inference_request_success") > served0 or all(f.done() for f in busy), 120,
+                  "the pool serving the requests")
+            assert not all(f.done() for f in busy), "every request came back before the check: not under load"
             t2 = time.monotonic()
             under_load = exec_in(triton_c, *live)
             FIGURES[f"{tag}: liveness check under load s"] = round(time.monotonic() - t2, 2)
@@ -302,8 +312,8 @@ def test_rendered_pool_and_gateway_serve_sentence_transformers_vectors_under_pod
                 "  if a[0].endswith(b'triton_python_backend_stub') and hit: print(p, hit[0])")
         pid, instance = exec_in(triton_c, "python3", "-c", find).stdout.decode().split()[:2]
         assert exec_in(triton_c, "sh", "-c", f"kill -9 {pid}").returncode == 0
-        time.sleep(1)
-        dead = exec_in(triton_c, *live)
+        dead = until(lambda: (lambda r: r if r.returncode != 0 else None)(exec_in(triton_c, *live)), 60,
+                     "the liveness command failing after the stub's death")
         assert dead.returncode == 1 and instance.encode() in dead.stderr, (dead.returncode, dead.stderr)
     finally:
         for f in reversed(played):

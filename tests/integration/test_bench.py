@@ -13,6 +13,7 @@ import pytest
 from embtrt.kinds.embedder.measure_bench import Target, length_buckets, run_bench, save
 from embtrt.errors import SpecError
 from embtrt.serve.server import free_port
+from waiting import until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,13 +101,10 @@ def test_other_servers_are_paused_while_one_target_is_measured():
     try:
         state = lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]  # noqa: E731
         with _Paused([proc.pid]):
-            time.sleep(0.1)
-            assert state() == "T"
-        time.sleep(0.1)
-        assert state() == "S"
+            until(lambda: state() == "T", 30, "the process stopped")
+        until(lambda: state() == "S", 30, "the process continued")
         with _Paused([-proc.pid]):  # the process group
-            time.sleep(0.1)
-            assert state() == "T"
+            until(lambda: state() == "T", 30, "the process group stopped")
     finally:
         proc.kill()
         proc.wait()

@@ -69,7 +69,7 @@ def test_grpc_scores_equal_the_transformers_pipeline(classifier_server, classifi
             # pairs: the pipeline's {"text", "text_pair"} inputs
             pairs = [t.split(".")[0][:60] for t in reversed(texts)]
             got_p, _ = c.scores(texts, pairs)
-            want_p = _by_label(pipe([{"text": a, "text_pair": b} for a, b in zip(texts, pairs)], truncation=True,
+            want_p = _by_label(pipe([{"text": a, "text_pair": b} for a, b in zip(texts, pairs, strict=True)], truncation=True,
                                     max_length=64), labels)
             assert np.abs(got_p - want_p).max() <= TOL
             raw, _ = c.scores(texts, activation="raw")

@@ -210,7 +210,7 @@ def test_embed_all_gives_sentence_transformers_token_embeddings(tiny_url, tiny_m
     assert r.status_code == 200, r.text
     got = r.json()
     assert [len(g) for g in got] == [len(w) for w in want] and len(got[-1]) == st.max_seq_length
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         g = np.array(g, np.float32)
         assert np.abs(g - w.numpy()).max() <= 1e-4 and cosine_rows(g, w.numpy()).min() >= COS
     assert int(r.headers["x-compute-tokens"]) == sum(len(w) for w in want)

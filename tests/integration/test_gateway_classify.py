@@ -4,6 +4,7 @@ base URL), each equal to transformers' text-classification pipeline (within 1e-4
 default classifier; bad bodies get each route's error shape and serving goes on. Two classifiers (a
 softmax and a multi-label one) on the session's classifier server, --default-model names one."""
 
+from itertools import pairwise
 import httpx
 import numpy as np
 import pytest
@@ -41,7 +42,7 @@ def _ref(pipe, items) -> list[list[dict]]:
 def _same(got: list[dict], want: list[dict]) -> None:
     """Two lists of {label, score}: the same labels in the same order (highest first), scores within TOL."""
     assert [g["label"] for g in got] == [w["label"] for w in want], (got, want)
-    assert max(abs(g["score"] - w["score"]) for g, w in zip(got, want)) <= TOL
+    assert max(abs(g["score"] - w["score"]) for g, w in zip(got, want, strict=True)) <= TOL
 
 
 def test_tei_predict_shapes_equal_the_pipeline(url, pipes, texts):
@@ -53,24 +54,24 @@ def test_tei_predict_shapes_equal_the_pipeline(url, pipes, texts):
     pair = httpx.post(url + "/predict", json={"inputs": [texts[1], texts[2]]}, timeout=30).json()
     _same(pair, _ref(pipe, [{"text": texts[1], "text_pair": texts[2]}])[0])
     batch = httpx.post(url + "/predict", json={"inputs": [[t] for t in texts]}, timeout=30).json()
-    for got, want in zip(batch, _ref(pipe, texts)):
+    for got, want in zip(batch, _ref(pipe, texts), strict=True):
         _same(got, want)
-    pairs = httpx.post(url + "/predict", json={"inputs": [[a, b] for a, b in zip(texts, texts[1:])]}, timeout=30).json()
-    for got, want in zip(pairs, _ref(pipe, [{"text": a, "text_pair": b} for a, b in zip(texts, texts[1:])])):
+    pairs = httpx.post(url + "/predict", json={"inputs": [[a, b] for a, b in pairwise(texts)]}, timeout=30).json()
+    for got, want in zip(pairs, _ref(pipe, [{"text": a, "text_pair": b} for a, b in pairwise(texts)]), strict=True):
         _same(got, want)
     # texts and pairs in one batch, as TEI takes them: two calls upstream, back in order
     mixed = [[texts[0]], [texts[1], texts[2]], [texts[3]], [texts[4], texts[5]]]
     got = httpx.post(url + "/predict", json={"inputs": mixed}, timeout=30).json()
     want = _ref(pipe, [texts[0], {"text": texts[1], "text_pair": texts[2]}, texts[3], {"text": texts[4], "text_pair": texts[5]}])
     assert len(got) == 4
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         _same(g, w)
     raw = httpx.post(url + "/predict", json={"inputs": texts[0], "raw_scores": True}, timeout=30).json()
     want = _ref(pipe, [texts[0]])[0]
     assert [r["label"] for r in raw] == [w["label"] for w in want] and not np.isclose(sum(r["score"] for r in raw), 1)
     # the multi-label model by name: sigmoid per label (transformers' rule)
     ml = httpx.post(url + "/predict", json={"model": "xlmr_ml4", "inputs": [[t] for t in texts]}, timeout=30).json()
-    for got, want in zip(ml, _ref(pipes["xlmr-ml4"], texts)):
+    for got, want in zip(ml, _ref(pipes["xlmr-ml4"], texts), strict=True):
         _same(got, want)
 
 
@@ -83,19 +84,19 @@ def test_vllm_classify_and_inference_client_on_root(url, pipes, texts):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["object"] == "list" and body["id"].startswith("classify-") and body["usage"]["prompt_tokens"] > len(texts)
-    for d, want in zip(body["data"], _ref(pipe, texts)):
+    for d, want in zip(body["data"], _ref(pipe, texts), strict=True):
         probs = {w["label"]: w["score"] for w in want}
         assert d["num_classes"] == 3 and d["label"] == want[0]["label"]
-        assert max(abs(p - probs[lab]) for p, lab in zip(d["probs"], labels)) <= TOL
+        assert max(abs(p - probs[lab]) for p, lab in zip(d["probs"], labels, strict=True)) <= TOL
     # InferenceClient posts {"inputs", "parameters"} to its base URL: every label, highest first
     got = InferenceClient(base_url=url).text_classification(texts[3])
     want = _ref(pipe, [texts[3]])[0]
     assert [g.label for g in got] == [w["label"] for w in want]
-    assert max(abs(g.score - w["score"]) for g, w in zip(got, want)) <= TOL
+    assert max(abs(g.score - w["score"]) for g, w in zip(got, want, strict=True)) <= TOL
     top = InferenceClient(base_url=url).text_classification(texts[3], top_k=1, function_to_apply="sigmoid")
     assert len(top) == 1 and top[0].label == want[0]["label"] and top[0].score != pytest.approx(want[0]["score"])
     info = httpx.get(url + "/info").json()
-    assert info["model_id"] == "bert_cls3" and info["model_type"]["classifier"]["id2label"] == dict(zip("012", labels))
+    assert info["model_id"] == "bert_cls3" and info["model_type"]["classifier"]["id2label"] == dict(zip("012", labels, strict=True))
 
 
 def test_bad_classify_bodies_get_each_routes_shape_and_serving_goes_on(url, texts):

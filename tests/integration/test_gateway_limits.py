@@ -14,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from test_gateway import NAME, _envelope, _post, gateway
+from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -118,14 +119,6 @@ def _big(u: str, n: int, corpus, out: dict, key: str, errors: list) -> threading
     return t
 
 
-def _until(cond, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.05)
-
-
 def test_a_large_request_does_not_hold_up_small_ones(minilm_repo, minilm_server, corpus, tmp_path):
     """A large legal request goes up in parts behind small requests: five small requests sent one after
     another while it is in flight are all answered before it is."""
@@ -134,7 +127,7 @@ def test_a_large_request_does_not_hold_up_small_ones(minilm_repo, minilm_server,
         done: dict[str, float] = {}
         errors: list[BaseException] = []
         t = _big(u, 192, corpus, done, "big", errors)   # 6 front-door calls of 32 texts of 256 tokens
-        _until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the big request admitted")
+        until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the big request admitted")
         small = []
         for i in range(5):
             r = httpx.post(u + "/v1/embeddings", json={"model": NAME, "input": f"a short query {i}"}, timeout=120)
@@ -151,7 +144,7 @@ def test_over_the_concurrency_cap_is_429_with_retry_after(minilm_repo, minilm_se
         done: dict[str, float] = {}
         errors: list[BaseException] = []
         threads = [_big(u, 48, corpus, done, f"big{i}", errors) for i in range(2)]
-        _until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 2 or errors, 60, "both large requests in")
+        until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 2 or errors, 60, "both large requests in")
         r = httpx.post(u + "/v1/embeddings", json={"model": NAME, "input": "one too many"}, timeout=60)
         in_flight = _metric(u, "embtrt_gateway_requests_in_flight")
         for t in threads:

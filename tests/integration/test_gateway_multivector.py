@@ -90,14 +90,14 @@ def test_token_vectors_on_embed_all_and_pooling(url, mve, docs):
     want_q = mve.encode_query(docs[:3], convert_to_numpy=True)
     tei = httpx.post(url + "/embed_all", json={"inputs": docs}, timeout=60)
     assert tei.status_code == 200 and int(tei.headers["x-compute-tokens"]) > len(docs)
-    for got, want in zip(tei.json(), want_d):
+    for got, want in zip(tei.json(), want_d, strict=True):
         assert np.asarray(got).shape == want.shape and np.abs(np.asarray(got) - want).max() <= TOL
     pool = _post(url, "/pooling", {"model": "colbert", "input": docs[:3], "task": "token_embed", "embedding_mode": "query"})
     assert pool["object"] == "list" and [d["object"] for d in pool["data"]] == ["pooling"] * 3
-    for d, want in zip(pool["data"], want_q):
+    for d, want in zip(pool["data"], want_q, strict=True):
         assert np.abs(np.asarray(d["data"]) - want).max() <= TOL
     b64 = _post(url, "/pooling", {"input": docs[:2], "encoding_format": "base64", "embed_dtype": "float16"})
-    for d, want in zip(b64["data"], want_d[:2]):
+    for d, want in zip(b64["data"], want_d[:2], strict=True):
         got = np.frombuffer(base64.b64decode(d["data"]), dtype="<f2").reshape(-1, 128)
         assert got.shape == want.shape and np.abs(got.astype(np.float32) - want).max() <= 1e-3
 
@@ -106,7 +106,7 @@ def test_v1_encode_gives_bge_m3s_three_outputs_from_one_call(url, m3, docs):
     want = m3.encode(docs, max_length=64, return_dense=True, return_sparse=True, return_colbert_vecs=True)
     got = _post(url, "/v1/encode", {"model": "m3", "input": docs, "return_sparse": True, "return_colbert_vecs": True})
     assert got["usage"]["prompt_tokens"] > len(docs)
-    for row, dense, lex, col in zip(got["data"], want["dense_vecs"], want["lexical_weights"], want["colbert_vecs"]):
+    for row, dense, lex, col in zip(got["data"], want["dense_vecs"], want["lexical_weights"], want["colbert_vecs"], strict=True):
         assert np.abs(np.asarray(row["dense_vecs"]) - dense).max() <= TOL
         assert set(row["lexical_weights"]) == set(lex)
         assert max((abs(row["lexical_weights"][k] - float(lex[k])) for k in lex), default=0.0) <= TOL
@@ -151,9 +151,9 @@ def test_bge_m3_dense_and_lexical_weights_on_the_embed_and_sparse_routes(url, m3
     cut = want["dense_vecs"][0][:16] / np.linalg.norm(want["dense_vecs"][0][:16])
     assert np.abs(np.array(half) - cut).max() <= TOL   # a width: the first d components, normalised again
     sparse = _post(url, "/v1/sparse", {"model": "m3", "input": docs, "return_tokens": True})
-    for row, lex in zip(sparse["data"], want["lexical_weights"]):
+    for row, lex in zip(sparse["data"], want["lexical_weights"], strict=True):
         assert [str(i) for i in row["indices"]] == sorted(lex, key=int)   # the same token ids
-        assert max(abs(v - float(lex[str(i)])) for i, v in zip(row["indices"], row["values"])) <= TOL
+        assert max(abs(v - float(lex[str(i)])) for i, v in zip(row["indices"], row["values"], strict=True)) <= TOL
         assert len(row["tokens"]) == len(row["indices"]) and all(isinstance(t, str) for t in row["tokens"])
     top = _post(url, "/embed_sparse", {"inputs": docs[0]})[0]
     assert {str(d["index"]) for d in top} == set(want["lexical_weights"][0])

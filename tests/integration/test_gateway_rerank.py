@@ -68,7 +68,7 @@ def _apart(ce, query: str, texts: list[str], n: int) -> list[str]:
     scores = ce.predict([(query, t) for t in texts])
     docs: list[str] = []
     kept: list[float] = []
-    for t, s in zip(texts, scores):
+    for t, s in zip(texts, scores, strict=True):
         if t != query and all(abs(float(s) - k) >= GAP for k in kept):
             docs.append(t)
             kept.append(float(s))
@@ -104,7 +104,7 @@ def _tokens(ce, query: str, docs: list[str]) -> int:
 
 def _assert_ranked(got: list[tuple[int, float]], ref: list[tuple[int, float]]) -> None:
     assert [i for i, _ in got] == [i for i, _ in ref], (got[:5], ref[:5])
-    diff = max(abs(a - b) for (_, a), (_, b) in zip(got, ref))
+    diff = max(abs(a - b) for (_, a), (_, b) in zip(got, ref, strict=True))
     assert diff <= TOL, f"max |score - CrossEncoder| {diff:.2e} > {TOL}"
 
 
@@ -159,7 +159,7 @@ def test_tei_route_equals_rank_raw_scores_and_left_truncation(both, folder, mani
     left.tokenizer.truncation_side = "left"
     ref_left = _rank(left, query, docs, raw=True)
     assert any(len(ce.tokenizer(query, d)["input_ids"]) > ce.max_seq_length for d in docs), "no pair is cut"
-    assert max(abs(a - b) for (_, a), (_, b) in zip(sorted(ref_left), sorted(_rank(ce, query, docs, raw=True)))) > 10 * TOL
+    assert max(abs(a - b) for (_, a), (_, b) in zip(sorted(ref_left), sorted(_rank(ce, query, docs, raw=True)), strict=True)) > 10 * TOL
     got = _post(both, "/rerank", {"query": query, "texts": docs, "raw_scores": True, "truncation_direction": "left"})
     _assert_ranked([(x["index"], x["score"]) for x in got.json()], ref_left)
 

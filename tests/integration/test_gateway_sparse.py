@@ -99,7 +99,7 @@ def _v1_rows(doc) -> list[tuple[list[int], list[float]]]:
 
 def _assert_equal(rows, want: np.ndarray) -> None:
     got = _dense(rows, want.shape[1])
-    for (ix, _), w in zip(rows, want):
+    for (ix, _), w in zip(rows, want, strict=True):
         assert ix == np.flatnonzero(w > 0).tolist(), "active dimensions differ from SparseEncoder's"
     diff = float(np.abs(got - want).max())
     assert diff <= TOL, f"max |weight - SparseEncoder| {diff:.2e} > {TOL}"
@@ -155,11 +155,11 @@ def test_return_tokens_names_each_active_dimension_as_sparse_encoder_decode(both
                                     "max_active_dims": 8, "return_tokens": True})
     assert r.status_code == 200, r.text
     emb = se.encode_query(texts[:4], convert_to_tensor=True, max_active_dims=8)
-    for d, want in zip(r.json()["data"], se.decode(emb, top_k=None)):
+    for d, want in zip(r.json()["data"], se.decode(emb, top_k=None), strict=True):
         assert len(d["tokens"]) == len(d["indices"]) == 8
-        assert dict(zip(d["tokens"], d["values"])).keys() == {t for t, _ in want}
+        assert dict(zip(d["tokens"], d["values"], strict=True)).keys() == {t for t, _ in want}
         for tok, w in want:
-            assert abs(dict(zip(d["tokens"], d["values"]))[tok] - w) <= TOL
+            assert abs(dict(zip(d["tokens"], d["values"], strict=True))[tok] - w) <= TOL
     plain = _post(both, "/v1/sparse", {"model": manifest.name, "input": texts[:1]}).json()["data"][0]
     assert "tokens" not in plain
     bad = _post(both, "/v1/sparse", {"model": manifest.name, "input": "a", "return_tokens": "yes"})

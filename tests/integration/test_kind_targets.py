@@ -36,7 +36,7 @@ def _assert_bls_repository(repo, name: str, output: str, width: int) -> None:
     p = _params(front)
     assert (front.backend, p["encoder_mode"], p["encoder_models"]) == ("python", "bls", ",".join(m.models.encoders))
     assert not (repo / name / "1" / "model.onnx").exists()     # the front door runs no graph itself
-    for b, enc in zip(m.buckets, m.models.encoders):
+    for b, enc in zip(m.buckets, m.models.encoders, strict=True):
         cfg = parse_config(repo / enc / "config.pbtxt")
         assert cfg.backend == "onnxruntime" and cfg.max_batch_size == m.bucket_max_batch[b]
         assert [(i.name, list(i.dims)) for i in cfg.input] == [(n, [-1]) for n in m.input_names]

@@ -48,7 +48,7 @@ def test_long_requests_run_on_the_lane_and_every_request_equals_the_reference(ti
     assert len(short) == 12 and len(long) == 12
     batches = [[t] for t in short] + [[t] for t in long] + [[short[i], long[i]] for i in range(6)]
     texts = sorted({t for b in batches for t in b})
-    want = {k: dict(zip(texts, _reference(tiny_models[k], texts))) for k in KEYS}
+    want = {k: dict(zip(texts, _reference(tiny_models[k], texts), strict=True)) for k in KEYS}
     failures: list[str] = []
     got: list[tuple[str, list[str], object]] = []
     with start_server(repos[0], tmp_path, repos[1]) as srv:

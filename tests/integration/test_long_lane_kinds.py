@@ -46,10 +46,10 @@ def test_long_pairs_and_texts_run_on_the_lane_and_equal_the_reference(rerank_rep
     assert len(short) == 8 and len(long) == 8
     batches = [[t] for t in short] + [[t] for t in long] + [[short[i], long[i]] for i in range(4)]
     texts = sorted({t for b in batches for t in b})
-    want = {n: dict(zip(texts, CrossEncoder(str(cross_encoders[k]), device="cpu").predict([(query, t) for t in texts])))
+    want = {n: dict(zip(texts, CrossEncoder(str(cross_encoders[k]), device="cpu").predict([(query, t) for t in texts]), strict=True))
             for k, n in RERANKERS.items()}
     dense = se_encode(load_sparse_encoder(splade[0]), texts, "document")
-    want["splade"] = dict(zip(texts, dense))
+    want["splade"] = dict(zip(texts, dense, strict=True))
     for name, w in want.items():   # the references tell the texts apart
         v = np.array([np.atleast_1d(x) for x in w.values()], dtype=np.float64)
         assert float(np.ptp(v, axis=0).max()) > 1e-3, name

@@ -38,7 +38,7 @@ def m3_ref(multivectors):
 
 def _same_vectors(got: list, want: list) -> float:
     assert [len(g) for g in got] == [len(w) for w in want]   # the same number of vectors, text by text
-    return max(float(np.abs(g - np.asarray(w)).max()) for g, w in zip(got, want))
+    return max(float(np.abs(g - np.asarray(w)).max()) for g, w in zip(got, want, strict=True))
 
 
 def test_detection_and_the_built_manifests(multivectors, multivector_repos):
@@ -89,7 +89,7 @@ def test_bge_m3_three_outputs_over_grpc_equal_flagembedding(multivector_server, 
     assert cos.min() >= 0.99999
     assert _same_vectors(got["colbert_vecs"], want["colbert_vecs"]) <= TOL
     assert sum(len(x) for x in want["lexical_weights"]) > 3 * len(texts)   # the seeded head keeps weights
-    for ours, theirs in zip(got["lexical_weights"], want["lexical_weights"]):
+    for ours, theirs in zip(got["lexical_weights"], want["lexical_weights"], strict=True):
         assert set(ours) == set(theirs)   # the same token ids
         assert max((abs(ours[k] - float(theirs[k])) for k in theirs), default=0.0) <= TOL
     only = c.encode(texts[:3], return_dense=False, return_sparse=True)   # any subset, from one pass
@@ -142,10 +142,10 @@ def test_queries_and_documents_batched_together_equal_each_alone(multivector_rep
             MultiVectorRequest(texts[9:11], core.options({"input_type": "query"}))]
     together = core.run(reqs, run)
     assert len(together[0].vectors) == 4 and json.dumps(params["mv_expansion_id"]) == '"103"'
-    for r, got in zip(reqs, together):
+    for r, got in zip(reqs, together, strict=True):
         alone = core.run([r], run)[0]
         assert [len(v) for v in got.vectors] == [len(v) for v in alone.vectors]
-        assert max(float(np.abs(a - b).max()) for a, b in zip(got.vectors, alone.vectors)) <= 1e-5
+        assert max(float(np.abs(a - b).max()) for a, b in zip(got.vectors, alone.vectors, strict=True)) <= 1e-5
     want = colbert_ref.encode_query(texts[9:11], convert_to_numpy=True)
     assert _same_vectors(together[2].vectors, want) <= TOL
 

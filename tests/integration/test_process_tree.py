@@ -4,6 +4,7 @@ leak stubs and shared memory; it tells a dead server from a busy one. Real trito
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,21 +19,12 @@ import pytest
 from embtrt.serve.client import EmbeddingClient
 from embtrt.serve.ports import group_pids
 from embtrt.serve.server import free_port
+from waiting import until
 
 pytestmark = pytest.mark.integration
 MODEL = "all_minilm_l6_v2"
 TINY = "xlmr_mean"
 EMBTRT = str(Path(sys.executable).parent / "embtrt")
-
-
-def _until(cond, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def _children(pid: int) -> list[int]:
@@ -81,7 +73,7 @@ class Serve:
         return self.log.read_text()
 
     def ready(self, timeout_s: float = 180) -> "Serve":
-        _until(lambda: "ready: model" in self.text() or self.proc.poll() is not None, timeout_s, "serve ready")
+        until(lambda: "ready: model" in self.text() or self.proc.poll() is not None, timeout_s, "serve ready")
         assert self.proc.poll() is None, self.text()
         return self
 
@@ -161,8 +153,8 @@ def test_sigkill_of_serve_leaves_no_tritonserver_stub_or_shared_memory(serve_tin
     run_dir = Path(env[b"EMBTRT_DRAIN_FILE"].decode()).parent   # serve's drain-marker folder
     assert run_dir.name.startswith("embtrt-run-") and run_dir.is_dir()
     os.kill(s.proc.pid, signal.SIGKILL)
-    _until(lambda: not any(_alive(p) for p in group), 60, f"every process of {sorted(group)} gone")
-    _until(lambda: not any(r.exists() for r in regions), 10, "the stubs' /dev/shm regions removed")
+    until(lambda: not any(_alive(p) for p in group), 60, f"every process of {sorted(group)} gone")
+    until(lambda: not any(r.exists() for r in regions), 10, "the stubs' /dev/shm regions removed")
     assert not run_dir.exists()   # the orphaned reaper removed it too
 
 
@@ -173,9 +165,9 @@ def test_a_killed_tritonserver_is_noticed_at_once_and_leaves_nothing(serve_tiny)
     regions = _regions(stubs)
     triton = next(p for p in group if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0].endswith(b"tritonserver"))
     os.kill(triton, signal.SIGKILL)
-    _until(lambda: not any(_alive(p) for p in stubs), 30, "the dead server's stubs gone")
-    _until(lambda: not any(r.exists() for r in regions), 10, "its /dev/shm regions removed")
-    _until(lambda: "recovered in" in s.text(), 180, "a recovery with --probe-interval 0")
+    until(lambda: not any(_alive(p) for p in stubs), 30, "the dead server's stubs gone")
+    until(lambda: not any(r.exists() for r in regions), 10, "its /dev/shm regions removed")
+    until(lambda: "recovered in" in s.text(), 180, "a recovery with --probe-interval 0")
     assert "tritonserver exited with code 137" in s.text()
     with EmbeddingClient(f"127.0.0.1:{s.grpc}", TINY) as c:
         assert np.isfinite(c.embed(["served again after the crash"])).all()
@@ -186,7 +178,7 @@ def test_a_dead_stub_is_found_by_liveness_without_an_inference_probe(serve_tiny)
     stubs = _stubs(s.server_group())
     victim = next(p for p, argv in stubs.items() if argv[-2] == f"{TINY}_0_0")
     os.kill(victim, signal.SIGKILL)
-    _until(lambda: "recovered in" in s.text(), 180, "a recovery after the stub's death")
+    until(lambda: "recovered in" in s.text(), 180, "a recovery after the stub's death")
     assert f"the Python-backend stub of {TINY}_0_0 is not running" in s.text()
     with EmbeddingClient(f"127.0.0.1:{s.grpc}", TINY) as c:
         assert np.isfinite(c.embed(["served again after the stub died"])).all()
@@ -210,17 +202,22 @@ def test_a_paused_tritonserver_is_left_alone_and_not_ready_until_it_continues(se
         except urllib.error.HTTPError as exc:
             return exc.code
 
+    def checks() -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/live", timeout=5) as r:
+            return int(json.loads(r.read())["checks"])
+
     triton = next(p for p in s.server_group() if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0].endswith(b"tritonserver"))
     pg = os.getpgid(triton)
     assert ready() == 200
     os.killpg(pg, signal.SIGSTOP)
     try:
-        _until(lambda: "paused, not restarted" in s.text(), 10, "the pause noticed")
-        time.sleep(4)   # several liveness ticks while stopped
+        until(lambda: "paused, not restarted" in s.text(), 10, "the pause noticed")
+        paused_at = checks()
+        until(lambda: checks() >= paused_at + 3, 60, "three more liveness checks while stopped")
         assert ready() == 503
     finally:
         os.killpg(pg, signal.SIGCONT)
-    _until(lambda: "continues (SIGCONT)" in s.text(), 10, "the continue noticed")
+    until(lambda: "continues (SIGCONT)" in s.text(), 10, "the continue noticed")
     assert "recovering" not in s.text() and ready() == 200
     with EmbeddingClient(f"127.0.0.1:{s.grpc}", MODEL) as c:
         assert np.isfinite(c.embed(["served after the pause"])).all()
@@ -275,8 +272,8 @@ def test_a_server_stopped_without_a_graceful_exit_leaves_no_process_or_shared_me
     assert len(stubs) >= 4 and regions and all(r.exists() for r in regions)
     srv.__exit__(None, None, None)
     assert srv.proc.returncode is not None
-    _until(lambda: not any(_alive(p) for p in group), 30, f"every process of {sorted(group)} gone")
-    _until(lambda: not any(r.exists() for r in regions), 10, "the stubs' /dev/shm regions removed")
+    until(lambda: not any(_alive(p) for p in group), 30, f"every process of {sorted(group)} gone")
+    until(lambda: not any(r.exists() for r in regions), 10, "the stubs' /dev/shm regions removed")
     assert "successfully unloaded" not in (tmp_path / "tritonserver.log").read_text()   # no per-model unload
     for port in (spec.grpc_port, spec.http_port):
         with socket.socket() as s:

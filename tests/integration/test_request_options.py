@@ -230,7 +230,7 @@ def test_bad_option_values_fail_their_request_while_the_batch_is_served(minilm_s
     res = asyncio.run(run())
     goods, wrongs = res[:8], res[8:]
     assert all(isinstance(g, np.ndarray) and g.shape == (2, 48) for g in goods), goods
-    for (opts, pattern), r in zip(bad, wrongs):
+    for (opts, pattern), r in zip(bad, wrongs, strict=True):
         assert isinstance(r, ClientError), (opts, r)
         import re
 

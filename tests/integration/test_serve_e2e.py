@@ -81,7 +81,7 @@ def test_a_request_mixing_short_and_long_texts_returns_each_vector_in_its_row(mi
     short = np.nonzero(token_counts <= 32)[0][:6]
     mid = np.nonzero((token_counts > 32) & (token_counts <= 128))[0][:6]
     long_ = np.nonzero(token_counts > 256)[0][:6]
-    rows = np.array([x for trio in zip(long_, short, mid) for x in trio])  # interleaved across buckets
+    rows = np.array([x for trio in zip(long_, short, mid, strict=True) for x in trio])  # interleaved across buckets
     with EmbeddingClient(minilm_server.grpc_url, "all_minilm_l6_v2", batch_size=32) as c:
         got = c.embed([corpus[r] for r in rows])
     cos = cosine_rows(st_reference[rows], got)
@@ -188,7 +188,7 @@ def test_demo_serves_the_repository_and_prints_vectors_equal_to_encode(minilm_re
              "Embedding services are one forward pass, not a generation loop; route texts by length so long "
              "documents do not slow down short queries."]
     want = st_embed(minilm_path, texts)
-    for line, text, ref in zip(rows, texts, want):
+    for line, text, ref in zip(rows, texts, want, strict=True):
         assert repr(text[:50]) in line, (line, text)
         head = [float(x) for x in line.split("[", 1)[1].split(", ...]")[0].split(", ")]
         np.testing.assert_allclose(head, ref[:4], atol=2e-4)

@@ -51,7 +51,7 @@ def test_served_vectors_equal_sparse_encoder(splade_server, splade, corpus, inpu
         got = c.encode_dense(texts, input_type=input_type)
         vecs = c.encode(texts[:3], input_type=input_type)
     assert float(np.abs(got - want).max()) <= TOL
-    for (ix, v), row in zip(vecs, want[:3]):
+    for (ix, v), row in zip(vecs, want[:3], strict=True):
         assert np.array_equal(ix, np.flatnonzero(row > 0)) or float(np.abs(row[ix] - v).max()) <= TOL
         assert np.all(np.diff(ix) > 0) and np.all(v > 0)
 

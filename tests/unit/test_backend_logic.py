@@ -1,5 +1,6 @@
 """The numpy logic the Python-backend models run, tested without Triton."""
 
+from itertools import pairwise
 import numpy as np
 import pytest
 import torch
@@ -156,10 +157,10 @@ def test_padding_aware_chunks_are_optimal_and_bounded():
     for c, mb in ((0, 8), (8, 8), (100, 8), (8, 3)):
         got = chunk_sorted(lengths, mb, c)
         assert got[0][0] == 0 and got[-1][1] == len(lengths)
-        assert all(e - s <= mb for s, e in got) and all(a[1] == b[0] for a, b in zip(got, got[1:]))
-        best = min(cost(list(zip((0,) + cuts, cuts + (len(lengths),))), c)
+        assert all(e - s <= mb for s, e in got) and all(a[1] == b[0] for a, b in pairwise(got))
+        best = min(cost(list(zip((0,) + cuts, cuts + (len(lengths),), strict=True)), c)
                    for k in range(len(lengths)) for cuts in combinations(range(1, len(lengths)), k)
-                   if all(e - s <= mb for s, e in zip((0,) + cuts, cuts + (len(lengths),))))
+                   if all(e - s <= mb for s, e in zip((0,) + cuts, cuts + (len(lengths),), strict=True)))
         assert cost(got, c) == best  # exhaustive check of the dynamic program
     assert chunk_sorted(lengths, 8, 10_000) == [(0, 8)]  # huge run overhead: one chunk
     assert len(chunk_sorted(lengths, 8, 0)) >= 4  # no overhead: split wherever the length grows
@@ -183,12 +184,12 @@ def test_balanced_parts_minimise_the_largest_padded_part():
         parts = int(rng.integers(1, 4))
         got = balanced_parts(lengths, parts)
         assert got[0][0] == 0 and got[-1][1] == n and len(got) <= parts
-        assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(got, got[1:]))
+        assert all(a[1] == b[0] and a[0] < a[1] for a, b in pairwise(got))
 
         def worst(bounds, lengths=lengths):
             return max((e - s) * int(lengths[s:e].max()) for s, e in bounds)
 
-        best = min(worst(list(zip((0,) + cuts, cuts + (n,))))
+        best = min(worst(list(zip((0,) + cuts, cuts + (n,), strict=True)))
                    for k in range(min(parts, n)) for cuts in combinations(range(1, n), k))
         assert worst(got) == best  # exhaustive check
     assert balanced_parts(np.array([], dtype=np.int64), 2) == []

@@ -47,7 +47,7 @@ def test_concurrent_requests_share_calls_and_each_gets_its_own_rows_in_order():
         return reqs, outs
 
     reqs, outs = asyncio.run(main())
-    for rows, out in zip(reqs, outs):
+    for rows, out in zip(reqs, outs, strict=True):
         assert out[:, 0].tolist() == rows  # its own rows, in its own order
     assert len(up.calls) < len(reqs)  # coalesced
     assert all(len(rows) <= 8 for _, rows in up.calls)  # never over the key's max batch
@@ -101,7 +101,7 @@ def test_a_bad_request_in_a_shared_call_fails_alone():
 
     res = asyncio.run(main())
     assert isinstance(res[3], ApiError) and res[3].status == 400 and "-3" in res[3].message
-    for k, r in zip((0, 1, 2, 4), (res[0], res[1], res[2], res[4])):
+    for k, r in zip((0, 1, 2, 4), (res[0], res[1], res[2], res[4]), strict=True):
         assert r[:, 0].tolist() == [k]
     shared = [rows for _, rows in up.calls if len(rows) > 1]
     assert shared == [[1, 2, -3, 4]]  # they did share a call before the retry one by one
@@ -146,8 +146,9 @@ def test_rows_waiting_longer_than_the_window_go_out_even_when_every_slot_is_busy
         busy = [asyncio.ensure_future(b.submit("k", [k])) for k in range(inflight)]
         await asyncio.sleep(0)
         late = asyncio.ensure_future(b.submit("other", [99]))
-        await asyncio.sleep(0.1)
-        sent = any(rows == [99] for _, rows in up.calls)
+        while not any(rows == [99] for _, rows in up.calls) and not any(f.done() for f in busy):
+            await asyncio.sleep(0.005)   # until the late rows went out, or a busy slot freed (then too late)
+        sent = any(rows == [99] for _, rows in up.calls) and not any(f.done() for f in busy)
         await asyncio.gather(late, *busy)
         return sent
 
@@ -170,7 +171,7 @@ def test_a_call_answering_several_outputs_scatters_each_of_them():
 
     reqs, outs = asyncio.run(main())
     assert len(up.calls) < len(reqs)
-    for rows, (vecs, tokens) in zip(reqs, outs):
+    for rows, (vecs, tokens) in zip(reqs, outs, strict=True):
         assert vecs[:, 0].tolist() == rows and tokens[:, 0].tolist() == [10 * r for r in rows]
 
 

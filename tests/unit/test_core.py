@@ -151,7 +151,7 @@ def test_core_plans_within_each_buckets_max_batch(folder, encoder, corpus):
     encoder.calls.clear()
     core = _core(folder, max_batch=(3, 2, 1))
     core.run([Request(corpus[:30])], encoder)
-    limit = dict(zip(BUCKETS, (3, 2, 1)))
+    limit = dict(zip(BUCKETS, (3, 2, 1), strict=True))
     assert encoder.calls and all(shape[0] <= limit[b] and shape[1] <= b for b, shape in encoder.calls)
 
 

@@ -2,22 +2,14 @@
 
 import os
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from embtrt.serve import drain as serve_drain
 from embtrt.serve.server import counters
 from embtrt_backend import drain as backend_drain
-from embtrt_backend.drain import POLL_S, Drain, busy_dir
-
-
-def _wait(cond, timeout=2.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+from embtrt_backend.drain import Drain, busy_dir
+from waiting import until
 
 
 def test_both_sides_read_one_variable():
@@ -48,7 +40,8 @@ def test_a_call_running_when_the_marker_appears_is_listed_until_it_returns(tmp_p
     assert d.begin()   # a call in flight
     flag.touch()
     mine = os.path.join(busy_dir(str(flag)), str(os.getpid()))
-    assert _wait(lambda: os.path.exists(mine)), "the watcher did not list the running call"
+    assert d.seen.wait(30), "the watcher never saw the marker"
+    assert os.path.exists(mine), "the watcher did not list the running call"
     assert serve_drain.busy(flag) == 1
     d.end()
     assert not os.path.exists(mine) and serve_drain.busy(flag) == 0
@@ -58,7 +51,7 @@ def test_an_idle_instance_lists_nothing(tmp_path):
     flag = tmp_path / "draining"
     d = Drain(str(flag), track=True)
     flag.touch()
-    time.sleep(4 * POLL_S)
+    assert d.seen.wait(30), "the watcher never saw the marker"
     assert serve_drain.busy(flag) == 0 and not d.begin()
 
 
@@ -102,17 +95,29 @@ def test_counters_sum_queued_successes_and_failures():
     assert counters(m.url) is None   # nobody answers
 
 
-def test_a_listed_call_holds_the_drain_until_it_returns_then_the_quiet_period_ends_it(tmp_path):
+def test_a_listed_call_holds_the_drain_until_it_returns_then_the_quiet_period_ends_it(tmp_path, monkeypatch):
     flag = tmp_path / "draining"
     flag.touch()
     os.makedirs(busy_dir(str(flag)))
     marker = os.path.join(busy_dir(str(flag)), "123")
     open(marker, "w").close()
-    t0 = time.monotonic()
-    threading.Timer(0.8, os.unlink, (marker,)).start()
-    assert serve_drain.wait_idle(flag, timeout_s=5, quiet_s=0.3)
-    waited = time.monotonic() - t0
-    assert 0.8 + 0.3 <= waited < 3, waited
+    seen, removed = [], threading.Event()
+    real_busy = serve_drain.busy
+
+    def busy(f):   # wait_idle's own reads, counted: the marker is removed once it has seen it three times
+        n = real_busy(f)
+        seen.append(n)
+        return n
+
+    monkeypatch.setattr(serve_drain, "busy", busy)
+    with ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(lambda: (serve_drain.wait_idle(flag, timeout_s=60, quiet_s=0.3), removed.is_set()))
+        until(lambda: seen.count(1) >= 3 or fut.done(), 30, "wait_idle reading the listed call")
+        assert not fut.done(), "wait_idle returned while a call was listed"
+        os.unlink(marker)
+        removed.set()
+        assert fut.result(timeout=60) == (True, True)   # idle, and only once the call had returned
+    monkeypatch.undo()
     open(marker, "w").close()   # a call that never returns: the drain gives up at its timeout
     assert not serve_drain.wait_idle(flag, timeout_s=0.6, quiet_s=0.2)
 
@@ -121,7 +126,7 @@ def test_a_pooler_step_starting_while_draining_lists_itself_at_once(tmp_path):
     flag = tmp_path / "draining"
     d = Drain(str(flag), track=True)
     flag.touch()
-    time.sleep(3 * POLL_S)   # the watcher has seen the marker with nothing running, and stopped
+    assert d.seen.wait(30), "the watcher never saw the marker"   # with nothing running, and stopped
     d.enter()
     assert serve_drain.busy(flag) == 1
     d.end()
@@ -132,7 +137,7 @@ def test_drain_serves_the_grace_period_then_writes_the_marker(tmp_path):
     flag = tmp_path / "run" / "draining"
     slept = []
     d = serve_drain.drain(flag, grace_s=7.0, timeout_s=2, quiet_s=0.2,
-                          sleep=lambda s: (slept.append(s), time.sleep(min(s, 0.2))))
+                          sleep=slept.append)
     assert slept[0] == 7.0 and flag.exists()
     assert d.idle and d.busy_left == 0
 

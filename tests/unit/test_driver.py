@@ -77,7 +77,7 @@ def test_background_loads_run_beside_the_foreground_and_stop_when_it_ends():
     assert fg.done == 30
     assert all(b.done > 0 and b.failures == [] for b in bg)  # they ran beside it
     assert all(b.sent == b.done for b in bg)  # stopped, and their calls in flight awaited and recorded
-    assert all(b.sent - n <= 3 * b.concurrency for b, n in zip(bg, at_end))  # none after the stop but a few in between
+    assert all(b.sent - n <= 3 * b.concurrency for b, n in zip(bg, at_end, strict=True))  # none after the stop but a few in between
 
 
 def test_a_load_until_a_condition_and_a_lead_for_the_background():

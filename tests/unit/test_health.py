@@ -25,7 +25,7 @@ def test_ready_follows_the_supervisor_and_draining_is_final():
     port = h.serve("127.0.0.1", 0)
     try:
         assert _get(port, "/ready") == (503, {"ready": False, "reason": "starting"})
-        assert _get(port, "/live") == (200, {"live": True, "state": "starting"})
+        assert _get(port, "/live") == (200, {"live": True, "state": "starting", "checks": 0})
         h.set(True, "", "serving")
         assert _get(port, "/ready") == (200, {"ready": True})
         h.update(False, "probe failed: timeout")
@@ -38,7 +38,8 @@ def test_ready_follows_the_supervisor_and_draining_is_final():
         h.set(True, "", "serving")
         code, body = _get(port, "/ready")
         assert code == 503 and body["reason"].startswith("draining")
-        assert _get(port, "/live") == (200, {"live": True, "state": "stopping"})
+        h.checked()
+        assert _get(port, "/live") == (200, {"live": True, "state": "stopping", "checks": 1})
         assert _get(port, "/other")[0] == 404
     finally:
         h.close()

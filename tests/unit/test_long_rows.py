@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from embtrt_backend.drain import Drain
 from embtrt_backend.long_rows import LongLane, LongRowGate, LongRowsBusy
+from waiting import until
 
 BACKEND = Path(__file__).resolve().parents[2] / "python_backend"
 
@@ -29,6 +29,12 @@ def _holder(folder: str) -> subprocess.Popen:
     return p
 
 
+
+def _blocked_on_flock() -> bool:
+    """This process waits on a flock: /proc/locks lists a blocked request ("->") with its pid."""
+    me = str(os.getpid())
+    return any("->" in line and "FLOCK" in line and me in line.split() for line in open("/proc/locks"))
+
 def test_instances_minus_one_slots_shared_across_processes_and_freed_by_release_or_death(tmp_path):
     f = str(tmp_path / "slots")
     other = _holder(f)
@@ -41,7 +47,7 @@ def test_instances_minus_one_slots_shared_across_processes_and_freed_by_release_
         got = []
         waiter = threading.Thread(target=lambda: got.append(LongRowGate("m", 2, f).take(wait=True)))
         waiter.start()
-        time.sleep(0.3)
+        until(_blocked_on_flock, 30, "the waiter blocked on the slot's lock (/proc/locks)")
         assert not got                                   # a lane waits for the slot
         other.stdin.write("\n")
         other.stdin.flush()
@@ -90,15 +96,13 @@ def test_a_lane_answers_each_request_it_takes_in_its_thread_and_refuses_beyond_i
     assert lane.submit(["a", "b"]) == [] and lane.submit(["c", "d"]) == ["d"]   # 3 held, the 4th refused
     assert isinstance(lane.busy(), LongRowsBusy) and "retry" in str(lane.busy())
     flag.touch()
-    time.sleep(0.2)
+    assert drain.seen.wait(30), "the drain watcher never saw the marker"
     assert os.listdir(str(flag) + ".busy")              # listed as running while it holds requests
     release.set()
-    deadline = time.monotonic() + 10
-    while len(sent) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert sent == [("a", "vec:a"), ("b", "vec:b"), ("c", "vec:c")] and lane.pending == 0
-    time.sleep(0.1)
-    assert not os.listdir(str(flag) + ".busy")          # and no longer once every answer is sent
+    until(lambda: len(sent) >= 3, 30, "three answers sent")
+    assert sent == [("a", "vec:a"), ("b", "vec:b"), ("c", "vec:c")]
+    until(lambda: lane.pending == 0 and not os.listdir(str(flag) + ".busy"), 30,
+          "the lane idle and unlisted once every answer is sent")
 
 
 def test_builds_render_the_lanes_default_into_the_front_door_config():

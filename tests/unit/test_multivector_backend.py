@@ -45,9 +45,9 @@ def test_the_m3_head_and_core_keep_dense_colbert_and_lexical_apart_when_widths_d
     res = core._m3([out[0]], type("R", (), {"ids": ids, "tokens": np.array([5])})())
     assert np.allclose(res.dense[0], dense[0]) and np.allclose(res.vectors[0], col[0, 1:])
     weights = sp[0]
-    keep = {t: max(w for tt, w in zip(ids[0], weights) if tt == t) for t in (7592, 2088) if max(
-        w for tt, w in zip(ids[0], weights) if tt == t) > 0}
-    assert dict(zip(res.sparse[0][0].tolist(), res.sparse[0][1].tolist())) == pytest.approx(keep)
+    keep = {t: max(w for tt, w in zip(ids[0], weights, strict=True) if tt == t) for t in (7592, 2088) if max(
+        w for tt, w in zip(ids[0], weights, strict=True) if tt == t) > 0}
+    assert dict(zip(res.sparse[0][0].tolist(), res.sparse[0][1].tolist(), strict=True)) == pytest.approx(keep)
 
 
 def test_expanded_queries_run_their_mask_positions_unattended_beside_documents():

@@ -79,7 +79,7 @@ def test_truncation_sides_equal_the_hf_tokenizer(minilm_path, corpus):
     texts = [t for t in corpus if len(t) > 300][:5] + ["short one"]
     modes = ["START", "END", None, "START", "NONE", "START"]
     enc = tok.encode_mixed(texts, modes)
-    for i, (t, m) in enumerate(zip(texts, modes)):
+    for i, (t, m) in enumerate(zip(texts, modes, strict=True)):
         if m == "NONE":
             assert len(enc.ids[i]) == 33  # one token over: refused by the caller
             continue

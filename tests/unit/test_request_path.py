@@ -137,7 +137,7 @@ def test_plan_takes_every_row_once_by_bucket_then_length(pad_to_bucket):
             assert np.all(np.searchsorted(buckets, lengths[r]) == b)   # the smallest bucket that holds it
         for b in {b for b, _ in chunks}:   # within a bucket: ascending length, ties in row order
             order = np.concatenate([r for bb, r in chunks if bb == b])
-            keys = list(zip(lengths[order].tolist(), order.tolist()))
+            keys = list(zip(lengths[order].tolist(), order.tolist(), strict=True))
             assert keys == sorted(keys)
 
 

@@ -102,7 +102,7 @@ def test_fp16_build_writes_a_gated_mixed_precision_onnx_per_bucket(trt_repo, tin
     lengths = [len(e.ids) for e in tok.encode_batch(corpus)]
     lo = 0
     for L in (16, 32, 64):
-        texts = [t for t, n in zip(corpus, lengths) if lo < n <= L or (L == 64 and n > L)]
+        texts = [t for t, n in zip(corpus, lengths, strict=True) if lo < n <= L or (L == 64 and n > L)]
         assert len(texts) >= 20, L
         got = onnx_file_vectors(trt_repo / f"bert_{L}_encoder" / "model.onnx", folder, texts, "cls", 64, pad_to=L)
         assert_reduced_precision(st_embed(folder, texts), got, what=f"fp16 ONNX of bucket {L}")

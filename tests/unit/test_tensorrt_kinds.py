@@ -81,7 +81,7 @@ def test_the_repository_has_one_pending_plan_per_bucket_behind_a_front_door_padd
     assert m.extra["tensorrt"]["built"] is False and m.extra["precision_onnx"]["gate_run"] == "exact"
     front = {k: v.string_value for k, v in parse_config(repo / m.name / "config.pbtxt").parameters.items()}
     assert (front["encoder_mode"], front["pad_to_bucket"]) == ("bls", "true")   # the gate ran it padded, too
-    for b, enc in zip(m.buckets, m.models.encoders):
+    for b, enc in zip(m.buckets, m.models.encoders, strict=True):
         cfg = parse_config(repo / enc / "config.pbtxt")
         assert cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt"
         assert [(i.name, list(i.dims)) for i in cfg.input] == [(n, [b]) for n in m.input_names]
@@ -202,12 +202,12 @@ def test_a_rerankers_precision_graphs_are_calibrated_on_the_pairs_it_serves(cros
     feeds = calibration_feeds(corpus, tok_json, 64, int(hf.pad_token_id), (32, 64), names, 4096, pairs=True)
     singles = calibration_feeds(corpus, tok_json, 64, int(hf.pad_token_id), (32, 64), names, 4096)
     queries, docs = corpus_pairs(corpus)
-    ref = hf([q for q, ds in zip(queries, docs) for _ in ds], [d for ds in docs for d in ds],
+    ref = hf([q for q, ds in zip(queries, docs, strict=True) for _ in ds], [d for ds in docs for d in ds],
              truncation="longest_first", max_length=64)
     ref_rows = {tuple(r) for r in ref["input_ids"]}
     for b, f in feeds.items():
         assert f["input_ids"].shape[1] == b and (f["token_type_ids"] == 1).any(axis=1).all()   # every row a pair
-        for ids, mask in zip(f["input_ids"], f["attention_mask"]):
+        for ids, mask in zip(f["input_ids"], f["attention_mask"], strict=True):
             assert tuple(int(x) for x in ids[mask == 1]) in ref_rows   # CrossEncoder's own tokens for a corpus pair
         assert not (singles[b]["token_type_ids"] == 1).any()         # what a reranker was calibrated on before
 
@@ -227,11 +227,11 @@ def test_calibration_takes_the_default_prompt_and_refuses_a_bucket_nothing_fits(
     feeds = calibration_feeds(corpus, folder / "tokenizer.json", 64, int(hf.pad_token_id), (64,), names, 4096,
                               pairs=True, prompt="Instruct: rank ")
     queries, docs = corpus_pairs(corpus)
-    ref = hf(["Instruct: rank " + q for q, ds in zip(queries, docs) for _ in ds], [d for ds in docs for d in ds],
+    ref = hf(["Instruct: rank " + q for q, ds in zip(queries, docs, strict=True) for _ in ds], [d for ds in docs for d in ds],
              truncation="longest_first", max_length=64)
     rows = {tuple(r) for r in ref["input_ids"]}
     f = feeds[64]
-    assert all(tuple(int(x) for x in ids[m == 1]) in rows for ids, m in zip(f["input_ids"], f["attention_mask"]))
+    assert all(tuple(int(x) for x in ids[m == 1]) in rows for ids, m in zip(f["input_ids"], f["attention_mask"], strict=True))
     with pytest.raises(SpecError, match="no calibration input fits bucket 4"):
         calibration_feeds(corpus, folder / "tokenizer.json", 64, int(hf.pad_token_id), (4, 64), names, 4096, pairs=True)
 

@@ -5,8 +5,9 @@ GET /ready  200 {"ready": true} while its own tritonserver is up and the last in
             passed; 503 {"ready": false, "reason": ...} while starting, recovering, after a failed
             probe, and from the moment SIGTERM arrives (the drain then runs while the balancer
             stops sending).
-GET /live   200 {"live": true, "state": ...} while the supervisor runs (a recovery in progress is
-            live: it is the supervisor's job, not a reason to restart it).
+GET /live   200 {"live": true, "state": ..., "checks": n} while the supervisor runs (a recovery in
+            progress is live: it is the supervisor's job, not a reason to restart it); `checks` counts
+            the liveness checks it has made (one a tick): a count that stops growing is a stuck loop.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class Health:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ready, self._reason, self._state = False, "starting", "starting"
+        self.checks = 0
         self._httpd: ThreadingHTTPServer | None = None
 
     def set(self, ready: bool, reason: str, state: str) -> None:
@@ -40,6 +42,11 @@ class Health:
     def snapshot(self) -> tuple[bool, str, str]:
         with self._lock:
             return self._ready, self._reason, self._state
+
+    def checked(self) -> None:
+        """One liveness check made (the supervisor's tick)."""
+        with self._lock:
+            self.checks += 1
 
     def update(self, ready: bool, reason: str = "") -> None:
         """A probe's verdict, ignored once stopping."""
@@ -61,7 +68,7 @@ class Health:
                     code = 200 if ready else 503
                     body = {"ready": True} if ready else {"ready": False, "reason": reason}
                 elif self.path.split("?")[0] == "/live":
-                    code, body = 200, {"live": True, "state": state}
+                    code, body = 200, {"live": True, "state": state, "checks": health.checks}
                 else:
                     code, body = 404, {"error": "not found: GET /ready or /live"}
                 data = json.dumps(body).encode()

@@ -174,6 +174,7 @@ class Supervisor:
         next_probe = time.monotonic() + self.interval
         while not self._stop.wait(tick):
             dead = self.not_live()
+            self.health.checked()
             if dead:
                 self.restart("; ".join(dead))
                 failures = 0
