@@ -85,6 +85,14 @@ def test_a_nan_or_a_short_answer_fails():
     got[1][4] = np.nan
     v = agreement(got, ref, 10, TIE)
     assert v.within_ties == 2 and v.identical == 2 and not v.passes("fp32") and v.overlap < MIN_OVERLAP
+    many = _rows(300)
+    one_nan = [r.copy() for r in many]
+    one_nan[7][0] = np.nan                          # 1 of 300: the means alone would still pass reduced precision
+    diluted = agreement(one_nan, many, 10, TIE)
+    assert diluted.overlap > MIN_OVERLAP and diluted.nonfinite == 1 and not diluted.passes("bf16")
+    assert diluted.failure("bf16", 10) == ["1 of 300 queries have a NaN or inf score"]
+    empty = agreement([np.zeros(0)], [np.zeros(0)], 10, np.float64(TIE))   # no candidates; a numpy scalar tie
+    assert (empty.overlap, empty.ndcg) == (1.0, 1.0) and empty.passes("fp32") and empty.passes("bf16")
     with pytest.raises(ValueError, match="2 served rankings against 3"):
         agreement(ref[:2], ref, 10, TIE)
     with pytest.raises(ValueError, match="served row"):

@@ -29,12 +29,15 @@ class Agreement:
     within_ties: int     # served top k a top-k ranking of the reference's scores up to the tie
     overlap: float       # mean |served & reference| / |reference| (1.0 with no queries)
     ndcg: float          # mean NDCG@k of the served order, the reference's top k as graded relevance
+    nonfinite: int = 0   # queries with a NaN or inf served score: fail at any precision
 
     @property
     def ndcg_regression(self) -> float:
         return 1.0 - self.ndcg
 
     def passes(self, precision: str) -> bool:
+        if self.nonfinite:
+            return False
         if precision == "fp32":
             return self.within_ties == self.queries
         return self.overlap >= MIN_OVERLAP and self.ndcg_regression <= MAX_NDCG_REGRESSION
@@ -49,9 +52,10 @@ class Agreement:
                 f"{self.queries} queries ({precision})")
 
     def failure(self, precision: str, k: int) -> list[str]:
+        bad = [f"{self.nonfinite} of {self.queries} queries have a NaN or inf score"] if self.nonfinite else []
         if precision == "fp32":
-            return [f"top {k} differs beyond the tie for {self.queries - self.within_ties} of {self.queries} queries"]
-        out = []
+            return bad + [f"top {k} differs beyond the tie for {self.queries - self.within_ties} of {self.queries} queries"]
+        out = bad
         if not self.overlap >= MIN_OVERLAP:
             out.append(f"top-{k} overlap {self.overlap:.3f} < {MIN_OVERLAP}")
         if not self.ndcg_regression <= MAX_NDCG_REGRESSION:
@@ -102,8 +106,8 @@ def agreement(served: Sequence[np.ndarray], reference: Sequence[np.ndarray], k: 
     between the two sides); `tie` one constant or one per query."""
     if len(served) != len(reference):
         raise ValueError(f"{len(served)} served rankings against {len(reference)} reference rankings")
-    ties = [float(tie)] * len(reference) if np.isscalar(tie) else [float(t) for t in tie]   # type: ignore[arg-type]
-    same = within = 0
+    ties = [float(tie)] * len(reference) if np.ndim(tie) == 0 else [float(t) for t in tie]   # type: ignore[arg-type,union-attr]
+    same = within = broken = 0
     laps, gains = [], []
     for got, want, t in zip(served, reference, ties, strict=True):
         got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
@@ -111,13 +115,14 @@ def agreement(served: Sequence[np.ndarray], reference: Sequence[np.ndarray], k: 
             raise ValueError(f"a served row of {got.shape} scores against {want.shape} in the reference")
         n = min(k, len(want))
         ours, theirs = top_k(got, n), top_k(want, n)
-        if not np.all(np.isfinite(got)):   # a NaN or inf served: the query fails every figure
+        if not np.all(np.isfinite(got)):   # a NaN or inf served: the query fails every figure, and the verdict
+            broken += 1
             laps.append(0.0)
             gains.append(0.0)
             continue
         same += ours == theirs
         within += ranks_within(ours, want, n, t)
-        laps.append(len(set(ours) & set(theirs)) / max(1, n))
+        laps.append(len(set(ours) & set(theirs)) / n if n else 1.0)
         gains.append(ndcg(ours, theirs))
     q = len(reference)
-    return Agreement(q, same, within, float(np.mean(laps)) if q else 1.0, float(np.mean(gains)) if q else 1.0)
+    return Agreement(q, same, within, float(np.mean(laps)) if q else 1.0, float(np.mean(gains)) if q else 1.0, broken)
