@@ -6,7 +6,7 @@ BGEM3FlagModel.encode (dense, lexical weights, ColBERT vectors from one pass).""
 import numpy as np
 import pytest
 
-from embtrt.errors import ModelError
+from embtrt.errors import ModelError, ParityError
 from embtrt.export import build
 from embtrt.export.spec_options import spec_from_options
 from embtrt.kinds.multivector.serve import MultiVectorClient
@@ -110,19 +110,6 @@ def test_bad_requests_name_their_fault_and_serving_continues(multivector_server,
     assert len(c.encode_document(["still served"])) == 1
 
 
-@pytest.mark.parametrize("target", ["python-openvino", "onnxruntime"])
-@pytest.mark.parametrize("key", ["colbert", "m3"])
-def test_every_cpu_target_passes_the_gate(multivectors, tmp_path, corpus, target, key):
-    import json
-
-    small = tmp_path / "corpus.json"
-    small.write_text(json.dumps(corpus[::6]))
-    repo = tmp_path / "repo"
-    build(spec_from_options(multivectors[key], repo, name=key, target=target), corpus=small, log=lambda m: None)
-    m = read_manifest(repo)
-    assert (m.target, m.kind) == (target, "multivector") and m.extra["parity"]["passed"]
-
-
 def test_queries_and_documents_batched_together_equal_each_alone(multivector_repos, colbert_ref, texts):
     """One batch of the front door's core mixing expanded queries (positions run, not attended) with
     documents, in the same bucket's chunks, gives each request what it gets alone."""
@@ -175,14 +162,16 @@ def test_verify_gates_a_served_model_and_holds_under_load(multivector_server, mu
                              log=lambda m: None)
     assert rep.passed, rep.failures
     assert rep.figures["under_load"]["failed"] == 0 and rep.figures["under_load"]["max_abs_diff"] <= TOL
-    same = verify_multivector(multivector_server.grpc_url, key, None, texts, against=(multivector_server.grpc_url, key),
-                              log=lambda m: None)
-    assert same.passed and same.figures["against"]["max_abs_diff"] <= 1e-6
+    if key == "colbert":   # against another target's deployment (bge-m3's: test_kind_targets_served)
+        other = verify_multivector(multivector_server.grpc_url, key, None, texts,
+                                   against=(multivector_server.grpc_url, "colbert_torch"), log=lambda m: None)
+        assert other.passed and 0 < other.figures["against"]["max_abs_diff"] <= TOL, other.failures
 
 
 def test_reduced_precision_is_judged_by_the_reduced_gate(multivectors, tmp_path, corpus):
-    """python-ort int8: the gate's reduced limits (cosine per vector, MaxSim relative, top-10 overlap); the tiny
-    random model's verdict is recorded as it is (kept here with --allow-mismatch, refused without it)."""
+    """python-ort int8: the gate's reduced limits (cosine per vector, MaxSim relative, top-10 overlap and NDCG@10):
+    the tiny random model's int8 graph keeps its vectors (cosine >= 0.99) but moves its retrieval (overlap 0.969,
+    NDCG@10 regression 0.008 here), so the build refuses it, and records it as refused with --allow-mismatch."""
     import json
 
     small = tmp_path / "corpus.json"
@@ -190,5 +179,11 @@ def test_reduced_precision_is_judged_by_the_reduced_gate(multivectors, tmp_path,
     build(spec_from_options(multivectors["colbert"], tmp_path / "r", name="colbert_int8", precision="int8",
                             allow_mismatch=True), corpus=small, log=lambda m: None)
     par = read_manifest(tmp_path / "r").extra["parity"]
-    assert par["precision"] == "int8" and "retrieval" in par and par["allowed_mismatch"] == (not par["passed"])
+    assert par["precision"] == "int8" and not par["passed"] and par["allowed_mismatch"]
+    assert any(f.startswith("retrieval: top-10 overlap") for f in par["failures"]), par["failures"]
+    assert par["retrieval"]["overlap"] < 0.98 and par["retrieval"]["queries"] == 16
     assert all(b["error"] <= 1e-2 for b in par["buckets"].values())   # every vector's cosine >= 0.99
+    with pytest.raises(ParityError, match="retrieval: top-10 overlap"):
+        build(spec_from_options(multivectors["colbert"], tmp_path / "refused", name="colbert_int8", precision="int8"),
+              corpus=small, log=lambda m: None)
+    assert not (tmp_path / "refused" / "embtrt.json").exists()

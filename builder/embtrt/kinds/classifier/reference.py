@@ -83,9 +83,12 @@ def reference_scores(model, texts: list[str], pairs: list[str] | None, activatio
 
 def gate_inputs(texts: list[str], n: int = 48) -> tuple[list[str], tuple[list[str], list[str]]]:
     """Real single texts (short and long ones, one over the max length) and real pairs (a short text's
-    first clause with another text) from the calibration corpus."""
+    first clause with another text) from the calibration corpus; a corpus under 2n + 1 texts (`verify
+    --corpus` of a few texts) pairs each text's first clause with the next text, so there are always pairs."""
     singles = texts[:n - 1] + [" ".join(texts[:12])]
     firsts = [t.split(".")[0][:120] for t in texts[n:2 * n]]
     seconds = texts[2 * n:3 * n] or texts[:n]
+    if not firsts or not seconds:
+        firsts, seconds = [t.split(".")[0][:120] for t in texts[:n]], (texts[1:] + texts[:1])[:n]
     k = min(len(firsts), len(seconds))
     return singles, (firsts[:k], seconds[:k])
