@@ -37,6 +37,19 @@ def assert_apart(vectors: np.ndarray, what: str, limit: float = DISCRIMINATING_M
     return med
 
 
+def assert_rows_distinguishable(rows: np.ndarray, margin: float, what: str) -> float:
+    """Every row differs from every other in some value by more than `margin` (a parity bound's multiple), so a
+    row swapped, shifted or taken from another input fails a check at that bound; returns the smallest gap."""
+    rows = np.asarray(rows, np.float64).reshape(len(rows), -1)
+    gaps = np.abs(rows[:, None, :] - rows[None, :, :]).max(axis=2)
+    np.fill_diagonal(gaps, np.inf)
+    low = float(gaps.min()) if len(rows) > 1 else float("inf")
+    i, j = np.unravel_index(int(np.argmin(gaps)), gaps.shape) if len(rows) > 1 else (0, 0)
+    assert low > margin, (f"{what}: rows {i} and {j} differ by at most {low:.2e} <= {margin:.0e}: a check at that "
+                          "bound cannot tell them apart")
+    return low
+
+
 def assert_discriminating(folder: Path, texts: list[str], prompts: tuple[str, ...] = (),
                           limit: float = DISCRIMINATING_MEDIAN) -> None:
     """SentenceTransformer.encode of `folder` tells these texts apart, and (for each prompt name

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from embtrt.export import build
+from parity_helpers import assert_rows_distinguishable
 from embtrt.export.spec_options import spec_from_options
 from embtrt.kinds.classifier.serve import ClassifyClient
 from embtrt.repository.manifest import read_manifest
@@ -64,7 +64,7 @@ def test_grpc_scores_equal_the_transformers_pipeline(classifier_server, classifi
             got, tokens = c.scores(texts)
             want = _by_label(pipe(texts, truncation=True, max_length=64), labels)
             assert np.abs(got - want).max() <= TOL, (key, np.abs(got - want).max())
-            assert len(set(np.round(got[:, 0], 4))) > 5   # the tiny model tells the texts apart
+            assert_rows_distinguishable(want, 10 * TOL, key)   # a swapped or shifted row fails the check above
             assert tokens.max() == 64 and tokens.min() > 2
             # pairs: the pipeline's {"text", "text_pair"} inputs
             pairs = [t.split(".")[0][:60] for t in reversed(texts)]
@@ -84,19 +84,6 @@ def test_grpc_scores_equal_the_transformers_pipeline(classifier_server, classifi
         assert not np.allclose(c.scores(texts)[0].sum(axis=1), 1.0)
     with ClassifyClient(classifier_server.grpc_url, "bert_cls3") as c:
         assert np.allclose(c.scores(texts)[0].sum(axis=1), 1.0, atol=1e-5)
-
-
-@pytest.mark.parametrize("target", ["python-openvino", "python-torch", "onnxruntime"])
-def test_the_classifier_passes_its_gate_on_every_cpu_target(classifiers, target, tmp_path):
-    """python-ort: the session's builds above; each other CPU target builds (the build refuses on a failed gate)."""
-    if target == "python-openvino":
-        pytest.importorskip("openvino")
-    build(spec_from_options(classifiers["bert-cls3"], tmp_path / "r", name="cls", target=target, max_seq_length=64),
-          log=lambda m: None)
-    m = read_manifest(tmp_path / "r")
-    par = m.extra["parity"]
-    assert m.kind == "classifier" and m.target == target and par["passed"] and par["max_abs_diff"] <= TOL
-    assert par["label_agreement"] == 1.0
 
 
 def test_verify_and_the_cli_over_grpc(classifier_server, classifiers, texts, corpus):

@@ -17,7 +17,8 @@ import pytest
 from embtrt.reference.parity import cosine_rows
 from embtrt.repository.manifest import read_manifest
 from test_gateway import NAME, _envelope, _metric, _tei, gateway
-from test_gateway_limits import _big, _until
+from test_gateway_limits import _big
+from waiting import until
 
 pytestmark = pytest.mark.integration
 TOL = 1e-4     # |served score - CrossEncoder's| (fp32)
@@ -302,7 +303,7 @@ def test_over_the_concurrency_cap_a_rerank_request_is_429(repo, manifest, rerank
         done: dict[str, float] = {}
         errors: list[BaseException] = []
         t: threading.Thread = _big(u, 96, corpus, done, "big", errors)
-        _until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the large request admitted")
+        until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the large request admitted")
         r = _post(u, "/v1/rerank", {"model": manifest.name, "query": "q", "documents": ["a"]})
         t.join(600)
         assert not errors, errors

@@ -16,7 +16,8 @@ import pytest
 from embtrt.reference.parity import cosine_rows
 from embtrt.repository.manifest import read_manifest
 from test_gateway import NAME, _envelope, _metric, _tei, gateway
-from test_gateway_limits import _big, _until
+from test_gateway_limits import _big
+from waiting import until
 
 pytestmark = pytest.mark.integration
 TOL = 1e-4     # max |served weight - SparseEncoder's| (fp32)
@@ -109,7 +110,7 @@ def _post(url: str, path: str, body) -> httpx.Response:
     return httpx.post(url + path, json=body, timeout=120)
 
 
-def test_embed_sparse_equals_encode_document_and_with_the_query_prompt_encode_query(both, se, texts):
+def test_embed_sparse_equals_encode_document_and_with_the_query_prompt_encode_query(both, manifest, se, texts):
     """TEI has no `model`: with one sparse encoder on the gateway it is that one."""
     want = _ref(se, texts, "document")
     assert 10 < np.median((want > 0).sum(axis=1)) < 1000   # sparse, and not empty
@@ -120,6 +121,11 @@ def test_embed_sparse_equals_encode_document_and_with_the_query_prompt_encode_qu
     q = _post(both, "/embed_sparse", {"inputs": texts, "prompt_name": "query", "truncate": True})
     _assert_equal(_tei_rows(q.json()), _ref(se, texts, "query"))
     assert q.headers["x-compute-tokens"] == str(_tokens(se, texts, "query: "))
+    # TEI's /tokenize with the prompt by name: the ids of "query: " + text, which differ from the text's own
+    ids = lambda r: [t["id"] for t in r.json()[0]]  # noqa: E731
+    asked = _post(both, "/tokenize", {"model": manifest.name, "inputs": texts[0], "prompt_name": "query"})
+    plain = _post(both, "/tokenize", {"model": manifest.name, "inputs": texts[0]})
+    assert ids(asked) == se.tokenizer("query: " + texts[0])["input_ids"] != ids(plain), asked.text
     one = _post(both, "/embed_sparse", {"inputs": texts[0]}).json()   # a string is one input
     assert len(one) == 1
     _assert_equal(_tei_rows(one), want[:1])
@@ -303,7 +309,7 @@ def test_over_the_concurrency_cap_a_sparse_request_is_429(repo, manifest, splade
         done: dict[str, float] = {}
         errors: list[BaseException] = []
         t: threading.Thread = _big(u, 96, corpus, done, "big", errors)
-        _until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the large request admitted")
+        until(lambda: _metric(u, "embtrt_gateway_requests_in_flight") == 1 or errors, 60, "the large request admitted")
         r = _post(u, "/v1/sparse", {"model": manifest.name, "input": "a"})
         t.join(600)
         assert not errors, errors

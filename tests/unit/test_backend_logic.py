@@ -1,6 +1,7 @@
 """The numpy logic the Python-backend models run, tested without Triton."""
 
 from itertools import pairwise
+
 import numpy as np
 import pytest
 import torch
