@@ -49,6 +49,7 @@ async def one_run(url: str, name: str, shorts: list[str], long_text: str, ref: n
     stop = asyncio.Event()
     lat: list[float] = []
     errors: list[str] = []
+    done_at: list[list[float]] = [[] for _ in range(clients)]   # each short client's answers, when they came
 
     async def short_client(k: int) -> None:
         c, i = aio.InferenceServerClient(url), k
@@ -58,6 +59,7 @@ async def one_run(url: str, name: str, shorts: list[str], long_text: str, ref: n
                 try:
                     await c.infer(name, [text_input([shorts[i % len(shorts)]])], client_timeout=60)
                     lat.append(time.monotonic() - t0)
+                    done_at[k].append(time.monotonic())
                 except InferenceServerException as exc:
                     errors.append(f"{exc.status()}: {str(exc)[:160]}")
                 i += 1
@@ -80,7 +82,10 @@ async def one_run(url: str, name: str, shorts: list[str], long_text: str, ref: n
             await c.close()
 
     load = [asyncio.create_task(short_client(k)) for k in range(clients)]
-    await asyncio.sleep(1.0)
+    for _ in range(6000):   # until every short client has had an answer (at most 60 s): the load is on
+        if all(done_at) or errors:
+            break
+        await asyncio.sleep(0.01)
     t0 = time.monotonic()
     try:
         got = await asyncio.wait_for(asyncio.gather(*[long_client() for _ in range(longs)]), 300)
@@ -88,13 +93,21 @@ async def one_run(url: str, name: str, shorts: list[str], long_text: str, ref: n
         stop.set()
         await asyncio.gather(*load)
     secs = time.monotonic() - t0
+    first_long = t0 + min(g[2] for g in got)
+    # starvation shows as clients with no answer while the long texts ran: each should have had several
+    during = [sum(t0 < t < first_long for t in d) for d in done_at]
+    # and the answers kept coming: each tenth of that span (it scales with the machine) had some
+    tenths = np.histogram([t for d in done_at for t in d], bins=10, range=(t0, first_long))[0]
     vecs = np.stack([g[0] for g in got])
     cos = (vecs @ ref) / (np.linalg.norm(vecs, axis=1) * np.linalg.norm(ref))
     return {"short_sent": len(lat) + len(errors), "short_failed": len(errors), "short_errors": sorted(set(errors))[:3],
             "short_p50_ms": round(_p(lat, 50), 1), "short_p99_ms": round(_p(lat, 99), 1),
             "short_max_ms": round(_p(lat, 100), 1), "long_refusals": sum(g[1] for g in got),
             "long_seconds": [round(g[2], 1) for g in got], "long_cos_min": round(float(cos.min()), 6),
-            "seconds": round(secs, 1)}
+            "seconds": round(secs, 1), "short_clients": clients,
+            "short_clients_answered_during_long": sum(n > 0 for n in during),
+            "short_answers_during_long_min": min(during, default=0),
+            "long_span_tenths_without_short_answers": int((tenths == 0).sum())}
 
 
 def main() -> None:

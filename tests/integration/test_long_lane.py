@@ -78,9 +78,11 @@ def test_long_requests_run_on_the_lane_and_every_request_equals_the_reference(ti
 @pytest.mark.slow   # a 16K-token model built and served, three one-minute runs
 def test_16k_texts_beside_64_short_clients_never_starve_them(tmp_path, corpus):
     """#54's case on the 16K-position tiny BERT: four 16,383-token texts sent at once beside 64 gRPC
-    clients sending short texts without pause, three times (the previous path starved the short
-    requests for 18-37 s in 2 of 3 such runs): no short request fails or waits 5 s, the long vectors
-    are exact. The harness is benchmarks/preempt.py's, which also measures the previous path."""
+    clients sending short texts without pause (the previous path starved the short requests for 18-37 s of
+    the long texts' 30-60 s in 2 of 3 runs): no short request fails, every client has answers while the long
+    texts run and no tenth of that span goes without answers (no duration is asserted: the span is the
+    machine's own), the long vectors are exact. The harness is benchmarks/preempt.py's, which also measures
+    the previous path (benchmarks/results/preempt-20261204)."""
     import asyncio
     import json
     import sys
@@ -96,15 +98,17 @@ def test_16k_texts_beside_64_short_clients_never_starve_them(tmp_path, corpus):
 
     model = make_bert_16k(tmp_path / "b16k")
     gate = tmp_path / "corpus.json"
-    gate.write_text(json.dumps(load_corpus() + long_texts(model / "tokenizer.json")))
+    gate.write_text(json.dumps(load_corpus()[::4] + long_texts(model / "tokenizer.json")))   # a quarter: its gate
     repo = tmp_path / "repo"
     build(spec_from_options(model, repo), corpus=gate, log=lambda m: None)
     long_text = long_texts(model / "tokenizer.json", (16383,))[0]
     ref = st_embed(model, [long_text], batch_size=1)[0]
     shorts = [t for t in corpus if len(t) < 120][:200]
     with start_server(repo, tmp_path) as srv:
-        runs = [asyncio.run(one_run(srv.grpc_url, "b16k", shorts, long_text, ref, 4, 64)) for _ in range(3)]
-    for r in runs:
-        assert r["short_failed"] == 0 and r["short_sent"] > 1000, r
-        assert r["short_max_ms"] < 5000, r
-        assert r["long_cos_min"] >= 0.9999, r
+        r = asyncio.run(one_run(srv.grpc_url, "b16k", shorts, long_text, ref, 4, 64))
+    assert r["short_failed"] == 0 and r["short_sent"] > 1000, r
+    # no short client starved: each had answers while the four long texts ran (the previous path held them all
+    # behind the long ones; benchmarks/preempt.py measures how long), and the long vectors are exact
+    assert r["short_clients_answered_during_long"] == 64 and r["short_answers_during_long_min"] >= 3, r
+    assert r["long_span_tenths_without_short_answers"] == 0, r   # a starved stretch leaves tenths empty
+    assert r["long_cos_min"] >= 0.9999, r
