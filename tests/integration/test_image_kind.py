@@ -7,6 +7,7 @@ their row while serving goes on; `embtrt verify` (the gate, under load) on the s
 import numpy as np
 import pytest
 
+from conftest import start_server
 from embtrt.errors import ClientError, ParityError, SpecError
 from embtrt.export import build
 from embtrt.export.spec_options import spec_from_options
@@ -180,6 +181,17 @@ def test_reduced_precision_ships_only_behind_the_reduced_gate_and_tensorrt_is_re
           corpus=half, log=lambda _m: None)
     parity = read_manifest(tmp_path / "int8b").extra["parity"]
     assert not parity["passed"] and parity["allowed_mismatch"] and parity["image_cosine_min"] >= 0.995   # fp32 images
+    # served, `embtrt verify` judges it by the reduced gate: its image -> text ranking (overlap under 0.98) fails it,
+    # and "identical" counts only the rows whose top 10 is the reference's exactly
+    from embtrt.kinds.multimodal.measure import verify_multimodal
+
+    (tmp_path / "srv").mkdir()
+    with start_server(tmp_path / "int8b", tmp_path / "srv") as srv:
+        rep = verify_multimodal(srv.grpc_url, "clip_i", clips["clip"], corpus[::4], log=lambda _m: None)
+    gate = rep.figures["gate"]
+    assert not rep.passed and gate["precision"] == "int8" and gate["image_to_text_overlap"] < 0.98, gate
+    assert any(f.startswith("image -> text retrieval: top-10 overlap") for f in rep.failures), rep.failures
+    assert gate["image_to_text_identical"] < gate["images"]
     with pytest.raises(SpecError, match="tensorrt"):
         build(spec_from_options(clips["clip"], tmp_path / "trt", name="clip_t", target="tensorrt"), corpus=half,
               log=lambda _m: None)
