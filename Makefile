@@ -53,8 +53,10 @@ test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind 
 test-all: $(STAMP) ## every test: default tier, then slow tier + deploy test (as root: podman + runc installed if missing); what CI runs
 	@if [ "$$(id -u)" = 0 ]; then bash deploy/standin/podman-setup.sh; \
 	 else echo "not root: the deploy test will skip (podman with runc runs as root here)"; fi
-	$(BIN)/python -m pytest -m "not slow and not deploy" -q -rfE $(XDIST) --durations=40
-	$(BIN)/python -m pytest -m "slow or deploy" -q -rfE $(XDIST) --durations=40
+	@rc=0; set -x; \
+	$(BIN)/python -m pytest -m "not slow and not deploy" -q -rfE $(XDIST) --durations=40 || rc=$$?; \
+	$(BIN)/python -m pytest -m "slow or deploy" -q -rfE $(XDIST) --durations=40 || rc=$$?; \
+	exit $$rc
 
 lint: $(STAMP) ## ruff, import layers, mypy (the TensorRT module against tensorrt-stubs), TensorRT names against the 10.13 and 11.4 bindings
 	$(BIN)/ruff check builder python_backend tests

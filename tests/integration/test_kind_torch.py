@@ -84,13 +84,26 @@ def test_a_python_torch_sparse_encoder_serves_over_bls_equal_to_sparse_encoder(t
 
 
 def test_python_torch_bf16_ships_a_reranker_only_behind_the_reduced_precision_gate(cross_encoders, tmp_path):
-    """bf16 autocast: the one-label BERT stays within the reduced gate (|score difference| <= 0.01,
-    top-10 overlap >= 0.98) and ships; scores differ from fp32, so the gate saw the reduced run."""
-    res = build(spec_from_options(cross_encoders["bert-ce"], tmp_path / "bf16", name="ce_bf16", target="python-torch",
-                                  precision="bf16"), log=_quiet)
+    """bf16 autocast: the one-label BERT's scores stay within 0.01 of fp32 (and differ from it: the gate saw the
+    reduced run), and its ranking is judged by the reduced rule (top-10 overlap >= 0.98, NDCG@10 regression <=
+    0.005): the build ships exactly when those hold and is refused otherwise, naming the figure. (The tiny model sits
+    at the NDCG bound: 0.0052 on an AMD EPYC, refused; the verdict may differ on a CPU with native bf16.)"""
+    spec = dict(name="ce_bf16", target="python-torch", precision="bf16")
+    res = build(spec_from_options(cross_encoders["bert-ce"], tmp_path / "kept", allow_mismatch=True, **spec), log=_quiet)
     par = res.manifest["parity"]
-    assert par["passed"] and 1e-5 < par["max_abs_diff"] <= 0.01
+    assert 1e-5 < par["max_abs_diff"] <= 0.01 and par["precision"] == "bf16"
     assert res.manifest["identity"]["embtrt.backend_profile"].startswith("python-torch:cpu:bf16:")
+    rank = par["ranking"]
+    holds = rank["overlap"] >= 0.98 and rank["ndcg_regression"] <= 0.005
+    assert par["passed"] == holds, par
+    if holds:
+        build(spec_from_options(cross_encoders["bert-ce"], tmp_path / "bf16", **spec), log=_quiet)
+        assert (tmp_path / "bf16" / "embtrt.json").is_file()
+    else:
+        assert any(f.startswith(("ranking: top-10 overlap", "ranking: NDCG@10 regression")) for f in par["failures"])
+        with pytest.raises(ParityError, match="ranking: (top-10 overlap|NDCG@10 regression)"):
+            build(spec_from_options(cross_encoders["bert-ce"], tmp_path / "bf16", **spec), log=_quiet)
+        assert not (tmp_path / "bf16").exists()
 
 
 @pytest.mark.slow   # a sparse gate of its own: make test-all

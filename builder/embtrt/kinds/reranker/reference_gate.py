@@ -50,7 +50,7 @@ def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens
         rows = list(zip(bounds, bounds[1:]))
         agree = agreement([got[a:b, 0] for a, b in rows], [want[a:b, 0] for a, b in rows], TOP_K, RANK_TIE)
         v.check(agree.passes(precision), f"ranking against CrossEncoder.rank's order ({len(pairs)} pairs): "
-                + agree.describe(precision, TOP_K), *agree.failure(precision, TOP_K))
+                + agree.describe(precision, TOP_K), *(f"ranking: {f}" for f in agree.failure(precision, TOP_K)))
         rank = agree.figures()
     for line in v.lines:
         log(line)
