@@ -18,9 +18,12 @@ import pytest
 from conftest import start_server
 from embtrt.export import build
 from embtrt.export.spec_options import spec_from_options
+from embtrt.reference.parity import cosine_rows
 from embtrt.repository.manifest import read_manifest
 from ort_standin import served_copy
 from parity_helpers import assert_rows_distinguishable
+from test_classifier import _by_label, _pipeline
+from test_multivector import _same_vectors
 
 pytestmark = pytest.mark.integration
 TOL = 1e-4          # fp32: max |difference| of a vector, weight or score, as the kinds' gates
@@ -63,16 +66,6 @@ def _serve(builds: dict, tmp_path):
     return start_server(first, tmp_path / "server", *more)
 
 
-def _same_vectors(got: list, want: list) -> float:
-    assert [len(g) for g in got] == [len(w) for w in want]
-    return max(float(np.abs(g - np.asarray(w)).max()) for g, w in zip(got, want, strict=True))
-
-
-def _cos(a, b) -> np.ndarray:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
 def test_colbert_on_openvino_and_onnxruntime_serves_multivectorencoder(multivectors, corpus, tmp_path):
     from sentence_transformers import MultiVectorEncoder
 
@@ -110,7 +103,7 @@ def test_bge_m3_on_openvino_torch_and_onnxruntime_serves_flagembedding(multivect
         for target, (_, name) in builds.items():
             c = MultiVectorClient(srv.grpc_url, name, batch_size=4)
             got = c.encode(texts, return_dense=True, return_sparse=True, return_colbert_vecs=True)
-            assert _cos(got["dense_vecs"], want["dense_vecs"]).min() >= COS, target
+            assert cosine_rows(got["dense_vecs"], want["dense_vecs"]).min() >= COS, target
             assert _same_vectors(got["colbert_vecs"], want["colbert_vecs"]) <= TOL, target
             for ours, theirs in zip(got["lexical_weights"], want["lexical_weights"], strict=True):
                 assert set(ours) == set(theirs), target
@@ -140,8 +133,8 @@ def test_clip_on_openvino_torch_and_onnxruntime_serves_sentence_transformers(cli
         for target, (_, name) in builds.items():
             with ImageEmbeddingClient(srv.grpc_url, name) as c:
                 got_t, got_i = c.embed(texts), c.embed_images(images)
-            assert _cos(got_t, want_t).min() >= COS and np.abs(got_t - want_t).max() <= TOL, target
-            assert _cos(got_i, want_i).min() >= COS and np.abs(got_i - want_i).max() <= TOL, target
+            assert cosine_rows(got_t, want_t).min() >= COS and np.abs(got_t - want_t).max() <= TOL, target
+            assert cosine_rows(got_i, want_i).min() >= COS and np.abs(got_i - want_i).max() <= TOL, target
             assert retrieval(got_t, got_i, want_t, want_i).passes("fp32"), target
             assert retrieval(got_i, got_t, want_i, want_t).passes("fp32"), target
         from embtrt.kinds.multimodal.measure import verify_multimodal
@@ -150,17 +143,13 @@ def test_clip_on_openvino_torch_and_onnxruntime_serves_sentence_transformers(cli
 
 
 def test_the_classifier_on_openvino_torch_and_onnxruntime_serves_the_pipeline(classifiers, corpus, tmp_path):
-    from transformers import pipeline
-
     from embtrt.kinds.classifier.serve import ClassifyClient
 
     texts = _texts(corpus)
-    pipe = pipeline("text-classification", model=str(classifiers["bert-cls3"]), device="cpu", top_k=None)
+    pipe = _pipeline(classifiers["bert-cls3"])
     labels = [pipe.model.config.id2label[i] for i in range(pipe.model.config.num_labels)]
-    want = np.array([[next(r["score"] for r in row if r["label"] == lab) for lab in labels]
-                     for row in pipe(texts, truncation=True, max_length=64)])
-    logits = np.array([[next(r["score"] for r in row if r["label"] == lab) for lab in labels]
-                       for row in pipe(texts, truncation=True, max_length=64, function_to_apply="none")])
+    want = _by_label(pipe(texts, truncation=True, max_length=64), labels)
+    logits = _by_label(pipe(texts, truncation=True, max_length=64, function_to_apply="none"), labels)
     assert_rows_distinguishable(logits, 10 * TOL, "classifier logits")
     builds = _builds(classifiers["bert-cls3"], tmp_path, corpus, "cls", ("python-openvino", "python-torch", "onnxruntime"),
                      max_seq_length=64)

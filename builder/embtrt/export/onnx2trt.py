@@ -323,13 +323,10 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
 
 
 def _activated(z: np.ndarray, activation: str) -> np.ndarray:
-    z = z.astype(np.float64)
-    if activation == "sigmoid":
-        return 1 / (1 + np.exp(-z))
-    if activation == "softmax":
-        e = np.exp(z - z.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
-    return z
+    """Scores as the served front door makes them from logits: the model's own activation (pairs.activate)."""
+    from embtrt_backend.kinds.reranker.pairs import activate
+
+    return activate(z, "default", activation).astype(np.float64)
 
 
 def kind_plan_difference(m, got: np.ndarray, want: np.ndarray) -> tuple[float, float, str]:

@@ -62,6 +62,12 @@ class Agreement:
             out.append(f"NDCG@{k} regression {self.ndcg_regression:.4f} > {MAX_NDCG_REGRESSION}")
         return out
 
+    def check(self, v, precision: str, k: int, what: str, label: str) -> bool:
+        """This agreement as one check of verdict `v`: its line is `what: ` and the figures, each failure
+        `label: ` and what failed."""
+        return v.check(self.passes(precision), f"{what}: " + self.describe(precision, k),
+                       *(f"{label}: {f}" for f in self.failure(precision, k)))
+
     def figures(self) -> dict:
         return {"identical": self.identical, "within_ties": self.within_ties, "queries": self.queries,
                 "overlap": self.overlap, "ndcg_regression": self.ndcg_regression}

@@ -100,8 +100,7 @@ def judge_colbert(reference: Callable[[list[str], str], list[np.ndarray]], texts
             f"{similarity} scores differ by {worst:.2e} > {lim.score:.0e}")
     tie = 2 * lim.score * (1.0 if precision == "fp32" else np.maximum(np.abs(theirs).max(axis=1), 1e-12))
     agree = agreement(list(ours), list(theirs), TOP_K, tie)   # fp32: twice the score bound
-    v.check(agree.passes(precision), f"retrieval by {similarity}, {nq} queries: " + agree.describe(precision, TOP_K),
-            *(f"retrieval: {f}" for f in agree.failure(precision, TOP_K)))
+    agree.check(v, precision, TOP_K, f"retrieval by {similarity}, {nq} queries", "retrieval")
     for line in v.lines:
         log(line)
     v.figures.update({"texts": len(texts), "buckets": per, "score_error": worst, "retrieval": agree.figures(),

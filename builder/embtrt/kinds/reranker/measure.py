@@ -23,7 +23,7 @@ from embtrt_backend.kinds import RERANKER
 
 from ..multivector.reference import is_multivector
 from .reference import corpus_pairs
-from .reference_gate import TOP_K, judge, tolerance_for
+from .reference_gate import TOP_K, judge, per_query, tolerance_for
 from ...reference.verdict import Verdict
 from ...measure.driver import Load
 from ...measure.kind_measure import KindMeasure, KindReport, inprocess_row, load_row, warm_then_load
@@ -87,11 +87,8 @@ class RerankMeasure(KindMeasure):
         if got.shape[1] == 1:
             from ...reference.ranking import agreement
 
-            bounds = np.cumsum([0] + [len(ds) for ds in self.docs])
-            rows = list(zip(bounds, bounds[1:]))
-            agree = agreement([got[a:b, 0] for a, b in rows], [other[a:b, 0] for a, b in rows], TOP_K, 2 * limit)
-            rep.check(agree.passes(precision), f"ranking against {where[1]}: " + agree.describe(precision, TOP_K),
-                      *(f"ranking against {where[0]}: {f}" for f in agree.failure(precision, TOP_K)))
+            agree = agreement(per_query(got, self.docs), per_query(other, self.docs), TOP_K, 2 * limit)
+            agree.check(rep, precision, TOP_K, f"ranking against {where[1]}", f"ranking against {where[0]}")
         return worst
 
     def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:

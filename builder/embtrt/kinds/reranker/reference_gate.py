@@ -28,6 +28,12 @@ def tolerance_for(precision: str) -> float:
     return SCORE_TOLERANCE if precision == "fp32" else REDUCED_TOLERANCE
 
 
+def per_query(scores: np.ndarray, docs: list[list[str]]) -> list[np.ndarray]:
+    """A one-label model's scores of every (query, document) pair in order -> one row per query."""
+    bounds = np.cumsum([0] + [len(ds) for ds in docs])
+    return [scores[a:b, 0] for a, b in zip(bounds, bounds[1:])]
+
+
 def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens: np.ndarray,
           buckets: tuple[int, ...] | list[int], log: Callable[[str], None] = print,
           precision: str = "fp32") -> Verdict:
@@ -46,11 +52,8 @@ def judge(ce, queries: list[str], docs: list[list[str]], got: np.ndarray, tokens
         v.check(True, f"ranking: not judged ({got.shape[1]} labels: a classifier, CrossEncoder.rank takes "
                 "one-label models); every label's score is gated above")
     else:
-        bounds = np.cumsum([0] + [len(ds) for ds in docs])
-        rows = list(zip(bounds, bounds[1:]))
-        agree = agreement([got[a:b, 0] for a, b in rows], [want[a:b, 0] for a, b in rows], TOP_K, RANK_TIE)
-        v.check(agree.passes(precision), f"ranking against CrossEncoder.rank's order ({len(pairs)} pairs): "
-                + agree.describe(precision, TOP_K), *(f"ranking: {f}" for f in agree.failure(precision, TOP_K)))
+        agree = agreement(per_query(got, docs), per_query(want, docs), TOP_K, RANK_TIE)
+        agree.check(v, precision, TOP_K, f"ranking against CrossEncoder.rank's order ({len(pairs)} pairs)", "ranking")
         rank = agree.figures()
     for line in v.lines:
         log(line)

@@ -104,8 +104,7 @@ def judge(se, texts: list[str], served: dict[str, tuple[np.ndarray, np.ndarray]]
             f"dot products differ by {dot:.2e} of the largest > {lim.dot:.0e}")
     scale = np.maximum(np.abs(theirs).max(axis=1), 1e-12)
     agree = agreement(list(ours), list(theirs), TOP_K, 2 * lim.dot * scale)   # fp32: twice the dot-product bound
-    v.check(agree.passes(precision), f"retrieval by dot product, {len(q)} queries: " + agree.describe(precision, TOP_K),
-            *(f"retrieval: {f}" for f in agree.failure(precision, TOP_K)))
+    agree.check(v, precision, TOP_K, f"retrieval by dot product, {len(q)} queries", "retrieval")
     for line in v.lines:
         log(line)
     v.figures.update({"texts": len(texts), "buckets": per, "retrieval": agree.figures(),
