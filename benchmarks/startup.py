@@ -1,10 +1,12 @@
 """A repository's start-up: tritonserver on loopback ports, timed from the start to every model
 ready (as `embtrt serve` waits), with the CPU seconds each process of the server's tree used.
 
-    python benchmarks/startup.py REPO [--starts 3] [--per-process]
+    python benchmarks/startup.py REPO [--starts 3] [--per-process] [--auto-complete]
 
 docs/serving.md records the default repository's figures; the CPU column shows which models'
-load (imports, sessions, warm-ups) the start spends its time on.
+load (imports, sessions, warm-ups) the start spends its time on. --auto-complete interleaves starts
+with Triton's config auto-complete left on (as before embtrt passed --disable-auto-complete-config):
+the Python backend then starts one more stub per model only to ask it for a config.
 """
 
 from __future__ import annotations
@@ -31,11 +33,18 @@ def label(pid: int) -> str:
     return Path(argv[0]).name if argv else str(pid)
 
 
-def one_start(repo: Path, log: Path) -> tuple[float, dict[int, tuple[str, float]]]:
+class AutoCompleting(TritonServer):
+    """tritonserver as embtrt started it before --disable-auto-complete-config (for the comparison)."""
+
+    def command(self) -> list[str]:
+        return [a for a in super().command() if a != "--disable-auto-complete-config"]
+
+
+def one_start(repo: Path, log: Path, auto_complete: bool = False) -> tuple[float, dict[int, tuple[str, float]]]:
     spec = ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
                       log_file=log, graceful_exit=False)
     t0 = time.perf_counter()
-    with TritonServer(spec) as srv:
+    with (AutoCompleting if auto_complete else TritonServer)(spec) as srv:
         ready = time.perf_counter() - t0
         usage = {}
         for pid in srv.pids():
@@ -51,14 +60,18 @@ def main() -> None:
     ap.add_argument("repo", type=Path)
     ap.add_argument("--starts", type=int, default=3)
     ap.add_argument("--per-process", action="store_true", help="print each process's CPU seconds")
+    ap.add_argument("--auto-complete", action="store_true",
+                    help="also start with Triton's config auto-complete on, interleaved, for the comparison")
     a = ap.parse_args()
     cpu = os.popen("lscpu | sed -n 's/^Model name: *//p'").read().strip() or "unknown CPU"
     print(f"{a.repo}: {a.starts} starts, {os.cpu_count()} cores ({cpu})")
     for i in range(a.starts):
-        ready, usage = one_start(a.repo, Path(f"/tmp/embtrt-startup-{os.getpid()}-{i}.log"))
-        total = sum(c for _, c in usage.values())
-        stubs = sum(1 for n, _ in usage.values() if n.startswith("stub "))
-        print(f"start {i + 1}: ready in {ready:.2f} s, {total:.2f} CPU-s in {len(usage)} processes ({stubs} stubs)")
+        for auto in (False, True) if a.auto_complete else (False,):
+            ready, usage = one_start(a.repo, Path(f"/tmp/embtrt-startup-{os.getpid()}-{i}.log"), auto)
+            total = sum(c for _, c in usage.values())
+            stubs = sum(1 for n, _ in usage.values() if n.startswith("stub "))
+            how = " (auto-complete on)" if auto else ""
+            print(f"start {i + 1}{how}: ready in {ready:.2f} s, {total:.2f} CPU-s in {len(usage)} processes ({stubs} stubs)")
         if a.per_process:
             for name, c in sorted(usage.values(), key=lambda x: -x[1]):
                 print(f"    {c:6.2f}  {name}")

@@ -7,6 +7,7 @@ of embtrt's packages on PYTHONPATH. The repository must bring everything else it
 """
 
 import json
+import re
 import subprocess
 import sys
 import venv
@@ -36,12 +37,23 @@ def numpy_only_python(tmp_path_factory) -> Path:
     return env
 
 
-def _server(repo: Path, tmp_path: Path, python_env: Path):
+def _server(repo: Path, tmp_path: Path, python_env: Path, stock: bool = False):
+    """embtrt's launcher; `stock`: with Triton's config auto-complete left on, as a plain `tritonserver
+    --model-repository` runs (embtrt's own launcher turns it off: its configs are complete)."""
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
-    return TritonServer(ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                                   log_file=tmp_path / "tritonserver.log", startup_timeout_s=120, python_env=python_env,
-                                   graceful_exit=False))
+    class Stock(TritonServer):
+        def command(self) -> list[str]:
+            return [a for a in super().command() if a != "--disable-auto-complete-config"]
+
+    return (Stock if stock else TritonServer)(ServerSpec(
+        repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+        log_file=tmp_path / "tritonserver.log", startup_timeout_s=120, python_env=python_env, graceful_exit=False))
+
+
+def _auto_complete(log: Path) -> set[str]:
+    """What the Python backend says of config auto-complete in its start-up table (one entry per load)."""
+    return set(re.findall(r'"auto-complete-config":"(true|false)"', log.read_text()))
 
 
 def test_bundled_repository_serves_real_text_equal_to_sentence_transformers_on_a_numpy_only_python(
@@ -54,7 +66,7 @@ def test_bundled_repository_serves_real_text_equal_to_sentence_transformers_on_a
     assert m["bundle"]["python"] == RUNNING and set(m["bundle"]["packages"]) == {"tokenizers", "onnxruntime"}
     assert (minilm_repo / m["bundle"]["path"] / "tokenizers").is_dir()
     texts = corpus[::3]  # every length bucket, over-long texts included
-    with _server(minilm_repo, tmp_path, numpy_only_python) as srv:
+    with _server(minilm_repo, tmp_path, numpy_only_python, stock=True) as srv:
         import tritonclient.grpc as grpcclient
 
         # each front-door instance ran its warm-up text before the server was ready (Triton counts them)
@@ -72,6 +84,7 @@ def test_bundled_repository_serves_real_text_equal_to_sentence_transformers_on_a
     assert cos.min() >= 0.9999, float(cos.min())
     assert cosine_rows(st_embed(minilm_path, short), got_bucket).min() >= 0.9999
     assert "No module named" not in (tmp_path / "tritonserver.log").read_text()
+    assert _auto_complete(tmp_path / "tritonserver.log") == {"true"}   # as the stock command line runs it
 
 
 def test_repository_without_the_bundle_fails_to_load_with_the_clear_message(tiny_models, numpy_only_python, tmp_path):
@@ -84,6 +97,8 @@ def test_repository_without_the_bundle_fails_to_load_with_the_clear_message(tiny
     log = (tmp_path / "tritonserver.log").read_text()
     assert "this model needs the Python package(s) tokenizers" in log
     assert "the repository was built with --no-bundle-deps" in log
+    # embtrt's launcher: no auto-complete stub, the message comes from the instance's own start
+    assert _auto_complete(tmp_path / "tritonserver.log") == {"false"}
 
 
 def test_bundle_for_another_python_is_flagged_by_check_and_refused_at_load(tiny_models, numpy_only_python, tmp_path):

@@ -230,6 +230,10 @@ class TritonServer:
             f"--metrics-address={s.host}", f"--metrics-port={s.metrics_port}",
             "--allow-metrics=true", "--allow-gpu-metrics=false",
             "--strict-readiness=true", "--exit-on-error=true",
+            # every config embtrt writes is complete: Triton's auto-complete would start one more stub
+            # per Python model only to ask it for a config (MiniLM's repository ready in 5.5 s with it,
+            # 2.5 s without, on 2 cores)
+            "--disable-auto-complete-config",
             f"--exit-timeout-secs={s.exit_timeout_s}",
             "--backend-config=python,shm-growth-byte-size=16777216",
             "--log-verbose=0",
@@ -318,7 +322,7 @@ class TritonServer:
                     raise ServerError(f"a server that is not this one answers on {self.grpc_url} / {self.http_url}",
                                       "stop it (an orphaned tritonserver?) or pick other ports")
                 return
-            time.sleep(0.5)
+            time.sleep(0.1)   # one GET per poll until the server says ready
         raise ServerError(f"tritonserver was not ready after {timeout_s or self.spec.startup_timeout_s:.0f} s:\n"
                           f"{self.log_tail()}", f"full log: {self.log_path}")
 

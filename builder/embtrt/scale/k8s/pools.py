@@ -92,6 +92,7 @@ def liveness_script(repo: Path, models: list[str]) -> str:
 
 def triton_args(models: list[str], tls: bool) -> list[str]:
     args = ["--model-repository=/models", "--model-control-mode=explicit", "--strict-readiness=true",
+            "--disable-auto-complete-config",   # embtrt's configs are complete (one stub per model, not two)
             f"--http-port={HTTP}", f"--grpc-port={GRPC}", f"--metrics-port={METRICS}", "--exit-on-error=true",
             # kubelet expands $(VAR) from the container's env (the admin Secret)
             f"--http-restricted-api={','.join(RESTRICTED)}:{ADMIN_HEADER}=$({ADMIN_ENV})",
