@@ -1,6 +1,6 @@
 """The token budget in one place: the max batch it gives each bucket, the configs it rewrites for a
 reload, the budgets tune tries, and embtrt.json's record of it. (Served end to end in
-tests/integration/test_matrix.py and test_tune.py.)"""
+tests/integration/test_16k.py and test_tune.py.)"""
 
 import dataclasses
 

@@ -27,7 +27,7 @@ def test_the_preemption_row_shows_the_short_latencies_and_its_verdict():
 
 def test_embtrt_matrix_exits_1_and_says_why_when_the_preemption_cell_failed(monkeypatch, tmp_path):
     """The CLI's verdict follows the document run_matrix returns (the run itself is measured by
-    test_matrix's integration test): a failed preemption cell is exit 1 with a message, a passed one 0."""
+    test_16k.py's matrix tests): a failed preemption cell is exit 1 with a message, a passed one 0."""
     from typer.testing import CliRunner
 
     import embtrt.measure.matrix as matrix
