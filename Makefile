@@ -48,13 +48,18 @@ test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind 
 # Every test: the default tier, then the slow tier with the deploy test, each on JOBS workers (what CI runs,
 # .ci/run). Two runs, not one: the default tier's session servers hold GiBs that the 16K-token and deploy
 # tests need (one run together was OOM-killed on 24 GiB). As root podman and runc are installed where missing
-# (the deploy test needs them); otherwise the deploy test skips, naming why (EMBTRT_REQUIRE_DEPLOY=1, as in CI,
-# makes that a failure). GPU tests skip without a GPU, named.
-test-all: $(STAMP) ## every test: default tier, then slow tier + deploy test (as root: podman + runc installed if missing); what CI runs
+# and the deploy test's images are built from this checkout while the default tier runs (one core for about
+# a minute and a quarter; the log in build/images.log); otherwise the deploy test skips, naming why
+# (EMBTRT_REQUIRE_DEPLOY=1, as in CI, makes that a failure). GPU tests skip without a GPU, named.
+test-all: $(STAMP) ## every test: default tier, then slow tier + deploy test (as root: podman + runc installed if missing, images built); what CI runs
 	@if [ "$$(id -u)" = 0 ]; then bash deploy/standin/podman-setup.sh; \
 	 else echo "not root: the deploy test will skip (podman with runc runs as root here)"; fi
-	@rc=0; set -x; \
+	@rc=0; images=; mkdir -p build; \
+	if [ "$$(id -u)" = 0 ]; then bash deploy/standin/images.sh $(VENV) > build/images.log 2>&1 & images=$$!; fi; \
+	set -x; \
 	$(BIN)/python -m pytest -m "not slow and not deploy" -q -rfE $(XDIST) --durations=40 || rc=$$?; \
+	if [ -n "$$images" ] && ! wait $$images; then echo "the deploy test's images failed to build:"; \
+	  tail -30 build/images.log; rc=1; fi; \
 	$(BIN)/python -m pytest -m "slow or deploy" -q -rfE $(XDIST) --durations=40 || rc=$$?; \
 	exit $$rc
 

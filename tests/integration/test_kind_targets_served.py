@@ -25,7 +25,9 @@ from parity_helpers import assert_rows_distinguishable
 from test_classifier import _by_label, _pipeline
 from test_multivector import _same_vectors
 
-pytestmark = pytest.mark.integration
+# slow: a build per kind and target, each served (make test-all); the kinds' python-ort builds are served in
+# the default tier
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOL = 1e-4          # fp32: max |difference| of a vector, weight or score, as the kinds' gates
 COS = 0.99999       # fp32: the embedders' and text-and-image towers' cosine bound
 

@@ -223,6 +223,7 @@ def test_a_paused_tritonserver_is_left_alone_and_not_ready_until_it_continues(se
         assert np.isfinite(c.embed(["served after the pause"])).all()
 
 
+@pytest.mark.slow   # a large request keeping MiniLM busy past the probe: make test-all
 def test_a_busy_server_whose_probe_times_out_is_not_restarted(serve, corpus):
     """A large legal request keeps the front door busy past the probe's deadline: the probe fails,
     the server is busy, nothing is restarted, and the large request is answered."""

@@ -99,6 +99,7 @@ def test_a_bad_request_in_a_concurrent_batch_fails_alone(minilm_server, corpus):
     assert all(isinstance(r, np.ndarray) and r.shape == (1, 384) for i, r in enumerate(res) if i != 6)
 
 
+@pytest.mark.slow   # a load test: make test-all
 def test_concurrency_64_mixed_lengths_loses_and_reorders_nothing(minilm_server, minilm_path, corpus):
     texts = corpus[:192]
     want = st_embed(minilm_path, texts)
@@ -232,6 +233,7 @@ def _ready(port: int) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
+@pytest.mark.slow   # a restart and a drain of the MiniLM server: make test-all
 def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, minilm_path, corpus, tmp_path):
     """A killed stub is recovered (readiness 503 meanwhile is allowed, 200 after); SIGTERM with
     requests in flight: /ready answers 503 while the drain still runs, every request is answered

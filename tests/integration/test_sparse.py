@@ -136,6 +136,7 @@ def test_the_folders_max_active_dims_is_the_default_and_a_request_overrides_it(s
     np.testing.assert_allclose(wide, want16, atol=TOL)
 
 
+@pytest.mark.slow   # a benchmark run (every scenario, beside SparseEncoder in process): make test-all
 def test_bench_measures_served_sparse_scenarios_beside_in_process_sparse_encoder(splade_server, splade, tmp_path):
     """`embtrt bench --sparse` (a few requests, loopback): every scenario of the served model and the
     in-process SparseEncoder lines, no errors, the texts of each scenario inside its token band."""
