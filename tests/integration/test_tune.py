@@ -161,3 +161,30 @@ def test_tune_takes_a_reranker_and_a_sparse_encoder_front_door_knobs_only(kind, 
                 assert len(c.encode(["a text"])[0][0]) > 0
     with pytest.raises(SpecError, match="per-bucket SLOs are for embedders"):
         tune(TuneSpec(repo, slo_p99_ms={32: 100.0}), log=lambda m: None)
+
+
+@pytest.mark.slow   # a tune run until its first trial, then its server killed: make test-all
+def test_a_server_that_dies_during_the_search_is_a_clear_error_naming_its_exit_and_log(xlmr_repo, tmp_path):
+    """CI once saw tritonserver abort inside its Python backend during one of tune's reloads, and tune answer
+    with a raw gRPC error. Here its server is killed after the first trial: the next reload's failure is a
+    TuneError that says the server stopped answering, its exit code and the end of its log."""
+    import os
+    import signal
+
+    def kill_server(line: str) -> None:
+        if "trial 1 " not in line:
+            return
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if argv[0].endswith(b"/tritonserver") and any(str(xlmr_repo.resolve()).encode() in a for a in argv):
+                os.kill(int(pid), signal.SIGABRT)   # as the abort CI saw
+
+    with pytest.raises(TuneError) as ei:
+        tune(TuneSpec(xlmr_repo, slo_p99_ms=5000, concurrency=(2,), budget_min=1.0, requests=12, warmup=2),
+             log=kill_server)
+    msg = ei.value.message
+    assert "stopped answering while loading" in msg and "tritonserver exited with code" in msg, msg
+    assert "its full log:" in ei.value.hint

@@ -41,4 +41,10 @@ def load_configs(url: str, manifest: Manifest, configs: dict[str, dict], error: 
             except Exception as exc:  # tritonclient's InferenceServerException
                 if "explicit" in str(exc) or "not allowed" in str(exc) or "polling" in str(exc):
                     raise error(f"the server at {url} is not in explicit model-control mode: {exc}", hint) from None
+                get_status = getattr(exc, "status", None)   # InferenceServerException.status()
+                status = get_status() if callable(get_status) else None
+                if status is not None and "UNAVAILABLE" in str(status):
+                    # the server went away mid-reload (a tritonserver that aborted, or was stopped)
+                    raise error(f"the server at {url} stopped answering while loading {m}: {str(exc).strip()[:300]}",
+                                "tritonserver may have exited during the reload: its log says why") from None
                 raise

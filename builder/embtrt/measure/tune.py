@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import platform
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,7 +195,18 @@ class Tuner:
                                       metrics_port=free_port(), models=models))
         with srv:
             self.log(f"serving {self.spec.repository} on {srv.grpc_url} (explicit model control)")
-            return self._search(srv.grpc_url, texts, counts, deadline)
+            try:
+                return self._search(srv.grpc_url, texts, counts, deadline)
+            except TuneError as exc:
+                try:   # a server that died takes its reaper with it within moments
+                    code = srv.proc.wait(timeout=5) if srv.proc is not None else None
+                except subprocess.TimeoutExpired:
+                    code = None
+                if code is None:
+                    raise
+                # the server tune started has exited: say so, with the end of its log
+                raise TuneError(f"{exc.message}; tritonserver exited with code {code}:\n"
+                                f"{srv.log_tail(15)}", f"its full log: {srv.log_path}") from None
 
     def _trial(self, url: str, base, current: dict[str, dict], settings: dict[str, Any], texts, counts) -> Trial:
         t0 = time.time()
