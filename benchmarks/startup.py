@@ -33,18 +33,11 @@ def label(pid: int) -> str:
     return Path(argv[0]).name if argv else str(pid)
 
 
-class AutoCompleting(TritonServer):
-    """tritonserver as embtrt started it before --disable-auto-complete-config (for the comparison)."""
-
-    def command(self) -> list[str]:
-        return [a for a in super().command() if a != "--disable-auto-complete-config"]
-
-
 def one_start(repo: Path, log: Path, auto_complete: bool = False) -> tuple[float, dict[int, tuple[str, float]]]:
     spec = ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-                      log_file=log, graceful_exit=False)
+                      log_file=log, graceful_exit=False, auto_complete=auto_complete)
     t0 = time.perf_counter()
-    with (AutoCompleting if auto_complete else TritonServer)(spec) as srv:
+    with TritonServer(spec) as srv:
         ready = time.perf_counter() - t0
         usage = {}
         for pid in srv.pids():

@@ -42,13 +42,9 @@ def _server(repo: Path, tmp_path: Path, python_env: Path, stock: bool = False):
     --model-repository` runs (embtrt's own launcher turns it off: its configs are complete)."""
     from embtrt.serve.server import ServerSpec, TritonServer, free_port
 
-    class Stock(TritonServer):
-        def command(self) -> list[str]:
-            return [a for a in super().command() if a != "--disable-auto-complete-config"]
-
-    return (Stock if stock else TritonServer)(ServerSpec(
-        repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
-        log_file=tmp_path / "tritonserver.log", startup_timeout_s=120, python_env=python_env, graceful_exit=False))
+    return TritonServer(ServerSpec(repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                                   log_file=tmp_path / "tritonserver.log", startup_timeout_s=120, python_env=python_env,
+                                   graceful_exit=False, auto_complete=stock))
 
 
 def _auto_complete(log: Path) -> set[str]:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embtrt_backend.kinds import EMBEDDER, kind_of
+from embtrt_backend.liveness import http_status
 
 from ..errors import EmbtrtError, SpecError
 from ..repository.budget import manifest_with_budget, with_budget
@@ -198,12 +199,12 @@ class Tuner:
             try:
                 return self._search(srv.grpc_url, texts, counts, deadline)
             except TuneError as exc:
+                if srv.proc is None or http_status(srv.http_url + "/v2/health/live", 2.0) == 200:
+                    raise   # the server answers: the search's own error
                 try:   # a server that died takes its reaper with it within moments
-                    code = srv.proc.wait(timeout=5) if srv.proc is not None else None
+                    code = srv.proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
-                    code = None
-                if code is None:
-                    raise
+                    raise exc from None
                 # the server tune started has exited: say so, with the end of its log
                 raise TuneError(f"{exc.message}; tritonserver exited with code {code}:\n"
                                 f"{srv.log_tail(15)}", f"its full log: {srv.log_path}") from None
