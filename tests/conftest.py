@@ -19,12 +19,17 @@ def _quiet(_msg: str) -> None:
 
 
 def pytest_configure(config):
-    """Every run starts with an empty reference cache of its own (embtrt/reference/cache.py): a
-    PyTorch reference is computed once per run and reused by the later builds, verify runs and
-    parity checks of the same model, texts and options (subprocesses inherit the variable); the
-    user's ~/.cache/embtrt/references is never read or written, so a run is as cold as a fresh machine."""
+    """Files' durations recorded where asked for (tests/balance.py). Every run starts with an empty
+    reference cache of its own (embtrt/reference/cache.py): a PyTorch reference is computed once per run
+    and reused by the later builds, verify runs and parity checks of the same model, texts and options
+    (subprocesses inherit the variable); the user's ~/.cache/embtrt/references is never read or written,
+    so a run is as cold as a fresh machine."""
     import os
     import tempfile
+
+    import balance
+
+    balance.register(config)
 
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:   # a parallel worker (make test): the controller's cache and built fixtures, shared; its own ports
@@ -388,9 +393,13 @@ def ov_server(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The deploy test (tests/deploy) runs only when asked for (`-m deploy`, make deploy-test): it builds
-    images and starts pods with podman as root, for minutes. (A tests/deploy/conftest.py would shadow this
-    conftest module for the tests that import from it.)"""
+    """Files longest first (tests/balance.py: the workers end together). The deploy test (tests/deploy)
+    runs only when asked for (`-m deploy`, make deploy-test): it builds images and starts pods with podman
+    as root, for minutes. (A tests/deploy/conftest.py would shadow this conftest module for the tests that
+    import from it.)"""
+    import balance
+
+    balance.order(items, balance.tier(config))
     if "deploy" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="the deploy test runs only with -m deploy (make deploy-test)")

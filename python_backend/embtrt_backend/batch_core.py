@@ -11,7 +11,7 @@
 An encoder failure is the error of every request it was serving, never the caller's.
 
 A kind writes `tokenize`, `result` (and `after` where needed): RequestCore (core.py: texts, or
-token ids; the embedder and the sparse encoder) and PairCore (kinds/reranker/pairs.py: query-document
+token ids; the embedder and the sparse encoder) and PairCore (embtrt_backend/pairs.py: query-document
 pairs). Plain numpy (+ tokenizers), tested without Triton.
 """
 

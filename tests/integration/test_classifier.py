@@ -38,7 +38,11 @@ def texts(corpus):
 
 
 def test_kind_detection_says_which_rule_decided_and_kind_overrides(classifiers, cross_encoders):
-    from embtrt.kinds.reranker.reference import detect_kind
+    from embtrt.reference.detect import detect
+
+    def detect_kind(folder):
+        found = detect(folder)
+        return found.kind.name, found.why
 
     kind, why = detect_kind(classifiers["bert-cls3"])
     assert kind == "classifier" and "3 labels" in why and "CrossEncoder" in why

@@ -155,6 +155,12 @@ def _envelope(r: httpx.Response, status: int, contains: str) -> dict:
 
 def test_bad_requests_get_openais_envelope_and_status(two_pools):
     u = two_pools
+    # #72: a refused request that names its model is counted under it (was: not counted per model)
+    series = f'embtrt_gateway_model_requests_total{{model="{NAME}",status="400"}}'
+    before = _metric(u, series)
+    _envelope(_post(u, {"model": NAME, "input": []}), 400, "non-empty list")
+    _envelope(_post(u, {"model": NAME + "-query", "input": []}), 400, "non-empty list")
+    assert _metric(u, series) == before + 2
     _envelope(_post(u, {"input": "x"}), 400, "model parameter")
     assert _envelope(_post(u, {"model": "nope", "input": "x"}), 404, "does not exist")["code"] == "model_not_found"
     _envelope(_post(u, {"model": NAME, "input": []}), 400, "non-empty list")
@@ -178,6 +184,31 @@ def test_bad_requests_get_openais_envelope_and_status(two_pools):
     a = np.array([d["embedding"] for d in rs[0].json()["data"]])
     b = np.array([d["embedding"] for d in rs[2].json()["data"]])
     assert np.allclose(a, b[::-1], atol=1e-6)
+
+
+def test_a_misspelt_option_is_refused_in_each_dialect_and_other_unknown_fields_are_ignored(two_pools):
+    """#73: `dimension` or `prompt_nme` answered 200 at full width; each dialect now refuses a field one or
+    two letters off an option, in its own error shape, naming the option; a field no option resembles is
+    ignored, as TEI's and vLLM's servers ignore it (the vector is the plain request's)."""
+    from openai import BadRequestError, OpenAI
+
+    u = two_pools
+    err = _envelope(_post(u, {"model": NAME, "input": "x", "dimension": 10}), 400, "did you mean 'dimensions'")
+    assert err["param"] == "dimension"
+    with pytest.raises(BadRequestError, match="did you mean 'prompt_name'"):
+        OpenAI(base_url=u + "/v1", api_key="-", max_retries=0).embeddings.create(
+            model=NAME, input=["x"], extra_body={"prompt_nme": "query"})
+    _tei(httpx.post(u + "/embed", json={"inputs": "x", "dimension": 10}, timeout=30), 422, "Validation",
+         "did you mean 'dimensions'")
+    r = httpx.post(u + "/v2/embed", json={"model": NAME, "texts": ["x"], "input_type": "search_query",
+                                          "embedding_types": ["float"], "output_dimensions": 8}, timeout=30)
+    assert r.status_code == 400 and "did you mean 'output_dimension'" in r.json()["message"], r.text
+    r = httpx.post(u + "/detokenize", json={"model": NAME, "tokens": [101, 102], "dimension": 3}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError", r.text   # vLLM's shape
+    assert "did you mean 'dimensions'" in r.json()["error"]["message"], r.text
+    plain = _post(u, {"model": NAME, "input": "x"}).json()["data"][0]["embedding"]
+    extra = _post(u, {"model": NAME, "input": "x", "service_tier": "default"})
+    assert extra.status_code == 200 and extra.json()["data"][0]["embedding"] == plain
 
 
 def test_an_unknown_route_names_the_routes_served_and_a_wrong_method_is_405_with_allow(two_pools):

@@ -117,3 +117,23 @@ def test_bad_classify_bodies_get_each_routes_shape_and_serving_goes_on(url, text
     assert r.status_code == 400 and err["type"] == "BadRequestError" and err["param"] == "input"
     _tei(httpx.post(url + "/embed", json={"inputs": "a"}, timeout=30), 424, "Backend", "this gateway serves no embedder")
     assert httpx.post(url + "/predict", json={"inputs": texts[0]}, timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("lacking, message", [
+    ("classify", r"bert_cls3 \(a classifier\) serves the operation 'classify', but its gateway class Lacking lacks classify"),
+    ("tei_type", r"bert_cls3 \(a classifier\): its gateway class Lacking lacks tei_type, which the gateway calls on every model"),
+])
+def test_a_model_lacking_what_its_operations_call_stops_the_gateway_at_start(classifier_repos, monkeypatch, lacking, message):
+    """Capabilities are checked when the gateway starts (registry.check_capabilities), not found as a 500 on the
+    first request (GET /info once called a tei_type the text-and-image gateway class lacked)."""
+    from embtrt.errors import SpecError
+    from embtrt.kinds.classifier import scale
+    from embtrt.scale.gateway.config import GatewayConfig
+    from embtrt.scale.gateway.registry import MultiGateway
+
+    monkeypatch.setattr(scale, "Classifier", type("Lacking", (scale.Classifier,), {lacking: None}))
+    with pytest.raises(SpecError, match=message):
+        MultiGateway(GatewayConfig(repository=classifier_repos["bert-cls3"], triton="127.0.0.1:1"))
+    monkeypatch.undo()
+    gw = MultiGateway(GatewayConfig(repository=classifier_repos["bert-cls3"], triton="127.0.0.1:1"))   # the control
+    assert list(gw.models) == ["bert_cls3"]

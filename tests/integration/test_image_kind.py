@@ -49,7 +49,11 @@ def _same_ranking(got_q, got_d, want_q, want_d):
 
 
 def test_detection_and_the_built_manifests(clips, clip_repos):
-    from embtrt.kinds.reranker.reference import detect_kind
+    from embtrt.reference.detect import detect
+
+    def detect_kind(folder):
+        found = detect(folder)
+        return found.kind.name, found.why
 
     for folder in clips.values():
         assert detect_kind(folder)[0] == "multimodal"
@@ -189,9 +193,19 @@ def test_reduced_precision_ships_only_behind_the_reduced_gate_and_tensorrt_is_re
     with start_server(tmp_path / "int8b", tmp_path / "srv") as srv:
         rep = verify_multimodal(srv.grpc_url, "clip_i", clips["clip"], corpus[::4], log=lambda _m: None)
     gate = rep.figures["gate"]
-    assert not rep.passed and gate["precision"] == "int8" and gate["image_to_text_overlap"] < 0.98, gate
-    assert any(f.startswith("image -> text retrieval: top-10 overlap") for f in rep.failures), rep.failures
-    assert gate["image_to_text_identical"] < gate["images"]
+    assert not rep.passed and gate["precision"] == "int8", gate
+    assert any(f.startswith("texts in bucket") for f in rep.failures), rep.failures   # int8 texts: cosine < 0.999
+    # the retrieval rule as the reduced gate states it, whichever way this run's figures fall: ONNX Runtime's
+    # dynamic int8 scales each batch by its own range, so the served vectors, and the overlaps (0.94-0.99 seen),
+    # move with the batches Triton formed
+    moved = 0
+    for name, key, rows in (("text -> image", "text_to_image", gate["texts"]), ("image -> text", "image_to_text", gate["images"])):
+        fails = gate[f"{key}_overlap"] < 0.98 or gate[f"{key}_ndcg_regression"] > 0.005
+        assert any(f.startswith(f"{name} retrieval: ") for f in rep.failures) == fails, (key, gate, rep.failures)
+        if gate[f"{key}_overlap"] < 1.0:   # a row whose top 10 moved is not counted identical
+            assert gate[f"{key}_identical"] < rows, (key, gate)
+            moved += 1
+    assert moved, gate   # the int8 tower moved some ranking: the checks above were exercised
     with pytest.raises(SpecError, match="tensorrt"):
         build(spec_from_options(clips["clip"], tmp_path / "trt", name="clip_t", target="tensorrt"), corpus=half,
               log=lambda _m: None)

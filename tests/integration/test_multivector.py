@@ -42,7 +42,11 @@ def _same_vectors(got: list, want: list) -> float:
 
 
 def test_detection_and_the_built_manifests(multivectors, multivector_repos):
-    from embtrt.kinds.reranker.reference import detect_kind
+    from embtrt.reference.detect import detect
+
+    def detect_kind(folder):
+        found = detect(folder)
+        return found.kind.name, found.why
 
     assert detect_kind(multivectors["colbert"]) == ("multivector", "config_sentence_transformers.json says model_type "
                                                     "MultiVectorEncoder (ColBERT)")

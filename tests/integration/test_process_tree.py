@@ -130,17 +130,22 @@ def serve_tiny(tiny_repos, tmp_path):
     yield from _serving(tiny_repos["xlmr-mean"], tmp_path)
 
 
-def test_serve_refuses_a_port_already_taken_naming_it(minilm_repo):
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen(1)
-        port = held.getsockname()[1]
+def test_serve_refuses_the_ports_already_taken_naming_them_all_at_once(minilm_repo):
+    """#73: every taken port in one refusal (the health port among them), each with its holder; nothing
+    started, so no stopping or exit lines."""
+    with socket.socket() as held, socket.socket() as held2:
+        for h in (held, held2):
+            h.bind(("127.0.0.1", 0))
+            h.listen(1)
+        port, port2 = held.getsockname()[1], held2.getsockname()[1]
         r = subprocess.run([EMBTRT, "serve", str(minilm_repo), "--grpc-port", str(port), "--http-port", str(free_port()),
-                            "--metrics-port", str(free_port()), "--health-port", "0", "--probe-interval", "0"],
+                            "--metrics-port", str(free_port()), "--health-port", str(port2), "--probe-interval", "0"],
                            capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
     assert r.returncode != 0
-    assert f"port {port} on 127.0.0.1 (--grpc-port) is already in use (process {os.getpid()})" in r.stdout + r.stderr
-    assert "ready" not in r.stdout
+    assert (f"ports {port} (--grpc-port, held by process {os.getpid()}); {port2} (--health-port, held by process "
+            f"{os.getpid()}) on 127.0.0.1 are already in use") in " ".join(out.split()), out
+    assert "ready" not in r.stdout and "stopping" not in out and "exited with code" not in out, out
 
 
 def test_sigkill_of_serve_leaves_no_tritonserver_stub_or_shared_memory(serve_tiny):
@@ -280,3 +285,20 @@ def test_a_server_stopped_without_a_graceful_exit_leaves_no_process_or_shared_me
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", port))
+
+
+def test_serve_refuses_at_once_a_repository_whose_backend_its_server_lacks(tiny_models, tmp_path):
+    """#73: an onnxruntime-target repository builds here, but the bundled tritonserver has the Python
+    backend only: refused before the start, naming the backend and what to do (was: "failed to load all
+    models" with the cause in the log)."""
+    from embtrt.export import build
+    from embtrt.export.spec_options import spec_from_options
+
+    repo = tmp_path / "ort"
+    build(spec_from_options(tiny_models["bert-cls"], repo, name="bert_ort", target="onnxruntime"), log=lambda _m: None)
+    r = subprocess.run([EMBTRT, "serve", str(repo), "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0",
+                        "--health-port", "-1", "--probe-interval", "0"], capture_output=True, text=True, timeout=120)
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode != 0 and "needs Triton's onnxruntime backend (models bert_ort_32_encoder" in out, out
+    # refused before any start: no tritonserver ran, so nothing was stopped
+    assert "build it with --target python-ort" in out and "ready" not in r.stdout and "stopping" not in out, out

@@ -182,6 +182,7 @@ def test_demo_serves_the_repository_and_prints_vectors_equal_to_encode(minilm_re
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     out = p.stdout + p.stderr
+    assert f"reusing the repository in {minilm_repo}" in " ".join(out.split()), out[:1000]   # #73: it says so
     rows = [line for line in out.splitlines() if " ms  dim 384  [" in line]
     assert len(rows) == 3, out[-2000:]
     texts = ["Triton serves embeddings with dynamic batching.", "A dog runs in the park.",

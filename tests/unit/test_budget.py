@@ -85,7 +85,7 @@ def test_the_run_overhead_a_build_writes_is_the_front_doors_own_fallback():
     """One documented default: what builds write (BuildSpec's default) is what a front door
     plans with when its config has no run_overhead_tokens."""
     from embtrt_backend.core import CoreConfig
-    from embtrt_backend.kinds.reranker.pairs import PairConfig
+    from embtrt_backend.pairs import PairConfig
     from embtrt_backend.routing import RUN_OVERHEAD_TOKENS as FRONT_DOOR
 
     from embtrt.export.spec import BuildSpec

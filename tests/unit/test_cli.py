@@ -17,7 +17,12 @@ COMMANDS = sorted(typer.main.get_command(app).commands)  # what the app register
 
 def test_the_app_registers_every_stage_and_the_stress_matrix_is_its_own_command():
     assert {"build", "engines", "check", "serve", "embed", "probe", "demo", "verify", "bench", "matrix", "tune",
-            "gateway", "k8s"} <= set(COMMANDS)
+            "gateway", "k8s", "up"} <= set(COMMANDS)
+    # each kind's own commands, registered from its package by the registry (Kind.cli)
+    from embtrt_backend.kinds import KINDS
+
+    assert {"rerank", "classify", "sparse", "encode"} <= set(COMMANDS)
+    assert all(k.cli.startswith(f"embtrt.kinds.{k.name}.") for k in KINDS if k.cli)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -35,6 +40,13 @@ def test_help_shows_install_extras_and_brackets_literally():
         assert "embtrt[tensorrt]" in r.output, r.output
     r = runner.invoke(app, ["verify", "--help"])  # rich markup once read [/MODEL] as a closing tag and crashed
     assert r.exit_code == 0 and "HOST:PORT[/MODEL]" in r.output, r.output + repr(r.exception)
+
+
+def test_version_prints_the_package_version():
+    from embtrt import __version__
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"embtrt {__version__}", r.output
 
 
 def test_bench_no_longer_takes_the_matrix_options():
@@ -135,3 +147,24 @@ def test_engines_names_every_missing_piece_and_sees_through_the_tensorrt_stubs(t
     r = CliRunner().invoke(app, ["engines", str(tmp_path)])
     assert r.exit_code == 8
     assert "not installed here: tensorrt, nvidia-ml-py (pynvml)" in r.output and "embtrt[tensorrt]" in r.output
+
+
+def test_json_logs_make_every_logged_line_one_json_object(minilm_repo, tmp_path):
+    """#73 (TEI's --json-output): --json-logs turns each logged line, and an error with its hint, into a
+    JSON object; without it the lines are plain."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "embtrt.cli"]
+    p = subprocess.run([*cmd, "--json-logs", "check", str(minilm_repo)], capture_output=True, text=True, timeout=120)
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert p.returncode == 0 and len(lines) > 5, p.stdout + p.stderr
+    assert all(d["level"] == "INFO" and d["target"] == "embtrt" and d["timestamp"].endswith("+00:00") for d in lines)
+    assert any(d["message"].startswith("[ok] embtrt.json") for d in lines), lines
+    (tmp_path / "empty").mkdir()
+    bad = subprocess.run([*cmd, "--json-logs", "up", str(tmp_path / "empty")], capture_output=True, text=True, timeout=120)
+    (doc,) = [json.loads(x) for x in bad.stderr.splitlines()]
+    assert bad.returncode != 0 and doc["level"] == "ERROR" and "neither a repository" in doc["message"] and doc["hint"]
+    plain = subprocess.run([*cmd, "check", str(minilm_repo)], capture_output=True, text=True, timeout=120)
+    assert plain.stdout.startswith("[ok] "), plain.stdout[:200]

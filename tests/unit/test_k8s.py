@@ -4,6 +4,7 @@ cannot serve."""
 
 import copy
 import json
+import re
 import stat
 import subprocess
 import sys
@@ -168,6 +169,12 @@ def test_the_default_pool_image_refuses_a_bundle_built_for_another_python(repos,
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"built for Python {PY}" in p.stderr and "--server-python 3.12" in p.stderr
     assert "embtrt build" in p.stderr and not out.exists()
+    # #73: the hinted command builds into a new folder (pasted as printed it failed on the existing --out,
+    # and --force would have replaced the repository being served)
+    hint = " ".join(p.stderr.split())
+    new = re.search(r"--out (\S+)", hint)
+    assert new and new.group(1) == f"{str(repos['cpu']).rstrip('/')}-py3.12" and " --force" not in hint, hint
+    assert not Path(new.group(1)).exists()
     with pytest.raises(SpecError, match=f"built for Python {PY}.*server runs Python {OTHER_PY}"):
         write(K8sSpec(repos["cpu"], tmp_path / "o2", image=STANDIN, server_python=OTHER_PY), log=lambda m: None)
     with pytest.raises(SpecError, match="NGC's release of Python 3.12"):  # a name that contradicts --server-python
@@ -188,9 +195,15 @@ def test_the_cli_renders_the_project_images_and_passes_its_options(repos, tmp_pa
     if PY != "3.12":
         assert p.returncode == 2 and f"built for Python {PY}" in p.stderr and "--server-python 3.12" in p.stderr, p.stderr
     p = subprocess.run([*cli, "--out", str(tmp_path / "out"), "--image", STANDIN, "--server-python", PY, "--tls-secret", "t",
-                        "--gateway-replicas", "3"], capture_output=True, text=True)
+                        "--gateway-replicas", "3", "--pool-cpu", "1500m", "--pool-memory", "6Gi"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     kinds = by_kind(load(tmp_path / "out"))
+    # #73: the pool pods' size is an option (was fixed at 4 CPU / 16Gi)
+    res = kinds["Deployment"]["bert-pool-32"]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert res["requests"]["cpu"] == res["limits"]["cpu"] == "1500m" and res["limits"]["memory"] == "6Gi", res
+    bad = subprocess.run([*cli, "--out", str(tmp_path / "bad"), "--image", STANDIN, "--server-python", PY,
+                          "--pool-memory", "lots"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "invalid pool_memory: 'lots'" in bad.stderr, bad.stderr
     gw = kinds["Deployment"]["bert-gateway"]
     assert gw["spec"]["replicas"] == 3 and gw["spec"]["template"]["spec"]["containers"][0]["image"] == GATEWAY_IMAGE
     pool = kinds["Deployment"]["bert-pool-32"]["spec"]["template"]["spec"]

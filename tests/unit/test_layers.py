@@ -72,3 +72,29 @@ def test_a_model_importing_the_builder_or_a_backend_cycle_fails_the_check(tmp_pa
     assert any("router.model imports embtrt.serve.client" in p for p in problems)
     assert any(p.startswith("import cycle:") and "embtrt_backend.routing" in p and "embtrt_backend.core" in p
                for p in problems)
+
+
+def test_kinds_are_reached_through_the_registry_only_and_what_is_owed_only_shrinks():
+    import kind_edges
+
+    assert kind_edges.check(kind_edges.packages(ROOT)) == []
+    # the detection rules moved out of the reranker: its reference no longer reaches three other kinds
+    assert not any(e.startswith("embtrt.kinds.reranker.reference ->") for e in kind_edges.OWED)
+
+
+def test_a_planted_kind_to_kind_import_and_a_shared_kind_constant_fail_the_check(tmp_path):
+    import kind_edges
+
+    pkg = _copy(tmp_path)
+    f = pkg / "kinds" / "sparse" / "serve.py"
+    f.write_text(f.read_text() + "\n\ndef _x():\n    from ..multivector.reference import m3_heads  # noqa\n")
+    f = pkg / "export" / "result.py"
+    f.write_text(f.read_text() + "\nfrom embtrt_backend.kinds import MULTIMODAL  # noqa\n")
+    problems = kind_edges.check([pkg, ROOT / "python_backend" / "embtrt_backend"])
+    assert problems == [
+        "embtrt.export.result -> MULTIMODAL: a kind reached around the registry (a new edge; #69's rules, "
+        "tests/typecheck/kind_edges.py)",
+        "embtrt.kinds.sparse.serve -> embtrt.kinds.multivector.reference: a kind reached around the registry (a new "
+        "edge; #69's rules, tests/typecheck/kind_edges.py)"]
+    stale = kind_edges.check(kind_edges.packages(ROOT), kind_edges.OWED | {"embtrt.serve.probe -> SPARSE"})
+    assert stale == ["embtrt.serve.probe -> SPARSE: listed in OWED but gone: take it off the list"]

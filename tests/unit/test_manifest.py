@@ -63,8 +63,12 @@ def test_kind_is_read_and_written_and_an_unknown_kind_is_refused(tmp_path):
     m = read_manifest(tmp_path)
     assert (m.kind, m.num_labels, m.activation, m.is_reranker) == ("reranker", 1, "sigmoid", True)
     assert m.to_dict()["kind"] == "reranker"
+    with pytest.raises(RepositoryError, match=r"a reranker: `embtrt matrix` measures bucket models, which only "
+                                              r"repositories of an embedder have"):   # its routing is the front door
+        m.require_length_pools("embtrt matrix")
     (tmp_path / "embtrt.json").write_text(json.dumps({**V1, "schema_version": 2}))
     assert read_manifest(tmp_path).kind == "embedder"   # schemas 1 and 2 are embedders
+    assert read_manifest(tmp_path).require_length_pools("embtrt matrix").kind == "embedder"
     (tmp_path / "embtrt.json").write_text(json.dumps({**doc, "kind": "colbert"}))
     with pytest.raises(RepositoryError, match="unknown kind of model 'colbert'"):
         read_manifest(tmp_path)

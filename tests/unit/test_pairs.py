@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from embtrt_backend import InputError
-from embtrt_backend.kinds.reranker.pairs import PairConfig, PairCore, PairOptions, PairRequest, PairTokenizer, activate
+from embtrt_backend.pairs import PairConfig, PairCore, PairOptions, PairRequest, PairTokenizer, activate
 
 
 def test_options_parse_and_refuse_with_the_field_named():

@@ -73,6 +73,19 @@ def test_a_port_range_keeps_two_processes_apart_and_skips_taken_ports(monkeypatc
     assert len(set(got)) == 5 and all(low <= p <= low + 5 for p in got) and taken not in got
 
 
+def test_a_port_given_by_a_flag_but_not_bound_yet_is_never_handed_out(monkeypatch):
+    """#73: `embtrt up --port P` gave P, still unbound (the gateway binds it once tritonserver is ready), to
+    its own tritonserver's HTTP endpoint, and then refused its gateway's port as taken; reserved, it is skipped."""
+    monkeypatch.setattr(ports, "_HANDED", ports.collections.deque(maxlen=512))
+    low = next(p for p in range(16002, 16900, 7) if all(ports._bindable("127.0.0.1", q) for q in (p, p + 1)))
+    monkeypatch.setenv(ports.PORT_RANGE_ENV, f"{low}-{low + 1}")
+    monkeypatch.setattr(ports.os, "getpid", lambda: 0)   # the range's first port is the first pick
+    ports.reserve(low)
+    assert ports.free_port() == low + 1
+    monkeypatch.setattr(ports, "_HANDED", ports.collections.deque(maxlen=512))
+    assert ports.free_port() == low   # unreserved, the flag's port was the first pick
+
+
 @pytest.mark.parametrize("value", ["20000", "b-c", "80-90", "30000-20000", "60000-70000"])
 def test_a_bad_port_range_is_refused_naming_the_variable(monkeypatch, value):
     monkeypatch.setenv(ports.PORT_RANGE_ENV, value)

@@ -173,10 +173,10 @@ def test_top_n_keeps_the_best_and_over_the_count_keeps_all():
 
 @pytest.mark.parametrize("given", ["right", "LEFT", "Left", "up", "", 1, None, ["left"]])
 def test_the_gateway_and_the_front_door_take_the_same_truncation_directions(given):
-    """One rule (embtrt_backend.kinds.reranker.pairs.truncation_direction) behind TEI's body and the front door's
+    """One rule (embtrt_backend.pairs.truncation_direction) behind TEI's body and the front door's
     request parameter: a direction one takes the other takes, as the same value; each refuses in its words."""
     from embtrt_backend import InputError
-    from embtrt_backend.kinds.reranker.pairs import PairOptions
+    from embtrt_backend.pairs import PairOptions
 
     try:
         door = PairOptions.parse({"truncation_direction": given}).direction

@@ -1,20 +1,20 @@
 """The gateway's route table (#50): every request to its operation's handler, 405 with Allow for a
 known path asked with another method, 404 naming the routes served for an unknown one."""
 
+import re
+
 import pytest
 
-from embtrt.kinds.classifier.scale_routes import ROUTES as CLASSIFY_ROUTES
-from embtrt.kinds.embedder.scale_routes import ROUTES as EMBED_ROUTES
-from embtrt.kinds.multivector.scale_routes import ENCODE_ROUTES, TOKEN_ROUTES
-from embtrt.kinds.reranker.scale_routes import ROUTES as RERANK_ROUTES
-from embtrt.kinds.sparse.scale_schema import ROUTES as SPARSE_ROUTES
 from embtrt.scale.gateway.errors import ApiError
-from embtrt.scale.gateway.routes import OWN, Routes, all_routes
-from embtrt.scale.gateway.tokenize import ROUTES as TOKENIZE_ROUTES
+from embtrt.scale.gateway.route_table import OWN_OPERATIONS, routes_of
+from embtrt.scale.gateway.routes import Routes, all_routes
 
 TABLE = all_routes()
+EMBED_ROUTES, RERANK_ROUTES, SPARSE_ROUTES, CLASSIFY_ROUTES, TOKEN_ROUTES, ENCODE_ROUTES, TOKENIZE_ROUTES = (
+    routes_of(op) for op in ("embed", "rank", "embed_sparse", "classify", "token_vectors", "encode", "tokenize"))
+OWN = [r for r in TABLE if r.operation in OWN_OPERATIONS]
 OPS = ("embed", "rank", "embed_sparse", "classify", "token_vectors", "encode", "tokenize", "models", "live", "ready",
-       "metrics", "info", "root")
+       "metrics", "info", "root", "openapi")
 
 
 def _routes(served):
@@ -106,3 +106,57 @@ def test_the_kinds_bring_the_operations_once_each(monkeypatch):
         monkeypatch.setattr(ops, "KINDS", registry.KINDS)
         ops.operations.cache_clear()
     assert "rank" in ops.operations()
+
+
+def test_the_table_and_the_operations_agree_or_the_gateway_does_not_start(monkeypatch):
+    from embtrt.scale.gateway import operations as ops
+    from embtrt.scale.gateway.operation import Operation
+    from embtrt.scale.gateway.route_table import Route
+
+    assert routes_of("embed")["/embed"] == "tei" and routes_of("rank")["/v1/score"] == "vllm-score"
+    brought = dict(ops.operations())
+    with pytest.raises(ValueError, match="the operation 'summarize' has no route"):
+        ops.check_table({**brought, "summarize": Operation("summarize", "summarize", "latency", None, None)})
+    monkeypatch.setattr(ops, "ROUTES", (*TABLE, Route("POST", "/v1/summarize", "summarize", "openai")))
+    with pytest.raises(ValueError, match="POST /v1/summarize names the operation 'summarize', which no kind brings"):
+        ops.check_table(brought)
+
+
+def _docs_rows() -> list[tuple[str, set[tuple[str, str]], str]]:
+    """docs/scale-out.md's table of the anchors' routes: (anchor, {(method, path)}, kinds) per row."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scale-out.md").read_text()
+    table = text.split("### Drop-in routes", 1)[1].split("\n\n", 3)[2]
+    rows = []
+    for line in table.splitlines()[2:]:
+        anchor, route, kinds = [c.strip() for c in line.strip("|").split("|")][:3]
+        method = route.split()[0].strip("`")
+        paths = {(method, p) for p in re.findall(r"`(?:[A-Z]+ )?(/[^`\s]*)`", route)}
+        rows.append((anchor, paths, kinds))
+    return rows
+
+
+def test_the_docs_table_lists_every_route_and_only_the_kinds_that_serve_it():
+    """docs/scale-out.md's table against the literal route table: the same (method, path) set, and for
+    each model route the kinds a row names serve its operation (Kind.operations; bge-m3's extra ones)."""
+    from embtrt.kinds.multivector.scale import M3_OPERATIONS
+    from embtrt_backend.kinds import KINDS
+
+    rows = _docs_rows()
+    documented = set().union(*(paths for _, paths, _ in rows))
+    assert documented == {(r.method, r.path) for r in TABLE}, (documented ^ {(r.method, r.path) for r in TABLE})
+    serves = {k.name: set(k.operations) | ({"tokenize"}) for k in KINDS}
+    serves["bge-m3"] = serves["multivector"] | set(M3_OPERATIONS)
+    operation = {(r.method, r.path): r.operation for r in TABLE}
+    for anchor, paths, kinds in rows:
+        named = set(re.findall(r"\b(embedder|reranker|sparse|classifier|multivector|multimodal|bge-m3)\b", kinds)) \
+            if kinds != "all" else set(serves)
+        for key in paths:
+            op = operation[key]
+            if op in OWN_OPERATIONS:
+                continue
+            assert named, (anchor, key, kinds)
+            wrong = {k for k in named if op not in serves[k]}
+            assert not wrong, f"{anchor} {key} names {wrong}, which do not serve {op}"

@@ -10,6 +10,7 @@ time, as a loaded tritonserver's does. Bounded: each server lives a few seconds.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -93,7 +94,8 @@ def test_wait_free_waits_for_a_port_to_be_let_go_and_names_one_that_is_not(tmp_p
     holder.bind(("127.0.0.1", port))
     holder.listen()
     try:
-        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 \\(--grpc-port\\) is still in use after 0.3 s"):
+        held = f"port {port} \\(--grpc-port, held by process {os.getpid()}\\) on 127.0.0.1"
+        with pytest.raises(ServerError, match=f"{held} is still in use after 0.3 s"):
             wait_free("127.0.0.1", {"--grpc-port": port}, timeout_s=0.3)
     finally:
         holder.close()

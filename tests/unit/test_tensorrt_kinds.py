@@ -193,7 +193,7 @@ def test_a_rerankers_precision_graphs_are_calibrated_on_the_pairs_it_serves(cros
     from transformers import AutoTokenizer
 
     from embtrt.export.precision import calibration_feeds
-    from embtrt.kinds.reranker.reference import corpus_pairs
+    from embtrt.reference.pairs import corpus_pairs
 
     folder = cross_encoders["bert-ce"]
     hf = AutoTokenizer.from_pretrained(str(folder))
@@ -219,7 +219,7 @@ def test_calibration_takes_the_default_prompt_and_refuses_a_bucket_nothing_fits(
 
     from embtrt.errors import SpecError
     from embtrt.export.precision import calibration_feeds
-    from embtrt.kinds.reranker.reference import corpus_pairs
+    from embtrt.reference.pairs import corpus_pairs
 
     folder = cross_encoders["bert-ce"]
     hf = AutoTokenizer.from_pretrained(str(folder))

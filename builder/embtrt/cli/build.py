@@ -11,8 +11,17 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from embtrt_backend.kinds import NAMES
+
 from ..errors import require_extra
+from ..reference.detect import rules_help
 from .app import app, out, progress_log
+
+KIND_HELP = (f"auto | {' | '.join(NAMES)}. Default auto: the first of these rules that matches the folder decides, "
+             f"and the build log names it: {rules_help()}. --kind reranker / classifier chooses between those two for a "
+             "*ForSequenceClassification folder, --kind embedder serves a bge-m3 folder's dense vector alone; asking for "
+             "another kind than the folder is is an error that says what it is (docs/kinds.md, docs/rerankers.md, "
+             "docs/classifiers.md, docs/multivector.md).")
 
 
 @app.command()
@@ -20,7 +29,7 @@ def build(
     ctx: typer.Context,
     model_dir: Optional[Path] = typer.Argument(None, help="Hugging Face / sentence-transformers model folder. Default: the bundled all-MiniLM-L6-v2."),
     out_dir: Path = typer.Option(..., "--out", help="Repository folder to write (required); it must not be a file, and must be empty unless --force."),
-    kind: str = typer.Option("auto", help="auto | embedder | reranker | sparse | classifier | multivector. Default auto: multivector for a MultiVectorEncoder (ColBERT) or a folder with bge-m3's colbert_linear.pt / sparse_linear.pt, reranker for a folder saved as a CrossEncoder (model_type CrossEncoder) or a *ForSequenceClassification architecture of one label, classifier for such an architecture of several labels, sparse for a SparseEncoder (SPLADE), else embedder; the build log says which rule decided. --kind reranker / classifier chooses between those two for a *ForSequenceClassification folder, --kind embedder serves a bge-m3 SentenceTransformer folder's dense vector alone; asking for another kind than the folder is is an error that says what it is (docs/rerankers.md, docs/classifiers.md, docs/multivector.md)."),
+    kind: str = typer.Option("auto", help=KIND_HELP),
     name: Optional[str] = typer.Option(None, help="Front-door model name: a letter, then up to 63 letters, digits, '_' or '-'. Default: derived from the folder, sanitized ([A-Za-z0-9_-])."),
     target: str = typer.Option("auto", help="auto | python-ort | python-openvino | python-torch | onnxruntime | tensorrt. Default auto: tensorrt when CUDA and TensorRT import, else python-ort. python-openvino (bf16 on AMX) is the fastest CPU target that passes the gate."),
     buckets: Optional[str] = typer.Option(None, help="Input-length buckets in tokens, e.g. 32,128,256 (strictly increasing, the largest the max sequence length). Default: 32,128,512,... below the max sequence length, then the max."),

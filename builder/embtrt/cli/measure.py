@@ -21,8 +21,8 @@ from .app import app, err, out, progress_log, say
 @app.command()
 def verify(
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: str = typer.Option("all_minilm_l6_v2", help="Served model (front door or a NAME_<L> ensemble). Default all_minilm_l6_v2."),
-    reference: Optional[Path] = typer.Option(None, help="Reference model folder (a reranker or sparse encoder needs the folder it was built from). Default for embedders: the bundled all-MiniLM-L6-v2."),
+    model: Optional[str] = typer.Option(None, help="Served model (front door or a NAME_<L> ensemble). Default: the one embtrt model the server serves (several: name one)."),
+    reference: Optional[Path] = typer.Option(None, help="Reference model folder (a reranker or sparse encoder needs the folder it was built from). Default for embedders: the bundled all-MiniLM-L6-v2 when the served model was built from it; another model is refused before any work, naming its identity."),
     corpus: Optional[Path] = typer.Option(None, help="Texts: JSON list or one per line. Default: the bundled real-text sample (370 texts)."),
     ref_pooling: Optional[str] = typer.Option(None, help="Reference pooling for non-sentence-transformers folders: cls | mean | last-token. Default: from the model."),
     cosine_p50: float = typer.Option(0.9999, help="Gate: cosine p50 per bucket, at least. Default 0.9999."),
@@ -47,8 +47,12 @@ def verify(
     from ..repository.gate import Gate
 
     log = progress_log(as_json)
-    from ..serve.client import model_kind
+    from ..serve.client import model_kind, resolve_model
 
+    if under_load and (prompt_name is not None or dimensions is not None):
+        raise SpecError("--under-load compares default requests with their unloaded values",
+                        "run it without --prompt-name / --dimensions")
+    model = resolve_model(url, model)
     kind = model_kind(url, model)
     if kind_of(kind).verify:   # its kind's verify; the embedder's is this command's own, below
         from .rerank import verify_reranker_cli
@@ -62,11 +66,19 @@ def verify(
 
             require_extra("build", "verify --against", "transformers")
             other_url, _, other_model = against.partition("/")
+            if reference is None:   # its tokenizer counts the tokens that decide the buckets
+                from ..kinds.embedder.measure import require_bundled
+
+                require_bundled(url, model)
             texts = load_corpus(corpus)
             counts = Reference(reference or default_model_path(), trust_remote_code=trust_remote_code).token_counts(texts)
             rep = verify_against(url, model, other_url, other_model or model, texts, gate, counts, log=log)
         else:
             require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
+            if reference is None:
+                from ..kinds.embedder.measure import require_bundled
+
+                require_bundled(url, model)
             ref = Reference(reference or default_model_path(), pooling=ref_pooling, trust_remote_code=trust_remote_code)
             idx = None
             if index_identity is not None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..common.options import parse_int_list
-from ..errors import SpecError
 from .app import app, say
 
 
@@ -41,24 +39,24 @@ def gateway(
     idle_timeout: float = typer.Option(5.0, help="Seconds a kept-alive connection may stay idle. Default 5."),
     max_connections: int = typer.Option(1024, help="Connections and requests at once; beyond it 503. Default 1024."),
     default_model: Optional[str] = typer.Option(None, help="The model a request without `model` (TEI's bodies have none) goes to where several models serve its route; GET /info describes it. Default: the only model serving the route, else such a request gets 422 naming the models."),
+    cors_allow_origin: Optional[list[str]] = typer.Option(None, help="An origin browsers may call the gateway from, e.g. https://app.example.com (repeat for several; * for any): CORS headers and preflight answers for it. Default: none (no CORS headers)."),
+    served_model_name: Optional[list[str]] = typer.Option(None, help="The name clients call the model by, in place of its own (clients with a hard-coded model name): NAME for the only model, MODEL=NAME for one of several; repeat for aliases (the first is the name /v1/models and the responses report). Default: each model's own name."),
 ) -> None:
     """OpenAI-, TEI-, Cohere-, vLLM- and NIM-compatible routes in front of length pools of tritonservers, routed by exact token count."""
-    from ..scale.gateway.config import GatewayConfig, parse_pool
+    from ..repository.manifest import read_manifest
+    from ..scale.gateway.config import GatewayConfig, api_key_from, parse_pool, parse_served_names
     from ..scale.gateway.http import run
 
-    key = None
-    if api_key_env:
-        key = os.environ.get(api_key_env)
-        if not key:
-            raise SpecError(f"invalid --api-key-env {api_key_env}: that environment variable is empty or unset",
-                            "export the key in that variable before starting the gateway")
+    key = api_key_from(api_key_env)
     cfg = GatewayConfig(repo[0], more_repositories=tuple(repo[1:]), triton=triton, pools=tuple(parse_pool(p) for p in (pool or [])),
                         api_key=key, tls_cert=tls_cert, tls_key=tls_key, pool_tls_ca=pool_tls_ca, route=route, max_items=max_items, max_body_bytes=max_body_bytes,
                         coalesce_us=coalesce_us, coalesce_inflight=coalesce_inflight, token_ids=token_ids,
                         max_request_chars=max_request_chars, max_request_tokens=max_request_tokens,
                         max_vector_bytes=max_vector_bytes, max_concurrent=max_concurrent_requests, cpu_threads=cpu_threads, timeout_s=request_timeout,
                         header_timeout_s=header_timeout, body_timeout_s=body_timeout, idle_timeout_s=idle_timeout,
-                        max_connections=max_connections, default_model=default_model)
+                        max_connections=max_connections, default_model=default_model,
+                        served_names=parse_served_names(served_model_name or [], [read_manifest(r).name for r in repo]),
+                        cors_origins=tuple(cors_allow_origin or ()))
     run(cfg, host, port, log=say)
 
 
@@ -78,7 +76,9 @@ def k8s(
     max_replicas: int = typer.Option(8, help="HPA maximum per pool. Default 8."),
     target_queue_ms: float = typer.Option(50.0, help="HPA target: average Triton queue time per request, ms. Default 50."),
     drain_grace: int = typer.Option(10, help="Seconds a terminating pool pod keeps serving (preStop) while endpoints and the gateway move to other replicas; then its Python models refuse new requests with UNAVAILABLE and the calls in flight finish before tritonserver stops. Default 10."),
-    repo_pvc: Optional[str] = typer.Option(None, help="PersistentVolumeClaim holding the repository. Default <name>-repository."),
+    repo_pvc: Optional[str] = typer.Option(None, help="PersistentVolumeClaim holding the repository (not rendered: create and fill it first, docs/scale-out.md#the-repository-volume). Default <name>-repository."),
+    pool_cpu: str = typer.Option("4", help="CPU of each pool pod (request = limit), a Kubernetes quantity such as 2 or 500m. Default 4."),
+    pool_memory: str = typer.Option("16Gi", help="Memory of each pool pod (request = limit), such as 8Gi. Default 16Gi."),
     namespace: Optional[str] = typer.Option(None, help="Namespace set in kustomization.yaml. Default: none."),
 ) -> None:
     """Render Kubernetes YAML: length pools of tritonservers (Deployment, Service, HPA, PDB), the gateway, a NetworkPolicy."""
@@ -89,5 +89,6 @@ def k8s(
                    server_python=server_python, tls_secret=tls_secret, gateway_replicas=gateway_replicas,
                    engines_image=engines_image, gpus=gpus,
                    replicas=replicas, max_replicas=max_replicas, target_queue_ms=target_queue_ms,
-                   drain_grace_s=drain_grace, repo_pvc=repo_pvc, namespace=namespace)
+                   drain_grace_s=drain_grace, repo_pvc=repo_pvc, namespace=namespace, pool_cpu=pool_cpu,
+                   pool_memory=pool_memory)
     write(spec, log=say)

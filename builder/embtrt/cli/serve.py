@@ -35,9 +35,14 @@ def serve(
     python_env: Optional[Path] = typer.Option(None, help="Run the Python-backend stubs with this environment's python3 (a venv or prefix) and none of embtrt's packages, as a stock tritonserver image does. Default: embtrt's own environment."),
 ) -> None:
     """Serve a repository with tritonserver; restart it when it dies (process, stub) or stops answering while idle; stop on Ctrl-C/SIGTERM."""
+    from ..serve.ports import refuse_taken, reserve
     from ..serve.server import ServerSpec, free_port
     from ..serve.supervise import Supervisor
 
+    # every taken port named at once, before anything starts
+    refuse_taken(host, {"--grpc-port": grpc_port, "--http-port": http_port, "--metrics-port": metrics_port,
+                        **({"--health-port": health_port} if health_port > 0 else {})})
+    reserve(grpc_port, http_port, metrics_port, max(health_port, 0))   # a 0 among them never picks another's port
     spec = ServerSpec(repository=repo[0], more_repositories=tuple(repo[1:]), host=host,
                       grpc_port=grpc_port or free_port(host), http_port=http_port or free_port(host),
                       metrics_port=metrics_port or free_port(host), tritonserver=tritonserver,
@@ -53,7 +58,7 @@ def embed(
     texts: Optional[list[str]] = typer.Argument(None, help="Texts to embed."),
     image: Optional[list[Path]] = typer.Option(None, "--image", help="An image file to embed (repeat for several; a text-and-image model: docs/images.md). Default none."),
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: str = typer.Option("all_minilm_l6_v2", help="Model to call (the front door). Default all_minilm_l6_v2."),
+    model: Optional[str] = typer.Option(None, help="Model to call (the front door). Default: the one embtrt model the server serves (several: name one)."),
     prompt_name: Optional[str] = typer.Option(None, help="Request option: one of the model's prompts (embtrt.json lists them). Default: the model's default prompt."),
     input_type: Optional[str] = typer.Option(None, help="Request option: query | passage | document, mapped onto the model's prompts. Default: none."),
     dimensions: Optional[int] = typer.Option(None, help="Request option: Matryoshka width (the first D components, renormalized when the model normalizes). Default: the full width."),
@@ -66,11 +71,12 @@ def embed(
     from embtrt_backend.kinds import MULTIMODAL
 
     from ..errors import ClientError
-    from ..serve.client import EmbeddingClient, model_kind
+    from ..serve.client import EmbeddingClient, model_kind, resolve_model
 
     texts, images = list(texts or []), list(image or [])
     if not texts and not images:
         raise ClientError("nothing to embed", "give texts, or --image FILE for a text-and-image model")
+    model = resolve_model(url, model)
     if model_kind(url, model) == MULTIMODAL.name:
         if input_type is not None:
             raise ClientError("--input-type does not apply to a text-and-image model", "use --prompt-name")
@@ -114,132 +120,18 @@ def _print_vectors(model: str, identity: dict, ms: float, labels: list[str], vec
 
 
 @app.command()
-def rerank(
-    documents: list[str] = typer.Argument(..., help="Documents to rank against the query."),
-    query: str = typer.Option(..., help="The query (required)."),
-    url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: str = typer.Option(..., help="The reranker's front door (its --name at build time; required)."),
-    top_n: Optional[int] = typer.Option(None, help="Keep the N best documents. Default: all."),
-    activation: str = typer.Option("default", help="default (the model's, as CrossEncoder.predict) | raw (logits) | softmax (several labels). Default default."),
-    truncate: bool = typer.Option(True, "--truncate/--no-truncate", help="Cut pairs over the max length as CrossEncoder.predict does (--no-truncate: such a pair is an error). Default on."),
-    as_json: bool = typer.Option(False, "--json", help="Print {model, latency_ms, results: [{index, score, document}]} as JSON. Default off."),
-) -> None:
-    """Rank documents for a query with a reranker (cross-encoder) over gRPC, best first."""
-    from ..kinds.reranker.serve import RerankClient
-
-    with RerankClient(url, model) as c:
-        t0 = time.perf_counter()
-        ranked = c.rerank(query, documents, top_n, activation=activation, truncate=truncate)
-        ms = (time.perf_counter() - t0) * 1e3
-    if as_json:
-        sys.stdout.write(json.dumps({"model": model, "latency_ms": ms,
-                                     "results": [{**r, "document": documents[r["index"]]} for r in ranked]}) + "\n")
-        return
-    say(f"{model}: {len(documents)} documents ranked in {ms:.1f} ms")
-    for r in ranked:
-        say(f"  {r['score']:+.6f}  [{r['index']}] {documents[r['index']][:70]!r}")
-
-
-@app.command()
-def classify(
-    texts: list[str] = typer.Argument(..., help="Texts to classify."),
-    pair: Optional[list[str]] = typer.Option(None, help="The second text of each text's pair, in order (repeat once per text). Default: single texts."),
-    url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: str = typer.Option(..., help="The classifier's front door (its --name at build time; required)."),
-    top_k: Optional[int] = typer.Option(None, help="Labels to show per text (the best K). Default: all."),
-    activation: str = typer.Option("default", help="default (softmax over several labels; sigmoid for one label or a multi-label model, as transformers' pipeline) | raw (logits) | softmax | sigmoid. Default default."),
-    as_json: bool = typer.Option(False, "--json", help="Print {model, latency_ms, results: [[{label, score}]]} as JSON. Default off."),
-) -> None:
-    """Classify texts (or text pairs) with a sequence classifier over gRPC: each label's score, best first."""
-    from ..kinds.classifier.serve import ClassifyClient
-
-    with ClassifyClient(url, model) as c:
-        t0 = time.perf_counter()
-        results = c.classify(texts, pair or None, top_k, activation=activation)
-        ms = (time.perf_counter() - t0) * 1e3
-    if as_json:
-        sys.stdout.write(json.dumps({"model": model, "latency_ms": ms, "results": results}) + "\n")
-        return
-    say(f"{model}: {len(texts)} texts classified in {ms:.1f} ms")
-    for t, labels in zip(texts, results):
-        say("  " + ", ".join(f"{x['label']} {x['score']:.4f}" for x in labels) + f"  {t[:50]!r}")
-
-
-@app.command()
-def sparse(
-    texts: list[str] = typer.Argument(..., help="Texts to encode."),
-    url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: str = typer.Option(..., help="The sparse encoder's front door (its --name at build time; required)."),
-    input_type: Optional[str] = typer.Option(None, help="query (SparseEncoder.encode_query) | document / passage (encode_document). Default: none (no prompt)."),
-    max_active_dims: Optional[int] = typer.Option(None, help="Keep each vector's K largest weights. Default: every active dimension."),
-    top: int = typer.Option(8, help="Dimensions to print per text (the largest). Default 8."),
-    as_json: bool = typer.Option(False, "--json", help="Print {model, latency_ms, vectors: [{indices, values}]} as JSON. Default off."),
-) -> None:
-    """Encode texts with a sparse encoder (SPLADE) over gRPC: each text's active dimensions."""
-    from ..kinds.sparse.serve import SparseClient
-
-    with SparseClient(url, model) as c:
-        t0 = time.perf_counter()
-        vecs = c.encode(texts, input_type=input_type, max_active_dims=max_active_dims)
-        ms = (time.perf_counter() - t0) * 1e3
-    if as_json:
-        sys.stdout.write(json.dumps({"model": model, "latency_ms": ms, "vectors": [
-            {"indices": ix.tolist(), "values": v.tolist()} for ix, v in vecs]}) + "\n")
-        return
-    say(f"{model}: {len(texts)} texts in {ms:.1f} ms")
-    for t, (ix, v) in zip(texts, vecs):
-        best = sorted(zip(v.tolist(), ix.tolist()), reverse=True)[:top]
-        say(f"  {len(ix)} active  " + ", ".join(f"{i}:{w:.3f}" for w, i in best) + f"  {t[:50]!r}")
-
-
-@app.command()
-def encode(
-    texts: list[str] = typer.Argument(..., help="Texts to encode."),
-    url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: str = typer.Option(..., help="The multi-vector encoder's front door (its --name at build time; required)."),
-    input_type: str = typer.Option("document", help="query (MultiVectorEncoder.encode_query) | document (encode_document). Default document."),
-    dense: bool = typer.Option(False, "--dense", help="bge-m3: also its dense vectors (dense_vecs). Default off."),
-    lexical: bool = typer.Option(False, "--sparse", help="bge-m3: also its lexical weights (lexical_weights). Default off."),
-    as_json: bool = typer.Option(False, "--json", help="Print {model, latency_ms, colbert_vecs, dense_vecs?, lexical_weights?} as JSON. Default off."),
-) -> None:
-    """Encode texts with a multi-vector encoder (ColBERT, bge-m3) over gRPC: each text's token vectors (and
-    bge-m3's dense vector and lexical weights, from the same pass)."""
-    from ..kinds.multivector.serve import MultiVectorClient
-
-    with MultiVectorClient(url, model) as c:
-        t0 = time.perf_counter()
-        if dense or lexical:
-            out = c.encode(texts, return_dense=dense, return_sparse=lexical, return_colbert_vecs=True)
-        else:
-            out = {"colbert_vecs": c.token_vectors(texts, input_type=input_type)}
-        ms = (time.perf_counter() - t0) * 1e3
-    vecs = out["colbert_vecs"]
-    if as_json:
-        doc = {"model": model, "latency_ms": ms, "colbert_vecs": [v.tolist() for v in vecs]}
-        if dense:
-            doc["dense_vecs"] = out["dense_vecs"].tolist()
-        if lexical:
-            doc["lexical_weights"] = out["lexical_weights"]
-        sys.stdout.write(json.dumps(doc) + "\n")
-        return
-    say(f"{model}: {len(texts)} texts in {ms:.1f} ms")
-    for i, (t, v) in enumerate(zip(texts, vecs)):
-        extra = f", {len(out['lexical_weights'][i])} lexical weights" if lexical else ""
-        say(f"  {len(v)} vectors of {v.shape[1] if len(v) else 0}{extra}  {t[:50]!r}")
-
-
-@app.command()
 def probe(
     url: str = typer.Option("127.0.0.1:8001", help="Triton gRPC address. Default 127.0.0.1:8001."),
-    model: Optional[list[str]] = typer.Option(None, help="Model to probe; repeat for several. A model and its NAME_<L> ensembles must agree; different models (several repositories on one server) are probed each on its own. Default all_minilm_l6_v2."),
+    model: Optional[list[str]] = typer.Option(None, help="Model to probe; repeat for several. A model and its NAME_<L> ensembles must agree; different models (several repositories on one server) are probed each on its own. Default: every embtrt model the server serves."),
     expand: bool = typer.Option(True, "--expand/--no-expand", help="Also probe each NAME_<L> bucket ensemble of the first model. --no-expand probes only the --model names (a length pool's own ensembles). Default on."),
     timeout: float = typer.Option(10.0, help="Seconds per request. Default 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON. Default off."),
 ) -> None:
     """Liveness by real inference through the front door and every bucket; exit 1 when any fails."""
+    from ..serve.client import served_models
     from ..serve.probe import probe_models
 
-    r = probe_models(url, model or ["all_minilm_l6_v2"], timeout, expand=expand)
+    r = probe_models(url, model or served_models(url, timeout) or ["(none served)"], timeout, expand=expand)
     if as_json:
         sys.stdout.write(json.dumps({"ok": r.ok, "latency_ms": r.latency_ms, "errors": r.errors, "checked": r.checked}) + "\n")
     else:
@@ -256,7 +148,7 @@ def demo(
     require_extra("build", "demo", "torch", "transformers", "sentence_transformers", "onnx", "onnxruntime")
     from ..export import build as run_build
     from ..export.spec_options import spec_from_options
-    from ..repository.manifest import has_manifest
+    from ..repository.manifest import has_manifest, read_manifest
     from ..serve.client import EmbeddingClient
     from ..serve.server import ServerSpec, TritonServer, free_port
 
@@ -265,6 +157,9 @@ def demo(
              "documents do not slow down short queries."]
     if rebuild or not has_manifest(out_dir):
         run_build(spec_from_options(None, out_dir), force=True, log=say)
+    else:
+        say(f"reusing the repository in {out_dir} (built {read_manifest(out_dir).extra.get('built_at', '?')}); "
+            "--rebuild builds it again")
     spec = ServerSpec(out_dir, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port())
     say(f"starting tritonserver on {spec.host} (gRPC {spec.grpc_port}, HTTP {spec.http_port})")
     with TritonServer(spec) as srv:

@@ -34,3 +34,15 @@ def check_out(out: Path, force: bool) -> None:
         raise SpecError(f"invalid out: {out} is a file", "pass a folder for the repository")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise SpecError(f"invalid out: {out} exists and is not empty", "pass --force to replace it")
+
+
+def json_object(path: Path) -> dict:
+    """The JSON object in `path`; {} where the file is missing, unreadable, not JSON or not an object
+    (what a rule reading an optional file of a model folder wants)."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}

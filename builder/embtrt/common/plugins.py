@@ -12,10 +12,15 @@ from typing import Any
 from embtrt_backend.kinds import Kind
 
 
+def resolve(ref: str) -> Any:
+    """The object a "module:attribute" (or "module:Class.attribute") name refers to, its module imported."""
+    module, _, attr = ref.partition(":")
+    return reduce(getattr, attr.split("."), importlib.import_module(module))
+
+
 def implementation(kind: Kind, layer: str) -> Any:
     """The object `kind.<layer>` names; LookupError where the kind has none for that layer."""
     ref = getattr(kind, layer)
     if not ref:
         raise LookupError(f"{kind.label} has no {layer} (embtrt_backend.kinds: {kind.name})")
-    module, _, attr = ref.partition(":")
-    return reduce(getattr, attr.split("."), importlib.import_module(module))   # "Class.method" too
+    return resolve(ref)

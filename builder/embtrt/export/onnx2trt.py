@@ -30,13 +30,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, RERANKER, SPARSE
+from embtrt_backend.kinds import EMBEDDER, kind_of
 
 from ..common.files import link_or_copy as _link
 from ..common.files import sha256_file
 from ..common.gpu import gpu_info, tensorrt_available
 from ..common.log import Log
+from ..common.plugins import implementation
 from ..errors import DependencyError, ParityError, SpecError
+from ..reference.parity import CosineStats, cosine_rows
 from ..repository.manifest import has_manifest, read_manifest
 
 RECIPE = "embtrt_engine.json"
@@ -279,11 +281,10 @@ class PlanRunner:  # pragma: no cover - GPU only
 
 def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runner_cls=None):
     """The plan vs the graph the build's gate ran (ONNX Runtime, CPU) on the corpus texts of its
-    bucket: model.onnx itself, or for bf16 the simulation of it (gate.onnx). Embedders: cosine of
-    the pooled vectors under the recorded gate; rerankers and sparse encoders: max |difference|
-    of the outputs (logits, weights) under their kind's tolerance for the precision."""
+    bucket: model.onnx itself, or for bf16 the simulation of it (gate.onnx), judged by the kind's head
+    (Kind.plan_check): a pooled head by the cosine of its vectors under the recorded gate (pooled_plan_check);
+    scores and sparse weights by max |difference| in their gate's units and bounds for the precision."""
     from ..common.backend import backend_lib
-    from ..reference.parity import CosineStats, cosine_rows
 
     text_mod, enc_mod = backend_lib()
     recipe = EngineRecipe.load(model_dir / RECIPE)
@@ -305,53 +306,25 @@ def plan_parity(model_dir: Path, texts: list[str], gate, log: Log = print, runne
     runner.close()
     g, w = np.concatenate(got), np.concatenate(want)
     what_ran = f"{model_dir.name}: plan vs {recipe.gate_onnx} ({recipe.gate_run}) on"
-    if m.kind != EMBEDDER.name:
-        worst, limit, what = kind_plan_difference(m, g, w)
-        ok = worst <= limit
-        log(f"{'[ok]' if ok else '[x]'} {what_ran} {len(rows)} texts: max |{what} difference| {worst:.2e} (limit {limit:.0e})")
-        return worst, ok
-    if g.ndim == 3:  # hidden states: compare the pooled vectors
+    kind = kind_of(m.kind)
+    if not kind.plan_check:
+        raise SpecError(f"no TensorRT plan check for {kind.label} model", "its kind is not built for the tensorrt target")
+    figure, ok, line = implementation(kind, "plan_check")(m, g, w, masks, gate)   # its head's own units and bounds
+    log(f"{'[ok]' if ok else '[x]'} {what_ran} {line}")
+    return figure, ok
+
+
+def pooled_plan_check(m, got: np.ndarray, want: np.ndarray, masks: list, gate) -> tuple[CosineStats, bool, str]:
+    """A pooled head's plan (the embedder's, Kind.plan_check) against its gated graph: the vectors' cosine
+    (hidden states pooled and normalized as served first) under the build's gate."""
+    if got.ndim == 3:  # hidden states: compare the pooled vectors
         from embtrt_backend.pooling import pool_and_normalize
 
         mask = np.concatenate(masks)
-        g = pool_and_normalize(g, mask, m.pooling, m.normalize)
-        w = pool_and_normalize(w, mask, m.pooling, m.normalize)
-    st = CosineStats.of(cosine_rows(w, g))
-    ok = st.passes(gate)
-    log(f"{'[ok]' if ok else '[x]'} {what_ran} {st.n} texts: cosine p50 {st.p50:.6f} p01 {st.p01:.6f} min {st.min:.6f}")
-    return st, ok
-
-
-def _activated(z: np.ndarray, activation: str) -> np.ndarray:
-    """Scores as the served front door makes them from logits: the model's own activation (pairs.activate)."""
-    from embtrt_backend.kinds.reranker.pairs import activate
-
-    return activate(z, "default", activation).astype(np.float64)
-
-
-def kind_plan_difference(m, got: np.ndarray, want: np.ndarray) -> tuple[float, float, str]:
-    """A reranker's, classifier's or sparse encoder's plan outputs against its gated graph's, in the units and
-    under the bounds of the kind's gate for its precision -> (difference, limit, what): reranker scores after
-    the model's activation (logits for identity), fp32 1e-4 / reduced 1e-2; classifier scores after the
-    pipeline's activation and the logits, as its gate judges both, fp32 1e-4 / reduced 1e-2; sparse weights,
-    fp32 1e-4 absolute / reduced 2% of each text's largest weight."""
-    if m.kind == RERANKER.name:
-        from ..kinds.reranker.reference_gate import tolerance_for
-
-        d = np.abs(_activated(got, m.activation) - _activated(want, m.activation)).max()
-        return float(d), tolerance_for(m.precision), "score"
-    if m.kind == CLASSIFIER.name:
-        from ..kinds.classifier.reference_gate import tolerance_for as classifier_tolerance
-
-        d = max(np.abs(_activated(got, m.activation) - _activated(want, m.activation)).max(),
-                np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
-        return float(d), classifier_tolerance(m.precision), "score or logit"
-    if m.kind == SPARSE.name:
-        from ..kinds.sparse.reference_gate import limits_for, weight_error
-
-        unit = "" if m.precision == "fp32" else " (of the text's largest)"
-        return weight_error(got, want, m.precision), limits_for(m.precision).weight, "weight" + unit
-    raise SpecError(f"no TensorRT plan check for a {m.kind} model", "its kind is not built for the tensorrt target")
+        got = pool_and_normalize(got, mask, m.pooling, m.normalize)
+        want = pool_and_normalize(want, mask, m.pooling, m.normalize)
+    st = CosineStats.of(cosine_rows(want, got))
+    return st, st.passes(gate), f"{st.n} texts: cosine p50 {st.p50:.6f} p01 {st.p01:.6f} min {st.min:.6f}"
 
 
 def build_engines(repo: Path, *, force: bool = False, allow_mismatch: bool = False, texts: list[str] | None = None,

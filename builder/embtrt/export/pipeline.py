@@ -18,6 +18,7 @@ from ..common.files import check_out
 from ..common.log import Log
 from ..common.plugins import implementation
 from ..errors import DependencyError
+from ..reference.detect import detect
 from .result import BuildResult
 from .spec import BuildSpec
 
@@ -36,6 +37,14 @@ def require_device(spec: BuildSpec) -> None:
                               "CUDA graphs included), or use --device cpu")
 
 
+def kind_line(spec: BuildSpec) -> str:
+    """What the build log says of the kind: the detection rule that decided it, or --kind's choice beside it."""
+    found = detect(spec.model_dir)
+    if found.kind.name == spec.kind:
+        return found.explain()
+    return f"{spec.kind}, as --kind says (the folder alone: {found.explain()})"
+
+
 def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, log: Log = print) -> BuildResult:
     t0 = time.time()
     out = spec.out.resolve()
@@ -44,6 +53,7 @@ def build(spec: BuildSpec, *, force: bool = False, corpus: Path | None = None, l
     out.parent.mkdir(parents=True, exist_ok=True)
     texts = load_corpus(corpus)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.embtrt-", dir=out.parent))
+    log(f"kind: {kind_line(spec)}")
     try:
         result = implementation(kind_of(spec.kind), "build")(spec, tmp, texts, log)
         if out.exists():

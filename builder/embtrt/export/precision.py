@@ -101,16 +101,16 @@ def calibration_feeds(texts: list[str], tokenizer_json: Path, max_seq_length: in
     """Per bucket: real inputs of that bucket's length range (as many as `tokens` allows, at most
     MAX_ROWS), padded to the bucket, each with the `prompt` a request without options gets. A
     reranker (`pairs`) is calibrated on what it serves: the corpus's query-passage pairs
-    (kinds.reranker.reference.corpus_pairs, the gate's recipe), tokenized as CrossEncoder.predict does
+    (reference.pairs.corpus_pairs, the gate's recipe), tokenized as CrossEncoder.predict does
     (one pair per row, its segment ids, longest_first truncation, the prompt before each query)."""
     from ..common.backend import backend_lib
 
     text_mod, _ = backend_lib()
     tok = text_mod.TextTokenizer(str(tokenizer_json), max_seq_length, pad_id, "truncate")
     if pairs:
-        from embtrt_backend.kinds.reranker.pairs import DEFAULT, PairTokenizer
+        from embtrt_backend.pairs import DEFAULT, PairTokenizer
 
-        from ..kinds.reranker.reference import corpus_pairs
+        from ..reference.pairs import corpus_pairs
 
         queries, docs = corpus_pairs(texts)
         flat = [(prompt + q, d) for q, ds in zip(queries, docs) for d in ds]

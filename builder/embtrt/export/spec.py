@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from embtrt_backend.kinds import EMBEDDER, SPARSE
+from embtrt_backend.kinds import EMBEDDER, SPARSE, kind_of
 
 from ..errors import SpecError
 from ..repository.budget import RUN_OVERHEAD_TOKENS, bucket_batch
@@ -291,4 +291,5 @@ def default_preferred(max_batch_size: int) -> tuple[int, ...]:
 
 
 def a_or_an(kind: str) -> str:
-    return "an" if kind == EMBEDDER.name else "a"
+    """The article of a kind's name in messages ("an embedder"), from its registry label."""
+    return kind_of(kind).label.split(" ", 1)[0] if kind in KINDS else "a"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from embtrt_backend.kinds import CLASSIFIER, EMBEDDER, MULTIVECTOR, RERANKER, kind_of
+from embtrt_backend.kinds import kind_of
 
 from ..common.files import check_out
 from ..common.gpu import tensorrt_available
@@ -19,10 +19,6 @@ from ..reference.modelinfo import default_buckets, default_model_path, inspect_m
 from ..repository.bundle_record import parse_python
 from ..repository.manifest import KINDS
 from .spec import TARGETS, BuildSpec, a_or_an, field_error, default_preferred
-
-# the kinds of a *ForSequenceClassification folder: detected by its labels, or as --kind says
-SEQUENCE_KINDS = (RERANKER.name, CLASSIFIER.name)
-
 
 def sanitize_name(raw: str) -> str:
     """A safe Triton model name from a folder name: [A-Za-z0-9_-], starting with a letter."""
@@ -116,17 +112,14 @@ def spec_from_options(
         **{**rest, **stride},  # type: ignore[arg-type]
     )
 
-    from ..kinds.multivector.reference import is_multivector
-    from ..kinds.reranker.reference import detect_kind
+    from ..reference.detect import detect
     from ..reference.modelinfo import require_trusted
 
     require_trusted(model_dir, given.trust_remote_code)
-    found, why = detect_kind(model_dir)
-    if kind != "auto" and {kind, found} <= set(SEQUENCE_KINDS):
-        found = kind   # a *ForSequenceClassification folder: --kind says which of the two it is served as
-    if (kind, found) == (EMBEDDER.name, MULTIVECTOR.name) and (model_dir / "modules.json").is_file() \
-            and not is_multivector(model_dir):
-        found = kind   # bge-m3 is a SentenceTransformer too: --kind embedder serves its dense vector alone
+    detection = detect(model_dir)
+    found, why = detection.kind.name, detection.why
+    if kind != "auto" and detection.admits(kind):
+        found = kind   # a *ForSequenceClassification folder as a reranker or a classifier, bge-m3 as an embedder
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {a_or_an(found)} {found} ({why})",
                         f"build it as {a_or_an(found)} {found} (leave --kind out), or point at {a_or_an(kind)} {kind} folder")

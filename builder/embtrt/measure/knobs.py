@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embtrt_backend.kinds import EMBEDDER
 
 from ..errors import SpecError
 from ..repository.budget import RUN_OVERHEAD_TOKENS, budget_models, budget_values
@@ -45,7 +44,7 @@ def knobs_for(manifest: Manifest, repo: Path) -> list[Knob]:
         out.append(Knob("front.intra_op_threads", front, (0, 1, 2)))
     # the budget knob: embedders only (a reranker's / sparse encoder's budget is baked into its front
     # door's plan), and not TensorRT (engines fix their batch range: the budget needs a rebuild there)
-    if manifest.kind == EMBEDDER.name and manifest.target != "tensorrt":
+    if manifest.model_kind.length_pools and manifest.target != "tensorrt":
         values = budget_values(manifest)
         if len(values) > 1:
             models = tuple(budget_models(manifest, {p.parent.name for p in Path(repo).glob("*/config.pbtxt")}))

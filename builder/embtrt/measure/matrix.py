@@ -137,7 +137,7 @@ def _fill(cell: Cell, calls: Checked, seconds: float, mem: PeakSampler | None = 
 class Matrix:
     def __init__(self, spec: MatrixSpec, log: Log = print) -> None:
         self.spec, self.log = spec, log
-        self.manifest = read_manifest(spec.repository).require_embedder("embtrt matrix")
+        self.manifest = read_manifest(spec.repository).require_length_pools("embtrt matrix")
         for b in spec.budgets:
             check_budget_change(self.manifest, b)
         from ..common.backend import backend_lib

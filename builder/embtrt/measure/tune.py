@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embtrt_backend.kinds import EMBEDDER, kind_of
+from embtrt_backend.kinds import kind_of
 from embtrt_backend.liveness import http_status
 
 from ..errors import EmbtrtError, SpecError
@@ -107,7 +107,7 @@ class Tuner:
     def __init__(self, spec: TuneSpec, log: Log = print) -> None:
         self.spec, self.log = spec, log
         self.manifest = read_manifest(spec.repository)
-        if self.manifest.kind != EMBEDDER.name and isinstance(spec.slo_p99_ms, dict):
+        if not self.manifest.model_kind.length_pools and isinstance(spec.slo_p99_ms, dict):
             raise SpecError(f"invalid slo_p99_ms for {self.manifest.name}, a {self.manifest.kind}: per-bucket SLOs are "
                             "for embedders (whose bands are measured on their own)", "give one p99 in ms, e.g. 200")
         self.knobs = knobs_for(self.manifest, spec.repository)
@@ -136,7 +136,7 @@ class Tuner:
     def _measure(self, url: str, texts: list[str], counts) -> tuple[dict[int, dict], dict[str, dict[int, dict]]]:
         from ..kinds.embedder.measure_bench import Target, run_bench
 
-        if self.manifest.kind != EMBEDDER.name:   # a reranker's or sparse encoder's own requests (its KindMeasure.trial)
+        if self.manifest.model_kind.measure:   # a kind's own requests (its KindMeasure.trial): all but the embedder's
             from ..common.plugins import implementation
             from .kind_measure import figures
 

@@ -169,4 +169,4 @@ class Reference:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=self.trust_remote_code)
-        return np.array([len(x) for x in tok(texts, truncation=False)["input_ids"]])
+        return np.array([len(x) for x in tok(texts, truncation=False, verbose=False)["input_ids"]])

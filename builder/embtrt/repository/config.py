@@ -21,3 +21,19 @@ def parse_config(path: Path) -> mc.ModelConfig:
     except text_format.ParseError as exc:
         raise RepositoryError(f"{path}: not a valid Triton model config: {exc}") from exc
     return cfg
+
+
+# the backend a platform runs on (Triton's platform names)
+PLATFORM_BACKENDS = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt", "pytorch_libtorch": "pytorch",
+                     "tensorflow_savedmodel": "tensorflow", "tensorflow_graphdef": "tensorflow"}
+
+
+def backends_needed(repo: Path) -> dict[str, list[str]]:
+    """Triton backend -> the repository's models that run on it (ensembles run on none)."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(Path(repo).glob("*/config.pbtxt")):
+        cfg = parse_config(path)
+        backend = cfg.backend or PLATFORM_BACKENDS.get(cfg.platform, "")
+        if backend:
+            out.setdefault(backend, []).append(cfg.name or path.parent.name)
+    return out

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embtrt_backend.kinds import DEFAULT, EMBEDDER, NAMES, RERANKER, Kind, kind_of
+from embtrt_backend.kinds import DEFAULT, NAMES, RERANKER, Kind, kind_of
+from embtrt_backend.kinds import KINDS as REGISTRY
 
 from ..errors import RepositoryError
 from .gate import Gate
@@ -176,12 +177,13 @@ class Manifest:
     def is_reranker(self) -> bool:
         return self.kind == RERANKER.name
 
-    def require_embedder(self, command: str) -> "Manifest":
-        """This manifest, or a clear error where `command` does not take this kind of model yet."""
-        if self.kind != EMBEDDER.name:
-            raise RepositoryError(f"{self.name} is a {self.kind}: `{command}` takes embedder repositories only in this "
-                                  "embtrt", "docs/rerankers.md lists what serves rerankers (serve, check, rerank, the "
-                                  "gateway's rerank routes)")
+    def require_length_pools(self, command: str) -> "Manifest":
+        """This manifest, or a clear error where `command` (which measures bucket models) does not take its kind."""
+        if not self.model_kind.length_pools:
+            pooled = " or ".join(k.label for k in REGISTRY if k.length_pools)
+            raise RepositoryError(f"{self.name} is {self.model_kind.label}: `{command}` measures bucket models, which only "
+                                  f"repositories of {pooled} have (its front door plans every bucket itself)",
+                                  "docs/kinds.md lists each kind's commands (serve, check, verify, bench, tune, the gateway)")
         return self
 
     def bucket_batch(self, bucket: int) -> int:

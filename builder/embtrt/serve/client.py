@@ -278,3 +278,39 @@ class AsyncEmbeddingClient(_Replicas):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+
+
+def served_models(url: str, timeout_s: float = 10.0) -> list[str]:
+    """The embtrt models (front doors) a server serves: its ready models whose config carries an embtrt
+    identity and the front door's `buckets` (the bucket ensembles, tokenizers and encoders have none)."""
+    import tritonclient.grpc as grpcclient
+
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        try:
+            index = c.get_model_repository_index(as_json=True, client_timeout=timeout_s).get("models", [])
+        except Exception as exc:  # tritonclient raises InferenceServerException
+            raise ClientError(f"cannot list the models at {url}: {exc}", "is the server up? (`embtrt serve` prints its address)") from exc
+        out = []
+        for m in index:
+            if m.get("state") != "READY":
+                continue
+            params = model_config(c, m["name"], url, timeout_s)[1]
+            if "embtrt.model" in params and "buckets" in params:
+                out.append(m["name"])
+        return sorted(set(out))
+    finally:
+        c.close()
+
+
+def resolve_model(url: str, model: str | None) -> str:
+    """`model`, or the one embtrt model the server at `url` serves; a ClientError naming them where it
+    serves none or several."""
+    if model:
+        return model
+    names = served_models(replicas(url)[0])
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise ClientError(f"the server at {url} serves no embtrt model", "serve a repository written by embtrt build")
+    raise ClientError(f"the server at {url} serves several models ({', '.join(names)})", "pick one with --model NAME")

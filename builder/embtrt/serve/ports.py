@@ -72,16 +72,27 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise ServerError(f"no free port on {host} that this process was not given lately (100 tries)")
 
 
+def reserve(*ports: int) -> None:
+    """Ports this process was given (by a flag) but binds later: free_port never hands them out (`embtrt
+    up` once gave its own gateway port, still unbound, to its tritonserver's HTTP endpoint)."""
+    with _LOCK:
+        _HANDED.extend(p for p in ports if p)
+
+
 def refuse_taken(host: str, ports: dict[str, int]) -> None:
-    """ServerError naming the first port (by its flag) that something already listens on or holds, or
-    two flags given the same port (tritonserver would print its whole help and exit)."""
+    """ServerError naming every port (by its flag, with the processes holding it) that something already
+    listens on or holds, all at once, or two flags given the same port (tritonserver would print its whole
+    help and exit). A port 0 (picked later) is never taken."""
     seen: dict[int, str] = {}
     for flag, port in ports.items():
         if port and port in seen:
             raise ServerError(f"{seen[port]} and {flag} are both {port}: each endpoint needs its own port",
                               f"pass another {flag} (0 picks a free one)")
         seen[port] = flag
+    taken: list[str] = []
     for flag, port in ports.items():
+        if not port:
+            continue
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tritonserver binds: TIME_WAIT is no owner
@@ -91,9 +102,14 @@ def refuse_taken(host: str, ports: dict[str, int]) -> None:
                 if exc.errno != errno.EADDRINUSE:
                     raise ServerError(f"cannot bind {host}:{port} ({flag}): {exc.strerror}") from None
                 holder = listening_pids(port)
-                who = f" (process {', '.join(map(str, sorted(holder)))})" if holder else ""
-                raise ServerError(f"port {port} on {host} ({flag}) is already in use{who}",
-                                  f"stop what holds it, or pass another {flag} (0 picks a free one)") from None
+                who = f", held by process {', '.join(map(str, sorted(holder)))}" if holder else ""
+                taken.append(f"{port} ({flag}{who})")
+    if taken:
+        flags = [t.split("(", 1)[1].split(",")[0].rstrip(")") for t in taken]
+        raise ServerError(f"{'port' if len(taken) == 1 else 'ports'} {'; '.join(taken)} on {host} "
+                          f"{'is' if len(taken) == 1 else 'are'} already in use",
+                          f"stop what holds {'it' if len(taken) == 1 else 'them'}, or pass another "
+                          f"{' / '.join(flags)} (0 picks a free one)")
 
 
 def wait_free(host: str, ports: dict[str, int], timeout_s: float) -> None:
@@ -106,7 +122,7 @@ def wait_free(host: str, ports: dict[str, int], timeout_s: float) -> None:
             return
         except ServerError as exc:
             if time.monotonic() >= deadline:
-                first = exc.message.replace("is already in use", f"is still in use after {timeout_s:g} s")
+                first = exc.message.replace("already in use", f"still in use after {timeout_s:g} s")
                 raise ServerError(first, "stop what holds it, or serve on other ports") from None
         time.sleep(0.05)
 

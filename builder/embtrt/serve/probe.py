@@ -46,7 +46,7 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
         except Exception as exc:  # server down or model unknown: the probe fails with the reason
             return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
         kind = BY_NAME.get(cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value"), DEFAULT)
-        names = [model] + [f"{model}_{b}" for b in buckets if expand] + list(also) if kind is DEFAULT else [model]
+        names = [model] + [f"{model}_{b}" for b in buckets if expand] + list(also) if kind.length_pools else [model]
         vecs: dict[str, np.ndarray] = {}
         for name in names:
             try:
@@ -65,7 +65,7 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
             except Exception as exc:  # each model's failure is recorded by name
                 errors[name] = str(exc)
             checked.append(name)
-        if model in vecs and kind is DEFAULT:
+        if model in vecs and kind.length_pools:   # the bucket models' vectors equal the front door's
             base = vecs[model]
             for name, v in vecs.items():
                 cos = float(np.dot(base, v) / max(np.linalg.norm(base) * np.linalg.norm(v), 1e-30))

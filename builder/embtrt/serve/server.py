@@ -245,6 +245,26 @@ class TritonServer:
             cmd += ["--model-control-mode=explicit"] + [f"--load-model={m}" for m in s.models]
         return cmd + list(s.extra_args)
 
+    def _refuse_missing_backends(self) -> None:
+        """A repository whose models run on a backend the server's backend directory lacks is refused
+        before the start (tritonserver would fail with "failed to load all models", the cause in its log).
+        Checked where the backend directory is known (the nvidia-pytriton wheel's has Python only)."""
+        from ..repository.config import backends_needed
+
+        where = self.install.backend_directory
+        if where is None:
+            return
+        have = sorted(p.name for p in Path(where).iterdir() if p.is_dir())
+        for repo in self.spec.repositories:
+            for backend, models in backends_needed(repo).items():
+                if backend not in have:
+                    raise ServerError(
+                        f"{repo} needs Triton's {backend} backend (models {', '.join(models)}), which this "
+                        f"tritonserver does not have (its backends in {where}: {', '.join(have) or 'none'})",
+                        "serve it with a tritonserver that has it (the NGC image nvcr.io/nvidia/tritonserver, or "
+                        "--tritonserver and --backend-directory), or build it with --target python-ort "
+                        "(ONNX Runtime inside the Python backend)")
+
     def start(self) -> "TritonServer":
         for repo in self.spec.repositories:
             if not has_manifest(repo) and not any(Path(repo).glob("*/config.pbtxt")):
@@ -254,6 +274,7 @@ class TritonServer:
             if problems:
                 raise ServerError("these repositories cannot be served together: " + "; ".join(problems),
                                   "rebuild one with another --name, or with the same --server-python")
+        self._refuse_missing_backends()
         s = self.spec
         refuse_taken(s.host, s.ports)
         if self.log_path is None:

@@ -18,6 +18,10 @@ from .probe import probe
 from .server import ServerSpec, TritonServer
 
 
+STOP_LINE = ("Ctrl-C stops it: requests running finish, queued ones are refused UNAVAILABLE (clients retry them "
+             "elsewhere); SIGTERM first serves {grace:g} s more (--drain-grace)")
+
+
 def front_door(repo: Path) -> str:
     """The front-door model name from embtrt.json (or the only non-suffixed model)."""
     if not has_manifest(repo):
@@ -52,8 +56,13 @@ class Supervisor:
 
     def __init__(self, spec: ServerSpec, probe_interval_s: float = 5.0, failures_to_recover: int = 2,
                  log: Callable[[str], None] = print, liveness_s: float = 1.0, probe_timeout_s: float = 10.0,
-                 health_port: int | None = None, drain_grace_s: float = 5.0) -> None:
+                 health_port: int | None = None, drain_grace_s: float = 5.0,
+                 on_ready: Callable[["Supervisor"], None] | None = None,
+                 on_stop: Callable[[], None] | None = None) -> None:
         self.spec = spec
+        # `embtrt up`: what starts once the server is first ready (the gateway; it announces itself) and
+        # what stops before the server drains
+        self.on_ready, self.on_stop = on_ready, on_stop
         self.drain_grace_s = drain_grace_s
         self._grace = 0.0   # the grace of the signal that stops it: SIGTERM's drain_grace_s, none on Ctrl-C
         self.health = Health()
@@ -144,31 +153,45 @@ class Supervisor:
             if not self._stop.is_set():
                 raise
         finally:
-            if self.server is not None:
-                self.log(f"stopping: serving {self._grace:g} s more while balancers update, then refusing new "
-                         "requests (UNAVAILABLE) until those in flight have finished")
-                code = self.server.stop(drain=True, grace_s=self._grace)
-                d = self.server.drained
-                if d is not None:
-                    self.log(f"drained: refused new requests for {d.refusing_s:.1f} s; "
-                             + ("nothing left in flight, tritonserver stopped at once" if d.idle else
-                                f"requests still in flight after {self.spec.drain_s:g} s "
-                                f"({d.busy_left} models still running a call): tritonserver's own shutdown finishes them"))
-                self.log(f"tritonserver exited with code {code}")
+            if self.on_stop is not None:
+                self.on_stop()
+            if self.server is not None and self.server.proc is not None:
+                self._stop_server()
             self.health.close()
+
+    def _stop_server(self) -> None:
+        srv = self.server
+        assert srv is not None
+        self.log(f"stopping: serving {self._grace:g} s more while balancers update, then refusing new "
+                 "requests (UNAVAILABLE) until those in flight have finished")
+        code = srv.stop(drain=True, grace_s=self._grace)
+        d = srv.drained
+        if d is not None:
+            self.log(f"drained: refused new requests for {d.refusing_s:.1f} s; "
+                     + ("nothing left in flight, tritonserver stopped at once" if d.idle else
+                        f"requests still in flight after {self.spec.drain_s:g} s "
+                        f"({d.busy_left} models still running a call): tritonserver's own shutdown finishes them"))
+        if d is not None and d.idle and code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+            self.log("stopped (tritonserver was killed once nothing was in flight: its models hold no state)")
+        else:
+            self.log(f"stopped: tritonserver exited with code {code}")
 
     def _serve(self) -> None:
         srv = self.server
         assert srv is not None
-        self.log(f"ready: model{'s' if len(self.models) > 1 else ''} {', '.join(self.models)}")
-        self.log(f"  gRPC    {srv.grpc_url}")
-        self.log(f"  HTTP    {srv.http_url}")
-        self.log(f"  metrics {srv.metrics_url}")
-        self.log(f"  log     {srv.log_path}")
-        if self.health_port is not None:
-            self.log(f"  health  {self.health_url}/ready (503 from SIGTERM on), {self.health_url}/live")
+        if self.on_ready is not None:
+            self.on_ready(self)
+        else:
+            self.log(f"ready: model{'s' if len(self.models) > 1 else ''} {', '.join(self.models)}")
+            self.log(f"  gRPC    {srv.grpc_url}")
+            self.log(f"  HTTP    {srv.http_url} (Triton's own KServe v2 API; the OpenAI, TEI and Cohere routes are "
+                     "`embtrt gateway`'s, or one command: `embtrt up`)")
+            self.log(f"  metrics {srv.metrics_url}")
+            self.log(f"  log     {srv.log_path}")
+            if self.health_port is not None:
+                self.log(f"  health  {self.health_url}/ready (503 from SIGTERM on), {self.health_url}/live")
         self.health.set(True, "", "serving")
-        self.log("Ctrl-C or SIGTERM stops it after in-flight requests finish")
+        self.log(STOP_LINE.format(grace=self.drain_grace_s))
         failures = 0
         tick = min(self.liveness_s, self.interval) if self.interval > 0 else self.liveness_s
         next_probe = time.monotonic() + self.interval

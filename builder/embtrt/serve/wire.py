@@ -17,6 +17,8 @@ from typing import Callable, TypeVar
 import numpy as np
 from embtrt_backend.options import OUTPUTS as TYPED_OUTPUTS
 
+from ..errors import ClientError
+
 T = TypeVar("T")
 
 # request option embedding_type -> the front door's output tensor: the front door's own table
@@ -129,3 +131,21 @@ def with_retries(call: Callable[[], T], retries: int, backoff_s: float, fail: Ca
                 continue
             raise fail(exc) from exc
     raise AssertionError("unreachable")
+
+
+def pair_params(activation: str, truncate: bool, truncation_direction: str, prompt_name: str | None = None,
+                *, allowed: tuple[str, ...]) -> dict:
+    """A pair-core front door's request parameters (embtrt_backend.pairs.PairOptions), the
+    defaults left out; an activation not in `allowed` refused here."""
+    if activation not in allowed:
+        raise ClientError(f"activation {activation!r}: must be one of {', '.join(allowed)}")
+    params: dict = {}
+    if activation != "default":
+        params["activation"] = activation
+    if not truncate:
+        params["truncate"] = False
+    if truncation_direction != "right":
+        params["truncation_direction"] = truncation_direction
+    if prompt_name is not None:
+        params["prompt_name"] = prompt_name
+    return params

@@ -6,7 +6,7 @@ Only this package spells a kind's name; everything else names a kind through it.
 
 from __future__ import annotations
 
-from .base import Kind
+from .base import Kind, Rule
 from .classifier import KIND as CLASSIFIER
 from .embedder import KIND as EMBEDDER
 from .multimodal import KIND as MULTIMODAL
@@ -18,6 +18,24 @@ KINDS: tuple[Kind, ...] = (EMBEDDER, RERANKER, SPARSE, CLASSIFIER, MULTIVECTOR, 
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 DEFAULT = EMBEDDER   # a manifest or front door from before kinds (schema 1 and 2) is an embedder's
+
+# What kind a model folder is: the first of these rules that matches decides (--kind auto); `--kind K`
+# may serve a folder as K where the deciding rule is K's or names K in `also`. Each test is the kind's
+# own, in its reference module (embtrt.reference.detect runs them and says why each one did not match).
+DETECTION: tuple[Rule, ...] = (
+    Rule(MULTIVECTOR, "embtrt.kinds.multivector.reference:colbert_rule", "a MultiVectorEncoder folder (ColBERT)"),
+    Rule(MULTIVECTOR, "embtrt.kinds.multivector.reference:m3_rule",
+         "bge-m3's colbert_linear.pt / sparse_linear.pt beside the model (--kind embedder: its dense vector alone)",
+         also=(EMBEDDER,)),
+    Rule(SPARSE, "embtrt.kinds.sparse.reference:sparse_rule", "a SparseEncoder folder (SPLADE)"),
+    Rule(RERANKER, "embtrt.kinds.reranker.reference:cross_encoder_rule",
+         "a CrossEncoder folder, or a *ForSequenceClassification architecture of one label", also=(CLASSIFIER,)),
+    Rule(CLASSIFIER, "embtrt.kinds.classifier.reference:classifier_rule",
+         "a *ForSequenceClassification architecture of several labels", also=(RERANKER,)),
+    Rule(MULTIMODAL, "embtrt.kinds.multimodal.reference:text_and_image_rule",
+         "a sentence-transformers folder whose model encodes texts and images (CLIP-style)"),
+    Rule(EMBEDDER, "embtrt.kinds.embedder.reference:embedder_rule", "any other SentenceTransformer folder or encoder"),
+)
 
 
 def kind_of(name: str | None) -> Kind:
@@ -32,4 +50,4 @@ def kind_of(name: str | None) -> Kind:
 
 
 __all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIMODAL", "MULTIVECTOR", "NAMES", "RERANKER", "SPARSE", "BY_NAME",
-           "Kind", "kind_of"]
+           "DETECTION", "Kind", "Rule", "kind_of"]

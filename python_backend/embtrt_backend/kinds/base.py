@@ -37,6 +37,15 @@ class Kind:
     # the BuildSpec fields its reference reads of the folder; "": the embedder's (export.spec_options' own)
     spec_fields: str = ""
     measure: str = ""         # its measure.kind_measure.KindMeasure (verify, `embtrt tune`'s trial); "": the embedder's
+    # its TensorRT plan check (export.onnx2trt.check_plan calls it): (manifest, plan outputs, gated graph's outputs,
+    # attention masks, the gate) -> (figure, passed, what was measured); "": not built for the tensorrt target
+    plan_check: str = ""
+    # how requests reach its encoder: "door" (the front door plans and runs every bucket itself: one model, one
+    # pool) or "pools" (bucket models beside the front door: ensembles per bucket, token-id calls straight to
+    # each bucket's encoder, length pools on Kubernetes, per-bucket budgets and bands)
+    routing: str = "door"
+    # the builder module that registers its own commands on the `embtrt` CLI (embtrt.cli imports it), "" for none
+    cli: str = ""
     # pip distributions its front door imports beyond the target's (bundled with the repository): Pillow to decode images
     packages: tuple[str, ...] = ()
     # the front door's input of encoded images, where it takes them ("IMAGE"): the readiness probes send the probe
@@ -49,6 +58,11 @@ class Kind:
         return self.label.split(" ", 1)[1]
 
     @property
+    def length_pools(self) -> bool:
+        """Its repositories have bucket models that length pools and token-id routes reach (routing "pools")."""
+        return self.routing == "pools"
+
+    @property
     def pairs(self) -> bool:
         """Its items are (query, document) pairs."""
         return len(self.inputs) == 2
@@ -59,3 +73,14 @@ class Kind:
         under_load, concurrency, against, log, trust_remote_code) -> a Verdict; "": the embedder's own
         (cli/measure.py, its cosine gate)."""
         return f"{self.measure}.verify" if self.measure else ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of the registry's DETECTION: what kind a model folder is. The rules run in order and
+    the first that matches decides (`embtrt build`'s --kind auto; embtrt.reference.detect runs them)."""
+    kind: Kind
+    test: str                 # "module:function" of the builder: (model folder) -> (matched, why: what it saw)
+    says: str                 # what it matches, in --help and docs
+    also: tuple[Kind, ...] = ()   # the other kinds --kind may serve a folder it matches as
+

@@ -2,7 +2,7 @@
 the model's logits -> ONNX -> the tokenizer (single texts and pairs) -> the gate against transformers
 in process (reference.py: the logits with the text-classification pipeline's activation) -> the front
 door (TEXT, and TEXT_PAIR for pairs) -> manifest -> check. The export and the pair tokenizer are the
-reranker's (the same head); what differs is the reference, the activation rule and the labels.
+scores head's (export.scores, the reranker's too); what differs is the reference, the activation rule and the labels.
 """
 
 from __future__ import annotations
@@ -15,28 +15,24 @@ from embtrt_backend.kinds import CLASSIFIER
 
 from ...errors import ParityError
 from ...export.render import _t
+from ...export.scores import ScoresBuild, check_pair_tokenizer
 from ...reference.modelinfo import default_buckets
-from ..reranker.export import RerankerBuild, check_pair_tokenizer, export_classifier
 from .reference import classifier_info, gate_inputs, load_classifier, reference_scores
 from .reference_gate import judge
 
 
-class ClassifierBuild(RerankerBuild):
+class ClassifierBuild(ScoresBuild):
     """A classifier folder's build: its logits, the tokenizer of texts and pairs, transformers' gate."""
 
-    kind, changes = CLASSIFIER, "scores"
+    kind = CLASSIFIER
     exporting = "the classifier to ONNX and validating against PyTorch"
     tokenizer_noun = "tokenizer (texts and pairs)"
     reference = "transformers AutoModelForSequenceClassification (fp32) with the text-classification pipeline's activation"
 
     def reading(self) -> str:
-        from ..reranker.reference import detect_kind
-
         s = self.spec
-        found, why = detect_kind(s.model_dir)
-        rule = why if found == s.kind else f"--kind {s.kind}; the folder alone would be {found}: {why}"
         return (f"a classifier ({s.num_labels} label(s): {', '.join(self.labels)}; {s.activation} by default; max "
-                f"length {s.max_seq_length}, buckets {','.join(map(str, s.buckets))}), as {rule}")
+                f"length {s.max_seq_length}, buckets {','.join(map(str, s.buckets))})")
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -50,7 +46,7 @@ class ClassifierBuild(RerankerBuild):
         return self._model
 
     def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None:
-        from embtrt_backend.kinds.reranker.pairs import DEFAULT, PairTokenizer
+        from embtrt_backend.pairs import DEFAULT, PairTokenizer
 
         self.tok = PairTokenizer(str(tok_json), self.spec.max_seq_length, pad_id)
         singles, (firsts, seconds) = gate_inputs(texts)
@@ -75,16 +71,12 @@ class ClassifierBuild(RerankerBuild):
 
     def gate(self, model, params: dict[str, str], encoder, work: Path, texts: list[str]) -> dict:
         from embtrt_backend.kinds.classifier.door import ClassifierCore
-        from embtrt_backend.kinds.reranker.pairs import PairConfig
+        from embtrt_backend.pairs import PairConfig
 
         core = ClassifierCore(PairConfig.from_parameters(params), self.tok)
         got, want, tokens = served_and_reference(core, encoder, model, texts, self.spec.activation)
         return judge(got, want, tokens, core.cfg.buckets, self.log, precision=self.spec.precision,
                      what="texts and pairs (scores and logits)", labels=self.spec.num_labels).as_dict(lines=False)
-
-    def manifest_fields(self) -> dict:
-        return {"pooling": "none", "pooler": "none", "num_labels": self.spec.num_labels}
-
 
 build_classifier_in = ClassifierBuild.build_in
 
@@ -93,7 +85,7 @@ def served_and_reference(core, encoder, model, texts: list[str], activation: str
     """The gate's inputs through the front door's core (single texts, and pairs; with the model's activation
     and raw) and through transformers: (served [rows, labels + labels]: each label's score then its logit,
     the reference alike, tokens per row)."""
-    from embtrt_backend.kinds.reranker.pairs import PairRequest
+    from embtrt_backend.pairs import PairRequest
 
     singles, (firsts, seconds) = gate_inputs(texts)
     opts, raw = core.options({}), core.options({"activation": "raw"})
@@ -121,4 +113,4 @@ def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int
                 prompts=(), default_prompt_name=None, overflow_stride=0)
 
 
-__all__ = ["ClassifierBuild", "build_classifier_in", "export_classifier", "spec_fields"]
+__all__ = ["ClassifierBuild", "build_classifier_in", "spec_fields"]

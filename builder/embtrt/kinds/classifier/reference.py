@@ -19,7 +19,20 @@ from pathlib import Path
 
 import numpy as np
 
-from ..reranker.reference import load_cross_encoder
+from ...reference.detect import sequence_head, st_model_type
+from ...reference.pairs import load_cross_encoder
+
+
+def classifier_rule(path: Path) -> tuple[bool, str]:
+    """Detection (embtrt_backend.kinds.DETECTION): a *ForSequenceClassification architecture of several
+    labels that sentence-transformers did not save as a CrossEncoder."""
+    head = sequence_head(path)
+    if head is None:
+        return False, "no *ForSequenceClassification architecture in config.json"
+    if head.labels == 1 or head.cross_encoder_mark or st_model_type(path) == "CrossEncoder":
+        return False, f"config.json names {head.architecture}, but of one label or saved as a CrossEncoder"
+    return True, (f"config.json names the architecture {head.architecture} with {head.labels} labels and no "
+                  "config_sentence_transformers.json saying CrossEncoder (a classifier)")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ...reference.verdict import Verdict, per_bucket
+from ...reference.pairs import score_difference
 
 SCORE_TOLERANCE = 1e-4
 REDUCED_TOLERANCE = 1e-2
@@ -20,6 +21,14 @@ REDUCED_AGREEMENT = 0.98
 
 def tolerance_for(precision: str) -> float:
     return SCORE_TOLERANCE if precision == "fp32" else REDUCED_TOLERANCE
+
+
+def plan_check(m, got: np.ndarray, want: np.ndarray, masks, gate) -> tuple[float, bool, str]:
+    """A classifier's TensorRT plan against its gated graph (export.onnx2trt): each label's score after the
+    pipeline's activation and its logit, as this gate judges both, under its bound (fp32 1e-4, reduced 1e-2)."""
+    d = max(score_difference(got, want, m.activation), float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()))
+    limit = tolerance_for(m.precision)
+    return d, d <= limit, f"{len(got)} texts: max |score or logit difference| {d:.2e} (limit {limit:.0e})"
 
 
 def judge(got: np.ndarray, want: np.ndarray, tokens: np.ndarray, buckets, log: Callable[[str], None] = print,

@@ -15,7 +15,7 @@ from embtrt_backend.kinds import CLASSIFIER
 from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import FrontDoorModel, renamed
 from ...scale.gateway.served import ServedReranker
-from ..reranker.scale import check_row_tokens, tei_labels
+from ...scale.gateway.pairs import check_row_tokens, tei_labels
 from ...serve import wire
 from .scale_schema import ClassifyModel, ClassifyRequest
 

@@ -12,12 +12,11 @@ import json
 
 import numpy as np
 from embtrt_backend.kinds import CLASSIFIER
-from embtrt_backend.kinds.reranker.pairs import ACTIVATIONS   # the front door's: default, raw, softmax, sigmoid
+from embtrt_backend.pairs import ACTIVATIONS   # the front door's: default, raw, softmax, sigmoid
 
 from ...errors import ClientError
 from ...serve.client import KindClient
-from ...serve.wire import text_input
-from ..reranker.serve import pair_params
+from ...serve.wire import pair_params, text_input
 
 
 class ClassifyClient(KindClient):

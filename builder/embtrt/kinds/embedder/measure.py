@@ -97,6 +97,29 @@ def identity_warnings(served: dict[str, str], ref: Reference, index_identity: di
     return out
 
 
+def require_bundled(url: str, model: str) -> None:
+    """Before any work: the default reference (the bundled all-MiniLM-L6-v2) is the served model's, or a
+    ClientError naming the identity the server reports (was: the MiniLM reference computed, then a shape
+    refusal)."""
+    import tritonclient.grpc as grpcclient
+
+    from ...reference.modelinfo import default_model_path
+    from ...serve.client import model_config, replicas
+
+    u = replicas(url)[0]
+    c = grpcclient.InferenceServerClient(u)
+    try:
+        params = model_config(c, model, u)[1]
+    finally:
+        c.close()
+    sha, bundled = params.get("embtrt.model_sha256"), model_hash(default_model_path())
+    if sha and sha != bundled:
+        raise ClientError(f"{model} at {url} was built from other weights (embtrt.model {params.get('embtrt.model')}, "
+                          f"sha256 {sha[:12]}..., dim {params.get('embtrt.dim')}) than the default reference, the "
+                          f"bundled all-MiniLM-L6-v2 (sha256 {bundled[:12]}...)",
+                          "pass --reference FOLDER: the model folder it was built from")
+
+
 async def _under_load(url: str, model: str, texts: list[str], baseline: np.ndarray, concurrency: int,
                       threshold: float, seed: int = 0, max_request: int = 8) -> LoadReport:
     """Send every text again in shuffled mixed-length requests at `concurrency`, while background

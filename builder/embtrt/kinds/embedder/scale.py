@@ -267,6 +267,11 @@ class Gateway:
         """TEI's /info model_type of this model."""
         return {"embedding": {"pooling": self.served.manifest.pooling}}
 
+    @property
+    def refused_operations(self) -> frozenset[str]:
+        """Operations of its kind this build refuses: token vectors when its pooling is inside the graph."""
+        return frozenset({"token_vectors"}) if self.served.core.cfg.fused else frozenset()
+
     def describe(self) -> dict:
         """This model's /v1/models entry: its kind, identity and request options."""
         o = self.served.options

@@ -44,15 +44,13 @@ from embtrt_backend.kinds import EMBEDDER, Kind
 from ...scale.gateway.dialects import tei_headers
 from ...scale.gateway.errors import ApiError, empty, flag, model_name, short, text_list
 from ...scale.gateway.operation import Answer, Operation
-from ..multimodal.scale_schema import cohere_items
+from ...scale.gateway.route_table import dialect_of
+from ...scale.gateway.images import cohere_items
 from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, parse_embeddings, render as render_openai,
                            request_options, resolve_model)
 
-# POST path -> its dialect
-# (TEI's /embed_all is the token_vectors operation's: kinds.multivector.scale_routes, which hands an embedder's
-# body to parse_embed_all and answer here)
-ROUTES = {"/v1/embeddings": "openai", "/embeddings": "openai", "/embed": "tei",
-          "/similarity": "tei-similarity", "/v1/embed": "cohere-v1", "/v2/embed": "cohere-v2"}
+# its routes and their dialects: scale.gateway.route_table (TEI's /embed_all is the token_vectors operation's:
+# kinds.multivector.scale_routes, which hands an embedder's body to parse_embed_all and answer here)
 
 DIRECTIONS = {"right": "END", "left": "START"}
 COHERE_TYPES = ("float", "int8", "uint8", "binary", "ubinary")
@@ -230,7 +228,7 @@ def parse(models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg,
         return parse_embeddings(body, models, cfg.max_items, kinds)
     if path == "/embeddings":
         return parse_embeddings(body, models, cfg.max_items, kinds, optional=True, default=cfg.default_model)
-    return PARSERS[ROUTES[path]](body, models, kinds, cfg)
+    return PARSERS[dialect_of(path)](body, models, kinds, cfg)
 
 
 async def answer(model, req: EmbeddingsRequest) -> Answer:
@@ -270,4 +268,4 @@ def render(model, req: EmbeddingsRequest, vecs: np.ndarray, tokens: int) -> Answ
     return doc, 8 * vecs.size * max(1, len(req.types)), []
 
 
-OPERATIONS = (Operation("embed", EMBEDDER.metric_route, "latency", ROUTES, parse, answer),)
+OPERATIONS = (Operation("embed", EMBEDDER.metric_route, "latency", parse, answer, needs=(("embed",),)),)

@@ -19,7 +19,7 @@ from embtrt_backend.kinds import EMBEDDER, Kind
 
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, model_name
 from ...scale.gateway.operation import Answer
-from ..multimodal.scale_schema import media, modalities, takes_images
+from ...scale.gateway.images import media, modalities, takes_images
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -56,7 +56,7 @@ class EmbeddingsRequest:
     # Cohere's embedding_types: each type's name and the options it is finished with (from the float vectors)
     types: tuple[tuple[str, RequestOptions], ...] = ()
     # a text-and-image model's request: per item an image's encoded bytes, or None where texts[k] is a text
-    # (kinds.multimodal.scale_schema); () where every item is a text
+    # (scale.gateway.images); () where every item is a text
     media: tuple = ()
     media_field: str = "input"       # the body's field of those items (Cohere: images or inputs), in errors
 

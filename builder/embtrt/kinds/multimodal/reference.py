@@ -53,6 +53,13 @@ def is_multimodal(path: Path) -> bool:
     return hf_subdir(path) is not None
 
 
+def text_and_image_rule(path: Path) -> tuple[bool, str]:
+    """Detection (embtrt_backend.kinds.DETECTION): a text-and-image sentence-transformers folder."""
+    if is_multimodal(path):
+        return True, "a sentence-transformers folder whose model encodes texts and images (CLIP-style)"
+    return False, "its first module is neither a CLIPModel nor a Transformer with text and image modalities"
+
+
 @dataclass(frozen=True)
 class MultimodalInfo:
     hf_dir: str                   # the Hugging Face files' folder, relative to the model folder

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ModelError
+from ...reference.detect import st_model_type
 
 M3_HEADS = ("colbert_linear.pt", "sparse_linear.pt")
 M3_DEFAULT_LENGTH = 512   # BGEM3FlagModel's query_max_length / passage_max_length
@@ -24,16 +24,27 @@ M3_DEFAULT_LENGTH = 512   # BGEM3FlagModel's query_max_length / passage_max_leng
 
 def is_multivector(path: Path) -> bool:
     """A MultiVectorEncoder folder (config_sentence_transformers.json says so)."""
-    try:
-        doc = json.loads((Path(path) / "config_sentence_transformers.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
-    return isinstance(doc, dict) and doc.get("model_type") == "MultiVectorEncoder"
+    return st_model_type(path) == "MultiVectorEncoder"
 
 
 def m3_heads(path: Path) -> tuple[str, ...]:
     """The bge-m3 head files beside the model (a bge-m3-style folder has both)."""
     return tuple(n for n in M3_HEADS if (Path(path) / n).is_file())
+
+
+def colbert_rule(path: Path) -> tuple[bool, str]:
+    """Detection (embtrt_backend.kinds.DETECTION): a MultiVectorEncoder folder."""
+    if is_multivector(path):
+        return True, "config_sentence_transformers.json says model_type MultiVectorEncoder (ColBERT)"
+    return False, "no config_sentence_transformers.json saying model_type MultiVectorEncoder"
+
+
+def m3_rule(path: Path) -> tuple[bool, str]:
+    """Detection: bge-m3's head files beside the model (its folder is a SentenceTransformer too)."""
+    heads = m3_heads(path)
+    if heads:
+        return True, f"{' and '.join(heads)} beside the model (bge-m3: dense, sparse and ColBERT outputs)"
+    return False, f"neither of bge-m3's {' / '.join(M3_HEADS)} beside the model"
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 from embtrt_backend.kinds import MULTIVECTOR
-from embtrt_backend.kinds.multivector.core import unpadded
+from embtrt_backend.kinds.multivector.core import MultiVectorCore, unpadded
 from embtrt_backend.kinds.multivector.score import M3_MODES, M3_PARTS, m3_score, maxsim
 
+from ...scale.gateway.dialects import DOC_FIELDS, INPUT_FIELDS
 from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import FrontDoorModel, renamed
-from ...scale.gateway.served import ServedMultiVector
+from ...scale.gateway.served import ServedModel
 from embtrt_backend.options import ModelOptions
 from ...serve import wire
 
@@ -30,6 +32,24 @@ VECTORS = ("TOKEN_EMBEDDINGS", "TOKEN_COUNTS")
 M3_ALL = ("DENSE", "SPARSE_INDICES", "SPARSE_VALUES", *VECTORS)
 M3_OPERATIONS = ("embed", "embed_sparse")   # what a bge-m3 model serves beyond the kind's own
 PART_OUTPUTS = {"dense": ("DENSE",), "lexical": ("SPARSE_INDICES", "SPARSE_VALUES"), "colbert": VECTORS}
+
+
+class ServedMultiVector(ServedModel):
+    """A multi-vector encoder: its layout (colbert | m3), widths and side lengths, and the front door's own
+    core (its options resolve a request's side, prompt and truncation; its tokenizer counts a large request)."""
+
+    def __init__(self, repo: Path) -> None:
+        super().__init__(repo)
+        self.core = MultiVectorCore.from_folder(str(self.folder), self.door)
+        self.mv = self.core.mv
+        # bge-m3's dense vector and lexical weights behind the embed and sparse routes: their request options
+        # (no prompts; the dense vector normalised; widths; float and binary types, no calibration)
+        self.options = ModelOptions(dim=self.mv.hidden or self.mv.dim, normalize=True, prompts={})
+        self.vocab_size = self.core.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def token_of(self, index: int) -> str | None:
+        """A token id's string (the model's tokenizer): /v1/sparse's return_tokens."""
+        return self.core.tokenizer.id_to_token(index)
 
 
 @dataclass(frozen=True)
@@ -100,8 +120,6 @@ class MultiVector(FrontDoorModel):
     async def encode(self, req) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
         """bge-m3 on the sparse routes (a SparseRequest): each text's lexical weights (token ids ascending,
         BGEM3FlagModel.encode's lexical_weights), its max_active_dims largest kept; the tokens."""
-        from ..sparse.scale_schema import INPUT_FIELDS
-
         got = await self.encode_texts(req.texts, "document", ("SPARSE_INDICES", "SPARSE_VALUES"), INPUT_FIELDS[req.api],
                                       truncate=req.options.truncate)
         assert got.sparse is not None
@@ -211,8 +229,6 @@ class MultiVector(FrontDoorModel):
         (these are not a classifier's logits). The request's truncation cuts the documents (truncate false: an
         over-long one refused; truncation_direction left: cut at the start); the query is always cut at its
         length, as encode_query cuts it."""
-        from ..reranker.scale_schema import DOC_FIELDS
-
         mode, weights = scoring(self.served.mv.layout, getattr(req, "scoring", None) or {})
         q_cut = "START" if getattr(req, "truncation_direction", "right") == "left" else None
         field = DOC_FIELDS.get(req.api, "documents")

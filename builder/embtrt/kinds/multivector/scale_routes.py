@@ -31,11 +31,10 @@ from embtrt_backend.kinds.multivector.core import SIDES
 from ...scale.gateway.dialects import tei_headers
 from ...scale.gateway.errors import ApiError, flag, implied_model, no_such_model, short, text_list, wrong_kind
 from ...scale.gateway.operation import Answer, Operation
+from ...scale.gateway.route_table import dialect_of
 from ..embedder import scale_routes as embedder_routes
 from .scale import M3_ALL, VECTORS
 
-TOKEN_ROUTES = {"/embed_all": "tei-all", "/pooling": "vllm-pooling"}
-ENCODE_ROUTES = {"/v1/encode": "openai"}
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
@@ -93,7 +92,7 @@ def _side(value: object, field: str) -> str:
 def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, body: Any):
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    api = TOKEN_ROUTES[path]
+    api = dialect_of(path)
     sent = body.get("model")
     implied = sent if isinstance(sent, str) else implied_model(models, cfg.default_model)
     if sent is None and implied is None and len(models) > 1:   # TEI's bodies name no model: which is ambiguous
@@ -184,5 +183,6 @@ async def answer_encode(model, req: TokenRequest) -> Answer:
 
 
 # token_vectors serves two kinds (an embedder's /embed_all too): its metric label is the operation's
-OPERATIONS = (Operation("token_vectors", "token_vectors", "latency", TOKEN_ROUTES, parse_tokens, answer_tokens),
-              Operation("encode", MULTIVECTOR.metric_route, "latency", ENCODE_ROUTES, parse_encode, answer_encode))
+OPERATIONS = (Operation("token_vectors", "token_vectors", "latency", parse_tokens, answer_tokens,
+                        needs=(("encode_texts",), ("token_vectors",))),   # a multi-vector model's, an embedder's
+              Operation("encode", MULTIVECTOR.metric_route, "latency", parse_encode, answer_encode, needs=(("encode_texts",),)))

@@ -17,6 +17,7 @@ import numpy as np
 from .reference import ce_predict
 from ...reference.ranking import agreement
 from ...reference.verdict import Verdict, per_bucket
+from ...reference.pairs import score_difference
 
 SCORE_TOLERANCE = 1e-4   # fp32: max |served - CrossEncoder.predict| per bucket
 TOP_K = 10               # per query, the order of CrossEncoder.rank's top 10 must be the same
@@ -26,6 +27,14 @@ RANK_TIE = 2 * SCORE_TOLERANCE   # fp32: two pairs may swap only where their ref
 
 def tolerance_for(precision: str) -> float:
     return SCORE_TOLERANCE if precision == "fp32" else REDUCED_TOLERANCE
+
+
+def plan_check(m, got: np.ndarray, want: np.ndarray, masks, gate) -> tuple[float, bool, str]:
+    """A reranker's TensorRT plan against its gated graph (export.onnx2trt): the scores after the model's
+    activation (logits for identity), under this gate's bound for the precision (fp32 1e-4, reduced 1e-2)."""
+    d = score_difference(got, want, m.activation)
+    limit = tolerance_for(m.precision)
+    return d, d <= limit, f"{len(got)} texts: max |score difference| {d:.2e} (limit {limit:.0e})"
 
 
 def per_query(scores: np.ndarray, docs: list[list[str]]) -> list[np.ndarray]:

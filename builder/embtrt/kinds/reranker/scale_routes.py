@@ -9,15 +9,14 @@ from typing import Any
 from embtrt_backend.kinds import RERANKER, Kind
 
 from ...scale.gateway.operation import Answer, Operation
+from ...scale.gateway.route_table import dialect_of
 from . import scale_schema, scale_score
 from .scale_schema import RerankModel
 
-# POST path -> the API shape it speaks
-ROUTES = {**scale_schema.ROUTES, "/score": "vllm-score", "/v1/score": "vllm-score"}
 
 
 def parse(models: Mapping[str, RerankModel], kinds: Mapping[str, Kind], cfg, path: str, body: Any):
-    api = ROUTES[path]
+    api = dialect_of(path)
     if api == "vllm-score":
         return scale_score.parse_score(body, models, kinds, cfg)
     return scale_schema.parse_rerank(api, body, models, kinds, cfg.max_items, cfg.default_model)
@@ -29,4 +28,4 @@ async def answer(model, req) -> Answer:
     return await scale_schema.answer(model, req)
 
 
-OPERATIONS = (Operation("rank", RERANKER.metric_route, "rerank_latency", ROUTES, parse, answer),)
+OPERATIONS = (Operation("rank", RERANKER.metric_route, "rerank_latency", parse, answer, needs=(("rerank",),)),)

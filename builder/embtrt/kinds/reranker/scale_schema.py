@@ -28,15 +28,13 @@ from typing import Any
 import numpy as np
 
 from embtrt_backend.kinds import RERANKER, Kind
-from embtrt_backend.kinds.reranker.pairs import truncation_direction
+from embtrt_backend.pairs import truncation_direction
 
 from ...scale.gateway.dialects import tei_headers
 from ...scale.gateway.errors import ApiError, check_bytes, flag as _bool, model_name, no_such_model, short as _short
+from ...scale.gateway.dialects import DOC_FIELDS
 from ...scale.gateway.operation import Answer
 
-# POST path -> the API shape it speaks
-ROUTES = {"/v1/rerank": "cohere", "/v2/rerank": "cohere", "/rerank": "tei", "/v1/ranking": "nim"}
-DOC_FIELDS = {"cohere": "documents", "tei": "texts", "nim": "passages"}   # each shape's documents
 NIM_TRUNCATE = {"NONE": False, "END": True}
 
 

@@ -12,7 +12,7 @@ from embtrt_backend.kinds import RERANKER
 
 from ...errors import ClientError
 from ...serve.client import KindClient
-from ...serve.wire import text_input
+from ...serve.wire import pair_params, text_input
 
 ACTIVATIONS = ("default", "raw", "softmax")
 
@@ -22,24 +22,6 @@ def rank_order(scores: np.ndarray, top_n: int | None = None) -> list[int]:
     stable sort); top_n None or over the count: every document."""
     order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
     return [int(i) for i in (order if top_n is None else order[:top_n])]
-
-
-def pair_params(activation: str, truncate: bool, truncation_direction: str, prompt_name: str | None = None,
-                allowed: tuple[str, ...] = ACTIVATIONS) -> dict:
-    """A pair-core front door's request parameters (embtrt_backend.kinds.reranker.pairs.PairOptions), the
-    defaults left out; an activation not in `allowed` refused here."""
-    if activation not in allowed:
-        raise ClientError(f"activation {activation!r}: must be one of {', '.join(allowed)}")
-    params: dict = {}
-    if activation != "default":
-        params["activation"] = activation
-    if not truncate:
-        params["truncate"] = False
-    if truncation_direction != "right":
-        params["truncation_direction"] = truncation_direction
-    if prompt_name is not None:
-        params["prompt_name"] = prompt_name
-    return params
 
 
 class RerankClient(KindClient):
@@ -66,7 +48,7 @@ class RerankClient(KindClient):
             raise ClientError("score() takes a list of documents, got a single str", "wrap it: [document]")
         if not documents:
             raise ClientError("no documents to score", "pass at least one document")
-        params = pair_params(activation, truncate, truncation_direction, prompt_name)
+        params = pair_params(activation, truncate, truncation_direction, prompt_name, allowed=ACTIVATIONS)
         bs = self.batch_size
         parts = [self._infer(query, list(documents[i:i + bs]), params) for i in range(0, len(documents), bs)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

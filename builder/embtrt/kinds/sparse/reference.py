@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import ModelError
 from ...reference.cache import cached
+from ...reference.detect import st_model_type
 
 
 def sparse_modules(path: Path) -> list[str] | None:
@@ -28,6 +29,13 @@ def sparse_modules(path: Path) -> list[str] | None:
             return None
         return types if any(".sparse_encoder." in str(t) for t in routed.values()) else None
     return types if any(".sparse_encoder." in t or t.endswith(("SpladePooling", "MLMTransformer")) for t in types) else None
+
+
+def sparse_rule(path: Path) -> tuple[bool, str]:
+    """Detection (embtrt_backend.kinds.DETECTION): a SparseEncoder folder."""
+    if st_model_type(path) == "SparseEncoder" or sparse_modules(path):
+        return True, "a sentence-transformers SparseEncoder folder (SPLADE)"
+    return False, "not a SparseEncoder (no model_type SparseEncoder, no sparse_encoder modules in modules.json)"
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,14 @@ def limits_for(precision: str) -> Limits:
     return FP32 if precision == "fp32" else REDUCED
 
 
+def plan_check(m, got: np.ndarray, want: np.ndarray, masks, gate) -> tuple[float, bool, str]:
+    """A sparse encoder's TensorRT plan against its gated graph (export.onnx2trt): the weights, fp32 1e-4
+    absolute, reduced 2% of each text's largest weight."""
+    d, limit = weight_error(got, want, m.precision), limits_for(m.precision).weight
+    unit = "" if m.precision == "fp32" else " (of the text's largest)"
+    return d, d <= limit, f"{len(got)} texts: max |weight{unit} difference| {d:.2e} (limit {limit:.0e})"
+
+
 def _values(got: np.ndarray, want: np.ndarray, lim: Limits) -> np.ndarray:
     """Per text: the weight error, absolute (fp32) or relative to its largest reference weight."""
     diff = np.abs(got - want).max(axis=1)

@@ -14,7 +14,8 @@ from ...serve import wire
 from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import FrontDoorModel, prepared
 from ...scale.gateway.served import ServedSparse
-from .scale_schema import INPUT_FIELDS, SparseModel, SparseRequest
+from ...scale.gateway.dialects import INPUT_FIELDS
+from .scale_schema import SparseModel, SparseRequest
 
 Vector = tuple[np.ndarray, np.ndarray]           # one text's (indices ascending, values)
 

@@ -28,16 +28,14 @@ import numpy as np
 
 from embtrt_backend.kinds import SPARSE, Kind
 
-from ...scale.gateway.dialects import tei_headers
+from ...scale.gateway.dialects import INPUT_FIELDS, tei_headers
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, flag, model_name, no_such_model, short
 from ...scale.gateway.operation import Answer, Operation
+from ...scale.gateway.route_table import dialect_of
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used
     from embtrt_backend.options import ModelOptions, RequestOptions
 
-# POST path -> the API shape it speaks
-ROUTES = {"/v1/sparse": "embtrt", "/embed_sparse": "tei"}
-INPUT_FIELDS = {"tei": "inputs", "embtrt": "input"}     # each shape's texts
 DIRECTIONS = {"right": "END", "left": "START"}           # TEI's truncation_direction -> the front door's truncate
 # /v1/sparse's fields that are the front door's request parameters (embtrt_backend.kinds.sparse.weights.resolve)
 PARAMETERS = ("input_type", "prompt_name", "truncate", "max_active_dims", "dimensions", "embedding_type")
@@ -150,7 +148,7 @@ async def answer(model, req: SparseRequest) -> Answer:
 
 def parse(models: Mapping[str, SparseModel], kinds: Mapping[str, Kind], cfg, path: str, body: Any) -> SparseRequest:
     """A body of the path's shape -> SparseRequest (the Operation row's parse, as every operation's)."""
-    return parse_sparse(ROUTES[path], body, models, cfg.max_items, kinds, cfg.default_model)
+    return parse_sparse(dialect_of(path), body, models, cfg.max_items, kinds, cfg.default_model)
 
 
-OPERATIONS = (Operation("embed_sparse", SPARSE.metric_route, "sparse_latency", ROUTES, parse, answer),)
+OPERATIONS = (Operation("embed_sparse", SPARSE.metric_route, "sparse_latency", parse, answer, needs=(("encode",),)),)

@@ -54,6 +54,10 @@ class GatewayConfig:
     ready_cache_s: float = 2.0     # /health/ready answers from a probe at most this old
     # the model a body without `model` (TEI's, vLLM's, Cohere's) names where several serve its route
     default_model: str | None = None
+    # the names clients call a model by, in place of its own (--served-model-name): (model, (name, alias ...))
+    served_names: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # origins browsers may call the gateway from (--cors-allow-origin; "*": any); none: no CORS headers
+    cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -87,6 +91,40 @@ class GatewayConfig:
         from .connections import Limits
 
         return Limits(self.header_timeout_s, self.body_timeout_s, self.idle_timeout_s, self.max_connections)
+
+
+def api_key_from(env_name: str | None) -> str | None:
+    """--api-key-env: the key in that environment variable (None without the flag); an empty or unset
+    variable is a SpecError, never a gateway without a key."""
+    if not env_name:
+        return None
+    import os
+
+    key = os.environ.get(env_name)
+    if not key:
+        raise SpecError(f"invalid --api-key-env {env_name}: that environment variable is empty or unset",
+                        "export the key in that variable before starting the gateway")
+    return key
+
+
+def parse_served_names(values: list[str] | tuple[str, ...], models: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """--served-model-name values -> ((model, (name, alias, ...)), ...): `NAME` names the only model,
+    `MODEL=NAME` one of several; repeated, the first name is the one reported and the others are aliases."""
+    out: dict[str, list[str]] = {}
+    for v in values:
+        model, eq, name = v.partition("=")
+        if not eq:
+            if len(models) != 1:
+                raise SpecError(f"invalid --served-model-name {v!r}: the gateway serves several models "
+                                f"({', '.join(models)})", "write MODEL=NAME")
+            model, name = models[0], v
+        if model not in models:
+            raise SpecError(f"invalid --served-model-name {v!r}: no model named {model!r}", f"models: {', '.join(models)}")
+        if not name or not all(c.isalnum() or c in "-_./:" for c in name):
+            raise SpecError(f"invalid --served-model-name {v!r}: a name of letters, digits and - _ . / :",
+                            "e.g. text-embedding-3-small or BAAI/bge-small-en-v1.5")
+        out.setdefault(model, []).append(name)
+    return tuple((m, tuple(n)) for m, n in out.items())
 
 
 def parse_pool(text: str) -> tuple:

@@ -27,6 +27,10 @@ VLLM_TYPES = {400: "BadRequestError", 401: "UnauthorizedError", 404: "NotFoundEr
               413: "BadRequestError", 422: "UnprocessableEntityError", 429: "TooManyRequestsError",
               501: "NotImplementedError", 503: "ServiceUnavailableError", 504: "GatewayTimeoutError"}
 BACKEND_CODES = ("wrong_model_kind", "wrong_operation")   # TEI: the model cannot serve the route
+# where each dialect's body holds its items: a rerank body's documents, a sparse body's texts (the field a
+# parser or an upstream refusal names)
+DOC_FIELDS = {"cohere": "documents", "tei": "texts", "nim": "passages"}
+INPUT_FIELDS = {"tei": "inputs", "embtrt": "input"}
 # the dialects of TEI's model routes, which send its x-compute-* headers (its /tokenize and /decode send none)
 TIMED = frozenset({"tei", "tei-all", "tei-similarity"})
 

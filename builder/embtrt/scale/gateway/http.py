@@ -21,6 +21,7 @@ from .asgi import _dumps, _loads, _respond, _within, check_key, check_length
 from .config import GatewayConfig
 from .dialects import TIMED, render_error, tei_timing
 from .errors import ApiError
+from .fields import refuse_misspelt
 from .operations import Operation, operations
 from .registry import MultiGateway
 from .routes import Routes
@@ -77,8 +78,8 @@ class Handler:
             if admitted:
                 adm.leave()
                 self.gw.metrics.in_flight.dec()
-        if served is not None:
-            self.gw.metrics.of(self.gw.metrics.model_requests, served, str(status)).inc()
+        if served is not None:   # under the model's reported name (an alias of --served-model-name counts there)
+            self.gw.metrics.of(self.gw.metrics.model_requests, self.gw.reported.get(served, served), str(status)).inc()
         self.gw.metrics.of(self.gw.metrics.requests, self.route, str(status)).inc()
         if status == 200:
             took = time.perf_counter() - t0
@@ -100,13 +101,27 @@ class Handler:
         and tokenization of large requests off the event loop. A body decoded already (POST /, which picks
         the operation by it: anchors.Root) is in the scope."""
         body = scope["embtrt.body"] if "embtrt.body" in scope else await self.json_body(receive)
-        req = self.op.parse(self.schemas, self.gw.kinds, self.cfg, scope["path"], body)
+        try:
+            refuse_misspelt(body)
+            req = self.op.parse(self.schemas, self.gw.kinds, self.cfg, scope["path"], body)
+        except ApiError as exc:   # refused before a model was resolved: counted under the model it names
+            exc.served = exc.served or self.named(body)
+            raise
         try:
             doc, size, headers = await self.op.answer(self.models[req.served], req)
         except ApiError as exc:
             exc.served = req.served  # counted per model and status
             raise
         return doc, req.served, size, headers
+
+    def named(self, body) -> str | None:
+        """The served model a body names (its `model`, or a NAME-query alias of one), else None."""
+        name = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(name, str):
+            return None
+        if name in self.models:
+            return name
+        return max((k for k in self.models if name.startswith(k + "-")), key=len, default=None)
 
     async def body(self, receive) -> bytes:
         """The request body, within --body-timeout (408 and the connection closed past it)."""
@@ -154,7 +169,8 @@ class GatewayApp:
             yield
             await gw.close()
 
-        api = self.api = FastAPI(title="embtrt gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+        # FastAPI's own /openapi.json would list its few GET routes only: the route table's is served instead
+        api = self.api = FastAPI(title="embtrt gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
         def refused(exc: ApiError) -> JSONResponse:
             gw.metrics.requests.labels("models", str(exc.status)).inc()
@@ -214,7 +230,23 @@ class GatewayApp:
 
             return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-        own = {op: api for op in ("models", "live", "ready", "metrics", "info")}
+        @api.get("/openapi.json")
+        async def openapi_json():
+            from ... import __version__
+            from .openapi import document
+
+            return document(gw, __version__)
+
+        @api.get("/docs")
+        async def openapi_page():
+            from fastapi.responses import HTMLResponse
+
+            from ... import __version__
+            from .openapi import page
+
+            return HTMLResponse(page(gw, __version__))
+
+        own = {op: api for op in ("models", "live", "ready", "metrics", "info", "openapi")}
         self.routes = Routes({**self.handlers, **own, "root": Root(cfg, gw, self.handlers)}, gw.operations)
 
     async def __call__(self, scope, receive, send) -> None:
@@ -229,10 +261,10 @@ class GatewayApp:
         await handler(scope, receive, send)
 
 
-def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print) -> None:
+def prepare(cfg: GatewayConfig, host: str, port: int, log=print) -> tuple["GatewayApp", dict]:
+    """The gateway's ASGI app and uvicorn's options, its pools and routes logged: what `run` serves, and
+    `embtrt up` on a thread of its own (Background)."""
     import logging
-
-    import uvicorn
 
     from ...serve.ports import refuse_taken
     from .connections import uvicorn_options
@@ -245,10 +277,54 @@ def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print
     for name, g in gw.models.items():
         for p in g.pools:
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
-    paths = [p for op in gw.operations for p in operations()[op].routes]
-    log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port} "
-        f"({', '.join(paths)})")
+    log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port}: "
+        + "; ".join(gw.advertised()))
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request
     tls: dict = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)} if cfg.tls_cert else {}
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False, **tls,
-                **uvicorn_options(cfg.limits()))
+    if cfg.cors_origins:
+        from .cors import Cors
+
+        log(f"CORS: browsers may call it from {', '.join(cfg.cors_origins)}")
+        app = Cors(app, cfg.cors_origins)   # type: ignore[assignment]
+    return app, {"host": host, "port": port, "log_level": "warning", "access_log": False, "proxy_headers": False,
+                 **tls, **uvicorn_options(cfg.limits())}
+
+
+def run(cfg: GatewayConfig, host: str = "127.0.0.1", port: int = 8080, log=print) -> None:
+    import uvicorn
+
+    app, options = prepare(cfg, host, port, log)
+    uvicorn.run(app, **options)
+    log("embtrt gateway stopped")
+
+
+class Background:
+    """The gateway served on a thread of its own (`embtrt up`): uvicorn installs no signal handlers off the
+    main thread, so whoever runs it decides when it stops (`stop`: no new connections, the requests in
+    flight answered, at most `timeout_s`)."""
+
+    def __init__(self, cfg: GatewayConfig, host: str, port: int, log=print) -> None:
+        import threading
+
+        import uvicorn
+
+        app, options = prepare(cfg, host, port, log)
+        self.server = uvicorn.Server(uvicorn.Config(app, **options))
+        self.thread = threading.Thread(target=self.server.run, name="embtrt-gateway", daemon=True)
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        import time
+
+        from ...errors import ServerError
+
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise ServerError("the gateway did not start", "see the lines above")
+            time.sleep(0.02)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self.server.should_exit = True
+        if self.thread.is_alive():
+            self.thread.join(timeout_s)

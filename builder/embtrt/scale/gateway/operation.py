@@ -1,6 +1,7 @@
 """One gateway operation's row (`Operation`): what http.Handler runs for a route between the
 envelope and the response. The rows live with what brings them (the kinds' scale_routes /
-scale_schema, the gateway's tokenize.py); operations.py collects them."""
+scale_schema, the gateway's tokenize.py); operations.py collects them; its routes are the route
+table's (route_table.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from embtrt_backend.kinds import Kind
+
+from .route_table import routes_of
 
 Answer = tuple[Any, int, list]   # (the response document, its size about, extra headers)
 
@@ -17,8 +20,15 @@ class Operation:
     name: str                      # what a Kind's `operations` names
     metric_route: str              # the `route` label of embtrt_gateway_requests (dashboards read it)
     latency: str                   # the Metrics histogram of its successful requests' latency
-    routes: Mapping[str, str]      # its POST paths, each with the dialect (API shape) it speaks there
     # (what parsing needs of each model serving it, by name; every model's kind, by name; GatewayConfig,
     # path, JSON body) -> the request; its `served` names the model
     parse: Callable[[Mapping[str, Any], Mapping[str, Kind], Any, str, Any], Any]
     answer: Callable[[Any, Any], Awaitable[Answer]]   # (the model, the request) -> the answer in the route's dialect
+    # what `answer` calls on a model serving it: the methods of one of these sets (a kind's gateway model has
+    # one of them; the gateway checks every model against its kind's operations when it starts: registry.py)
+    needs: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def routes(self) -> dict[str, str]:
+        """Its POST paths, each with the dialect (API shape) it speaks there: the route table's rows."""
+        return routes_of(self.name)

@@ -7,7 +7,7 @@ rows of the operations it introduces (`Kind.gateway_operations`, in its package'
 `embed` the embedder's, `rank` the reranker's, `embed_sparse` the sparse encoder's), so a new
 operation (a classifier's `classify`, a multi-vector model's token vectors) is one row in the new
 kind's package; a kind serving operations that exist already (`Kind.operations`) brings none. The
-envelope and the route table (routes.py) are not written again.
+envelope is not written again; an operation's routes are rows of the one literal table (route_table.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from embtrt_backend.kinds import KINDS
 
 from ...common.plugins import implementation
 from .operation import Answer, Operation
+from .route_table import OWN_OPERATIONS, ROUTES
 from .tokenize import OPERATIONS as TOKENIZE
 
 __all__ = ["Answer", "Operation", "COMMON", "operations"]
@@ -38,4 +39,16 @@ def operations() -> dict[str, Operation]:
             out[op.name] = op
     for op in TOKENIZE:
         out[op.name] = op
+    check_table(out)
     return out
+
+
+def check_table(ops: dict[str, Operation]) -> None:
+    """The route table and the operations brought agree: every operation has a route, every route's
+    operation is brought (or the gateway's own); ValueError naming the first that does not."""
+    for name, op in ops.items():
+        if not op.routes:
+            raise ValueError(f"the operation {name!r} has no route in scale/gateway/route_table.py")
+    for r in ROUTES:
+        if r.operation not in ops and r.operation not in OWN_OPERATIONS:
+            raise ValueError(f"the route {r.method} {r.path} names the operation {r.operation!r}, which no kind brings")

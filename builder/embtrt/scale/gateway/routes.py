@@ -1,10 +1,6 @@
-"""The gateway's HTTP surface as one table of operations (#50).
-
-A route is (method, path, operation, dialect): the operation is what a served model does for it
-(`embed`, `rank`, `embed_sparse`; the gateway's own `models`, `live`, `ready`, `metrics`), the
-dialect is the API shape its body and response speak (the parsers and renderers of
-the kinds' scale_schema). `Routes.find` picks the handler of an
-operation for a request, or the error a client gets:
+"""Finding a request's route in the gateway's table (route_table.py: (method, path, operation, dialect),
+one literal tuple). `Routes.find` picks the handler of an operation for a request, or the error a
+client gets:
 
 - a known path asked with another method: 405 with `Allow` naming the methods it takes;
 - an unknown path: 404 in the gateway's JSON envelope naming the routes this gateway serves (the
@@ -13,42 +9,16 @@ operation for a request, or the error a client gets:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Collection
 
 from .errors import ApiError
 from .operations import operations
-
-
-@dataclass(frozen=True)
-class Route:
-    method: str
-    path: str
-    operation: str
-    dialect: str
-
-
-# the gateway's own routes, after the model operations'
-OWN: tuple[Route, ...] = (
-    Route("GET", "/v1/models", "models", "openai"),
-    Route("GET", "/v1/models/{id}", "models", "openai"),    # openai's models.retrieve
-    Route("GET", "/health/live", "live", "embtrt"),
-    Route("GET", "/health/ready", "ready", "embtrt"),
-    *(Route("GET", path, "ready", "tei") for path in ("/health", "/ping", "/")),   # TEI's health check
-    Route("POST", "/", "root", "tei"),                      # TEI's route of its model (anchors.Root)
-    Route("GET", "/info", "info", "tei"),
-    Route("GET", "/v1/health/ready", "ready", "nim"),
-    Route("GET", "/v1/health/live", "live", "nim"),
-    Route("GET", "/v1/metadata", "info", "nim"),
-    Route("GET", "/metrics", "metrics", "prometheus"),
-    Route("GET", "/v1/metrics", "metrics", "nim"),
-)
+from .route_table import ROUTES, Route
 
 
 def all_routes() -> tuple[Route, ...]:
-    """Every route: each model operation's (operations.operations(), in the kinds' order), then the gateway's own."""
-    return (*(Route("POST", path, op.name, dialect) for op in operations().values() for path, dialect in op.routes.items()),
-            *OWN)
+    """Every route: the literal table (route_table.ROUTES)."""
+    return ROUTES
 
 
 class Routes:

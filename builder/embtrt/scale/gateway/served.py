@@ -69,28 +69,6 @@ class Served(ServedModel):
         self.vocab_size = self.tok.tok.get_vocab_size(with_added_tokens=True)
 
 
-class ServedMultiVector(ServedModel):
-    """A multi-vector encoder: its layout (colbert | m3), widths and side lengths, and the front door's own
-    core (its options resolve a request's side, prompt and truncation; its tokenizer counts a large request)."""
-
-    def __init__(self, repo: Path) -> None:
-        super().__init__(repo)
-        from embtrt_backend.kinds.multivector.core import MultiVectorCore
-
-        self.core = MultiVectorCore.from_folder(str(self.folder), self.door)
-        self.mv = self.core.mv
-        # bge-m3's dense vector and lexical weights behind the embed and sparse routes: their request options
-        # (no prompts; the dense vector normalised; widths; float and binary types, no calibration)
-        from embtrt_backend.options import ModelOptions
-
-        self.options = ModelOptions(dim=self.mv.hidden or self.mv.dim, normalize=True, prompts={})
-        self.vocab_size = self.core.tokenizer.get_vocab_size(with_added_tokens=True)
-
-    def token_of(self, index: int) -> str | None:
-        """A token id's string (the model's tokenizer): /v1/sparse's return_tokens."""
-        return self.core.tokenizer.id_to_token(index)
-
-
 def served_kind(repo: Path) -> str:
     """The kind of model the repository serves, as its manifest records it (embtrt_backend.kinds)."""
     return read_manifest(Path(repo)).kind
@@ -111,10 +89,10 @@ class ServedReranker(ServedModel):
 
     @property
     def tokenizer(self):
-        """The front door's own pair tokenizer (embtrt_backend.kinds.reranker.pairs.PairTokenizer: CrossEncoder's pair
+        """The front door's own pair tokenizer (embtrt_backend.pairs.PairTokenizer: CrossEncoder's pair
         truncation), loaded on first use; None where the repository has none."""
         if self._tok is None and self._tokenizer_file.is_file():
-            from embtrt_backend.kinds.reranker.pairs import PairTokenizer
+            from embtrt_backend.pairs import PairTokenizer
 
             self._tok = PairTokenizer(str(self._tokenizer_file), self.max_len, self.manifest.pad_id)
         return self._tok

@@ -24,7 +24,6 @@ from .errors import ApiError, check_bytes, empty, flag, implied_model, short, te
 from .operation import Answer, Operation
 
 # tei-text: TEI's error shape, without the compute headers TEI sends on its model routes only
-ROUTES = {"/tokenize": "tei-text", "/decode": "tei-text", "/detokenize": "vllm"}
 
 
 @dataclass(frozen=True)
@@ -150,4 +149,4 @@ async def answer(model, req: TokenizeRequest) -> Answer:
     return {"prompt": tok.decode((req.ids or [[]])[0], skip_special_tokens=False)}, 0, []
 
 
-OPERATIONS = (Operation("tokenize", "tokenize", "tokenize_latency", ROUTES, parse, answer),)
+OPERATIONS = (Operation("tokenize", "tokenize", "tokenize_latency", parse, answer),)

@@ -21,6 +21,29 @@ from .metrics import Metrics
 log = logging.getLogger("embtrt.gateway")
 
 
+class Quiet:
+    """Warnings of one kind at most once per `every_s` each: the first at once, the ones that follow
+    within the interval counted and told with the next (a pool that is down fails every request: one
+    line per request buried the log)."""
+
+    def __init__(self, every_s: float = 10.0, clock=time.monotonic) -> None:
+        self.every_s, self.clock = every_s, clock
+        self._last: dict[tuple, float] = {}
+        self._held: dict[tuple, int] = {}
+
+    def warn(self, key: tuple, fmt: str, *args) -> bool:
+        """Log it (with how many were held back since the last) unless one of `key` was logged within
+        `every_s`; -> whether it was logged."""
+        now = self.clock()
+        if now - self._last.get(key, -1e18) < self.every_s:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        held = self._held.pop(key, 0)
+        self._last[key] = now
+        log.warning(fmt + (f" ({held} more like it in the last {self.every_s:g} s)" if held else ""), *args)
+        return True
+
+
 class Upstream:
     """The tritonservers behind the gateway, shared by all its models."""
 
@@ -29,6 +52,7 @@ class Upstream:
         self.attempts, self.timeout_s, self.metrics = attempts, timeout_s, metrics
         self._clients: dict[str, Any] = {}
         self.failures = 0  # calls that ended unavailable: a readiness answer older than the last one is stale
+        self.quiet = Quiet()
 
     def client(self, url: str):
         c = self._clients.get(url)
@@ -74,12 +98,14 @@ class Upstream:
             await asyncio.sleep(wire.backoff(delay))
             delay = min(delay * 2, 1.0)
         # the details (addresses, gRPC's own words) go to the log; the client gets what it can act on
+        where = f"bucket {bucket}" if bucket else "front door"   # the front door's calls have no bucket
         if reasons == {wire.QUEUE_FULL}:
-            log.warning("pool %s (bucket %s): every replica's queue is full: %s", pool.name, bucket, last)
+            self.quiet.warn(("full", pool.name), "pool %s (%s): every replica's queue is full: %s", pool.name, where, last)
             raise ApiError(429, "the model's servers are at capacity (a full queue on every replica); retry later",
                            type_="rate_limit_error", code="queue_full", retry_after=1)
         self.failures += 1
-        log.warning("pool %s (bucket %s, %s) is unavailable: %s", pool.name, bucket, ", ".join(pool.urls), last)
+        self.quiet.warn(("down", pool.name), "pool %s (%s, %s) is unavailable: %s", pool.name, where,
+                        ", ".join(pool.urls), last)
         raise ApiError(503, "the model's servers are unavailable; retry later", type_="service_unavailable",
                        code="pool_unavailable", retry_after=2)
 

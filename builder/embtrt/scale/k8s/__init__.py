@@ -56,7 +56,12 @@ def rebuild_hint(m: Manifest, python: str) -> str:
             cmd += f" --server-python {python}"
     else:
         cmd = f"embtrt build MODEL --out REPO --name {m.name} --server-python {python}"
-    return f"rebuild it for the pool image's Python: {cmd}"
+    # into a folder of its own: the recorded --out exists (a build refuses it) and may be in use (--force
+    # would replace the repository being served)
+    new = f"-py{python}"
+    cmd = re.sub(r"--out\s+(\S+)", lambda o: f"--out {o.group(1).rstrip('/')}{new}", cmd)
+    cmd = re.sub(r"\s--force\b", "", cmd)
+    return f"rebuild it for the pool image's Python into a new folder, then render that one: {cmd}"
 
 
 def check_python(repo: Path, m: Manifest, python: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embtrt_backend.kinds import EMBEDDER
 
 from ...errors import SpecError
 from ...repository.manifest import Manifest
@@ -72,7 +71,7 @@ def pool_models(m: Manifest, buckets: tuple[int, ...]) -> list[str]:
     """The models one pool loads: an embedder's bucket models (encoder, tokenizer, ensemble, pooler);
     for a reranker or sparse encoder the front door, which tokenizes every bucket and runs it itself
     or (encoder_mode bls) through the bucket encoder models it calls."""
-    if m.kind != EMBEDDER.name:
+    if not m.model_kind.length_pools:
         return [m.name, *m.models.encoders]
     models = [x for b in buckets for x in (f"{m.name}_{b}_encoder", f"{m.name}_{b}_tokenizer", f"{m.name}_{b}")]
     if m.pooler == "python":
@@ -118,7 +117,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
         pools = plan_pools(buckets, spec.pools)
     except SpecError as exc:
         raise SpecError(f"{name}: {exc.message}", exc.hint) from None
-    if m.kind != EMBEDDER.name:
+    if not m.model_kind.length_pools:
         # a reranker's or sparse encoder's front door plans every bucket itself (and runs it, or calls
         # its bucket encoders), so all of its buckets are in one pool (the gateway takes no other split for these kinds)
         if len(pools) > 1 and spec.pools:
@@ -174,7 +173,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             "livenessProbe": {"exec": {"command": live}, "periodSeconds": 10, "timeoutSeconds": 5,
                               "failureThreshold": 3},
             "volumeMounts": mounts, "securityContext": container_security(),
-            "resources": resources("4", "16Gi", spec.gpus if wants_gpu(m) else 0, scratch=add_gi(models_size, "1Gi")),
+            "resources": resources(spec.pool_cpu, spec.pool_memory, spec.gpus if wants_gpu(m) else 0, scratch=add_gi(models_size, "1Gi")),
         }
         files[f"{pool}.yaml"] = workload(
             pool, labels, spec.replicas, max(spec.max_replicas, spec.replicas),

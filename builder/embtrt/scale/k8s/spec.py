@@ -60,8 +60,16 @@ class K8sSpec:
     # Seconds a terminating pool pod keeps serving before its Python models refuse new requests
     # (UNAVAILABLE) while endpoints and the gateway's connections move to other replicas.
     drain_grace_s: int = 10
+    # each pool pod's CPU and memory (requests equal to limits: Guaranteed QoS)
+    pool_cpu: str = "4"
+    pool_memory: str = "16Gi"
 
     def __post_init__(self) -> None:
+        if not re.fullmatch(r"\d+(\.\d+)?m?", self.pool_cpu) or float(self.pool_cpu.rstrip("m") or 0) <= 0:
+            raise SpecError(f"invalid pool_cpu: {self.pool_cpu!r}", "a Kubernetes CPU quantity such as 2, 1.5 or 500m")
+        if not re.fullmatch(r"\d+(\.\d+)?(Ki|Mi|Gi|Ti|K|M|G|T)?", self.pool_memory) or \
+                float(re.sub(r"[A-Za-z]+$", "", self.pool_memory)) <= 0:
+            raise SpecError(f"invalid pool_memory: {self.pool_memory!r}", "a Kubernetes memory quantity such as 8Gi or 512Mi")
         for field_, ref in (("image", self.image), ("gateway_image", self.gateway_image),
                             ("engines_image", self.engines_image)):
             if ref is not None and not _REF.match(ref):

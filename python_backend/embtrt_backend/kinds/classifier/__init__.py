@@ -15,4 +15,6 @@ KIND = Kind(
     gateway_model="embtrt.kinds.classifier.scale:Classifier",
     measure="embtrt.kinds.classifier.measure:ClassifyMeasure",
     gateway_operations="embtrt.kinds.classifier.scale_routes:OPERATIONS",
+    plan_check="embtrt.kinds.classifier.reference_gate:plan_check",
+    cli="embtrt.kinds.classifier.cli",
 )

@@ -1,5 +1,5 @@
 """The classifier's front door: TEXT (and, optionally, TEXT_PAIR: one pair per row) -> the pair core
-(embtrt_backend.kinds.reranker.pairs, single texts tokenized alone) -> SCORES (FP32 [rows, labels]:
+(embtrt_backend.pairs, single texts tokenized alone) -> SCORES (FP32 [rows, labels]:
 softmax over the labels, or sigmoid per label for one label or a multi-label model, as transformers'
 text-classification pipeline applies them; `activation` raw gives the logits) and TOKENS."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from ... import InputError
 from ...doors.base import Door, Item
 from ...text import decode_texts
-from ..reranker.pairs import PairConfig, PairCore, PairRequest, PairTokenizer
+from ...pairs import PairConfig, PairCore, PairRequest, PairTokenizer
 
 
 class ClassifierCore(PairCore):

@@ -10,4 +10,6 @@ KIND = Kind(
     front_door="router", inputs=("TEXT",), probe_output="EMBEDDING", door="EmbedderDoor", torch_encoder="TorchEncoder",
     build="embtrt.kinds.embedder.export:build_embedder_in", gateway_model="embtrt.kinds.embedder.scale:Gateway",
     gateway_operations="embtrt.kinds.embedder.scale_routes:OPERATIONS",
+    plan_check="embtrt.export.onnx2trt:pooled_plan_check",
+    routing="pools",
 )

@@ -1,8 +1,8 @@
 """The text-and-image embedder's front door: one modality per request (Triton gives every input of a request
 the same batch size, so a request is texts or images, never a mix):
 
-- TEXT (BYTES): the embedder's request core over the text tower (prompts, truncation, buckets), EMBEDDING
-  (or the vector type asked for) and TOKENS;
+- TEXT (BYTES): the pooled door (embtrt_backend.doors.pooled, the embedder's door too) over the text tower
+  (prompts, truncation, buckets), EMBEDDING (or the vector type asked for) and TOKENS;
 - IMAGE (BYTES): encoded files (JPEG, PNG, WebP, GIF's first frame, BMP; kinds.multimodal.core) through
   the image tower, EMBEDDING and TOKENS (zero per image).
 
@@ -14,13 +14,13 @@ from __future__ import annotations
 from ... import InputError
 from ...core import Request
 from ...doors.base import Item
-from ..embedder.door import EmbedderDoor
+from ...doors.pooled import PooledDoor
 from .core import ImageCore, ImageRequest
 
 INPUTS = ("TEXT", "IMAGE")
 
 
-class MultimodalDoor(EmbedderDoor):
+class MultimodalDoor(PooledDoor):
     inputs = INPUTS
 
     def __init__(self, here: str, p: dict[str, str]) -> None:

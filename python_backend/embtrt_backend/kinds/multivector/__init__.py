@@ -16,4 +16,5 @@ KIND = Kind(
     gateway_model="embtrt.kinds.multivector.scale:MultiVector",
     measure="embtrt.kinds.multivector.measure:MultiVectorMeasure",
     gateway_operations="embtrt.kinds.multivector.scale_routes:OPERATIONS",
+    cli="embtrt.kinds.multivector.cli",
 )

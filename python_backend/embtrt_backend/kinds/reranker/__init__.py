@@ -13,4 +13,6 @@ KIND = Kind(
     gateway_model="embtrt.kinds.reranker.scale:Reranker",
     measure="embtrt.kinds.reranker.measure:RerankMeasure",
     gateway_operations="embtrt.kinds.reranker.scale_routes:OPERATIONS",
+    plan_check="embtrt.kinds.reranker.reference_gate:plan_check",
+    cli="embtrt.kinds.reranker.cli",
 )

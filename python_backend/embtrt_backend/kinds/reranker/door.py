@@ -1,11 +1,11 @@
-"""The reranker's front door: (QUERY, DOCUMENT) pairs -> the pair core (embtrt_backend.kinds.reranker.pairs) ->
+"""The reranker's front door: (QUERY, DOCUMENT) pairs -> the pair core (embtrt_backend.pairs) ->
 SCORES (FP32 [rows, labels]: the model's activation as CrossEncoder.predict applies it, or raw
 logits / softmax as the request's `activation` asks) and TOKENS (the tokens scored per pair)."""
 
 from __future__ import annotations
 
 from ... import InputError
-from .pairs import PairCore, PairRequest
+from ...pairs import PairCore, PairRequest
 from . import KIND as RERANKER
 from ...text import decode_texts
 from ...doors.base import Door, Item

@@ -13,4 +13,6 @@ KIND = Kind(
     gateway_model="embtrt.kinds.sparse.scale:Sparse",
     measure="embtrt.kinds.sparse.measure:SparseMeasure",
     gateway_operations="embtrt.kinds.sparse.scale_schema:OPERATIONS",
+    plan_check="embtrt.kinds.sparse.reference_gate:plan_check",
+    cli="embtrt.kinds.sparse.cli",
 )

@@ -1,7 +1,8 @@
-"""The reranker's request core: (query, document) pairs -> scores, as CrossEncoder.predict does.
+"""The pair input's request core, with the scores head: (query, document) pairs, or single texts -> scores,
+as CrossEncoder.predict does (a part of its own: the reranker and the classifier are both built of it).
 
 On the one core of every kind (embtrt_backend.batch_core.BatchCore: prepare, the encoder per
-chunk, finish), the reranker writes:
+chunk, finish), the pair core writes:
     tokenize(requests): each request's pairs tokenized as one sequence pair with the model's
         truncation (longest_first at the max length, the request's direction), over-long pairs
         refused where the request says truncate false (that request only); the core plans the rows
@@ -10,7 +11,7 @@ chunk, finish), the reranker writes:
     result: scores with the request's activation (the model's default, raw logits, or softmax),
         tokens per pair.
 
-The reranker's front door (kinds/reranker/door.py, run by router/model.py) and the build's gate both call it; plain numpy
+The reranker's and the classifier's front doors (kinds/*/door.py, run by router/model.py) and their builds' gates call it; plain numpy
 (+ tokenizers), tested without Triton against CrossEncoder.predict.
 """
 
@@ -20,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import InputError
-from ...batch_core import BatchCore, Chunk, Rows
-from ...routing import RUN_OVERHEAD_TOKENS
-from ...text import Encoded, TextTokenizer
+from . import InputError
+from .batch_core import BatchCore, Chunk, Rows
+from .routing import RUN_OVERHEAD_TOKENS
+from .text import Encoded, TextTokenizer
 
 ACTIVATIONS = ("default", "raw", "softmax", "sigmoid")
 DIRECTIONS = ("right", "left")

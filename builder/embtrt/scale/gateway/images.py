@@ -1,4 +1,4 @@
-"""Images in the embed operation's request shapes (kinds.embedder.scale_schema and scale_routes call these),
+"""The image input (a part): images in the embed operation's request shapes (the embed parsers call these),
 each as its anchor sends them:
 
 - NIM's and OpenAI-style `/v1/embeddings`, and infinity's `/embeddings`: `modality` "text" or "image", one
@@ -19,7 +19,7 @@ from typing import Any
 
 from embtrt_backend.kinds import Kind
 
-from ...scale.gateway.errors import ApiError, short
+from .errors import ApiError, short
 
 MODALITIES = ("text", "image", "text_image")
 FUSED = ("a text and an image fused in one input needs a VLM embedder; {name} has two towers and embeds each "

@@ -1,0 +1,71 @@
+"""What kind a model folder is: the registry's DETECTION rules (embtrt_backend.kinds), run in order;
+the first that matches decides. Each rule is its kind's own test ("module:function" in the kind's
+reference module) and says what it saw, matched or not, so that a build log and an error can say
+why a folder is what it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from embtrt_backend.kinds import DETECTION, Kind, Rule
+
+from ..common.files import json_object
+from ..common.plugins import resolve
+
+
+def st_model_type(path: Path) -> str:
+    """config_sentence_transformers.json's model_type ("" where it has none)."""
+    return str(json_object(Path(path) / "config_sentence_transformers.json").get("model_type") or "")
+
+
+@dataclass(frozen=True)
+class SequenceHead:
+    """config.json's *ForSequenceClassification architecture: what the reranker's and the classifier's
+    rules read."""
+    architecture: str
+    labels: int
+    cross_encoder_mark: bool     # sbert_ce_default_activation_function: a CrossEncoder saved before sentence-transformers 4
+
+
+def sequence_head(path: Path) -> SequenceHead | None:
+    cfg = json_object(Path(path) / "config.json")
+    archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str) and a.endswith("ForSequenceClassification")]
+    if not archs:
+        return None
+    labels = len(cfg.get("id2label") or {}) or int(cfg.get("num_labels") or 2)
+    return SequenceHead(archs[0], labels, "sbert_ce_default_activation_function" in cfg)
+
+
+@dataclass(frozen=True)
+class Detection:
+    kind: Kind
+    why: str                                  # what the deciding rule saw
+    rule: Rule
+    passed: tuple[tuple[Rule, str], ...]      # the rules before it, each with why it did not match
+
+    def admits(self, name: str) -> bool:
+        """`--kind name` may serve this folder: the deciding rule's kind, or one it names in `also`."""
+        return name == self.kind.name or any(k.name == name for k in self.rule.also)
+
+    def explain(self) -> str:
+        """One line for the build log: the kind, the rule's number and what it saw."""
+        return f"{self.kind.name} (rule {DETECTION.index(self.rule) + 1} of {len(DETECTION)}: {self.why})"
+
+
+def detect(path: Path) -> Detection:
+    """The kind of the model folder at `path`: the first rule that matches (the last rule matches
+    every folder)."""
+    path = Path(path)
+    passed: list[tuple[Rule, str]] = []
+    for rule in DETECTION:
+        matched, why = resolve(rule.test)(path)
+        if matched:
+            return Detection(rule.kind, why, rule, tuple(passed))
+        passed.append((rule, why))
+    raise AssertionError("the registry's last detection rule matches every folder")   # pragma: no cover
+
+
+def rules_help() -> str:
+    """The rules in order, for --kind's help."""
+    return "; ".join(f"{i}. {r.kind.name}: {r.says}" for i, r in enumerate(DETECTION, 1))

@@ -1,0 +1,96 @@
+"""What kind a model folder is: the registry's ordered detection rules (embtrt_backend.kinds.DETECTION),
+each its kind's own, run by embtrt.reference.detect. Folders here are the files the rules read, nothing else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from embtrt.reference.detect import detect, rules_help
+from embtrt_backend.kinds import DETECTION, NAMES
+
+
+def folder(tmp_path: Path, name: str, files: dict[str, object]) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    for rel, doc in files.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return d
+
+
+ST = {"modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]}
+SEQ = {"architectures": ["BertForSequenceClassification"]}
+CASES = {   # folder -> (kind, rule number, a phrase of why)
+    "colbert": ({**ST, "config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "multivector", 1,
+                "MultiVectorEncoder"),
+    "m3": ({**ST, "config.json": {"architectures": ["XLMRobertaModel"]}, "colbert_linear.pt": "", "sparse_linear.pt": ""},
+           "multivector", 2, "colbert_linear.pt and sparse_linear.pt"),
+    "splade": ({"config_sentence_transformers.json": {"model_type": "SparseEncoder"}}, "sparse", 3, "SparseEncoder"),
+    "splade-modules": ({"modules.json": [{"type": "sentence_transformers.sparse_encoder.models.SpladePooling"}]},
+                       "sparse", 3, "SPLADE"),
+    "ce": ({"config_sentence_transformers.json": {"model_type": "CrossEncoder"}, "config.json": {**SEQ, "num_labels": 3}},
+           "reranker", 4, "model_type CrossEncoder"),
+    "one-label": ({"config.json": {**SEQ, "id2label": {"0": "LABEL_0"}}}, "reranker", 4, "with one label"),
+    "old-ce": ({"config.json": {**SEQ, "num_labels": 3, "sbert_ce_default_activation_function": "torch.nn.Sigmoid"}},
+               "reranker", 4, "before 4.0"),
+    "cls3": ({"config.json": {**SEQ, "id2label": {"0": "a", "1": "b", "2": "c"}}}, "classifier", 5, "with 3 labels"),
+    "clip": ({"modules.json": [{"idx": 0, "path": "0_CLIPModel", "type": "sentence_transformers.models.CLIPModel"}]},
+             "multimodal", 6, "texts and images"),
+    "st": (ST, "embedder", 7, "SentenceTransformer folder"),
+    "bare": ({"config.json": {"architectures": ["BertModel"]}}, "embedder", 7, "names BertModel (an encoder)"),
+    "empty": ({}, "embedder", 7, "no architecture"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_first_matching_rule_decides_and_says_what_it_saw(tmp_path, name):
+    files, kind, number, phrase = CASES[name]
+    found = detect(folder(tmp_path, name, files))
+    assert (found.kind.name, DETECTION.index(found.rule) + 1) == (kind, number)
+    assert phrase in found.why
+    assert found.explain() == f"{kind} (rule {number} of {len(DETECTION)}: {found.why})"
+    assert [r for r, _ in found.passed] == list(DETECTION[:number - 1])   # each rule before it ran and said why not
+    assert all(why for _, why in found.passed)
+
+
+def test_why_not_names_what_the_rule_looked_for(tmp_path):
+    found = detect(folder(tmp_path, "cls3", CASES["cls3"][0]))
+    said = dict((r.kind.name, why) for r, why in found.passed)
+    assert "3 labels and no CrossEncoder mark" in said["reranker"]
+    assert "MultiVectorEncoder" in [why for r, why in found.passed][0]
+
+
+@pytest.mark.parametrize("name, admitted, refused", [
+    ("m3", {"multivector", "embedder"}, {"sparse", "reranker"}),       # bge-m3 is a SentenceTransformer too
+    ("colbert", {"multivector"}, {"embedder"}),
+    ("cls3", {"classifier", "reranker"}, {"embedder"}),                 # a *ForSequenceClassification folder: either
+    ("one-label", {"reranker", "classifier"}, {"sparse"}),
+    ("splade", {"sparse"}, {"embedder", "multivector"}),
+])
+def test_kind_may_serve_a_folder_as_its_rule_allows(tmp_path, name, admitted, refused):
+    found = detect(folder(tmp_path, name, CASES[name][0]))
+    assert all(found.admits(k) for k in admitted)
+    assert not any(found.admits(k) for k in refused)
+
+
+def test_every_rule_is_its_own_kinds_and_every_kind_has_one():
+    assert {r.kind.name for r in DETECTION} == set(NAMES)
+    for r in DETECTION:
+        assert r.test.startswith(f"embtrt.kinds.{r.kind.name}.reference:"), r.test   # the kind's own module
+    assert rules_help().count(". ") >= len(DETECTION) and "7. embedder" in rules_help()
+
+
+def test_the_build_log_line_names_the_rule_or_kinds_choice_beside_it(tmp_path):
+    from types import SimpleNamespace
+
+    from embtrt.export.pipeline import kind_line
+    from embtrt.export.spec_options import spec_from_options
+
+    bundled = spec_from_options(None, tmp_path / "unused")
+    assert kind_line(bundled) == "embedder (rule 7 of 7: a sentence-transformers SentenceTransformer folder)"
+    one = folder(tmp_path, "one-label", CASES["one-label"][0])
+    chosen = kind_line(SimpleNamespace(model_dir=one, kind="classifier"))   # as spec_from_options admits it
+    assert chosen.startswith("classifier, as --kind says (the folder alone: reranker (rule 4 of 7: config.json names")
