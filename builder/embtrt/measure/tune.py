@@ -18,6 +18,10 @@ each knob in turn tries its other values with the others held at the best so far
 best value is kept; rounds repeat while the time budget lasts. Objective: the most req/s at
 the highest requested concurrency among trials whose p99 is within the SLO at every
 concurrency; within 2% of each other, the lower p50 wins.
+
+A tritonserver tune started that exits mid-search (its Python backend has aborted during a
+reload) is started again, up to RESTARTS times: the search replays from its baseline, the trials
+already measured answer from their figures and the first one not measured runs on the new server.
 """
 
 from __future__ import annotations
@@ -43,6 +47,17 @@ from .report import fmt_settings, machine, write_tune
 
 Log = Callable[[str], None]
 MIN_TRIAL_S = 20.0
+RESTARTS = 2   # a tritonserver tune started that exits mid-search is started again this many times
+
+
+def _exit_code(srv) -> int | None:
+    """The exit code of a server that has exited, None while it answers."""
+    if srv.proc is None or http_status(srv.http_url + "/v2/health/live", 2.0) == 200:
+        return None
+    try:   # a server that died takes its reaper with it within moments
+        return srv.proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 class TuneError(EmbtrtError):
@@ -123,6 +138,7 @@ class Tuner:
                 raise SpecError(f"invalid slo_p99_ms: {bad} are not buckets of {self.manifest.name}",
                                 f"its buckets: {','.join(map(str, self.manifest.buckets))}")
         self.trials: list[Trial] = []
+        self._measured: list[Trial] = []   # trials of a server that exited, replayed by the restarted search
 
     # ---- server --------------------------------------------------------------------------
 
@@ -192,24 +208,34 @@ class Tuner:
         from ..serve.server import ServerSpec, TritonServer, free_port
 
         models = tuple(sorted(p.parent.name for p in Path(self.spec.repository).glob("*/config.pbtxt")))
-        srv = TritonServer(ServerSpec(self.spec.repository, grpc_port=free_port(), http_port=free_port(),
-                                      metrics_port=free_port(), models=models))
-        with srv:
-            self.log(f"serving {self.spec.repository} on {srv.grpc_url} (explicit model control)")
-            try:
-                return self._search(srv.grpc_url, texts, counts, deadline)
-            except TuneError as exc:
-                if srv.proc is None or http_status(srv.http_url + "/v2/health/live", 2.0) == 200:
-                    raise   # the server answers: the search's own error
-                try:   # a server that died takes its reaper with it within moments
-                    code = srv.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    raise exc from None
-                # the server tune started has exited: say so, with the end of its log
-                raise TuneError(f"{exc.message}; tritonserver exited with code {code}:\n"
-                                f"{srv.log_tail(15)}", f"its full log: {srv.log_path}") from None
+        for attempt in range(RESTARTS + 1):
+            srv = TritonServer(ServerSpec(self.spec.repository, grpc_port=free_port(), http_port=free_port(),
+                                          metrics_port=free_port(), models=models))
+            with srv:
+                self.log(f"serving {self.spec.repository} on {srv.grpc_url} (explicit model control)")
+                try:
+                    return self._search(srv.grpc_url, texts, counts, deadline)
+                except Exception as exc:
+                    code = _exit_code(srv)
+                    if code is None:
+                        raise   # the server answers: the search's own error
+                    why = exc.message if isinstance(exc, EmbtrtError) else f"{type(exc).__name__}: {str(exc)[:300]}"
+                    if attempt == RESTARTS:   # the server tune started has exited: say so, with the end of its log
+                        raise TuneError(f"{why}; tritonserver exited with code {code} ({attempt + 1} exits "
+                                        "in this run):\n{srv.log_tail(15)}", f"its full log: {srv.log_path}") from None
+                    self.log(f"tritonserver exited with code {code} during trial {len(self.trials) + 1} ({why[:200]}); "
+                             f"restarting it, the {len(self.trials)} trials measured are kept "
+                             f"(restart {attempt + 1} of {RESTARTS}); the end of its log:\n{srv.log_tail(5)}")
+                    # the search replays from the start: trials measured before answer from here, unmeasured again
+                    self._measured, self.trials = self._measured + self.trials, []
+        raise AssertionError("unreachable")
 
     def _trial(self, url: str, base, current: dict[str, dict], settings: dict[str, Any], texts, counts) -> Trial:
+        before = next((t for t in self._measured if t.settings == settings), None)
+        if before is not None:   # measured on the server that exited: its figures stand, nothing is loaded
+            self._measured.remove(before)
+            self.trials.append(before)
+            return before
         t0 = time.time()
         cfgs = self._configs_for(base, settings)
         changed = {m for m in cfgs if cfgs[m] != current.get(m)}
