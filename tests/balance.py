@@ -1,8 +1,9 @@
 """The two workers' loads (make test: pytest-xdist, a whole file per worker): files are handed out in the
 order they are collected, so a long file handed out last leaves the other worker idle until it ends. The
-files go out longest first, by tests/durations.json (seconds per file, setup and teardown included, per
-tier: the run's `-m` expression, from a run with EMBTRT_TEST_DURATIONS=FILE; a file it does not list counts
-as 0 s, after the listed ones); tests within a file keep their order.
+files go out longest first (the files that share a session server as one group: tests/shared_servers.py),
+by tests/durations.json (seconds per file, setup and teardown included, per tier: the run's `-m`
+expression, from a run with EMBTRT_TEST_DURATIONS=FILE; a file it does not list counts as 0 s, after the
+listed ones); tests within a file keep their order.
 
     EMBTRT_TEST_DURATIONS=tests/durations.json make test-all   # records both tiers' files (merged)
 """
@@ -27,16 +28,23 @@ def tier(config) -> str:
     return config.getoption("-m") or ""
 
 
-def order(items: list, section: str) -> None:
-    """Reorder `items` in place: whole files, longest first (a stable sort: equal files keep their order)."""
+def order(items: list, section: str, groups: dict[str, str] | None = None) -> None:
+    """Reorder `items` in place: whole groups of files (`groups`: file -> its group, tests/shared_servers.py;
+    by default each file its own), longest first by their files' seconds added up; a stable sort: a group's
+    files stay together in their order, and equal groups keep theirs."""
+    groups = groups or {}
     try:
         seconds = json.loads(DURATIONS.read_text()).get(section) or {}
     except (OSError, ValueError):
-        return
-    first = {}
+        seconds = {}
+    unit = {f: groups.get(f, f) for f in (_file(it.nodeid) for it in items)}
+    total: dict[str, float] = defaultdict(float)
+    for f in set(unit):
+        total[unit[f]] += float(seconds.get(f, 0.0))
+    first: dict[str, int] = {}
     for i, item in enumerate(items):
-        first.setdefault(_file(item.nodeid), i)
-    items.sort(key=lambda it: (-float(seconds.get(_file(it.nodeid), 0.0)), first[_file(it.nodeid)]))
+        first.setdefault(unit[_file(item.nodeid)], i)
+    items.sort(key=lambda it: (-total[unit[_file(it.nodeid)]], first[unit[_file(it.nodeid)]]))
 
 
 class Recorder:

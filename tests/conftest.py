@@ -28,8 +28,10 @@ def pytest_configure(config):
     import tempfile
 
     import balance
+    import shared_servers
 
     balance.register(config)
+    config.pluginmanager.register(shared_servers, "embtrt-shared-servers")
 
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:   # a parallel worker (make test): the controller's cache and built fixtures, shared; its own ports
@@ -176,8 +178,7 @@ def rerank_repo(cross_encoders, rerank_repos) -> tuple[Path, Path]:
 def rerank_server(rerank_repos, tmp_path_factory):
     """One tritonserver serving every tiny reranker repository (models bert_ce, xlmr_ce3, qwen3_ce)."""
     first, *more = rerank_repos.values()
-    with start_server(first, tmp_path_factory.mktemp("rerank_srv"), *more) as srv:
-        yield srv
+    yield from _shared("rerank_server", start_server(first, tmp_path_factory.mktemp("rerank_srv"), *more))
 
 
 @pytest.fixture(scope="session")
@@ -207,8 +208,7 @@ def classifier_repos(tmp_path_factory, classifiers) -> dict[str, Path]:
 def classifier_server(classifier_repos, tmp_path_factory):
     """One tritonserver serving both tiny classifiers (models bert_cls3, xlmr_ml4)."""
     first, *more = classifier_repos.values()
-    with start_server(first, tmp_path_factory.mktemp("classifier_srv"), *more) as srv:
-        yield srv
+    yield from _shared("classifier_server", start_server(first, tmp_path_factory.mktemp("classifier_srv"), *more))
 
 
 @pytest.fixture(scope="session")
@@ -243,8 +243,7 @@ def multivector_repos(multivectors) -> dict[str, Path]:
 def multivector_server(multivector_repos, tmp_path_factory):
     """One tritonserver serving both tiny multi-vector models (colbert, m3)."""
     first, *more = multivector_repos.values()
-    with start_server(first, tmp_path_factory.mktemp("multivector_srv"), *more) as srv:
-        yield srv
+    yield from _shared("multivector_server", start_server(first, tmp_path_factory.mktemp("multivector_srv"), *more))
 
 
 @pytest.fixture(scope="session")
@@ -277,9 +276,8 @@ def clip_repos(clips) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def clip_server(clip_repos, minilm_repo, tmp_path_factory):
     """One tritonserver serving both tiny CLIP builds and the default MiniLM (a text-only embedder beside them)."""
-    with start_server(clip_repos["clip"], tmp_path_factory.mktemp("clip_srv"), clip_repos["clip_old_torch"],
-                      minilm_repo) as srv:
-        yield srv
+    yield from _shared("clip_server", start_server(clip_repos["clip"], tmp_path_factory.mktemp("clip_srv"),
+                                                   clip_repos["clip_old_torch"], minilm_repo))
 
 
 def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options: dict | None = None,
@@ -357,8 +355,20 @@ def splade_server(splade, splade_if, splade_k, splade_kg, tmp_path_factory):
     """One tritonserver serving the SPLADE (model splade), the inference-free SPLADE (splade_if),
     the SPLADE with a folder max_active_dims (splade_k) and that one with its top-K in the graph
     (splade_kg)."""
-    with start_server(splade[1], tmp_path_factory.mktemp("splade_srv"), splade_if[1], splade_k[1], splade_kg) as srv:
-        yield srv
+    yield from _shared("splade_server", start_server(splade[1], tmp_path_factory.mktemp("splade_srv"), splade_if[1],
+                                                     splade_k[1], splade_kg))
+
+
+def _shared(name: str, srv):
+    """A session server (tests/shared_servers.py): stopped while no test needs it, started again for the next."""
+    import shared_servers
+
+    with srv:
+        shared_servers.hold(name, srv)
+        try:
+            yield srv
+        finally:
+            shared_servers.release(name)
 
 
 def start_server(repo: Path, tmp_path: Path, *more: Path):
@@ -387,19 +397,22 @@ def ov_server(tmp_path_factory):
 
     base = _once("ov", lambda b: build(spec_from_options(None, b / "repo", name="minilm_ov", target="python-openvino",
                                                          precision="fp32"), log=_quiet))
-    with start_server(base / "repo", tmp_path_factory.mktemp("ov")) as srv:
-        srv.repository = base / "repo"
-        yield srv
+    srv = start_server(base / "repo", tmp_path_factory.mktemp("ov"))
+    srv.repository = base / "repo"
+    yield from _shared("ov_server", srv)
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's, which names each test's group in its node id
 def pytest_collection_modifyitems(config, items):
-    """Files longest first (tests/balance.py: the workers end together). The deploy test (tests/deploy)
+    """Files longest first, a shared server's files together (tests/balance.py: the workers end together;
+    tests/shared_servers.py). The deploy test (tests/deploy)
     runs only when asked for (`-m deploy`, make deploy-test): it builds images and starts pods with podman
     as root, for minutes. (A tests/deploy/conftest.py would shadow this conftest module for the tests that
     import from it.)"""
     import balance
+    import shared_servers
 
-    balance.order(items, balance.tier(config))
+    balance.order(items, balance.tier(config), shared_servers.mark(items))
     if "deploy" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="the deploy test runs only with -m deploy (make deploy-test)")
