@@ -147,30 +147,35 @@ def test_sigterm_under_load_serves_the_grace_then_refuses_unavailable_and_never_
 
 def test_ctrl_c_refuses_at_once_but_finishes_the_requests_in_flight(tiny_repos, tmp_path):
     """SIGINT: no grace. Requests running at the signal (large ones, from 6 clients) still come back
-    whole and right; queued ones are refused in the front door's words; none is cut off."""
-    s = Serve(tiny_repos[KEY], tmp_path)
+    whole and right; queued ones are refused in the front door's words; none is cut off. The signal must
+    find a call running: when it came between two (the clients' turnaround: on a loaded machine they can be
+    slow to send again), nothing was in flight to finish, and the scenario runs again (at most 3 times)."""
     batches = [[TEXTS[(k + i) % len(TEXTS)] * 40 for i in range(16)] for k in range(4)]
-    try:
-        with EmbeddingClient(s.url, MODEL) as c:
-            expected = [c.embed(b) for b in batches]
-        senders = Senders(s.url, 6, batches)
-        until(lambda: senders.mid_call(6), 60, "6 calls of large requests served, then one under way")
-        t_sig = time.monotonic()
-        s.proc.send_signal(signal.SIGINT)
-        code = s.proc.wait(timeout=40)
-        done = senders.finish()
-        after = subprocess.run([sys.executable, "-c", f"import tritonclient.grpc as g; g.InferenceServerClient("
-                                f"'{s.url}').is_server_live()"], capture_output=True, text=True, timeout=60)
-    finally:
-        s.kill()
-    log = s.text()
-    assert code == 0, log[-2000:]
-    before = [d for d in done if d[1] < t_sig]
-    # each request sent before the signal was answered whole or refused as draining: none cut off
-    assert all(d[0] == "OK" or (d[0] == "StatusCode.UNAVAILABLE" and "draining" in d[4]) for d in before), \
-        [d[4][:200] for d in before if d[0] != "OK"][:3]
-    # the ones running at the signal finished after it
-    assert any(d[0] == "OK" and d[2] > t_sig for d in before), [(d[0], d[2] - t_sig) for d in before[-6:]]
+    for _ in range(3):
+        s = Serve(tiny_repos[KEY], tmp_path)
+        try:
+            with EmbeddingClient(s.url, MODEL) as c:
+                expected = [c.embed(b) for b in batches]
+            senders = Senders(s.url, 6, batches)
+            until(lambda s=senders: s.mid_call(6), 60, "6 calls of large requests served, then one under way")
+            t_sig = time.monotonic()
+            s.proc.send_signal(signal.SIGINT)
+            code = s.proc.wait(timeout=40)
+            done = senders.finish()
+            after = subprocess.run([sys.executable, "-c", f"import tritonclient.grpc as g; g.InferenceServerClient("
+                                    f"'{s.url}').is_server_live()"], capture_output=True, text=True, timeout=60)
+        finally:
+            s.kill()
+        log = s.text()
+        assert code == 0, log[-2000:]
+        before = [d for d in done if d[1] < t_sig]
+        # each request sent before the signal was answered whole or refused as draining: none cut off
+        assert all(d[0] == "OK" or (d[0] == "StatusCode.UNAVAILABLE" and "draining" in d[4]) for d in before), \
+            [d[4][:200] for d in before if d[0] != "OK"][:3]
+        if any(d[0] == "OK" and d[2] > t_sig for d in before):   # the ones running at the signal finished after it
+            break
+    else:
+        raise AssertionError(f"in 3 tries the signal never found a call running: {[(d[0], d[2] - t_sig) for d in before[-6:]]}")
     for status, _, _, j, vec in done:
         if status == "OK":
             np.testing.assert_allclose(vec, expected[j], atol=1e-5, err_msg=f"batch {j}")
