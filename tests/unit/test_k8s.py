@@ -614,3 +614,52 @@ def test_pool_pods_drain_before_tritonserver_stops(repos, tmp_path):
     assert p.returncode == 0, err
     assert flag.exists() and not model.begin()   # new calls refused from the flag on
     assert polls() < DRAIN_WAIT_S * 10           # it stopped at the call's end, not at its own bound
+
+
+def test_a_dashboard_and_alert_rules_are_rendered_and_with_the_operator_monitors_that_select_the_pods(repos, tmp_path):
+    """#72: the Grafana dashboard (a ConfigMap with the sidecar's label) and the alert rules for a CPU embedder;
+    a GPU repository adds the GPU memory panel and alert; --alert-p99-ms, else the SLO tune recorded, else 1 s
+    is the latency alert's bound; --prometheus-operator adds a PrometheusRule and PodMonitors whose selectors and
+    ports are the pool and gateway pods' own. (Their queries run on a real Prometheus: test_observability.py.)"""
+    import shutil
+
+    def parts(files):
+        board = json.loads(files["dashboard.yaml"][0]["data"]["bert.json"])
+        rules = yaml.safe_load(files["alert-rules.yaml"][0]["data"]["embtrt.rules.yml"])["groups"][0]["rules"]
+        return [t["expr"] for p in board["panels"] for t in p["targets"]], {r["alert"]: r for r in rules}
+
+    files = rendered(repos["cpu"], tmp_path / "cpu")
+    assert files["dashboard.yaml"][0]["metadata"]["labels"]["grafana_dashboard"] == "1"
+    exprs, rules = parts(files)
+    assert any("embtrt_gateway_request_seconds_bucket" in e for e in exprs) and not any("DCGM" in e for e in exprs)
+    assert sorted(rules) == ["EmbtrtLatencyOverSLO", "EmbtrtPoolDown", "EmbtrtRequestsStuck", "EmbtrtServerErrors"]
+    assert rules["EmbtrtLatencyOverSLO"]["expr"].endswith("> 1") and rules["EmbtrtLatencyOverSLO"]["labels"]["route"] == "embeddings"
+    assert "monitoring.yaml" not in files   # CRDs only when asked for
+
+    exprs, rules = parts(rendered(repos["trt"], tmp_path / "trt", alert_p99_ms=250))
+    assert any("DCGM_FI_DEV_FB_USED" in e for e in exprs) and "EmbtrtGPUMemoryNearFull" in rules
+    assert rules["EmbtrtLatencyOverSLO"]["expr"].endswith("> 0.25")
+
+    tuned = tmp_path / "tuned"
+    shutil.copytree(repos["cpu"], tuned)
+    man = json.loads((tuned / "embtrt.json").read_text())
+    (tuned / "embtrt.json").write_text(json.dumps({**man, "tuning": {"slo_p99_ms": {"32": 80, "64": 300}}}))
+    _, rules = parts(rendered(tuned, tmp_path / "tuned-out"))
+    assert rules["EmbtrtLatencyOverSLO"]["expr"].endswith("> 0.3")
+
+    files = rendered(repos["cpu"], tmp_path / "op", prometheus_operator=True)
+    assert "monitoring.yaml" in files["kustomization.yaml"][0]["resources"]
+    kinds = by_kind(files)
+    rule = kinds["PrometheusRule"]["bert-alerts"]
+    assert rule["spec"] == yaml.safe_load(files["alert-rules.yaml"][0]["data"]["embtrt.rules.yml"])
+    for mon, deploys in (("bert-pools", [d for n, d in kinds["Deployment"].items() if "-pool-" in n]),
+                         ("bert-gateway", [kinds["Deployment"]["bert-gateway"]])):
+        spec = kinds["PodMonitor"][mon]["spec"]
+        for d in deploys:
+            pod = d["spec"]["template"]
+            assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items(), mon
+            ports = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+            assert spec["podMetricsEndpoints"][0]["port"] in ports, (mon, ports)
+    pools_selector = kinds["PodMonitor"]["bert-pools"]["spec"]["selector"]["matchLabels"]
+    gateway_labels = kinds["Deployment"]["bert-gateway"]["spec"]["template"]["metadata"]["labels"]
+    assert not pools_selector.items() <= gateway_labels.items()   # the pools' monitor scrapes the pools only

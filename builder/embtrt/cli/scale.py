@@ -80,8 +80,10 @@ def k8s(
     pool_cpu: str = typer.Option("4", help="CPU of each pool pod (request = limit), a Kubernetes quantity such as 2 or 500m. Default 4."),
     pool_memory: str = typer.Option("16Gi", help="Memory of each pool pod (request = limit), such as 8Gi. Default 16Gi."),
     namespace: Optional[str] = typer.Option(None, help="Namespace set in kustomization.yaml. Default: none."),
+    alert_p99_ms: Optional[float] = typer.Option(None, help="p99 in ms the latency alert holds the gateway's routes to (alert-rules.yaml). Default: the SLO `embtrt tune` tuned the repository for, else 1000."),
+    prometheus_operator: bool = typer.Option(False, "--prometheus-operator", help="Also render monitoring.yaml: a PrometheusRule with the alert rules and PodMonitors for the pools and the gateway (the Prometheus Operator's CRDs). Default: off (the dashboard and rules as ConfigMaps only)."),
 ) -> None:
-    """Render Kubernetes YAML: length pools of tritonservers (Deployment, Service, HPA, PDB), the gateway, a NetworkPolicy."""
+    """Render Kubernetes YAML: length pools of tritonservers (Deployment, Service, HPA, PDB), the gateway, a NetworkPolicy, a Grafana dashboard and Prometheus alert rules."""
     from ..scale.k8s import K8sSpec, write
 
     spec = K8sSpec(repo[0], out_dir, more_repositories=tuple(repo[1:]), pools=parse_int_list("pools", pools) or (),
@@ -90,5 +92,5 @@ def k8s(
                    engines_image=engines_image, gpus=gpus,
                    replicas=replicas, max_replicas=max_replicas, target_queue_ms=target_queue_ms,
                    drain_grace_s=drain_grace, repo_pvc=repo_pvc, namespace=namespace, pool_cpu=pool_cpu,
-                   pool_memory=pool_memory)
+                   pool_memory=pool_memory, alert_p99_ms=alert_p99_ms, prometheus_operator=prometheus_operator)
     write(spec, log=say)

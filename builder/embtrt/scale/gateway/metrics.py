@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+# the latency histograms, by the Metrics attribute an Operation names (its `latency`): what dashboards and
+# alert rules query (scale/k8s/observe.py)
+LATENCY = {"latency": ("embtrt_gateway_request_seconds", "Latency of /v1/embeddings"),
+           "rerank_latency": ("embtrt_gateway_rerank_seconds", "Latency of the rerank routes"),
+           "sparse_latency": ("embtrt_gateway_sparse_seconds", "Latency of the sparse routes"),
+           "classify_latency": ("embtrt_gateway_classify_seconds", "Latency of the classify routes"),
+           "tokenize_latency": ("embtrt_gateway_tokenize_seconds", "Latency of the tokenize routes")}
+
 
 class Metrics:
+    latency: Any          # the LATENCY histograms, set by name
+    rerank_latency: Any
+    sparse_latency: Any
+    classify_latency: Any
+    tokenize_latency: Any
+
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -25,16 +39,8 @@ class Metrics:
         self.retries = Counter("embtrt_gateway_upstream_retries", "Upstream calls retried on another replica",
                                ["pool", "reason"], registry=self.registry)
         buckets = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
-        self.latency = Histogram("embtrt_gateway_request_seconds", "Latency of /v1/embeddings", buckets=buckets,
-                                 registry=self.registry)
-        self.rerank_latency = Histogram("embtrt_gateway_rerank_seconds", "Latency of the rerank routes",
-                                        buckets=buckets, registry=self.registry)
-        self.sparse_latency = Histogram("embtrt_gateway_sparse_seconds", "Latency of the sparse routes",
-                                        buckets=buckets, registry=self.registry)
-        self.classify_latency = Histogram("embtrt_gateway_classify_seconds", "Latency of the classify routes",
-                                          buckets=buckets, registry=self.registry)
-        self.tokenize_latency = Histogram("embtrt_gateway_tokenize_seconds", "Latency of the tokenize routes",
-                                          buckets=buckets, registry=self.registry)
+        for attr, (name, doc) in LATENCY.items():
+            setattr(self, attr, Histogram(name, doc, buckets=buckets, registry=self.registry))
         self.upstream = Histogram("embtrt_gateway_upstream_seconds", "Latency of one upstream call, per pool", ["pool"],
                                   buckets=buckets, registry=self.registry)
         self.call_rows = Histogram("embtrt_gateway_upstream_rows",

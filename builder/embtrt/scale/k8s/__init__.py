@@ -8,7 +8,8 @@ and a PodDisruptionBudget. The gateway: Deployment (API key from a generated Sec
 CPU HPA, PDB. NetworkPolicies: only the gateway reaches the pools' gRPC port (Prometheus their
 metrics port), pools reach nothing, the gateway only the pools and DNS. With a TLS Secret: HTTPS
 at the gateway and TLS on its gRPC to the pools. No CRDs, no Helm; a kustomization.yaml ties the
-files together.
+files together. What a team watches it with (scale/k8s/observe.py): a Grafana dashboard and Prometheus
+alert rules as ConfigMaps, and with --prometheus-operator a PrometheusRule and PodMonitors.
 
 A reranker's or sparse encoder's repository (its front door plans every bucket and runs the
 model, or calls its bucket encoders) is one pool that loads the front door and those encoders,
@@ -35,7 +36,8 @@ from ...repository.check import check_repository
 from ...repository.manifest import Manifest, read_manifest
 from .gateway import adapter_rules, gateway, network_policies, secret
 from .output import previous_secrets, write_clean
-from .pools import plan_pools
+from . import observe
+from .pools import plan_pools, wants_gpu
 from .pools import model_pools as _model_pools
 from .spec import GATEWAY_IMAGE, GATEWAY_PORT, GRPC, HTTP, METRICS, NGC_PYTHON, PART_OF, POOL_IMAGE, QUEUE_METRIC
 from .spec import K8sSpec, image_python
@@ -112,6 +114,8 @@ def render(spec: K8sSpec, keep: dict[str, dict[str, str]] | None = None) -> dict
         pool_args += _model_pools(spec, r, m, mapp, pvc, common, files, several, admin_secret)
     gateway(spec, app, common, files, pool_args, gw_volumes, gw_mounts, gw_repos, api_secret)
     files["networkpolicy.yaml"] = network_policies(app, common)
+    files.update(observe.render(app, common, manifests, any(wants_gpu(m) for m in manifests), spec.alert_p99_ms,
+                                spec.prometheus_operator, spec.tls_secret))
     files["prometheus-adapter-rules.yaml"] = [adapter_rules(app, common)]
     files["secrets.yaml"] = [secret(api_secret, common, "api-key", keep.get(api_secret, {}).get("api-key")),
                              secret(admin_secret, common, "key", keep.get(admin_secret, {}).get("key"))]

@@ -63,6 +63,10 @@ class K8sSpec:
     # each pool pod's CPU and memory (requests equal to limits: Guaranteed QoS)
     pool_cpu: str = "4"
     pool_memory: str = "16Gi"
+    # the p99 (ms) the latency alert holds the gateway to; default: the SLO `embtrt tune` tuned for, else 1000
+    alert_p99_ms: float | None = None
+    # also a PrometheusRule and PodMonitors (the Prometheus Operator's CRDs), beside the plain ConfigMaps
+    prometheus_operator: bool = False
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"\d+(\.\d+)?m?", self.pool_cpu) or float(self.pool_cpu.rstrip("m") or 0) <= 0:
@@ -82,6 +86,8 @@ class K8sSpec:
                                ("drain_grace_s", self.drain_grace_s, 0)):
             if n < low:
                 raise SpecError(f"invalid {field_}: {n}", f"at least {low}")
+        if self.alert_p99_ms is not None and not self.alert_p99_ms > 0:
+            raise SpecError(f"invalid alert_p99_ms: {self.alert_p99_ms}", "a p99 in milliseconds above 0, e.g. 200")
         if self.tls_secret is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.tls_secret):
             raise SpecError(f"invalid tls_secret: {self.tls_secret!r}", "a Secret name (lower case, digits, '-')")
 
