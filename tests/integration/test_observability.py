@@ -120,13 +120,13 @@ def _query(prom: str, expr: str) -> list[dict]:
     return doc["data"]["result"]
 
 
-def _post(url: str, body: dict) -> int:
+def _post(url: str, body: dict) -> tuple[int, dict]:
     req = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status
+            return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
-        return e.code
+        return e.code, json.loads(e.read())
 
 
 def test_every_dashboard_panel_has_data_from_a_real_prometheus_scraping_the_gateway_and_tritonserver(
@@ -151,12 +151,14 @@ def test_every_dashboard_panel_has_data_from_a_real_prometheus_scraping_the_gate
             # traffic, across several scrapes: texts embedded, and one refused (an empty input: 4xx)
             texts = ["a cat sat on the mat", "stock markets fell sharply today", "the recipe needs two eggs"]
             for i in range(6):
-                assert _post(f"{gw}/v1/embeddings", {"model": NAME, "input": texts[: 1 + i % 3]}) == 200
+                assert _post(f"{gw}/v1/embeddings", {"model": NAME, "input": texts[: 1 + i % 3]})[0] == 200
                 until(lambda n=i: _count(prom) > n, 30, "the gateway's counter scraped")
-            assert _post(f"{gw}/v1/embeddings", {"model": NAME, "input": []}) in (400, 422)
-            # scraped twice at least: a rate needs two samples
-            until(lambda: _query(prom, 'count_over_time(embtrt_gateway_errors_total{status=~"4.."}[1m]) >= 2'), 30,
-                  "the refusal scraped twice")
+            status, error = _post(f"{gw}/v1/embeddings", {"model": NAME, "input": []})
+            assert status == 400, error
+            reason = error["error"]["code"] or error["error"]["type"]
+            # scraped twice at least (a rate needs two samples), counted under the answer's code (else its type)
+            until(lambda: _query(prom, 'count_over_time(embtrt_gateway_refusals_total{status="400",reason="%s"}[1m]) >= 2'
+                                 % reason), 30, "the refusal scraped twice")
             empty = []
             for panel in board["panels"]:
                 for t in panel["targets"]:

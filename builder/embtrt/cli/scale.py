@@ -41,6 +41,8 @@ def gateway(
     default_model: Optional[str] = typer.Option(None, help="The model a request without `model` (TEI's bodies have none) goes to where several models serve its route; GET /info describes it. Default: the only model serving the route, else such a request gets 422 naming the models."),
     cors_allow_origin: Optional[list[str]] = typer.Option(None, help="An origin browsers may call the gateway from, e.g. https://app.example.com (repeat for several; * for any): CORS headers and preflight answers for it. Default: none (no CORS headers)."),
     served_model_name: Optional[list[str]] = typer.Option(None, help="The name clients call the model by, in place of its own (clients with a hard-coded model name): NAME for the only model, MODEL=NAME for one of several; repeat for aliases (the first is the name /v1/models and the responses report). Default: each model's own name."),
+    otlp_endpoint: Optional[str] = typer.Option(None, help="OTLP/HTTP traces endpoint of an OpenTelemetry collector, e.g. http://otel-collector:4318/v1/traces: a span per request (the child of its traceparent) and its stages, the context passed on to Triton (docs/observability.md; pip install 'embtrt[tracing]'). Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing."),
+    trace_sample: Optional[float] = typer.Option(None, help="Fraction of requests traced that come without a sampled traceparent (those with one follow it). Default: OTEL_TRACES_SAMPLER_ARG, else 1.0."),
 ) -> None:
     """OpenAI-, TEI-, Cohere-, vLLM- and NIM-compatible routes in front of length pools of tritonservers, routed by exact token count."""
     from ..repository.manifest import read_manifest
@@ -56,7 +58,7 @@ def gateway(
                         header_timeout_s=header_timeout, body_timeout_s=body_timeout, idle_timeout_s=idle_timeout,
                         max_connections=max_connections, default_model=default_model,
                         served_names=parse_served_names(served_model_name or [], [read_manifest(r).name for r in repo]),
-                        cors_origins=tuple(cors_allow_origin or ()))
+                        cors_origins=tuple(cors_allow_origin or ()), otlp_endpoint=otlp_endpoint, trace_sample=trace_sample)
     run(cfg, host, port, log=say)
 
 

@@ -73,7 +73,7 @@ class Root:
             err = exc if isinstance(exc, ApiError) else ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
             status, doc = render_error(err, "tei")
             self.gw.metrics.requests.labels("root", str(status)).inc()
-            self.gw.metrics.errors.labels(str(status)).inc()
+            self.gw.metrics.refused(status, err.reason if isinstance(exc, ApiError) else "internal_error")
             extra = [*err.headers, *([(b"connection", b"close")] if err.status == 408 else [])]
             await _respond(send, status, _dumps(doc), extra)
             return

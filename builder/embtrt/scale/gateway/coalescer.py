@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from . import tracing
 from .errors import ApiError
 
 
@@ -19,6 +20,7 @@ class _Part:
     fut: asyncio.Future
     since: float
     bulk: bool = False   # one of several parts of a large request: waits for a free slot, behind small requests
+    trace: Any = None    # while tracing: (the request's context, its coalesce span)
 
 
 class PoolBatcher:
@@ -57,7 +59,7 @@ class PoolBatcher:
         loop = self.loop = asyncio.get_running_loop()
         fut = loop.create_future()
         queue = self.pending.setdefault(key, [])
-        part = _Part(rows, fut, loop.time(), bulk)
+        part = _Part(rows, fut, loop.time(), bulk, tracing.waiting(len(rows), self.name))
         if bulk:
             queue.append(part)
         else:  # ahead of the parts of large requests
@@ -112,6 +114,8 @@ class PoolBatcher:
             part = queue.pop(0)
             take.append(part)
             n += len(part.rows)
+            if part.trace is not None:   # its wait ends
+                part.trace[1].end()
         if not queue:
             del self.pending[key]
         bulk = any(p.bulk for p in take)
@@ -124,7 +128,9 @@ class PoolBatcher:
         try:
             try:
                 self.calls += 1
-                vecs: list = [await self.call(key, [r for p in parts for r in p.rows])]
+                with tracing.coalesced([p.trace for p in parts], {"embtrt.pool": self.name, "embtrt.requests": len(parts),
+                                                                  "embtrt.rows": sum(len(p.rows) for p in parts)}):
+                    vecs: list = [await self.call(key, [r for p in parts for r in p.rows])]
                 groups = [parts]
             except ApiError as exc:
                 if exc.status != 400 or len(parts) < 2:

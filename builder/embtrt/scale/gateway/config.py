@@ -58,6 +58,9 @@ class GatewayConfig:
     served_names: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # origins browsers may call the gateway from (--cors-allow-origin; "*": any); none: no CORS headers
     cors_origins: tuple[str, ...] = ()
+    # OpenTelemetry traces to this OTLP/HTTP endpoint (tracing.py; None: the OTEL_* variables, else off)
+    otlp_endpoint: str | None = None
+    trace_sample: float | None = None
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -25,6 +25,11 @@ class ApiError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    @property
+    def reason(self) -> str:
+        """What the refusal metric counts it as: its code, else its type."""
+        return self.code or self.type
+
 
 def wrong_kind(model: str, kind: Kind, wanted: Kind) -> ApiError:
     """The 400 for `model` (of `kind`) named on a route of the `wanted` kind: it names the routes that

@@ -16,6 +16,7 @@ import numpy as np
 from embtrt_backend.kinds import Kind
 
 from ...errors import SpecError
+from . import tracing
 from .admission import Admission, AdmissionConfig
 from .config import GatewayConfig, model_pools
 from .errors import ApiError
@@ -108,7 +109,8 @@ async def prepared(admission: Admission, core, texts: list[str] | None, ids: lis
     from embtrt_backend.core import Request
 
     size = sum(map(len, texts)) if texts is not None else 4 * sum(map(len, ids or ()))
-    batch = await admission.offload(size, core.prepare, [Request(texts, ids, opts)])
+    with tracing.span("tokenize", {"embtrt.items": len(texts if texts is not None else ids or ())}):
+        batch = await admission.offload(size, core.prepare, [Request(texts, ids, opts)])
     out = batch.outcomes[0]
     if out is not None and out.error is not None:
         raise (refused(out.error) if refused is not None else None) or refusal(str(out.error), field, 0)

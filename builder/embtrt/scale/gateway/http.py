@@ -21,6 +21,7 @@ from .asgi import _dumps, _loads, _respond, _within, check_key, check_length
 from .config import GatewayConfig
 from .dialects import TIMED, render_error, tei_timing
 from .errors import ApiError
+from . import tracing
 from .fields import refuse_misspelt
 from .operations import Operation, operations
 from .registry import MultiGateway
@@ -43,6 +44,17 @@ class Handler:
         return getattr(self.gw.metrics, self.op.latency)
 
     async def __call__(self, scope, receive, send) -> None:
+        if tracing.TRACER is None:
+            await self.serve(scope, receive, send)
+            return
+        with tracing.request(scope, f"{scope.get('method', 'POST')} {scope['path']}",
+                             {"http.request.method": scope.get("method", "POST"), "http.route": scope["path"],
+                              "embtrt.route": self.route, "embtrt.operation": self.op.name,
+                              "embtrt.dialect": self.dialects.get(scope["path"], "openai")}) as span:
+            tracing.finish(span, await self.serve(scope, receive, send))
+
+    async def serve(self, scope, receive, send) -> int:
+        """One request, answered: its status."""
         t0 = time.perf_counter()
         status, doc, served, extra = 200, None, None, []
         dialect = self.dialects.get(scope["path"], "openai")
@@ -69,24 +81,31 @@ class Handler:
                 extra.append((b"retry-after", str(exc.retry_after).encode()))
             if exc.status == 408:  # a body that never came: the connection is not reused
                 extra.append((b"connection", b"close"))
-            self.gw.metrics.errors.labels(str(status)).inc()
+            self.gw.metrics.refused(status, exc.reason)
         except Exception as exc:  # a bug: the request gets a 500 in its route's error shape, the gateway serves on
             status, doc = render_error(ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error"),
                                        dialect)
-            self.gw.metrics.errors.labels(str(status)).inc()
+            self.gw.metrics.refused(status, "internal_error")
         finally:
             if admitted:
                 adm.leave()
                 self.gw.metrics.in_flight.dec()
-        if served is not None:   # under the model's reported name (an alias of --served-model-name counts there)
-            self.gw.metrics.of(self.gw.metrics.model_requests, self.gw.reported.get(served, served), str(status)).inc()
-        self.gw.metrics.of(self.gw.metrics.requests, self.route, str(status)).inc()
+        metrics = self.gw.metrics
+        model = None if served is None else self.gw.reported.get(served, served)   # an alias counts under its model
+        if model is not None:
+            metrics.of(metrics.model_requests, model, str(status)).inc()
+        metrics.of(metrics.requests, self.route, str(status)).inc()
         if status == 200:
             took = time.perf_counter() - t0
             self.latency().observe(took)
+            if model is not None:
+                metrics.of(metrics.model_latency, model, dialect).observe(took)
             if dialect in TIMED:   # TEI's model routes: its compute headers
                 extra.extend(tei_timing(took * 1e3))
-        await _respond(send, status, await adm.offload(out_size, _dumps, doc), extra)
+        with tracing.span("render"):
+            raw = await adm.offload(out_size, _dumps, doc)
+        await _respond(send, status, raw, extra)
+        return status
 
     async def json_body(self, receive):
         """The request body, decoded (large ones off the event loop); 400 where it is not JSON."""
@@ -102,13 +121,16 @@ class Handler:
         the operation by it: anchors.Root) is in the scope."""
         body = scope["embtrt.body"] if "embtrt.body" in scope else await self.json_body(receive)
         try:
-            refuse_misspelt(body)
-            req = self.op.parse(self.schemas, self.gw.kinds, self.cfg, scope["path"], body)
+            with tracing.span("parse"):
+                refuse_misspelt(body)
+                req = self.op.parse(self.schemas, self.gw.kinds, self.cfg, scope["path"], body)
         except ApiError as exc:   # refused before a model was resolved: counted under the model it names
             exc.served = exc.served or self.named(body)
             raise
+        tracing.annotate(model=self.gw.reported.get(req.served, req.served))
         try:
-            doc, size, headers = await self.op.answer(self.models[req.served], req)
+            with tracing.span("answer"):
+                doc, size, headers = await self.op.answer(self.models[req.served], req)
         except ApiError as exc:
             exc.served = req.served  # counted per model and status
             raise
@@ -168,13 +190,14 @@ class GatewayApp:
             gc.freeze()
             yield
             await gw.close()
+            tracing.shutdown()   # the spans not yet exported
 
         # FastAPI's own /openapi.json would list its few GET routes only: the route table's is served instead
         api = self.api = FastAPI(title="embtrt gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
         def refused(exc: ApiError) -> JSONResponse:
             gw.metrics.requests.labels("models", str(exc.status)).inc()
-            gw.metrics.errors.labels(str(exc.status)).inc()
+            gw.metrics.refused(exc.status, exc.reason)
             return JSONResponse(exc.body(), status_code=exc.status)
 
         @api.get("/v1/models")
@@ -279,6 +302,10 @@ def prepare(cfg: GatewayConfig, host: str, port: int, log=print) -> tuple["Gatew
             log(f"{name}: pool {p.name}: buckets {','.join(map(str, p.buckets))} -> {', '.join(p.urls)} (route {g.route})")
     log(f"embtrt gateway for {', '.join(gw.models)} on {'https' if cfg.tls_cert else 'http'}://{host}:{port}: "
         + "; ".join(gw.advertised()))
+    traced = tracing.configure(cfg.otlp_endpoint, cfg.trace_sample)
+    if traced:
+        log(f"traces to {traced} (OTLP/HTTP), {tracing.sample_from_env(cfg.trace_sample):g} of the requests without a "
+            "sampled traceparent")
     # no proxy-header middleware: the gateway never reads the client's address, and it wraps every request
     tls: dict = {"ssl_certfile": str(cfg.tls_cert), "ssl_keyfile": str(cfg.tls_key)} if cfg.tls_cert else {}
     if cfg.cors_origins:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import tracing
+
 # the latency histograms, by the Metrics attribute an Operation names (its `latency`): what dashboards and
 # alert rules query (scale/k8s/observe.py)
 LATENCY = {"latency": ("embtrt_gateway_request_seconds", "Latency of /v1/embeddings"),
@@ -41,6 +43,11 @@ class Metrics:
         buckets = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
         for attr, (name, doc) in LATENCY.items():
             setattr(self, attr, Histogram(name, doc, buckets=buckets, registry=self.registry))
+        self.model_latency = Histogram("embtrt_gateway_model_request_seconds",
+                                       "Latency of answered (200) requests, per model (its reported name) and dialect",
+                                       ["model", "dialect"], buckets=buckets, registry=self.registry)
+        self.refusals = Counter("embtrt_gateway_refusals", "Error answers by status and reason (the error's code, "
+                                "else its type)", ["status", "reason"], registry=self.registry)
         self.upstream = Histogram("embtrt_gateway_upstream_seconds", "Latency of one upstream call, per pool", ["pool"],
                                   buckets=buckets, registry=self.registry)
         self.call_rows = Histogram("embtrt_gateway_upstream_rows",
@@ -57,6 +64,12 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def refused(self, status: int, reason: str) -> None:
+        """An error answer, counted by its status (embtrt_gateway_errors) and by status and reason."""
+        self.of(self.errors, str(status)).inc()
+        self.of(self.refusals, str(status), reason).inc()
+
     def count(self, pool: str, items: int, tokens: int) -> None:
         self.of(self.items, pool).inc(items)
         self.of(self.tokens, pool).inc(tokens)
+        tracing.count(items, tokens)

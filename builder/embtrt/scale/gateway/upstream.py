@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...serve import wire
+from . import tracing
 from .config import Pool
 from .errors import ApiError
 from .metrics import Metrics
@@ -83,8 +84,9 @@ class Upstream:
             for url in pool.order():
                 t0 = time.perf_counter()
                 try:
-                    r = await self.client(url).infer(model, inputs, outputs=wire.outputs(*names),
-                                                     client_timeout=self.timeout_s, parameters=parameters)
+                    with tracing.client(model, url, pool.name) as headers:
+                        r = await self.client(url).infer(model, inputs, outputs=wire.outputs(*names), headers=headers,
+                                                         client_timeout=self.timeout_s, parameters=parameters)
                     self.metrics.of(self.metrics.upstream, pool.name).observe(time.perf_counter() - t0)
                     return tuple(r.as_numpy(n) for n in names)
                 except Exception as exc:  # InferenceServerException or a transport error: classify it

@@ -57,8 +57,11 @@ def panels(app: str, latency: dict[str, str], gpu: bool) -> list[Panel]:
         Panel("Server errors (5xx), share of requests", "percentunit",
               (("5xx", _per(f'(sum(rate(embtrt_gateway_requests_total{{status=~"5.."}}[{r}])) or vector(0))',
                             f"sum(rate(embtrt_gateway_requests_total[{r}]))")),)),
-        Panel("Refused requests per second, by status", "reqps",
-              (("{{status}}", f'sum by (status) (rate(embtrt_gateway_errors_total{{status=~"4.."}}[{r}]))'),)),
+        Panel("Refused requests per second, by status and reason", "reqps",
+              (("{{status}} {{reason}}", f'sum by (status, reason) (rate(embtrt_gateway_refusals_total{{status=~"4.."}}[{r}]))'),)),
+        Panel("Latency at the gateway by model and dialect, p99", "s", (
+            ("{{model}} {{dialect}}",
+             f"histogram_quantile(0.99, sum by (model, dialect, le) (rate(embtrt_gateway_model_request_seconds_bucket[{r}])))"),)),
     ]
     for metric, route in latency.items():
         out.append(Panel(f"Latency at the gateway, {route}", "s", tuple(
