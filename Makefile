@@ -37,11 +37,11 @@ demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP)) ## main job: build the b
 	$(BIN)/embtrt demo --out repo
 
 # Test files run on JOBS worker processes (pytest-xdist, a whole file per worker: module fixtures are
-# built once; the files that share a session tritonserver on one worker, one after another, the server
-# stopped when they are done: tests/shared_servers.py); each worker builds the session fixtures it needs,
-# takes its own port range and shares the run's reference cache. JOBS=1 runs serially.
+# built once; a session tritonserver that a few files share runs only while a test uses it:
+# tests/shared_servers.py); each worker builds the session fixtures it needs, takes its own port range
+# and shares the run's reference cache. JOBS=1 runs serially.
 JOBS ?= 2
-XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadgroup)
+XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 
 test: $(STAMP) ## the test suite (unit + integration against a real tritonserver) on JOBS=2 workers; slow and deploy cases excluded
 	$(BIN)/python -m pytest -m "not slow and not deploy" -q $(XDIST) --durations=40

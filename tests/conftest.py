@@ -402,10 +402,9 @@ def ov_server(tmp_path_factory):
     yield from _shared("ov_server", srv)
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist's, which names each test's group in its node id
 def pytest_collection_modifyitems(config, items):
-    """Files longest first, a shared server's files together (tests/balance.py: the workers end together;
-    tests/shared_servers.py). The deploy test (tests/deploy)
+    """Files longest first, a shared server's files next to each other (tests/balance.py: the workers end
+    together; tests/shared_servers.py). The deploy test (tests/deploy)
     runs only when asked for (`-m deploy`, make deploy-test): it builds images and starts pods with podman
     as root, for minutes. (A tests/deploy/conftest.py would shadow this conftest module for the tests that
     import from it.)"""

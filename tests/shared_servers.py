@@ -4,13 +4,16 @@ A few session fixtures serve one kind's tiny models to two or three test files e
 their first test to the session's end, they added up to most of a worker's memory: the default tier peaked
 near 21 of 24 GiB with every one of them running, and one run lost a worker to the OOM killer. Here:
 
-- the files that use one of these servers form one xdist group (`--dist loadgroup`: one worker runs them one
-  after another; a file that uses none is a group of its own, as `--dist loadfile` had it);
 - after each test, a server the next test does not use is stopped (its processes and shared memory gone);
 - before a test that uses a stopped one, it starts again on the same ports (the same object, so module
   fixtures holding its URL, a gateway in front of it, keep working).
 
-Run serially (JOBS=1, one file) the same holds: tests/balance.py keeps each group's files together.
+tests/balance.py keeps the files that share a server next to each other in the collection order (`mark`'s
+groups), so that run serially they follow one another. Handing such a group to one pytest-xdist worker
+(`--dist loadgroup` with the xdist_group marks `mark` adds) does not work with this pytest: xdist 3.8 renames
+the items' node ids to carry the group, and pytest 9's items ignore it (the files went to both workers,
+the deploy test's two cases ran at once and collided). make test stays on `--dist loadfile`: each worker starts a
+shared server once per file that uses it.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ def groups(items) -> dict[str, str]:
 
 
 def mark(items) -> dict[str, str]:
-    """Every test marked with its file's xdist group (loadgroup runs an unmarked test on any worker)."""
+    """Every test marked with its file's group (xdist_group: what --dist loadgroup would hand to one worker);
+    -> {file: group}, which tests/balance.py orders by."""
     by_file = groups(items)
     for item in items:
         item.add_marker(pytest.mark.xdist_group(name=by_file[_file(item)]))
