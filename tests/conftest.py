@@ -411,7 +411,7 @@ def pytest_collection_modifyitems(config, items):
     import balance
     import shared_servers
 
-    balance.order(items, balance.tier(config), shared_servers.mark(items))
+    balance.order(items, balance.tier(config), shared_servers.groups(items))
     if "deploy" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="the deploy test runs only with -m deploy (make deploy-test)")

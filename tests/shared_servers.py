@@ -8,9 +8,9 @@ near 21 of 24 GiB with every one of them running, and one run lost a worker to t
 - before a test that uses a stopped one, it starts again on the same ports (the same object, so module
   fixtures holding its URL, a gateway in front of it, keep working).
 
-tests/balance.py keeps the files that share a server next to each other in the collection order (`mark`'s
-groups), so that run serially they follow one another. Handing such a group to one pytest-xdist worker
-(`--dist loadgroup` with the xdist_group marks `mark` adds) does not work with this pytest: xdist 3.8 renames
+tests/balance.py keeps the files that share a server next to each other in the collection order (`groups`),
+so that run serially they follow one another. Handing such a group to one pytest-xdist worker
+(`--dist loadgroup` with xdist_group marks) does not work with this pytest: xdist 3.8 renames
 the items' node ids to carry the group, and pytest 9's items ignore it (the files went to both workers,
 the deploy test's two cases ran at once and collided). make test stays on `--dist loadfile`: each worker starts a
 shared server once per file that uses it.
@@ -45,15 +45,6 @@ def groups(items) -> dict[str, str]:
                 used.setdefault(_file(item), name)
                 break
     return {_file(it): used.get(_file(it), _file(it)) for it in items}
-
-
-def mark(items) -> dict[str, str]:
-    """Every test marked with its file's group (xdist_group: what --dist loadgroup would hand to one worker);
-    -> {file: group}, which tests/balance.py orders by."""
-    by_file = groups(items)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(name=by_file[_file(item)]))
-    return by_file
 
 
 def _running(srv) -> bool:
