@@ -41,7 +41,7 @@ demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP)) ## main job: build the b
 # tests/shared_servers.py); each worker builds the session fixtures it needs, takes its own port range
 # and shares the run's reference cache. JOBS=1 runs serially.
 JOBS ?= 2
-XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
+XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile --no-loadscope-reorder)
 
 test: $(STAMP) ## the test suite (unit + integration against a real tritonserver) on JOBS=2 workers; slow and deploy cases excluded
 	$(BIN)/python -m pytest -m "not slow and not deploy" -q $(XDIST) --durations=40
@@ -109,10 +109,10 @@ POOL_IMAGE ?= embtrt-pool:$(VERSION)-tritonserver-$(TRITON_RELEASE)
 GATEWAY_IMAGE ?= embtrt-gateway:$(VERSION)
 ENGINE ?= podman
 
-gateway-wheels: $(STAMP) ## wheels of embtrt's base install for GATEWAY_PYTHON (default 3.12) into .whl/gateway
+gateway-wheels: $(STAMP) ## wheels of embtrt's base install and its tracing extra for GATEWAY_PYTHON (default 3.12) into .whl/gateway
 	rm -rf .whl/gateway && mkdir -p .whl/gateway
 	$(BIN)/pip wheel -q --no-deps -w .whl/gateway .
-	$(BIN)/pip download -q --only-binary=:all: --python-version $(GATEWAY_PYTHON) -d .whl/gateway .whl/gateway/embtrt-*.whl
+	$(BIN)/pip download -q --only-binary=:all: --python-version $(GATEWAY_PYTHON) -d .whl/gateway "$$(ls .whl/gateway/embtrt-*.whl)[tracing]"
 
 images: gateway-wheels ## build the pool image (FROM nvcr.io/nvidia/tritonserver:TRITON_RELEASE-py3) and the gateway image (ENGINE=podman|docker)
 	$(ENGINE) build -f deploy/pool.Containerfile --build-arg TRITON_IMAGE=nvcr.io/nvidia/tritonserver:$(TRITON_RELEASE)-py3 \

@@ -402,16 +402,31 @@ def ov_server(tmp_path_factory):
     yield from _shared("ov_server", srv)
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """make test's `--dist loadfile` with a shared server's files as one unit (tests/shared_servers.py)."""
+    import os
+
+    import shared_servers
+
+    if config.getvalue("dist") != "loadfile" or not os.environ.get(SHARED_ENV):
+        return None
+    return shared_servers.make_scheduler(config, log, os.environ[SHARED_ENV])
+
+
 def pytest_collection_modifyitems(config, items):
     """Files longest first, a shared server's files next to each other (tests/balance.py: the workers end
     together; tests/shared_servers.py). The deploy test (tests/deploy)
     runs only when asked for (`-m deploy`, make deploy-test): it builds images and starts pods with podman
     as root, for minutes. (A tests/deploy/conftest.py would shadow this conftest module for the tests that
     import from it.)"""
+    import os
+
     import balance
     import shared_servers
 
     balance.order(items, balance.tier(config), shared_servers.groups(items))
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(SHARED_ENV):
+        shared_servers.publish(items, os.environ[SHARED_ENV])
     if "deploy" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="the deploy test runs only with -m deploy (make deploy-test)")

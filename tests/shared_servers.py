@@ -9,11 +9,12 @@ near 21 of 24 GiB with every one of them running, and one run lost a worker to t
   fixtures holding its URL, a gateway in front of it, keep working).
 
 tests/balance.py keeps the files that share a server next to each other in the collection order (`groups`),
-so that run serially they follow one another. Handing such a group to one pytest-xdist worker
-(`--dist loadgroup` with xdist_group marks) does not work with this pytest: xdist 3.8 renames
-the items' node ids to carry the group, and pytest 9's items ignore it (the files went to both workers,
-the deploy test's two cases ran at once and collided). make test stays on `--dist loadfile`: each worker starts a
-shared server once per file that uses it.
+and make test's workers (pytest-xdist, `--dist loadfile`) take such a group as one unit of work
+(GroupScheduling below), so that one worker starts the server and runs its files one after the other.
+xdist's own `--dist loadgroup` does not do it with this pytest: xdist 3.8 renames the items' node ids to
+carry the group, and pytest 9's items ignore it (tests went out one by one). And xdist by default reorders
+the units by their number of tests, which undid balance's longest-first order: make test passes
+`--no-loadscope-reorder`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,47 @@ def groups(items) -> dict[str, str]:
                 used.setdefault(_file(item), name)
                 break
     return {_file(it): used.get(_file(it), _file(it)) for it in items}
+
+
+GROUPS_FILE = "xdist-groups.json"
+
+
+def publish(items, folder: str) -> None:
+    """On a worker: write the file -> group map where the controller's scheduler reads it (every worker
+    collects the same items and writes the same map; written whole, then renamed)."""
+    import json
+    import os
+
+    path = os.path.join(folder, GROUPS_FILE)
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(groups(items), fh)
+    os.replace(tmp, path)
+
+
+def make_scheduler(config, log, folder: str):
+    """xdist's file scheduling with one change: the files of one group (a shared server's) are one unit.
+    The controller does not collect: the map comes from the workers (publish), read once when
+    scheduling starts, after every worker has collected."""
+    import json
+    import os
+
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupScheduling(LoadFileScheduling):
+        _map: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._map is None:
+                try:
+                    with open(os.path.join(folder, GROUPS_FILE)) as fh:
+                        self._map = json.load(fh)
+                except (OSError, ValueError):
+                    self._map = {}
+            f = nodeid.split("::", 1)[0]
+            return self._map.get(f, f)
+
+    return GroupScheduling(config, log)
 
 
 def _running(srv) -> bool:
