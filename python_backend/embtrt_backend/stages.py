@@ -51,12 +51,13 @@ class StageClock(NullClock):
 
     enabled = True
 
-    def __init__(self, sink=None) -> None:
+    def __init__(self, sink=None, record: bool = False) -> None:
         import threading
 
         self.total_ns = dict.fromkeys(STAGES, 0)    # since load
         self.executions = self.requests = self.rows = 0
         self.sink = sink                            # called with (stage ns of this execute, requests, rows)
+        self.record = record                        # keep each mark's (stage, start, end): the front door's spans
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -66,20 +67,32 @@ class StageClock(NullClock):
         local = self._local
         if not hasattr(local, "ns"):
             local.ns, local.last, local.rows = dict.fromkeys(STAGES, 0), time.perf_counter_ns(), 0
+            local.t0, local.segments = local.last, []
         return local.ns
 
     def start(self) -> None:
         ns = self.ns
         for k in ns:
             ns[k] = 0
-        self._local.rows = 0
-        self._local.last = time.perf_counter_ns()
+        local = self._local
+        local.rows = 0
+        local.last = local.t0 = time.perf_counter_ns()
+        local.segments = []
 
     def mark(self, stage: str) -> None:
         now = time.perf_counter_ns()
         local = self._local
         self.ns[stage] += now - local.last
+        if self.record:
+            local.segments.append((stage, local.last, now))
         local.last = now
+
+    def recorded(self) -> tuple[int, list, int]:
+        """This thread's current execute: its start, its marks (stage, start, end) in perf_counter ns
+        (kept only with `record`) and its encoder rows."""
+        self.ns   # noqa: B018 (this thread's state, made on first use)
+        local = self._local
+        return local.t0, local.segments, local.rows
 
     def add_rows(self, n: int) -> None:
         """The encoder rows this execute made (the request core's count)."""

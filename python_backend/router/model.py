@@ -32,6 +32,7 @@ from embtrt_backend.long_rows import DEFAULT_TOKENS, LongLane, LongRowGate, Long
 from embtrt_backend.bucket_encoder import BucketEncoder  # noqa: E402
 from embtrt_backend.options import parse_request_parameters  # noqa: E402
 from embtrt_backend.stages import NULL, StageClock, TritonMetrics  # noqa: E402
+from embtrt_backend.tracing import tracer_for  # noqa: E402
 
 
 def _error(exc):
@@ -65,9 +66,14 @@ class TritonPythonModel:
         self.door = door_for(kind_of(p.get("kind")), here, p)
         self.encode = BucketEncoder(here, p, self.door.buckets, pb_utils)
         # the front door's own stage timers (embtrt_backend.stages), behind the stage_timers flag
+        # and its stages as spans under Triton's trace of each request, where an OTLP endpoint is set
+        # (embtrt_backend.tracing; the timers record their marks for it)
         self.clock = NULL
-        if p.get("stage_timers", "false") == "true":
-            self.clock = StageClock(TritonMetrics(pb_utils, args["model_name"]))
+        self.tracer = tracer_for(args["model_name"])
+        timers = p.get("stage_timers", "false") == "true"
+        if timers or self.tracer is not None:
+            self.clock = StageClock(TritonMetrics(pb_utils, args["model_name"]) if timers else None,
+                                    record=self.tracer is not None)
             if hasattr(self.door, "core"):
                 self.door.core.clock = self.clock
         # long texts run off this instance, on its lane (embtrt_backend.long_rows), where the model
@@ -82,6 +88,8 @@ class TritonPythonModel:
         if self.lane is not None:
             self.lane.gate.remove()
         self.clock.close()
+        if self.tracer is not None:
+            self.tracer.close()
 
     def execute(self, requests):
         # refused while draining (embtrt_backend.drain); long requests to the lane where there is one
@@ -129,6 +137,7 @@ class TritonPythonModel:
         """The requests' responses; `arrays`: their inputs where _split read them already."""
         clock = self.clock
         clock.start()
+        traced = self.tracer.contexts(requests) if self.tracer is not None else None
         responses = [None] * len(requests)
         work, where = [], []
         if arrays is None:
@@ -162,4 +171,7 @@ class TritonPythonModel:
                 _response(requests[i], self.door.outputs(item, out), asked[i])
         clock.mark("respond")
         clock.flush(len(requests))
+        if traced is not None:
+            start, segments, rows = clock.recorded()
+            self.tracer.emit(traced, segments, start, len(requests), rows)
         return responses

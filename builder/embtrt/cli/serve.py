@@ -33,11 +33,11 @@ def serve(
     failures_to_recover: int = typer.Option(2, help="Consecutive failed probes of an idle server before tritonserver is restarted. Default 2."),
     log_file: Optional[Path] = typer.Option(None, help="tritonserver's log, appended to across restarts (moved to FILE.1 past 64 MiB). Default: a new embtrt-tritonserver-*.log in the temporary folder per start; serve prints its path."),
     python_env: Optional[Path] = typer.Option(None, help="Run the Python-backend stubs with this environment's python3 (a venv or prefix) and none of embtrt's packages, as a stock tritonserver image does. Default: embtrt's own environment."),
-    otlp_endpoint: Optional[str] = typer.Option(None, help="OTLP/HTTP traces endpoint of an OpenTelemetry collector, e.g. http://otel-collector:4318/v1/traces: tritonserver traces its requests in its OpenTelemetry mode, continuing a request's traceparent (the gateway's; docs/observability.md). Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing."),
+    otlp_endpoint: Optional[str] = typer.Option(None, help="OTLP/HTTP traces endpoint of an OpenTelemetry collector, e.g. http://otel-collector:4318/v1/traces: tritonserver traces its requests in its OpenTelemetry mode, continuing a request's traceparent (the gateway's), and the front doors add their stages as spans (docs/observability.md). Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing."),
     trace_sample: Optional[float] = typer.Option(None, help="Fraction of requests tritonserver traces (one in round(1/fraction)). Default: OTEL_TRACES_SAMPLER_ARG, else 1.0."),
 ) -> None:
     """Serve a repository with tritonserver; restart it when it dies (process, stub) or stops answering while idle; stop on Ctrl-C/SIGTERM."""
-    from ..serve.otel import triton_args
+    from ..serve.otel import triton_args, triton_env
     from ..serve.ports import refuse_taken, reserve
     from ..serve.server import ServerSpec, free_port
     from ..serve.supervise import Supervisor
@@ -50,7 +50,7 @@ def serve(
                       grpc_port=grpc_port or free_port(host), http_port=http_port or free_port(host),
                       metrics_port=metrics_port or free_port(host), tritonserver=tritonserver,
                       backend_directory=backend_directory, startup_timeout_s=startup_timeout, python_env=python_env,
-                      drain_s=drain_timeout, log_file=log_file, extra_args=triton_args(otlp_endpoint, trace_sample))
+                      drain_s=drain_timeout, log_file=log_file, extra_args=triton_args(otlp_endpoint, trace_sample), env=triton_env(otlp_endpoint))
     Supervisor(spec, probe_interval_s=probe_interval, failures_to_recover=failures_to_recover, log=say,
                probe_timeout_s=probe_timeout, health_port=None if health_port < 0 else health_port,
                drain_grace_s=drain_grace).run()

@@ -29,13 +29,25 @@ def sample_from_env(given: float | None) -> float:
     return value
 
 
-def triton_args(endpoint: str | None, sample: float | None, service: str = "embtrt-triton") -> tuple[str, ...]:
-    """tritonserver's flags for OpenTelemetry tracing to the same endpoint (embtrt serve): every request
-    traced at the given rate, Triton's timestamps as span events, the context from the request's headers."""
+ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+
+
+def triton_env(endpoint: str | None) -> tuple[tuple[str, str], ...]:
+    """tritonserver's environment for the same endpoint: its front doors' stage spans go there
+    (python_backend/embtrt_backend/tracing.py reads the standard variable)."""
     url = endpoint_from_env(endpoint)
-    if url is None:
-        return ()
-    rate = sample_from_env(sample)
+    return () if url is None else ((ENDPOINT_ENV, url),)
+
+
+def triton_args(endpoint: str | None, sample: float | None, service: str = "embtrt-triton") -> tuple[str, ...]:
+    """tritonserver's flags for OpenTelemetry tracing to the same endpoint (embtrt serve, embtrt up): every
+    request traced at the given rate, Triton's timestamps as span events, the context from the request's headers."""
+    url = endpoint_from_env(endpoint)
+    return () if url is None else trace_config(url, sample_from_env(sample), service)
+
+
+def trace_config(url: str, rate: float, service: str = "embtrt-triton") -> tuple[str, ...]:
+    """The flags for `url` at `rate`, read from nothing else (embtrt k8s renders them for other machines)."""
     # Triton's rate is "one in N" requests
     every = max(1, round(1 / rate)) if rate > 0 else 2**31 - 1
     return ("--trace-config=mode=opentelemetry", f"--trace-config=rate={every}", "--trace-config=level=TIMESTAMPS",

@@ -69,6 +69,9 @@ class ServerSpec:
     models: tuple[str, ...] | None = None
     # Further repositories served by the same tritonserver (several models, one per repository).
     more_repositories: tuple[Path, ...] = ()
+    # Variables set in tritonserver's environment (and so its stubs'), e.g. the OTLP endpoint the front
+    # door's spans go to (serve/otel.py)
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def repositories(self) -> tuple[Path, ...]:
@@ -286,7 +289,7 @@ class TritonServer:
         self._log_fh = open(self.log_path, "ab")
         if self._run_dir is None:
             self._run_dir = Path(tempfile.mkdtemp(prefix="embtrt-run-"))
-        env = {**self.install.env, DRAIN_ENV: str(self.drain_flag)}
+        env = {**self.install.env, **dict(self.spec.env), DRAIN_ENV: str(self.drain_flag)}
         # tritonserver under the reaper, in a session of its own: it dies with this process (even on
         # SIGKILL), and when it exits its stubs and their /dev/shm regions go with it
         self.proc = subprocess.Popen([sys.executable, str(REAPER), str(os.getpid()), "--", *self.command()],

@@ -1,0 +1,104 @@
+"""The front door's stages as OpenTelemetry spans (#72), under the trace Triton keeps for the request.
+
+Triton in its OpenTelemetry trace mode (`embtrt serve --otlp-endpoint`) traces a request (continuing the
+caller's `traceparent`), and the Python backend hands its context to the model: `request.trace().get_context()`
+is a W3C carrier as JSON, or None for a request Triton does not trace. For each traced request of an
+execute() the front door sends a span `frontdoor <model>` (the child of Triton's span for it) with one child
+per stage as the stage timers (embtrt_backend.stages) saw them: read, parse, tokenize, plan, pad, encode,
+pool, finish, respond, in the order they ran (a stage run several times, as pad and encode per chunk,
+is a span each time). The requests of one execute share its stages: each traced one gets its own copy
+with the execute's request and row counts.
+
+On when tritonserver's environment names an OTLP endpoint (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces; `embtrt serve` sets the first) and the stubs' Python has the
+OpenTelemetry SDK (`embtrt[tracing]`); otherwise the front door says once why not and makes no span. Off,
+nothing is done per request. Plain Python, tested without Triton (a request is anything with trace()).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+SERVICE = "embtrt-frontdoor"
+
+
+def endpoint() -> str | None:
+    """The OTLP/HTTP traces URL from the standard variables (as the gateway reads them), None when unset or
+    OTEL_SDK_DISABLED is true."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return base.rstrip("/") + "/v1/traces" if base else None
+
+
+class FrontDoorTracer:
+    """Spans for the traced requests of each execute(). `exporter`: the span exporter (default: OTLP/HTTP to
+    `url`, batched off the request's thread)."""
+
+    def __init__(self, model: str, url: str | None = None, exporter=None) -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        if exporter is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=url), schedule_delay_millis=500)
+        else:
+            processor = SimpleSpanProcessor(exporter)
+        self.provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}))
+        self.provider.add_span_processor(processor)
+        self.tracer = self.provider.get_tracer("embtrt.frontdoor")
+        self.propagator = TraceContextTextMapPropagator()
+        self.model = model
+
+    def contexts(self, requests) -> list:
+        """Each request's trace context (None where Triton does not trace it)."""
+        out = []
+        for r in requests:
+            try:
+                carrier = r.trace().get_context()
+            except Exception:  # noqa: BLE001 (a server without trace contexts: no span for it)
+                carrier = None
+            out.append(self.propagator.extract(json.loads(carrier)) if carrier else None)
+        return out
+
+    def emit(self, contexts: list, segments: list, start_ns: int, requests: int, rows: int) -> None:
+        """The spans of one execute for each traced request: `segments` (stage, start, end) in perf_counter
+        ns, `start_ns` the execute's start on the same clock."""
+        if not any(c is not None for c in contexts) or not segments:
+            return
+        wall = time.time_ns() - time.perf_counter_ns()   # perf_counter ns -> epoch ns
+        end_ns = segments[-1][2]
+        attrs = {"embtrt.model": self.model, "embtrt.execute.requests": requests, "embtrt.execute.rows": rows}
+        for ctx in contexts:
+            if ctx is None:
+                continue
+            top = self.tracer.start_span(f"frontdoor {self.model}", context=ctx, start_time=start_ns + wall,
+                                         attributes=attrs)
+            from opentelemetry.trace import set_span_in_context
+
+            inner = set_span_in_context(top)
+            for stage, t0, t1 in segments:
+                self.tracer.start_span(stage, context=inner, start_time=t0 + wall).end(end_time=t1 + wall)
+            top.end(end_time=end_ns + wall)
+
+    def close(self) -> None:
+        self.provider.shutdown()
+
+
+def tracer_for(model: str, log=print) -> FrontDoorTracer | None:
+    """The front door's tracer where an endpoint is set and the SDK is there; None (said once) otherwise."""
+    url = endpoint()
+    if url is None:
+        return None
+    try:
+        return FrontDoorTracer(model, url)
+    except ImportError as exc:
+        log(f"embtrt front door {model}: no stage spans ({exc}): pip install 'embtrt[tracing]' in the server's Python")
+        return None
