@@ -133,7 +133,13 @@ def test_every_dashboard_panel_has_data_from_a_real_prometheus_scraping_the_gate
         tools, rendered, minilm_repo, minilm_server, tmp_path):
     board, rules = rendered
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
-    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url) as gw:
+    from embtrt.repository.manifest import read_manifest
+
+    # each bucket's pool: a replica nobody listens on beside the real one, so that the calls that start
+    # at it are retried (the retries panel's data; none of them fails)
+    dead = f"127.0.0.1:{free_port()}"
+    pools = [a for b in read_manifest(minilm_repo).buckets for a in ("--pool", f"{b}={dead},{minilm_server.grpc_url}")]
+    with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url, *pools) as gw:
         host = gw.removeprefix("http://")
         config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": ["rules.yml"],
                   "scrape_configs": [

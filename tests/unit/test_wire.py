@@ -73,3 +73,21 @@ def test_backoff_is_jittered_and_capped():
     for _ in range(100):
         assert 0.05 <= wire.backoff(0.1) <= 0.15
         assert wire.backoff(100.0) <= 1.5 * wire.MAX_BACKOFF_S
+
+
+@pytest.mark.parametrize(("status", "message", "label"), [
+    ("StatusCode.UNAVAILABLE", "the server is draining (shutting down): retry the request on another replica", "draining"),
+    ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", wire.UNAVAILABLE),
+    ("StatusCode.INTERNAL", "Stub process is not healthy.", wire.UNAVAILABLE),
+    ("StatusCode.UNAVAILABLE", "Exceeds maximum queue size", wire.QUEUE_FULL),
+    ("StatusCode.INVALID_ARGUMENT", "the server is draining, says the text itself", wire.BAD),
+])
+def test_the_gateway_counts_a_draining_replicas_refusal_apart_from_other_unavailable_ones(status, message, label):
+    """embtrt_gateway_upstream_retries{reason}: the front door's drain refusal (python_backend's drain.MESSAGE)
+    is "draining" (#72: the drains a dashboard shows), every other unavailable kind stays "unavailable"."""
+    from embtrt.scale.gateway.upstream import reason
+    from embtrt_backend.drain import MESSAGE
+
+    if label == "draining":
+        assert message == MESSAGE
+    assert reason(InferenceServerException(message, status)) == label

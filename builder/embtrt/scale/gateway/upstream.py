@@ -132,9 +132,15 @@ def channel_args() -> list[tuple[str, int]]:
             ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS)]
 
 
+DRAINING = "draining"   # a replica that is shutting down refused the call (python_backend's drain): retried elsewhere
+
+
 def reason(exc: BaseException) -> str:
     """What a failed upstream call was, for the gateway: wire.BAD (the request at fault, never retried),
-    wire.QUEUE_FULL, or wire.UNAVAILABLE for every other kind (retried on another replica; the label of
+    wire.QUEUE_FULL, DRAINING (a replica shutting down refused it: the drains a dashboard counts), or
+    wire.UNAVAILABLE for every other kind (retried on another replica; the label of
     embtrt_gateway_upstream_retries)."""
     kind = wire.classify(exc)
-    return kind if kind in (wire.BAD, wire.QUEUE_FULL) else wire.UNAVAILABLE
+    if kind in (wire.BAD, wire.QUEUE_FULL):
+        return kind
+    return DRAINING if kind == wire.UNAVAILABLE and "server is draining" in str(exc) else wire.UNAVAILABLE

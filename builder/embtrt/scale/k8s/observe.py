@@ -70,6 +70,8 @@ def panels(app: str, latency: dict[str, str], gpu: bool) -> list[Panel]:
     out += [
         Panel("Upstream call p99, by pool", "s", (
             ("{{pool}}", f"histogram_quantile(0.99, sum by (pool, le) (rate(embtrt_gateway_upstream_seconds_bucket[{r}])))"),)),
+        Panel("Upstream calls retried per second, by pool and reason (draining: a replica shutting down)", "reqps", (
+            ("{{pool}} {{reason}}", f"sum by (pool, reason) (rate(embtrt_gateway_upstream_retries_total[{r}]))"),)),
         Panel("Rows per upstream call, by pool", "short", (
             ("{{pool}}", _per(f"sum by (pool) (rate(embtrt_gateway_upstream_rows_sum[{r}]))",
                               f"sum by (pool) (rate(embtrt_gateway_upstream_rows_count[{r}]))")),)),
