@@ -96,12 +96,15 @@ class UpSpec:
     api_key: str | None = None
     drain_grace_s: float = 5.0
     served_model_names: tuple[str, ...] = ()   # --served-model-name values (scale.gateway.config.parse_served_names)
+    otlp_endpoint: str | None = None   # traces of the gateway, tritonserver and the front doors (serve/otel.py)
+    trace_sample: float | None = None
 
 
 def up(spec: UpSpec, log: Callable[[str], None] = print) -> None:
     """Build what needs building, serve it, put the gateway in front; return once stopped."""
     from .scale.gateway.config import GatewayConfig, parse_served_names
     from .scale.gateway.http import Background
+    from .serve.otel import triton_args, triton_env
     from .serve.ports import refuse_taken, reserve
     from .serve.server import ServerSpec, free_port
     from .serve.supervise import Supervisor
@@ -117,14 +120,15 @@ def up(spec: UpSpec, log: Callable[[str], None] = print) -> None:
     names = parse_served_names(spec.served_model_names, [read_manifest(r).name for r in repos])
     server = ServerSpec(repository=repos[0], more_repositories=tuple(repos[1:]), host=spec.host,
                         grpc_port=spec.grpc_port or free_port(spec.host), http_port=free_port(spec.host),
-                        metrics_port=free_port(spec.host))
+                        metrics_port=free_port(spec.host), extra_args=triton_args(spec.otlp_endpoint, spec.trace_sample),
+                        env=triton_env(spec.otlp_endpoint))
     gateway: list[Background] = []
 
     def ready(sup: Supervisor) -> None:
         srv = sup.server
         assert srv is not None
         cfg = GatewayConfig(repos[0], more_repositories=tuple(repos[1:]), triton=srv.grpc_url, api_key=spec.api_key,
-                            served_names=names)
+                            served_names=names, otlp_endpoint=spec.otlp_endpoint, trace_sample=spec.trace_sample)
         g = Background(cfg, spec.host, port, log=log)
         g.start()
         gateway.append(g)

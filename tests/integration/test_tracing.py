@@ -91,3 +91,84 @@ def test_the_standard_variables_turn_tracing_on_and_otel_sdk_disabled_off(minilm
             else:
                 assert "traces to" not in log.read_text()
                 assert len(rx.spans) == before
+
+
+def test_through_the_front_door_the_trace_goes_on_into_its_stages(minilm_repo, tmp_path):
+    """The gateway's front-door route: the gateway's try, Triton's spans for the front door's request (its
+    OpenTelemetry mode), and under Triton's the front door's own span (embtrt_backend.tracing, the
+    endpoint from the variable `embtrt serve --otlp-endpoint` sets) with its stages in the order they ran."""
+    from openai import OpenAI
+
+    from embtrt.serve.otel import triton_env
+
+    trace_id, caller = secrets.token_hex(16), secrets.token_hex(8)
+    with Receiver() as rx:
+        srv = TritonServer(ServerSpec(minilm_repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port(),
+                                      log_file=tmp_path / "tritonserver.log", graceful_exit=False,
+                                      extra_args=triton_args(rx.url, 1.0), env=triton_env(rx.url)))
+        with srv, gateway(minilm_repo, tmp_path / "gw.log", "--triton", srv.grpc_url, "--route", "frontdoor",
+                          "--otlp-endpoint", rx.url) as url:
+            client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            got = client.embeddings.create(model=NAME, input=TEXTS, extra_headers={"traceparent": f"00-{trace_id}-{caller}-01"})
+            assert len(got.data) == 3
+            until(lambda: any(s["service"] == "embtrt-frontdoor" and s["name"] == "respond" for s in rx.of_trace(trace_id))
+                  and any(s["name"] == "render" for s in rx.of_trace(trace_id)), 60, "the front door's spans")
+        spans = rx.of_trace(trace_id)
+    by_id = {s["span_id"]: s for s in spans}
+    door = _one(spans, f"frontdoor {NAME}")
+    assert door["service"] == "embtrt-frontdoor" and door["attributes"]["embtrt.model"] == NAME, door
+    assert door["attributes"]["embtrt.execute.requests"] >= 1 and door["attributes"]["embtrt.execute.rows"] >= 1
+    # its parent is Triton's, whose ancestors lead to the gateway's try and the caller
+    up, seen = by_id[door["parent"]], []
+    assert up["service"] == "embtrt-triton", up
+    while up["parent"] in by_id:
+        seen.append((up["service"], up["name"]))
+        up = by_id[up["parent"]]
+    seen.append((up["service"], up["name"]))
+    assert ("embtrt-gateway", "triton infer") in seen and up["parent"] == caller, seen
+    stages = sorted((s for s in spans if s["parent"] == door["span_id"]), key=lambda s: s["start"])
+    names = [s["name"] for s in stages]
+    assert names[0] == "read" and names[-1] == "respond" and {"parse", "tokenize", "encode", "pool"} <= set(names), names
+    assert all(a["end"] <= b["start"] for a, b in zip(stages, stages[1:])), names
+    assert door["start"] <= stages[0]["start"] and stages[-1]["end"] <= door["end"]
+
+
+def test_embtrt_up_with_an_otlp_endpoint_traces_the_gateway_tritonserver_and_the_front_door(minilm_repo, tmp_path):
+    """`embtrt up --otlp-endpoint`: one command, the caller's trace through the gateway into tritonserver (up's
+    gateway calls MiniLM's bucket encoders: the ids route), a tritonclient gRPC call to the front door with
+    its own traceparent gets the front door's stage spans under Triton's, and the log says where traces go."""
+    import signal
+
+    from openai import OpenAI
+
+    import tritonclient.grpc as grpcclient
+    from test_up import Up
+
+    from embtrt.serve import wire
+
+    trace_id, caller = secrets.token_hex(16), secrets.token_hex(8)
+    with Receiver() as rx:
+        up = Up(minilm_repo, tmp_path, "--otlp-endpoint", rx.url)
+        try:
+            client = OpenAI(base_url=f"http://127.0.0.1:{up.port}/v1", api_key="unused", max_retries=0)
+            got = client.embeddings.create(model=NAME, input=TEXTS, extra_headers={"traceparent": f"00-{trace_id}-{caller}-01"})
+            assert len(got.data) == 3
+            grpc_trace = secrets.token_hex(16)
+            with grpcclient.InferenceServerClient(f"127.0.0.1:{up.grpc}") as c:
+                c.infer(NAME, [wire.text_input(TEXTS)], headers={"traceparent": f"00-{grpc_trace}-{caller}-01"})
+            until(lambda: {"embtrt-gateway", "embtrt-triton"} <= {s["service"] for s in rx.of_trace(trace_id)}
+                  and any(s["name"] == "respond" for s in rx.of_trace(grpc_trace)), 60,
+                  "the gateway's, Triton's and the front door's spans")
+            assert up.stop(signal.SIGINT) == 0, up.text()[-2000:]
+        finally:
+            up.kill()
+        spans = rx.of_trace(trace_id)
+    assert f"traces to {rx.url}" in up.text(), up.text()[-2000:]
+    top = _one(spans, "POST /v1/embeddings", parent=caller)
+    ids = {s["span_id"] for s in spans}
+    assert all(s["parent"] in ids for s in spans if s is not top)   # one tree under the caller's span
+    triton = [s for s in spans if s["service"] == "embtrt-triton"]
+    assert triton, [(s["service"], s["name"]) for s in spans]
+    door = _one(rx.of_trace(grpc_trace), f"frontdoor {NAME}")
+    stages = {s["name"] for s in rx.of_trace(grpc_trace) if s["parent"] == door["span_id"]}
+    assert stages >= {"read", "tokenize", "encode", "respond"}, stages

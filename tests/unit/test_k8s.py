@@ -663,3 +663,35 @@ def test_a_dashboard_and_alert_rules_are_rendered_and_with_the_operator_monitors
     pools_selector = kinds["PodMonitor"]["bert-pools"]["spec"]["selector"]["matchLabels"]
     gateway_labels = kinds["Deployment"]["bert-gateway"]["spec"]["template"]["metadata"]["labels"]
     assert not pools_selector.items() <= gateway_labels.items()   # the pools' monitor scrapes the pools only
+
+
+def test_an_otlp_endpoint_traces_the_gateway_and_the_pools_and_none_renders_no_tracing(repos, tmp_path, monkeypatch):
+    """#72: `embtrt k8s --otlp-endpoint URL --trace-sample F`: the gateway's tracing flags, the pools' tritonserver in
+    its OpenTelemetry mode (embtrt serve's flags for that URL; one in round(1/F) requests) with the endpoint in
+    its environment for the front door's spans; without it nothing of tracing is rendered, whatever the rendering
+    machine's OTEL_* variables say; a bad URL or rate is refused."""
+    from embtrt.serve.otel import ENDPOINT_ENV, trace_config
+
+    url = "http://otel-collector.monitoring:4318/v1/traces"
+    cli = [sys.executable, "-m", "embtrt.cli", "k8s", str(repos["cpu"]), "--image", STANDIN, "--server-python", PY]
+    p = subprocess.run([*cli, "--out", str(tmp_path / "t"), "--otlp-endpoint", url, "--trace-sample", "0.25"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    kinds = by_kind(load(tmp_path / "t"))
+    gw = kinds["Deployment"]["bert-gateway"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert gw[gw.index("--otlp-endpoint") + 1] == url and gw[gw.index("--trace-sample") + 1] == "0.25", gw
+    pools = [d for n, d in kinds["Deployment"].items() if "-pool-" in n]
+    assert pools
+    for d in pools:
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        assert c["args"][-6:] == list(trace_config(url, 0.25)) and "--trace-config=rate=4" in c["args"], c["args"]
+        assert {"name": ENDPOINT_ENV, "value": url} in c["env"], c["env"]
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://this-machine:4318")
+    write(K8sSpec(repos["cpu"], tmp_path / "plain", image=STANDIN, server_python=PY), log=lambda _m: None)
+    text = "".join(f.read_text() for f in (tmp_path / "plain").glob("*.yaml"))
+    assert "otlp" not in text and "trace-config" not in text and "OTEL_" not in text
+    for bad, said in ((("--otlp-endpoint", "collector:4318"), "invalid --otlp-endpoint"),
+                      (("--trace-sample", "2"), "invalid trace sample")):
+        r = subprocess.run([*cli, "--out", str(tmp_path / "bad"), *bad], capture_output=True, text=True)
+        assert r.returncode != 0 and said in r.stderr, r.stderr

@@ -84,6 +84,8 @@ def k8s(
     namespace: Optional[str] = typer.Option(None, help="Namespace set in kustomization.yaml. Default: none."),
     alert_p99_ms: Optional[float] = typer.Option(None, help="p99 in ms the latency alert holds the gateway's routes to (alert-rules.yaml). Default: the SLO `embtrt tune` tuned the repository for, else 1000."),
     prometheus_operator: bool = typer.Option(False, "--prometheus-operator", help="Also render monitoring.yaml: a PrometheusRule with the alert rules and PodMonitors for the pools and the gateway (the Prometheus Operator's CRDs). Default: off (the dashboard and rules as ConfigMaps only)."),
+    otlp_endpoint: Optional[str] = typer.Option(None, help="OTLP/HTTP traces endpoint of an OpenTelemetry collector the pods reach, e.g. http://otel-collector.monitoring:4318/v1/traces: the gateway's spans and Triton's OpenTelemetry trace mode in the pools, one trace per request (docs/observability.md). Default: no tracing (this machine's OTEL_* variables are not read)."),
+    trace_sample: float = typer.Option(1.0, help="Fraction of requests traced (a sampled traceparent from the caller is always followed at the gateway). Default 1.0."),
 ) -> None:
     """Render Kubernetes YAML: length pools of tritonservers (Deployment, Service, HPA, PDB), the gateway, a NetworkPolicy, a Grafana dashboard and Prometheus alert rules."""
     from ..scale.k8s import K8sSpec, write
@@ -94,5 +96,6 @@ def k8s(
                    engines_image=engines_image, gpus=gpus,
                    replicas=replicas, max_replicas=max_replicas, target_queue_ms=target_queue_ms,
                    drain_grace_s=drain_grace, repo_pvc=repo_pvc, namespace=namespace, pool_cpu=pool_cpu,
-                   pool_memory=pool_memory, alert_p99_ms=alert_p99_ms, prometheus_operator=prometheus_operator)
+                   pool_memory=pool_memory, alert_p99_ms=alert_p99_ms, prometheus_operator=prometheus_operator,
+                   otlp_endpoint=otlp_endpoint, trace_sample=trace_sample)
     write(spec, log=say)

@@ -22,6 +22,8 @@ def up(
     api_key_env: Optional[str] = typer.Option(None, help="Name of an environment variable holding the API key; requests must send Authorization: Bearer <key>. Default: no key."),
     drain_grace: float = typer.Option(5.0, help="On SIGTERM, seconds tritonserver keeps serving as usual after the gateway stopped taking connections; Ctrl-C skips it. Default 5."),
     served_model_name: Optional[list[str]] = typer.Option(None, help="The name clients call the model by over HTTP, in place of its own: NAME for the only model, MODEL=NAME for one of several; repeat for aliases (the first is reported). Default: each model's own name (its folder's)."),
+    otlp_endpoint: Optional[str] = typer.Option(None, help="OTLP/HTTP traces endpoint of an OpenTelemetry collector, e.g. http://localhost:4318/v1/traces: one trace per request from the gateway through tritonserver into the front door's stages (docs/observability.md; pip install 'embtrt[tracing]'). Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing."),
+    trace_sample: Optional[float] = typer.Option(None, help="Fraction of requests traced (those with a sampled traceparent always are at the gateway). Default: OTEL_TRACES_SAMPLER_ARG, else 1.0."),
 ) -> None:
     """One command from a model folder to an HTTP endpoint: build (or reuse the build), serve, and the gateway in front; Ctrl-C stops all of it."""
     from ..up import UpSpec
@@ -30,4 +32,5 @@ def up(
     from ..scale.gateway.config import api_key_from
 
     run_up(UpSpec(list(source), host=host, port=port, grpc_port=grpc_port, out=out, target=target, rebuild=rebuild,
-                  api_key=api_key_from(api_key_env), drain_grace_s=drain_grace, served_model_names=tuple(served_model_name or ())), log=say)
+                  api_key=api_key_from(api_key_env), drain_grace_s=drain_grace, served_model_names=tuple(served_model_name or ()),
+                  otlp_endpoint=otlp_endpoint, trace_sample=trace_sample), log=say)

@@ -23,6 +23,13 @@ def secret(name: str, labels: dict, key: str, value: str | None) -> dict:
             "stringData": {key: value or secrets.token_urlsafe(32)}}
 
 
+def trace_args(spec: K8sSpec) -> list[str]:
+    """The gateway's tracing flags (the image has embtrt[tracing])."""
+    if spec.otlp_endpoint is None:
+        return []
+    return ["--otlp-endpoint", spec.otlp_endpoint, "--trace-sample", f"{spec.trace_sample:g}"]
+
+
 def gateway(spec: K8sSpec, app: str, common: dict, files: dict, pool_args: list[str], volumes: list[dict],
             mounts: list[dict], repos: list[str], api_secret: str) -> None:
     gw = f"{app}-gateway"
@@ -38,7 +45,8 @@ def gateway(spec: K8sSpec, app: str, common: dict, files: dict, pool_args: list[
     cont = {
         "name": "gateway", **image_fields(spec.gateway_image),
         "command": ["embtrt", "gateway", *repos, "--host", "0.0.0.0", "--port", str(GATEWAY_PORT),
-                    "--route", "ids", "--api-key-env", API_KEY_ENV, *tls_args, *pool_args],  # pools load bucket models only
+                    # the route: the pools load bucket models only
+                    "--route", "ids", "--api-key-env", API_KEY_ENV, *tls_args, *trace_args(spec), *pool_args],
         "env": [{"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": api_secret, "key": "api-key"}}}],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health/ready", "port": "http", "scheme": scheme},

@@ -101,6 +101,22 @@ def triton_args(models: list[str], tls: bool) -> list[str]:
     return args + [f"--load-model={x}" for x in models]
 
 
+def trace_args(spec: K8sSpec) -> list[str]:
+    """tritonserver's OpenTelemetry trace mode to the spec's endpoint (serve/otel.py: what `embtrt serve
+    --otlp-endpoint` passes), continuing the gateway's traceparent."""
+    from ...serve.otel import trace_config
+
+    return [] if spec.otlp_endpoint is None else list(trace_config(spec.otlp_endpoint, spec.trace_sample))
+
+
+def trace_env(spec: K8sSpec) -> list[dict]:
+    """The endpoint in the pool's environment too: a front door's stage spans (python_backend tracing), where
+    the image's Python has the OpenTelemetry SDK."""
+    from ...serve.otel import ENDPOINT_ENV
+
+    return [] if spec.otlp_endpoint is None else [{"name": ENDPOINT_ENV, "value": spec.otlp_endpoint}]
+
+
 def wants_gpu(m: Manifest) -> bool:
     """Does a pool of this repository need a GPU: TensorRT plans, or an encoder built for --device cuda
     (python-torch, onnxruntime)?"""
@@ -157,9 +173,9 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             volumes.append(tls_volume(spec.tls_secret))
         container = {
             "name": "tritonserver", **image_fields(spec.image),
-            "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)),
+            "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)) + trace_args(spec),
             "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret, "key": "key"}}},
-                    *writable_env(), {"name": DRAIN_ENV, "value": DRAIN_FILE}],
+                    *writable_env(), {"name": DRAIN_ENV, "value": DRAIN_FILE}, *trace_env(spec)],
             "lifecycle": {"preStop": {"exec": {"command": pre_stop(spec.drain_grace_s)}}},
             "ports": [{"name": "http", "containerPort": HTTP}, {"name": "grpc", "containerPort": GRPC},
                       {"name": "metrics", "containerPort": METRICS}],

@@ -67,8 +67,17 @@ class K8sSpec:
     alert_p99_ms: float | None = None
     # also a PrometheusRule and PodMonitors (the Prometheus Operator's CRDs), beside the plain ConfigMaps
     prometheus_operator: bool = False
+    # OpenTelemetry traces to this OTLP/HTTP endpoint (the gateway's spans, Triton's OpenTelemetry mode in
+    # the pools), at this fraction of requests; None: no tracing (the rendering machine's OTEL_* are not read)
+    otlp_endpoint: str | None = None
+    trace_sample: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.trace_sample <= 1.0:
+            raise SpecError(f"invalid trace sample rate {self.trace_sample}", "a fraction of requests from 0 to 1, e.g. 0.1")
+        if self.otlp_endpoint is not None and not re.match(r"https?://[^/\s]+", self.otlp_endpoint):
+            raise SpecError(f"invalid --otlp-endpoint {self.otlp_endpoint!r}",
+                            "an OTLP/HTTP URL the pods can reach, e.g. http://otel-collector.monitoring:4318/v1/traces")
         if not re.fullmatch(r"\d+(\.\d+)?m?", self.pool_cpu) or float(self.pool_cpu.rstrip("m") or 0) <= 0:
             raise SpecError(f"invalid pool_cpu: {self.pool_cpu!r}", "a Kubernetes CPU quantity such as 2, 1.5 or 500m")
         if not re.fullmatch(r"\d+(\.\d+)?(Ki|Mi|Gi|Ti|K|M|G|T)?", self.pool_memory) or \
