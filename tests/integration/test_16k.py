@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -229,3 +230,48 @@ def test_matrix_cli_refuses_a_band_that_is_not_a_bucket(repo16k):
     p = subprocess.run([sys.executable, "-m", "embtrt.cli", "matrix", str(repo16k), "--only", "100",
                         "--max-batch-tokens", "1024"], capture_output=True, text=True)
     assert p.returncode != 0 and "not buckets of b16k" in p.stderr, p.stderr
+
+
+def _sentences(text: str, n: int) -> list[str]:
+    """`text` cut at spaces into n consecutive chunks (joined by one space they are the text again)."""
+    words = text.split(" ")
+    step = -(-len(words) // n)
+    return [" ".join(words[i:i + step]) for i in range(0, len(words), step)]
+
+
+def test_late_chunking_of_1k_to_16k_token_documents_equals_span_pooling_of_one_pass(tmp_path):
+    """#71: the 16K-position BERT built with --pooler python (its encoders return token embeddings; gated on a
+    few short texts and one of 5K tokens), served, the gateway in front: documents of about 1K, 5K, 12K and
+    16K tokens, each sent as consecutive chunks with late_chunking, equal sentence-transformers' token
+    embeddings of the whole document pooled over each chunk's tokens (tests/integration/test_late_chunking.py's
+    reference), through the openai client; a document one chunk too long is a 400 naming that chunk."""
+    from openai import OpenAI
+
+    from test_gateway import gateway
+    from test_late_chunking import reference
+    from tiny_models import long_texts, make_bert_16k
+
+    model = make_bert_16k(tmp_path / "b16k", heads=HEADS)
+    k1, k5, k12, k16 = long_texts(model / "tokenizer.json", (1024, 5000, 12000, 16384))
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text(json.dumps(load_corpus()[:8] + [k5]))
+    build(spec_from_options(model, tmp_path / "repo", pooler="python"), corpus=corpus, log=print)
+    with start_server(tmp_path / "repo", tmp_path) as srv, \
+            gateway(tmp_path / "repo", tmp_path / "gw.log", "--triton", srv.grpc_url, "--request-timeout", "600") as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+        for doc, n in ((k1, 4), (k5, 12), (k12, 24), (k16, 40)):
+            chunks = _sentences(doc, n)
+            assert " ".join(chunks) == doc
+            got = client.embeddings.create(model="b16k", input=chunks, extra_body={"late_chunking": True})
+            vecs = np.array([d.embedding for d in got.data], np.float32)
+            spans, at = [], 0
+            for c in chunks:
+                spans.append((at, at + len(c)))
+                at += len(c) + 1
+            want, tokens = reference(model, doc, spans)
+            print(f"late chunking: {tokens} tokens, {len(chunks)} chunks, max |d| {np.abs(vecs - want).max():.2e}")
+            assert got.usage.prompt_tokens == tokens and np.abs(vecs - want).max() <= 1e-4
+            assert (np.argmax(vecs @ want.T, axis=1) == np.arange(len(chunks))).all()
+        over = httpx.post(f"{url}/v1/embeddings", json={"model": "b16k", "input": _sentences(k16, 40) + ["one more chunk" * 10],
+                                                         "late_chunking": True}, timeout=600)
+    assert over.status_code == 400 and "input[40] and the chunks after it do not fit" in over.json()["error"]["message"], over.text

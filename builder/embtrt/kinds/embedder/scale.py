@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,7 @@ class Gateway:
         # the lowest-latency way, token ids to its buckets' encoders (measured at concurrency 1: benchmarks/README.md)
         self.adaptive = cfg.route == "auto" and len(self.pools) == 1
         self.active = 0  # this model's requests in embed()
+        self._whole: Any = None   # late chunking's tokenizer (late_chunks), made on first use
         if self.route == "frontdoor" and len(self.pools) > 1:
             raise SpecError(f"--route frontdoor sends every text of {name} to its front door, but its buckets are "
                             f"in {len(self.pools)} pools", "use --route ids with length pools")
@@ -216,6 +218,37 @@ class Gateway:
 
         await asyncio.gather(*(one(c) for c in batch.chunks))
         return rows, int(sum(len(r) for r in rows))
+
+    async def late_chunks(self, document: str, spans: list[tuple[int, int]], opts, field: str = "input") -> tuple[np.ndarray, int]:
+        """-> (one vector per chunk span of `document`, pooled from its own tokens of one pass over the whole
+        document, as the options ask; the document's tokens): late chunking (scale_late.py)."""
+        from tokenizers import Tokenizer
+
+        from . import scale_late as lc
+
+        s = self.served
+        if s.core.cfg.pooling != "mean":
+            raise ApiError(400, f"late chunking pools each chunk's own tokens by their mean; {s.name} pools by "
+                           f"{s.core.cfg.pooling} (one position's vector, which no chunk owns)", param="late_chunking")
+        if s.core.cfg.fused:
+            raise ApiError(400, f"late chunking needs each token's embedding, and {s.name} was built with its pooling "
+                           "inside the graph (--pooler fused): rebuild it with --pooler python", param="late_chunking",
+                           code="wrong_operation")
+        self.admission.check_chars([document])
+        if self._whole is None:   # the model's tokenizer without truncation: the whole document, its offsets
+            self._whole = Tokenizer.from_str(s.tok.tok.to_str())
+            self._whole.no_truncation()
+            self._whole.no_padding()
+        enc = self._whole.encode(document)
+        owner = lc.owners(enc.offsets, enc.special_tokens_mask, spans)
+        if len(enc.ids) > s.max_len:
+            k = lc.not_fitting(owner, s.max_len)
+            raise ApiError(400, f"late chunking embeds the document in one pass: it is {len(enc.ids)} tokens, {s.name} "
+                           f"takes at most {s.max_len}; {field}[{k}] and the chunks after it do not fit (send them as "
+                           "another document)", param=field)
+        (tokens,), used = await self.token_vectors(None, [list(enc.ids)], opts)
+        vecs = lc.pool(tokens, owner, len(spans), s.core.cfg.normalize, field)
+        return s.options.finish(vecs, opts), used
 
     async def _chunk(self, c: Chunk, texts: list[str] | None, bulk: bool = False) -> np.ndarray:
         """One chunk of the plan upstream: as text to its bucket ensemble (--route text), or as token ids

@@ -46,6 +46,7 @@ from ...scale.gateway.errors import ApiError, empty, flag, model_name, short, te
 from ...scale.gateway.operation import Answer, Operation
 from ...scale.gateway.route_table import dialect_of
 from ...scale.gateway.images import cohere_items
+from .scale_late import parse as parse_late
 from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, parse_embeddings, render as render_openai,
                            request_options, resolve_model)
 
@@ -124,12 +125,16 @@ def parse_tei(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[s
         raw["truncate"] = truncate
     if ids is not None and raw.get("prompt_name") is not None:
         raise ApiError(400, "token-id input is embedded as given: prompt_name applies to texts only", param="prompt_name")
-    return EmbeddingsRequest(model, name, texts, ids, "float", request_options(m, raw), "tei", flag(body, "normalize", True))
+    return EmbeddingsRequest(model, name, texts, ids, "float", request_options(m, raw), "tei", flag(body, "normalize", True),
+                             late=parse_late(body, texts, "inputs", raw, cfg.max_items))
 
 
 def parse_embed_all(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:
     """TEI's /embed_all: /embed's body without normalize and dimensions (which do not apply to token vectors)."""
     req = parse_tei(body, models, kinds, cfg)
+    if req.late is not None:
+        raise ApiError(400, "late chunking gives a vector per chunk (/embed, /v1/embeddings), not token embeddings",
+                       param="late_chunking")
     if req.options.dimensions is not None:
         raise ApiError(400, "dimensions does not apply to token embeddings", param="dimensions")
     return replace(req, api="tei-all", normalize=False)
@@ -236,7 +241,13 @@ async def answer(model, req: EmbeddingsRequest) -> Answer:
     if req.api == "tei-all":   # each input's token embeddings (a --pooler python build's encoders)
         rows, tokens = await model.token_vectors(req.texts, req.ids, req.options)
         return rows, 8 * sum(r.size for r in rows), tei_headers(tokens, sum(map(len, req.texts or ())))
-    if req.media:   # a text-and-image model's images (and texts), each item in its own modality
+    if req.late is not None:   # one pass over the document, each chunk pooled from its own tokens
+        late_chunks = getattr(model, "late_chunks", None)
+        if late_chunks is None:
+            raise ApiError(400, f"late chunking is served for text embedders; {req.served} is a {model.kind.name}",
+                           param="late_chunking")
+        vecs, tokens = await late_chunks(req.late.document, list(req.late.spans), req.options, req.late.field)
+    elif req.media:   # a text-and-image model's images (and texts), each item in its own modality
         vecs, tokens = await model.embed_items(req.texts, req.media, req.options, req.media_field)
     else:
         vecs, tokens = await model.embed(req.texts, req.ids, req.options)

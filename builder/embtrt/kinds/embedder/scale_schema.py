@@ -20,6 +20,7 @@ from embtrt_backend.kinds import EMBEDDER, Kind
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, model_name
 from ...scale.gateway.operation import Answer
 from ...scale.gateway.images import media, modalities, takes_images
+from .scale_late import Late, parse as parse_late
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
     from embtrt_backend.options import ModelOptions, RequestOptions
@@ -59,6 +60,7 @@ class EmbeddingsRequest:
     # (scale.gateway.images); () where every item is a text
     media: tuple = ()
     media_field: str = "input"       # the body's field of those items (Cohere: images or inputs), in errors
+    late: Late | None = None         # late chunking (scale_late.py): the document and its chunks' spans
 
 
 def model_suffixes(options: ModelOptions) -> list[str]:
@@ -148,7 +150,8 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
         for k, x in enumerate(items if found else ()):
             if found[k] is None:
                 check_bytes([x], m.max_text_bytes, "input", name=f"input[{k}]")
-        return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found)
+        return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found,
+                                 late=parse_late(body, items, "input", raw, max_items, found))
     if body.get("modality") is not None:
         if any(x != "text" for x in modalities(body["modality"], len(inp) if isinstance(inp, list) else 1) or ()):
             raise ApiError(400, "images are data URI strings in input: token ids are texts' only", param="modality")
@@ -158,6 +161,7 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
     if len(inp) > max_items:
         raise ApiError(400, f"input has {len(inp)} items; at most {max_items} per request", param="input")
     looks_like_ids = all(_is_int(x) for x in inp) or all(isinstance(x, list) for x in inp)
+    parse_late(body, None, "input", raw, max_items)   # late chunking refused for token ids, where asked for
     if looks_like_ids and not m.token_ids:
         raise ApiError(400, "token-id input is off on this gateway: ids are embedded as this model's own vocabulary, "
                        "and clients such as LangChain's OpenAIEmbeddings send ids of another one (tiktoken) by "

@@ -19,7 +19,7 @@ OPTIONS = frozenset({*OPTION_NAMES, "encoding_format", "normalize", "truncation_
                      "embedding_types", "top_n", "return_documents", "raw_scores", "return_text", "input_type",
                      "prompt_name", "dimensions", "truncate", "truncate_prompt_tokens", "add_special_tokens",
                      "return_dense", "return_sparse", "return_colbert_vecs", "function_to_apply", "use_activation",
-                     "modality", "top_k"})
+                     "modality", "top_k", "late_chunking", "chunk_spans"})
 # the other fields some dialect's parser reads (never a near miss, whatever they resemble)
 READ = frozenset({"model", "input", "inputs", "texts", "documents", "passages", "query", "images", "messages",
                   "content", "prompt", "parameters", "task", "ids", "tokens", "user", "embedding_mode",
