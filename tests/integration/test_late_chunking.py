@@ -49,13 +49,19 @@ def _spans(chunks: list[str]) -> tuple[str, list[tuple[int, int]]]:
 
 
 @pytest.fixture(scope="module")
-def url(tiny_repos, tmp_path_factory):
+def served(tiny_repos, tmp_path_factory):
+    """(the gateway's URL, tritonserver's gRPC address)."""
     from conftest import start_server
 
     tmp = tmp_path_factory.mktemp("late")
     with start_server(tiny_repos["xlmr-mean"], tmp) as srv:
         with gateway(tiny_repos["xlmr-mean"], tmp / "gw.log", "--triton", srv.grpc_url) as u:
-            yield u
+            yield u, srv.grpc_url
+
+
+@pytest.fixture(scope="module")
+def url(served):
+    return served[0]
 
 
 def test_openai_late_chunking_equals_span_pooling_of_one_pass_and_differs_from_chunks_alone(url, tiny_models):
@@ -87,6 +93,43 @@ def test_tei_explicit_spans_cut_one_document_and_text_outside_them_belongs_to_no
     want, tokens = reference(tiny_models["xlmr-mean"], doc, spans)
     assert np.abs(np.array(r.json(), np.float32) - want).max() <= 1e-4
     assert int(r.headers["x-compute-tokens"]) == tokens
+
+
+def _grpc(address: str, chunks: list[str], parameters: dict):
+    import tritonclient.grpc as grpcclient
+
+    from embtrt.serve import wire
+
+    with grpcclient.InferenceServerClient(address) as c:
+        r = c.infer(MODEL, [wire.text_input(chunks)], parameters=parameters, outputs=wire.outputs("EMBEDDING", "TOKENS"))
+    return r.as_numpy("EMBEDDING"), r.as_numpy("TOKENS")
+
+
+def test_over_grpc_the_front_door_late_chunks_its_text_rows_beside_plain_requests(served, tiny_models):
+    """The front door's request parameter late_chunking (embtrt_backend.late_chunks): the TEXT rows are the chunks;
+    the same vectors as the reference, TOKENS per chunk adding up to the document's; plain requests sent at the
+    same time (the dynamic batch may mix them) keep their own vectors; a bad value or a prompt is INVALID_ARGUMENT."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tritonclient.utils import InferenceServerException
+
+    doc, spans = _spans(CHUNKS)
+    want, tokens = reference(tiny_models["xlmr-mean"], doc, spans)
+    plain, _ = _grpc(served[1], CHUNKS, {})
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(_grpc, served[1], CHUNKS, {"late_chunking": True} if i % 2 == 0 else {}) for i in range(16)]
+        got = [f.result() for f in futures]
+    for i, (vecs, toks) in enumerate(got):
+        if i % 2 == 0:
+            assert np.abs(vecs - want).max() <= 1e-4 and int(toks.sum()) == tokens and toks.shape == (len(CHUNKS), 1)
+        else:
+            assert np.abs(vecs - plain).max() <= 1e-5
+    assert np.abs(plain - want).max() > 1e-2
+    for params, said in (({"late_chunking": "yes"}, "must be a boolean"), ({"late_chunking": True, "prompt_name": "query"},
+                                                                           "a prompt would be context")):
+        with pytest.raises(InferenceServerException, match=said) as e:
+            _grpc(served[1], CHUNKS, params)
+        assert "INVALID_ARGUMENT" in str(e.value.status())
 
 
 @pytest.mark.parametrize(("body", "status", "said"), [

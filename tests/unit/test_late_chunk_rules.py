@@ -1,4 +1,5 @@
-"""#71: late chunking's rules without a server (builder/embtrt/kinds/embedder/scale_late.py): the join, which
+"""#71: late chunking's rules without a server (python_backend/embtrt_backend/late_chunks.py, and the gateway's forms:
+builder/embtrt/kinds/embedder/scale_late.py): the join, which
 chunk owns each token (its last character's), the pooling, the spans' checks. The served case against
 sentence-transformers is tests/integration/test_late_chunking.py."""
 
@@ -30,8 +31,7 @@ def test_each_chunk_is_the_mean_of_its_tokens_normalized_where_the_model_normali
     owner = np.array([-1, 0, 0, 1, -1])
     assert np.allclose(lc.pool(tokens, owner, 2, False), [[2, 0], [0, 2]])
     assert np.allclose(lc.pool(tokens, owner, 2, True), [[1, 0], [0, 1]])
-    with pytest.raises(ApiError, match=r"input\[2\]: the chunk holds no token"):
-        lc.pool(tokens, owner, 3, True)
+    assert lc.first_empty(owner, 2) is None and lc.first_empty(owner, 3) == 2
 
 
 @pytest.mark.parametrize(("spans", "said"), [

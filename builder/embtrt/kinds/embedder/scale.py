@@ -227,13 +227,9 @@ class Gateway:
         from . import scale_late as lc
 
         s = self.served
-        if s.core.cfg.pooling != "mean":
-            raise ApiError(400, f"late chunking pools each chunk's own tokens by their mean; {s.name} pools by "
-                           f"{s.core.cfg.pooling} (one position's vector, which no chunk owns)", param="late_chunking")
-        if s.core.cfg.fused:
-            raise ApiError(400, f"late chunking needs each token's embedding, and {s.name} was built with its pooling "
-                           "inside the graph (--pooler fused): rebuild it with --pooler python", param="late_chunking",
-                           code="wrong_operation")
+        why = lc.refusal(s.core.cfg.pooling, s.core.cfg.fused)
+        if why is not None:
+            raise ApiError(400, f"{s.name}: {why}", param="late_chunking", code="wrong_operation" if s.core.cfg.fused else None)
         self.admission.check_chars([document])
         if self._whole is None:   # the model's tokenizer without truncation: the whole document, its offsets
             self._whole = Tokenizer.from_str(s.tok.tok.to_str())
@@ -246,8 +242,11 @@ class Gateway:
             raise ApiError(400, f"late chunking embeds the document in one pass: it is {len(enc.ids)} tokens, {s.name} "
                            f"takes at most {s.max_len}; {field}[{k}] and the chunks after it do not fit (send them as "
                            "another document)", param=field)
+        k = lc.first_empty(owner, len(spans))
+        if k is not None:
+            raise ApiError(400, f"{field}[{k}]: the chunk holds no token of its own (empty or whitespace only)", param=field)
         (tokens,), used = await self.token_vectors(None, [list(enc.ids)], opts)
-        vecs = lc.pool(tokens, owner, len(spans), s.core.cfg.normalize, field)
+        vecs = lc.pool(tokens, owner, len(spans), s.core.cfg.normalize)
         return s.options.finish(vecs, opts), used
 
     async def _chunk(self, c: Chunk, texts: list[str] | None, bulk: bool = False) -> np.ndarray:

@@ -20,17 +20,20 @@ is a pooling of token spans: a CLS or last-token model's vector is one position'
 no macro-chunking: the first chunk that does not fit is named). No prompt is applied: the document is
 embedded as it is (a prompt would be context no chunk owns; an explicit prompt_name / input_type is refused).
 
-Plain numpy and tokenizers, tested without a server against sentence-transformers' token embeddings.
+The gateway's side: the request's forms and their errors; the rule (join, owners, pool) is the front door's
+(embtrt_backend.late_chunks), which does the same over gRPC.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-import numpy as np
+
+from embtrt_backend.late_chunks import SEPARATOR, first_empty, join, not_fitting, owners, pool, refusal
 
 from ...scale.gateway.errors import ApiError
 
-SEPARATOR = " "
+# the rule itself (join, owners, pool) is the front door's: embtrt_backend.late_chunks
+__all__ = ["SEPARATOR", "Late", "check_spans", "first_empty", "join", "not_fitting", "owners", "parse", "pool", "refusal"]
 
 
 @dataclass(frozen=True)
@@ -68,15 +71,6 @@ def parse(body: dict, texts: list[str] | None, field: str, raw: dict, max_items:
     return Late(texts[0], tuple(check_spans(texts[0], spans, max_items=max_items)), "chunk_spans")
 
 
-def join(chunks: list[str]) -> tuple[str, list[tuple[int, int]]]:
-    """The document of consecutive chunks and each chunk's (start, end) characters in it."""
-    spans, at = [], 0
-    for c in chunks:
-        spans.append((at, at + len(c)))
-        at += len(c) + len(SEPARATOR)
-    return SEPARATOR.join(chunks), spans
-
-
 def check_spans(document: str, spans: object, field: str = "chunk_spans", max_items: int = 2048) -> list[tuple[int, int]]:
     """Explicit chunk spans, validated: a non-empty list of [start, end] integer pairs, each non-empty and
     inside the document, in order and not overlapping; else a 400 naming the first at fault."""
@@ -98,34 +92,3 @@ def check_spans(document: str, spans: object, field: str = "chunk_spans", max_it
                            "spans go in order and do not overlap", param=field)
         out.append((a, b))
     return out
-
-
-def owners(offsets: list[tuple[int, int]], special: list[int], spans: list[tuple[int, int]]) -> np.ndarray:
-    """Each token's chunk (its last character's), -1 for a special token or one outside every chunk."""
-    starts = np.array([a for a, _ in spans], np.int64)
-    ends = np.array([b for _, b in spans], np.int64)
-    last = np.array([b - 1 for _, b in offsets], np.int64)
-    k = np.searchsorted(starts, last, side="right") - 1
-    inside = (k >= 0) & (last < ends[np.clip(k, 0, None)])
-    empty = np.array([b <= a for a, b in offsets], bool)
-    return np.where(inside & ~np.asarray(special, bool) & ~empty, k, -1)
-
-
-def pool(tokens: np.ndarray, owner: np.ndarray, n: int, normalize: bool, field: str = "input") -> np.ndarray:
-    """Each chunk's mean token embedding [n, hidden] (normalized where the model normalizes); a chunk that owns
-    no token is a 400 naming it."""
-    counts = np.bincount(owner[owner >= 0], minlength=n)
-    if (counts == 0).any():
-        k = int(np.nonzero(counts == 0)[0][0])
-        raise ApiError(400, f"{field}[{k}]: the chunk holds no token of its own (empty or whitespace only)", param=field)
-    sums = np.zeros((n, tokens.shape[1]), np.float64)
-    np.add.at(sums, owner[owner >= 0], tokens[owner >= 0].astype(np.float64))
-    vecs = (sums / counts[:, None]).astype(np.float32)
-    if normalize:
-        vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-    return vecs
-
-
-def not_fitting(owner_all: np.ndarray, max_len: int) -> int:
-    """The first chunk with a token past the first max_len tokens (its index), for the refusal."""
-    return int(owner_all[max_len:][owner_all[max_len:] >= 0][0]) if (owner_all[max_len:] >= 0).any() else 0

@@ -1,0 +1,146 @@
+"""Late chunking (#71): the chunks of one document embedded in one pass over the whole document, each chunk's
+vector pooled from its own tokens, so that every chunk's tokens have seen the whole document (Jina's
+`late_chunking: true`). The rule, used by the front door (LateCore, over gRPC: the request parameter
+`late_chunking` with the TEXT rows the chunks) and by the gateway (builder/embtrt/kinds/embedder/scale_late.py):
+
+- the chunks are joined with SEPARATOR, one space, into the document (or, at the gateway, explicit spans cut
+  one document); a token belongs to the chunk holding its last character (a byte-level piece that carries
+  the space before a word goes with the word); special tokens and tokens outside every chunk belong to none;
+- each chunk's vector is the mean of its tokens' embeddings, L2-normalized where the model normalizes;
+- the whole document in one pass: no truncation (over the max length, the first chunk that does not fit is
+  named); no prompt (context no chunk owns); mean pooling only (a CLS or last-token vector is one position's).
+
+Plain numpy (+ tokenizers), tested without Triton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import InputError
+from .core import Outcome, RequestCore, Rows
+from .options import DEFAULT, RequestOptions
+
+SEPARATOR = " "
+
+
+def join(chunks: list[str]) -> tuple[str, list[tuple[int, int]]]:
+    """The document of consecutive chunks and each chunk's (start, end) characters in it."""
+    spans, at = [], 0
+    for c in chunks:
+        spans.append((at, at + len(c)))
+        at += len(c) + len(SEPARATOR)
+    return SEPARATOR.join(chunks), spans
+
+
+def owners(offsets: list[tuple[int, int]], special: list[int], spans: list[tuple[int, int]]) -> np.ndarray:
+    """Each token's chunk (its last character's), -1 for a special token or one outside every chunk."""
+    starts = np.array([a for a, _ in spans], np.int64)
+    ends = np.array([b for _, b in spans], np.int64)
+    last = np.array([b - 1 for _, b in offsets], np.int64)
+    k = np.searchsorted(starts, last, side="right") - 1
+    inside = (k >= 0) & (last < ends[np.clip(k, 0, None)])
+    empty = np.array([b <= a for a, b in offsets], bool)
+    return np.where(inside & ~np.asarray(special, bool) & ~empty, k, -1)
+
+
+def first_empty(owner: np.ndarray, n: int) -> int | None:
+    """The first chunk that owns no token (empty or whitespace only), None when each owns some."""
+    counts = np.bincount(owner[owner >= 0], minlength=n)
+    return int(np.nonzero(counts == 0)[0][0]) if (counts == 0).any() else None
+
+
+def not_fitting(owner: np.ndarray, max_len: int) -> int:
+    """The first chunk with a token past the first max_len tokens (for the refusal)."""
+    past = owner[max_len:]
+    return int(past[past >= 0][0]) if (past >= 0).any() else 0
+
+
+def pool(tokens: np.ndarray, owner: np.ndarray, n: int, normalize: bool) -> np.ndarray:
+    """Each chunk's mean token embedding [n, hidden] (normalized where the model normalizes); every chunk owns
+    a token (first_empty is None)."""
+    counts = np.bincount(owner[owner >= 0], minlength=n)
+    sums = np.zeros((n, tokens.shape[1]), np.float64)
+    np.add.at(sums, owner[owner >= 0], tokens[owner >= 0].astype(np.float64))
+    vecs = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+    if normalize:
+        vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    return vecs
+
+
+def refusal(pooling: str, fused: bool) -> str | None:
+    """Why a model cannot be late chunked, None when it can."""
+    if pooling != "mean":
+        return (f"late chunking pools each chunk's own tokens by their mean; this model pools by {pooling} (one "
+                "position's vector, which no chunk owns)")
+    if fused:
+        return ("late chunking needs each token's embedding, and this model was built with its pooling inside the "
+                "graph (--pooler fused): rebuild it with --pooler python")
+    return None
+
+
+@dataclass
+class LateRequest:
+    """One document's chunks (the TEXT rows) with the request's options; `owner` filled by tokenize."""
+
+    chunks: list[str]
+    options: RequestOptions = DEFAULT
+    owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+class LateCore(RequestCore):
+    """The request core for late chunking: each request one row (its document, untruncated), the encoder's token
+    embeddings kept per row (a --pooler python build's), pooled per chunk in `result`. TOKENS per chunk: the
+    tokens it owns, the document's special tokens counted with the first, so that they add up to the pass."""
+
+    def __init__(self, core: RequestCore) -> None:
+        from tokenizers import Tokenizer
+
+        super().__init__(core.cfg, core.tokenizer, core.options)
+        self.clock = core.clock
+        self.whole = Tokenizer.from_str(core.tokenizer.tok.to_str())
+        self.whole.no_truncation()
+        self.whole.no_padding()
+
+    def tokenize(self, requests: list) -> list:
+        out: list = []
+        why = refusal(self.cfg.pooling, self.cfg.fused)
+        for r in requests:
+            if why is not None:
+                out.append(InputError(why, "late_chunking"))
+                continue
+            document, spans = join(r.chunks)
+            enc = self.whole.encode(document)
+            r.owner = owners(enc.offsets, enc.special_tokens_mask, spans)
+            max_len = self.tokenizer.max_length
+            if len(enc.ids) > max_len:
+                k = not_fitting(r.owner, max_len)
+                out.append(InputError(f"row {k}: late chunking embeds the document in one pass: it is {len(enc.ids)} "
+                                      f"tokens, the model takes at most {max_len}; this chunk and the ones after it do "
+                                      "not fit", "TEXT", k))
+                continue
+            k = first_empty(r.owner, len(spans))
+            if k is not None:
+                out.append(InputError(f"row {k}: the chunk holds no token of its own (empty or whitespace only)", "TEXT", k))
+                continue
+            tokens = np.bincount(r.owner[r.owner >= 0], minlength=len(spans)).astype(np.int64)
+            tokens[0] += int((r.owner < 0).sum())
+            out.append(Rows([list(enc.ids)], [list(enc.type_ids)], 0, tokens))
+        return out
+
+    def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk) -> list[np.ndarray]:
+        mask = feeds["attention_mask"].astype(bool)
+        return [np.asarray(output[j][mask[j]], np.float32) for j in range(len(chunk.ids))]
+
+    def collect(self, n_rows: int, parts: list) -> list:
+        rows: list = [None] * n_rows
+        for idx, vals in parts:
+            for r, v in zip(idx.tolist(), vals, strict=True):
+                rows[r] = v
+        return rows
+
+    def result(self, request: LateRequest, out, rows, lengths) -> Outcome:
+        vecs = pool(out[0], request.owner, len(request.chunks), self.cfg.normalize)
+        return Outcome(self.options.finish(vecs, request.options), rows.tokens)
