@@ -244,11 +244,12 @@ def test_late_chunking_of_1k_to_16k_token_documents_equals_span_pooling_of_one_p
     few short texts and one of 5K tokens), served, the gateway in front: documents of about 1K, 5K, 12K and
     16K tokens, each sent as consecutive chunks with late_chunking, equal sentence-transformers' token
     embeddings of the whole document pooled over each chunk's tokens (tests/integration/test_late_chunking.py's
-    reference), through the openai client; a document one chunk too long is a 400 naming that chunk."""
+    reference), through the openai client and over gRPC to the front door (late_chunking as a request
+    parameter); a document one chunk too long is a 400 naming that chunk."""
     from openai import OpenAI
 
     from test_gateway import gateway
-    from test_late_chunking import reference
+    from test_late_chunking import grpc_embed, reference
     from tiny_models import long_texts, make_bert_16k
 
     model = make_bert_16k(tmp_path / "b16k", heads=HEADS)
@@ -259,7 +260,7 @@ def test_late_chunking_of_1k_to_16k_token_documents_equals_span_pooling_of_one_p
     with start_server(tmp_path / "repo", tmp_path) as srv, \
             gateway(tmp_path / "repo", tmp_path / "gw.log", "--triton", srv.grpc_url, "--request-timeout", "600") as url:
         client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
-        for doc, n in ((k1, 4), (k5, 12), (k12, 24), (k16, 40)):
+        for doc, n in ((k1, 4), (k5, 12), (k12, 24), (k16, 32)):   # over gRPC: at most the front door's max batch (32) rows
             chunks = _sentences(doc, n)
             assert " ".join(chunks) == doc
             got = client.embeddings.create(model="b16k", input=chunks, extra_body={"late_chunking": True})
@@ -272,6 +273,11 @@ def test_late_chunking_of_1k_to_16k_token_documents_equals_span_pooling_of_one_p
             print(f"late chunking: {tokens} tokens, {len(chunks)} chunks, max |d| {np.abs(vecs - want).max():.2e}")
             assert got.usage.prompt_tokens == tokens and np.abs(vecs - want).max() <= 1e-4
             assert (np.argmax(vecs @ want.T, axis=1) == np.arange(len(chunks))).all()
-        over = httpx.post(f"{url}/v1/embeddings", json={"model": "b16k", "input": _sentences(k16, 40) + ["one more chunk" * 10],
+            # over gRPC, the front door's own late chunking
+            door, door_tokens = grpc_embed(srv.grpc_url, chunks, {"late_chunking": True}, "b16k", timeout_s=600)
+            assert np.abs(door - want).max() <= 1e-4 and int(door_tokens.sum()) == tokens
+        last = _sentences(k16, 32)
+        over = httpx.post(f"{url}/v1/embeddings", json={"model": "b16k", "input": last + ["one more chunk" * 10],
                                                          "late_chunking": True}, timeout=600)
-    assert over.status_code == 400 and "input[40] and the chunks after it do not fit" in over.json()["error"]["message"], over.text
+    said = f"input[{len(last)}] and the chunks after it do not fit"
+    assert over.status_code == 400 and said in over.json()["error"]["message"], over.text

@@ -95,13 +95,14 @@ def test_tei_explicit_spans_cut_one_document_and_text_outside_them_belongs_to_no
     assert int(r.headers["x-compute-tokens"]) == tokens
 
 
-def _grpc(address: str, chunks: list[str], parameters: dict):
+def grpc_embed(address: str, chunks: list[str], parameters: dict, model: str = MODEL, timeout_s: float = 60):
     import tritonclient.grpc as grpcclient
 
     from embtrt.serve import wire
 
     with grpcclient.InferenceServerClient(address) as c:
-        r = c.infer(MODEL, [wire.text_input(chunks)], parameters=parameters, outputs=wire.outputs("EMBEDDING", "TOKENS"))
+        r = c.infer(model, [wire.text_input(chunks)], parameters=parameters, outputs=wire.outputs("EMBEDDING", "TOKENS"),
+                    client_timeout=timeout_s)
     return r.as_numpy("EMBEDDING"), r.as_numpy("TOKENS")
 
 
@@ -115,9 +116,9 @@ def test_over_grpc_the_front_door_late_chunks_its_text_rows_beside_plain_request
 
     doc, spans = _spans(CHUNKS)
     want, tokens = reference(tiny_models["xlmr-mean"], doc, spans)
-    plain, _ = _grpc(served[1], CHUNKS, {})
+    plain, _ = grpc_embed(served[1], CHUNKS, {})
     with ThreadPoolExecutor(8) as pool:
-        futures = [pool.submit(_grpc, served[1], CHUNKS, {"late_chunking": True} if i % 2 == 0 else {}) for i in range(16)]
+        futures = [pool.submit(grpc_embed, served[1], CHUNKS, {"late_chunking": True} if i % 2 == 0 else {}) for i in range(16)]
         got = [f.result() for f in futures]
     for i, (vecs, toks) in enumerate(got):
         if i % 2 == 0:
@@ -128,7 +129,7 @@ def test_over_grpc_the_front_door_late_chunks_its_text_rows_beside_plain_request
     for params, said in (({"late_chunking": "yes"}, "must be a boolean"), ({"late_chunking": True, "prompt_name": "query"},
                                                                            "a prompt would be context")):
         with pytest.raises(InferenceServerException, match=said) as e:
-            _grpc(served[1], CHUNKS, params)
+            grpc_embed(served[1], CHUNKS, params)
         assert "INVALID_ARGUMENT" in str(e.value.status())
 
 
