@@ -94,3 +94,17 @@ def test_the_build_log_line_names_the_rule_or_kinds_choice_beside_it(tmp_path):
     one = folder(tmp_path, "one-label", CASES["one-label"][0])
     chosen = kind_line(SimpleNamespace(model_dir=one, kind="classifier"))   # as spec_from_options admits it
     assert chosen.startswith("classifier, as --kind says (the folder alone: reranker (rule 4 of 7: config.json names")
+
+
+def test_a_causal_lm_without_sentence_transformers_files_is_refused_not_built_as_an_embedder(tmp_path):
+    """#71: a Qwen3-Reranker-shaped folder (Qwen3ForCausalLM, no modules.json) was detected as an embedder by the
+    last rule and built as one (its hidden states pooled): refused now, saying what it likely is and what builds;
+    with modules.json (a decoder embedder, as Qwen3-Embedding saves itself) it is an embedder."""
+    from embtrt.errors import SpecError
+
+    causal = {"config.json": {"architectures": ["Qwen3ForCausalLM"]}}
+    with pytest.raises(SpecError, match="causal language model .Qwen3ForCausalLM. without sentence-transformers' modules.json") as e:
+        detect(folder(tmp_path, "reranker", causal))
+    assert "sequence-classification conversion" in str(e.value.hint)
+    found = detect(folder(tmp_path, "embedder", {**causal, **ST}))
+    assert found.kind.name == "embedder" and "SentenceTransformer folder" in found.why

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...common.files import json_object
+from ...errors import SpecError
 from ...reference.detect import st_model_type
 
 
@@ -15,4 +16,14 @@ def embedder_rule(path: Path) -> tuple[bool, str]:
     if st_model_type(path) == "SentenceTransformer" or (path / "modules.json").is_file():
         return True, "a sentence-transformers SentenceTransformer folder"
     archs = [a for a in json_object(path / "config.json").get("architectures") or [] if isinstance(a, str)]
+    causal = [a for a in archs if a.endswith("ForCausalLM")]
+    if causal:
+        # a decoder embedder (Qwen3-Embedding) says how it pools in modules.json; without it, a causal LM is most
+        # likely an LLM-style reranker (Qwen3-Reranker: the "yes" and "no" logits of its LM head), which pooling its
+        # hidden states would serve as vectors that are not its output (it was built as an embedder until #71)
+        raise SpecError(f"{path} is a causal language model ({causal[0]}) without sentence-transformers' modules.json: "
+                        "not an embedder as it is. An LLM-style reranker (Qwen3-Reranker: scores from the yes/no "
+                        "logits at the last token) is not served yet (#71)",
+                        "for a decoder embedding model, add its modules.json and pooling (as sentence-transformers "
+                        "saves it); for a reranker, its sequence-classification conversion (one label) builds as a reranker")
     return True, f"config.json names {', '.join(archs) or 'no architecture'} (an encoder)"
