@@ -402,6 +402,7 @@ def ov_server(tmp_path_factory):
     yield from _shared("ov_server", srv)
 
 
+@pytest.hookimpl(optionalhook=True)   # a hook of pytest-xdist's: unknown where it is not loaded (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     """make test's `--dist loadfile` with a shared server's files as one unit (tests/shared_servers.py)."""
     import os

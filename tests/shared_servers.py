@@ -81,7 +81,8 @@ def make_scheduler(config, log, folder: str):
                 try:
                     with open(os.path.join(folder, GROUPS_FILE)) as fh:
                         self._map = json.load(fh)
-                except (OSError, ValueError):
+                except (OSError, ValueError) as exc:   # each file its own unit, as plain loadfile
+                    print(f"shared_servers: no file groups ({exc}): scheduling file by file", flush=True)
                     self._map = {}
             f = nodeid.split("::", 1)[0]
             return self._map.get(f, f)

@@ -53,18 +53,29 @@ def first_empty(owner: np.ndarray, n: int) -> int | None:
 
 
 def not_fitting(owner: np.ndarray, max_len: int) -> int:
-    """The first chunk with a token past the first max_len tokens (for the refusal)."""
+    """The first chunk with a token past the first max_len tokens (for the refusal); where only tokens no chunk
+    owns are past it (a special token, text after the last span), the last chunk that owns one."""
     past = owner[max_len:]
-    return int(past[past >= 0][0]) if (past >= 0).any() else 0
+    if (past >= 0).any():
+        return int(past[past >= 0][0])
+    owned = owner[owner >= 0]
+    return int(owned.max()) if owned.size else 0
 
 
 def pool(tokens: np.ndarray, owner: np.ndarray, n: int, normalize: bool) -> np.ndarray:
-    """Each chunk's mean token embedding [n, hidden] (normalized where the model normalizes); every chunk owns
-    a token (first_empty is None)."""
-    counts = np.bincount(owner[owner >= 0], minlength=n)
-    sums = np.zeros((n, tokens.shape[1]), np.float64)
-    np.add.at(sums, owner[owner >= 0], tokens[owner >= 0].astype(np.float64))
-    vecs = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+    """Each chunk's mean token embedding [n, hidden] (normalized where the model normalizes); a chunk that owns
+    no token (first_empty) is zeros. One pass over the tokens: the owners run in order (spans are), so each
+    chunk's tokens are one run (np.add.reduceat), in float32 as sentence-transformers' pooling sums."""
+    keep = owner >= 0
+    o, t = owner[keep], np.asarray(tokens, np.float32)[keep]
+    if o.size > 1 and (np.diff(o) < 0).any():   # never with ordered spans; kept exact if it were
+        order = np.argsort(o, kind="stable")
+        o, t = o[order], t[order]
+    counts = np.bincount(o, minlength=n)
+    vecs = np.zeros((n, t.shape[1] if t.ndim == 2 else np.asarray(tokens).shape[1]), np.float32)
+    nz = np.nonzero(counts)[0]
+    if nz.size:
+        vecs[nz] = np.add.reduceat(t, np.searchsorted(o, nz), axis=0) / counts[nz, None].astype(np.float32)
     if normalize:
         vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     return vecs
@@ -93,7 +104,7 @@ class LateRequest:
 class LateCore(RequestCore):
     """The request core for late chunking: each request one row (its document, untruncated), the encoder's token
     embeddings kept per row (a --pooler python build's), pooled per chunk in `result`. TOKENS per chunk: the
-    tokens it owns, the document's special tokens counted with the first, so that they add up to the pass."""
+    tokens it owns, those no chunk owns (special tokens) counted with the first, so that they add up to the pass."""
 
     def __init__(self, core: RequestCore) -> None:
         from tokenizers import Tokenizer

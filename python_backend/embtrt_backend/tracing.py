@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 import time
 
 SERVICE = "embtrt-frontdoor"
@@ -56,6 +58,9 @@ class FrontDoorTracer:
         self.tracer = self.provider.get_tracer("embtrt.frontdoor")
         self.propagator = TraceContextTextMapPropagator()
         self.model = model
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="embtrt-spans", daemon=True)
+        self._thread.start()
 
     def contexts(self, requests) -> list:
         """Each request's trace context (None where Triton does not trace it)."""
@@ -63,17 +68,40 @@ class FrontDoorTracer:
         for r in requests:
             try:
                 carrier = r.trace().get_context()
-            except Exception:  # noqa: BLE001 (a server without trace contexts: no span for it)
-                carrier = None
-            out.append(self.propagator.extract(json.loads(carrier)) if carrier else None)
+                out.append(self.propagator.extract(json.loads(carrier)) if carrier else None)
+            except Exception:  # noqa: BLE001 (a server without trace contexts, or a carrier unread: no span for it)
+                out.append(None)
         return out
 
     def emit(self, contexts: list, segments: list, start_ns: int, requests: int, rows: int) -> None:
+        """Hand one execute's spans to the tracer's thread (made there: a traced execute of 32 requests is
+        hundreds of spans, not the request's time to pay)."""
+        if any(c is not None for c in contexts) and segments:
+            self._queue.put((contexts, list(segments), start_ns, requests, rows, time.time_ns() - time.perf_counter_ns()))
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if job[0] is None:   # flush(): everything before it is made
+                job[1].set()
+                continue
+            try:
+                self._spans(*job)
+            except Exception as exc:  # noqa: BLE001 (tracing never fails serving: said, and the next goes on)
+                print(f"embtrt front door {self.model}: spans not made: {type(exc).__name__}: {exc}", flush=True)
+
+    def flush(self) -> None:
+        """Every span handed over so far made and exported (tests; the model's finalize)."""
+        done = threading.Event()
+        self._queue.put((None, done))
+        done.wait(10)
+        self.provider.force_flush()
+
+    def _spans(self, contexts: list, segments: list, start_ns: int, requests: int, rows: int, wall: int) -> None:
         """The spans of one execute for each traced request: `segments` (stage, start, end) in perf_counter
-        ns, `start_ns` the execute's start on the same clock."""
-        if not any(c is not None for c in contexts) or not segments:
-            return
-        wall = time.time_ns() - time.perf_counter_ns()   # perf_counter ns -> epoch ns
+        ns, `start_ns` the execute's start on the same clock, `wall` that clock's offset to epoch ns."""
         end_ns = segments[-1][2]
         attrs = {"embtrt.model": self.model, "embtrt.execute.requests": requests, "embtrt.execute.rows": rows}
         for ctx in contexts:
@@ -89,6 +117,9 @@ class FrontDoorTracer:
             top.end(end_time=end_ns + wall)
 
     def close(self) -> None:
+        self.flush()
+        self._queue.put(None)
+        self._thread.join(5)
         self.provider.shutdown()
 
 

@@ -102,7 +102,13 @@ class TritonPythonModel:
         tokens = self.lane.tokens
         for r in requests:
             a = self._inputs(r)
-            if any(n > tokens for n in self.door.row_bytes(a)):
+            rows = self.door.row_bytes(a)
+            if sum(rows) > tokens and not any(n > tokens for n in rows):   # rows that one pass may join (late chunking)
+                try:
+                    rows = self.door.pass_bytes(rows, parse_request_parameters(r.parameters()))
+                except InputError:
+                    pass   # bad parameters: refused when the request is parsed
+            if any(n > tokens for n in rows):
                 long.append(r)
             else:
                 short.append(r)

@@ -167,3 +167,12 @@ def test_a_fused_build_and_a_cls_model_are_refused_naming_why(minilm_repo, minil
     g = Gateway(GatewayConfig(tiny_repos["bert-cls"], triton="127.0.0.1:1"))
     with pytest.raises(ApiError, match="pools by cls"):
         asyncio.run(g.late_chunks("a b", [(0, 1), (2, 3)], g.served.options.default))
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v2/embed", {"model": MODEL, "texts": CHUNKS, "input_type": "search_document", "late_chunking": True}),
+    ("/similarity", {"inputs": {"source_sentence": CHUNKS[0], "sentences": CHUNKS[1:]}, "chunk_spans": [[0, 3]]}),
+])
+def test_routes_without_late_chunking_refuse_it_rather_than_ignore_it(url, path, body):
+    r = httpx.post(f"{url}{path}", json=body, timeout=60)
+    assert r.status_code == (422 if path == "/similarity" else 400) and "late chunking is served on" in r.text, r.text   # TEI: 422

@@ -59,6 +59,7 @@ def test_each_traced_request_gets_the_executes_stages_as_children_of_its_own_con
     start, segments, rows = clock.recorded()
     assert [s for s, _, _ in segments] == stages and rows == 5
     tracer.emit(tracer.contexts(requests), segments, start, len(requests), rows)
+    tracer.flush()   # made on the tracer's thread
 
     spans = exporter.get_finished_spans()
     assert len(spans) == 2 * (1 + len(stages))   # the untraced request has none
@@ -82,7 +83,11 @@ def test_an_execute_with_no_traced_request_makes_no_span_and_a_clock_without_rec
     _execute(clock, ["read", "respond"])
     start, segments, _ = clock.recorded()
     tracer.emit(tracer.contexts([_Request(None), _Request(None)]), segments, start, 2, 0)
+    tracer.flush()
     assert exporter.get_finished_spans() == ()
+    bad = _Request(None)
+    bad._trace.get_context = lambda: "{not json"   # an unreadable carrier: that request untraced, nothing raised
+    assert tracer.contexts([bad]) == [None]
     plain = StageClock()
     _execute(plain, ["read", "respond"])
     assert plain.recorded()[1] == [] and plain.ns["read"] > 0

@@ -42,3 +42,14 @@ def test_explicit_spans_are_checked_naming_the_first_at_fault(spans, said):
     with pytest.raises(ApiError, match=said):
         lc.check_spans("abcdef", spans)
     assert lc.check_spans("abcdef", [[0, 2], [2, 6]]) == [(0, 2), (2, 6)]
+
+
+def test_the_pool_equals_each_chunks_plain_mean_and_the_refusal_names_a_chunk_even_when_only_a_special_token_overflows():
+    rng = np.random.default_rng(0)
+    tokens = rng.standard_normal((50, 8)).astype(np.float32)
+    owner = np.array([-1] + [0] * 10 + [1] * 5 + [-1] * 3 + [2] * 30 + [-1])
+    want = np.stack([tokens[owner == k].mean(axis=0) for k in range(3)])
+    assert np.abs(lc.pool(tokens, owner, 3, False) - want).max() <= 1e-6
+    # only [SEP] past the limit: the last chunk is named, not input[0]
+    assert lc.not_fitting(np.array([-1, 0, 1, 2, -1]), 4) == 2
+    assert lc.not_fitting(np.array([-1, 0, 1, 2, 2, -1]), 3) == 2

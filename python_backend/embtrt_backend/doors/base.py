@@ -40,6 +40,11 @@ class Door:
             return [len(t) for t in rows[0]]
         return [sum(len(t) for t in row) for row in zip(*rows)]   # a pair's texts together
 
+    def pass_bytes(self, rows: list[int], params: dict) -> list[int]:
+        """The UTF-8 bytes of each encoder pass the request's rows make (`rows`: row_bytes): one pass per row,
+        unless its options join the rows (late chunking: one pass over them all)."""
+        return rows
+
     def parse(self, arrays: dict[str, np.ndarray | None], params: dict, asked: list[str]) -> Item:
         raise NotImplementedError
 

@@ -235,7 +235,8 @@ class Gateway:
             self._whole = Tokenizer.from_str(s.tok.tok.to_str())
             self._whole.no_truncation()
             self._whole.no_padding()
-        enc = self._whole.encode(document)
+        size = len(document.encode("utf-8", "surrogatepass"))
+        enc = await self.admission.offload(size, self._whole.encode, document)   # a long document off the event loop
         owner = lc.owners(enc.offsets, enc.special_tokens_mask, spans)
         if len(enc.ids) > s.max_len:
             k = lc.not_fitting(owner, s.max_len)
@@ -246,7 +247,7 @@ class Gateway:
         if k is not None:
             raise ApiError(400, f"{field}[{k}]: the chunk holds no token of its own (empty or whitespace only)", param=field)
         (tokens,), used = await self.token_vectors(None, [list(enc.ids)], opts)
-        vecs = lc.pool(tokens, owner, len(spans), s.core.cfg.normalize)
+        vecs = await self.admission.offload(size, lc.pool, tokens, owner, len(spans), s.core.cfg.normalize)
         return s.options.finish(vecs, opts), used
 
     async def _chunk(self, c: Chunk, texts: list[str] | None, bulk: bool = False) -> np.ndarray:

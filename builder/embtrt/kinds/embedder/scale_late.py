@@ -33,7 +33,8 @@ from embtrt_backend.late_chunks import SEPARATOR, first_empty, join, not_fitting
 from ...scale.gateway.errors import ApiError
 
 # the rule itself (join, owners, pool) is the front door's: embtrt_backend.late_chunks
-__all__ = ["SEPARATOR", "Late", "check_spans", "first_empty", "join", "not_fitting", "owners", "parse", "pool", "refusal"]
+__all__ = ["SEPARATOR", "Late", "check_spans", "first_empty", "join", "not_fitting", "owners", "parse", "pool", "refusal",
+           "refuse_here"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,16 @@ def parse(body: dict, texts: list[str] | None, field: str, raw: dict, max_items:
     if len(texts) != 1:
         raise ApiError(400, f"with chunk_spans, {field} is the one document the spans cut ({len(texts)} given)", param=field)
     return Late(texts[0], tuple(check_spans(texts[0], spans, max_items=max_items)), "chunk_spans")
+
+
+def refuse_here(body: object, route: str) -> None:
+    """A 400 for late chunking asked of a route that does not serve it (never ignored: per-input vectors would
+    be served as if it had been applied)."""
+    if isinstance(body, dict):
+        for k in ("late_chunking", "chunk_spans"):
+            if body.get(k) not in (None, False):
+                raise ApiError(400, f"{k}: late chunking is served on /v1/embeddings, /embeddings and /embed, not {route}",
+                               param=k)
 
 
 def check_spans(document: str, spans: object, field: str = "chunk_spans", max_items: int = 2048) -> list[tuple[int, int]]:

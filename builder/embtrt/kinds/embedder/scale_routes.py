@@ -46,7 +46,7 @@ from ...scale.gateway.errors import ApiError, empty, flag, model_name, short, te
 from ...scale.gateway.operation import Answer, Operation
 from ...scale.gateway.route_table import dialect_of
 from ...scale.gateway.images import cohere_items
-from .scale_late import parse as parse_late
+from .scale_late import parse as parse_late, refuse_here
 from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, parse_embeddings, render as render_openai,
                            request_options, resolve_model)
 
@@ -142,6 +142,7 @@ def parse_embed_all(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Map
 
 def parse_similarity(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:
     body = _object(body)
+    refuse_here(body, "/similarity")
     model, name, raw = _model(body, models, kinds, cfg)
     m = models[name]
     inputs = body.get("inputs")
@@ -171,6 +172,7 @@ def parse_similarity(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Ma
 def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind],
                  cfg) -> EmbeddingsRequest:
     body = _object(body)
+    refuse_here(body, "Cohere's embed")
     if body.get("max_tokens") is not None:
         raise ApiError(400, "max_tokens is not served by this gateway (inputs are cut by truncate)", param="max_tokens")
     model, name, raw = _model(body, models, kinds, cfg)

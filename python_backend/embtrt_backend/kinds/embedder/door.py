@@ -18,6 +18,10 @@ class EmbedderDoor(PooledDoor):
     inputs = EMBEDDER.inputs
     _late = None   # the late-chunking core, made on first use
 
+    def pass_bytes(self, rows: list[int], params: dict) -> list[int]:
+        """A late-chunking request is one pass over all its rows (the long-text lane takes it by their sum)."""
+        return [sum(rows) + len(rows)] if params and params.get(LATE) is True else rows
+
     def parse(self, arrays, params, asked) -> Item:
         if not params or LATE not in params:
             return super().parse(arrays, params, asked)
