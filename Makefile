@@ -61,11 +61,13 @@ test-quick: $(STAMP) ## the unit tests plus one end-to-end parity test per kind 
 # tests need (one run together was OOM-killed on 24 GiB). As root podman and runc are installed where missing
 # and the deploy test's images are built from this checkout while the default tier runs (one core for about
 # a minute and a quarter; the log in build/images.log); otherwise the deploy test skips, naming why
-# (EMBTRT_REQUIRE_DEPLOY=1, as in CI, makes that a failure). GPU tests skip without a GPU, named.
+# (EMBTRT_REQUIRE_DEPLOY=1, as in CI, makes that a failure). GPU tests skip without a GPU, named. The two runs
+# share one folder of built fixtures and references (EMBTRT_TEST_RUN_DIR, tests/conftest.py), removed at the end.
 test-all: $(STAMP) ## every test: default tier, then slow tier + deploy test (as root: podman + runc and Prometheus installed if missing, images built); what CI runs
 	@if [ "$$(id -u)" = 0 ]; then bash deploy/standin/podman-setup.sh && bash tests/prometheus-setup.sh; \
 	 else echo "not root: the deploy test will skip (podman with runc runs as root here), and the Prometheus test unless prometheus is installed"; fi
 	@rc=0; images=; mkdir -p build; \
+	export EMBTRT_TEST_RUN_DIR=$$(mktemp -d -t embtrt-test-run-XXXXXX); trap 'rm -rf "$$EMBTRT_TEST_RUN_DIR"' EXIT; \
 	if [ "$$(id -u)" = 0 ]; then bash deploy/standin/images.sh $(VENV) > build/images.log 2>&1 & images=$$!; fi; \
 	set -x; \
 	$(BIN)/python -m pytest -m "not slow and not deploy" -q -rfE $(XDIST) --durations=40 || rc=$$?; \

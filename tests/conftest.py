@@ -23,7 +23,8 @@ def pytest_configure(config):
     reference cache of its own (embtrt/reference/cache.py): a PyTorch reference is computed once per run
     and reused by the later builds, verify runs and parity checks of the same model, texts and options
     (subprocesses inherit the variable); the user's ~/.cache/embtrt/references is never read or written,
-    so a run is as cold as a fresh machine."""
+    so a run is as cold as a fresh machine. Under EMBTRT_TEST_RUN_DIR (make test-all) the cache and the built
+    fixtures are that folder's, shared by its runs: the slow tier does not build again what the default tier did."""
     import os
     import tempfile
 
@@ -38,6 +39,12 @@ def pytest_configure(config):
         n = int(worker.removeprefix("gw"))
         os.environ["EMBTRT_PORT_RANGE"] = f"{20000 + 2000 * n}-{21999 + 2000 * n}"
         return
+    run = os.environ.get(RUN_ENV)
+    if run:   # make test-all's two runs (the default tier, then the slow one) share one cache and one set of builds
+        for name, var in (("references", "EMBTRT_REFERENCE_CACHE"), ("shared", SHARED_ENV)):
+            os.makedirs(os.path.join(run, name), exist_ok=True)
+            os.environ[var] = os.path.join(run, name)
+        return   # make test-all removes the folder when both have run
     config._embtrt_ref_cache = tempfile.mkdtemp(prefix="embtrt-test-references-")
     os.environ["EMBTRT_REFERENCE_CACHE"] = config._embtrt_ref_cache
     config._embtrt_shared = tempfile.mkdtemp(prefix="embtrt-test-shared-")
@@ -53,6 +60,7 @@ def pytest_unconfigure(config):
 
 
 SHARED_ENV = "EMBTRT_TEST_SHARED"
+RUN_ENV = "EMBTRT_TEST_RUN_DIR"   # a folder several pytest runs share (make test-all), kept by them
 
 
 def _once(name: str, fill) -> Path:
