@@ -64,18 +64,32 @@ def not_fitting(owner: np.ndarray, max_len: int) -> int:
 
 def pool(tokens: np.ndarray, owner: np.ndarray, n: int, normalize: bool) -> np.ndarray:
     """Each chunk's mean token embedding [n, hidden] (normalized where the model normalizes); a chunk that owns
-    no token (first_empty) is zeros. One pass over the tokens: the owners run in order (spans are), so each
-    chunk's tokens are one run (np.add.reduceat), in float32 as sentence-transformers' pooling sums."""
-    keep = owner >= 0
-    o, t = owner[keep], np.asarray(tokens, np.float32)[keep]
-    if o.size > 1 and (np.diff(o) < 0).any():   # never with ordered spans; kept exact if it were
-        order = np.argsort(o, kind="stable")
-        o, t = o[order], t[order]
+    no token (first_empty) is zeros. The owners run in order (spans are), so each chunk's tokens are one run
+    with only unowned tokens (special ones, text between spans) between runs: one sum per run's slice of the
+    token rows as they are (no copy), the few unowned rows inside a slice taken off again; float32 sums, as
+    sentence-transformers' pooling."""
+    tokens = np.asarray(tokens, np.float32)
+    idx = np.nonzero(owner >= 0)[0]
+    o = owner[idx]
+    vecs = np.zeros((n, tokens.shape[1]), np.float32)
     counts = np.bincount(o, minlength=n)
-    vecs = np.zeros((n, t.shape[1] if t.ndim == 2 else np.asarray(tokens).shape[1]), np.float32)
     nz = np.nonzero(counts)[0]
     if nz.size:
-        vecs[nz] = np.add.reduceat(t, np.searchsorted(o, nz), axis=0) / counts[nz, None].astype(np.float32)
+        if o.size > 1 and (np.diff(o) < 0).any():   # never with ordered spans; exact if it were
+            order = np.argsort(o, kind="stable")
+            o, t = o[order], tokens[idx[order]]
+            vecs[nz] = np.add.reduceat(t, np.searchsorted(o, nz), axis=0)
+        else:
+            firsts = idx[np.searchsorted(o, nz)]        # each chunk's first token
+            ends = [*firsts[1:].tolist(), int(idx[-1]) + 1]   # segment k: firsts[k] up to the next chunk's first
+            # a sum per slice of rows (contiguous: vectorized), not np.add.reduceat (row by row: 50x slower here)
+            sums = np.stack([tokens[a:b].sum(axis=0) for a, b in zip(firsts.tolist(), ends)])
+            inside = np.nonzero(owner < 0)[0]
+            inside = inside[(inside > firsts[0]) & (inside < ends[-1])]
+            if inside.size:
+                np.subtract.at(sums, np.searchsorted(firsts, inside, side="right") - 1, tokens[inside])
+            vecs[nz] = sums
+        vecs[nz] /= counts[nz, None].astype(np.float32)
     if normalize:
         vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     return vecs

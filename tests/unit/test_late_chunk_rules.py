@@ -53,3 +53,8 @@ def test_the_pool_equals_each_chunks_plain_mean_and_the_refusal_names_a_chunk_ev
     # only [SEP] past the limit: the last chunk is named, not input[0]
     assert lc.not_fitting(np.array([-1, 0, 1, 2, -1]), 4) == 2
     assert lc.not_fitting(np.array([-1, 0, 1, 2, 2, -1]), 3) == 2
+    # a chunk with no token is zeros (refused before pooling: first_empty), the others unchanged
+    gap = owner.copy()
+    gap[gap == 1] = -1
+    got = lc.pool(tokens, gap, 3, False)
+    assert not got[1].any() and np.abs(got[[0, 2]] - want[[0, 2]]).max() <= 1e-6
