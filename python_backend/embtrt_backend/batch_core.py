@@ -169,3 +169,18 @@ class BatchCore:
         done = batch.finish(outs)
         clock.mark("finish")
         return done
+
+
+class TokenRows(BatchCore):
+    """A core whose rows' results are token vectors (each row its own length, unpadded): a multi-vector
+    model's, late chunking's. Put before the kind's core in the bases."""
+
+    def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk: Any) -> list[np.ndarray]:
+        return [output[j, :len(x)] for j, x in enumerate(chunk.ids)]
+
+    def collect(self, n_rows: int, parts: list) -> list[np.ndarray]:
+        out: list = [None] * n_rows
+        for rows, vecs in parts:
+            for r, v in zip(rows.tolist(), vecs, strict=True):
+                out[r] = v
+        return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import InputError
+from .batch_core import TokenRows
 from .core import Outcome, RequestCore, Rows
 from .options import DEFAULT, RequestOptions
 
@@ -115,7 +116,7 @@ class LateRequest:
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-class LateCore(RequestCore):
+class LateCore(TokenRows, RequestCore):
     """The request core for late chunking: each request one row (its document, untruncated), the encoder's token
     embeddings kept per row (a --pooler python build's), pooled per chunk in `result`. TOKENS per chunk: the
     tokens it owns, those no chunk owns (special tokens) counted with the first, so that they add up to the pass."""
@@ -154,17 +155,6 @@ class LateCore(RequestCore):
             tokens[0] += int((r.owner < 0).sum())
             out.append(Rows([list(enc.ids)], [list(enc.type_ids)], 0, tokens))
         return out
-
-    def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk) -> list[np.ndarray]:
-        mask = feeds["attention_mask"].astype(bool)
-        return [np.asarray(output[j][mask[j]], np.float32) for j in range(len(chunk.ids))]
-
-    def collect(self, n_rows: int, parts: list) -> list:
-        rows: list = [None] * n_rows
-        for idx, vals in parts:
-            for r, v in zip(idx.tolist(), vals, strict=True):
-                rows[r] = v
-        return rows
 
     def result(self, request: LateRequest, out, rows, lengths) -> Outcome:
         vecs = pool(out[0], request.owner, len(request.chunks), self.cfg.normalize)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import InputError
-from ...batch_core import BatchCore, Chunk, Rows
+from ...batch_core import Rows, TokenRows
 from ...core import CoreConfig
 from ...options import TRITON_PARAMETERS, TRUNCATE
 from ...text import TextTokenizer
@@ -134,7 +134,7 @@ class MultiVectorOutcome:
     error: Exception | None = None
 
 
-class MultiVectorCore(BatchCore):
+class MultiVectorCore(TokenRows):
     outcome = MultiVectorOutcome
 
     def __init__(self, cfg: CoreConfig, mv: MultiVectorConfig, padder: TextTokenizer, prompts: dict[str, str]) -> None:
@@ -216,16 +216,7 @@ class MultiVectorCore(BatchCore):
             out.append(Rows(ids, types, tokens=n, attend=attend))
         return out
 
-    # ---- one encoder run: each row's positions --------------------------------------------------
-    def after(self, output: np.ndarray, feeds: dict[str, np.ndarray], chunk: Chunk) -> list[np.ndarray]:
-        return [output[j, :len(x)] for j, x in enumerate(chunk.ids)]
-
-    def collect(self, n_rows: int, parts: list) -> list[np.ndarray]:
-        out: list = [None] * n_rows
-        for rows, vecs in parts:
-            for r, v in zip(rows.tolist(), vecs):
-                out[r] = v
-        return out
+    # ---- one encoder run: each row's positions (batch_core.TokenRows) ----------------------------
 
     # ---- a request's outcome ----------------------------------------------------------------------
     def result(self, request: MultiVectorRequest, out: list[np.ndarray], rows: Rows, lengths: np.ndarray) -> MultiVectorOutcome:
