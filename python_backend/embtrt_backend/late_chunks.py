@@ -96,6 +96,33 @@ def pool(tokens: np.ndarray, owner: np.ndarray, n: int, normalize: bool) -> np.n
     return vecs
 
 
+def untruncated(tokenizer):
+    """A copy of the model's `tokenizers.Tokenizer` with no truncation and no padding: the whole document, with
+    its offsets."""
+    from tokenizers import Tokenizer
+
+    whole = Tokenizer.from_str(tokenizer.to_str())
+    whole.no_truncation()
+    whole.no_padding()
+    return whole
+
+
+def document_tokens(whole, document: str, spans: list[tuple[int, int]], max_len: int, name=lambda k: f"row {k}"):
+    """(the document's encoding, each token's chunk), or an InputError naming the chunk at fault (`name(k)`: how
+    the caller calls chunk k): the document over max_len tokens, or a chunk that owns no token."""
+    enc = whole.encode(document)
+    owner = owners(enc.offsets, enc.special_tokens_mask, spans)
+    if len(enc.ids) > max_len:
+        k = not_fitting(owner, max_len)
+        raise InputError(f"late chunking embeds the document in one pass: it is {len(enc.ids)} tokens, the model takes "
+                         f"at most {max_len}; {name(k)} and the chunks after it do not fit (send them as another "
+                         "document)", "TEXT", k)
+    k = first_empty(owner, len(spans))
+    if k is not None:
+        raise InputError(f"{name(k)}: the chunk holds no token of its own (empty or whitespace only)", "TEXT", k)
+    return enc, owner
+
+
 def refusal(pooling: str, fused: bool) -> str | None:
     """Why a model cannot be late chunked, None when it can."""
     if pooling != "mean":
@@ -122,13 +149,9 @@ class LateCore(TokenRows, RequestCore):
     tokens it owns, those no chunk owns (special tokens) counted with the first, so that they add up to the pass."""
 
     def __init__(self, core: RequestCore) -> None:
-        from tokenizers import Tokenizer
-
         super().__init__(core.cfg, core.tokenizer, core.options)
         self.clock = core.clock
-        self.whole = Tokenizer.from_str(core.tokenizer.tok.to_str())
-        self.whole.no_truncation()
-        self.whole.no_padding()
+        self.whole = untruncated(core.tokenizer.tok)
 
     def tokenize(self, requests: list) -> list:
         out: list = []
@@ -138,18 +161,10 @@ class LateCore(TokenRows, RequestCore):
                 out.append(InputError(why, "late_chunking"))
                 continue
             document, spans = join(r.chunks)
-            enc = self.whole.encode(document)
-            r.owner = owners(enc.offsets, enc.special_tokens_mask, spans)
-            max_len = self.tokenizer.max_length
-            if len(enc.ids) > max_len:
-                k = not_fitting(r.owner, max_len)
-                out.append(InputError(f"row {k}: late chunking embeds the document in one pass: it is {len(enc.ids)} "
-                                      f"tokens, the model takes at most {max_len}; this chunk and the ones after it do "
-                                      "not fit", "TEXT", k))
-                continue
-            k = first_empty(r.owner, len(spans))
-            if k is not None:
-                out.append(InputError(f"row {k}: the chunk holds no token of its own (empty or whitespace only)", "TEXT", k))
+            try:
+                enc, r.owner = document_tokens(self.whole, document, spans, self.tokenizer.max_length)
+            except InputError as exc:
+                out.append(exc)
                 continue
             tokens = np.bincount(r.owner[r.owner >= 0], minlength=len(spans)).astype(np.int64)
             tokens[0] += int((r.owner < 0).sum())

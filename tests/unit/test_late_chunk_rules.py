@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embtrt.kinds.embedder import scale_late as lc
+from embtrt.kinds.embedder import scale_late
+from embtrt_backend import late_chunks as lc
 from embtrt.scale.gateway.errors import ApiError
 
 
@@ -40,8 +41,8 @@ def test_each_chunk_is_the_mean_of_its_tokens_normalized_where_the_model_normali
 ])
 def test_explicit_spans_are_checked_naming_the_first_at_fault(spans, said):
     with pytest.raises(ApiError, match=said):
-        lc.check_spans("abcdef", spans)
-    assert lc.check_spans("abcdef", [[0, 2], [2, 6]]) == [(0, 2), (2, 6)]
+        scale_late.check_spans("abcdef", spans)
+    assert scale_late.check_spans("abcdef", [[0, 2], [2, 6]]) == [(0, 2), (2, 6)]
 
 
 def test_the_pool_equals_each_chunks_plain_mean_and_the_refusal_names_a_chunk_even_when_only_a_special_token_overflows():

@@ -222,7 +222,7 @@ class Gateway:
     async def late_chunks(self, document: str, spans: list[tuple[int, int]], opts, field: str = "input") -> tuple[np.ndarray, int]:
         """-> (one vector per chunk span of `document`, pooled from its own tokens of one pass over the whole
         document, as the options ask; the document's tokens): late chunking (scale_late.py)."""
-        from tokenizers import Tokenizer
+        from embtrt_backend import InputError
 
         from . import scale_late as lc
 
@@ -232,20 +232,13 @@ class Gateway:
             raise ApiError(400, f"{s.name}: {why}", param="late_chunking", code="wrong_operation" if s.core.cfg.fused else None)
         self.admission.check_chars([document])
         if self._whole is None:   # the model's tokenizer without truncation: the whole document, its offsets
-            self._whole = Tokenizer.from_str(s.tok.tok.to_str())
-            self._whole.no_truncation()
-            self._whole.no_padding()
+            self._whole = lc.untruncated(s.tok.tok)
         size = len(document.encode("utf-8", "surrogatepass"))
-        enc = await self.admission.offload(size, self._whole.encode, document)   # a long document off the event loop
-        owner = lc.owners(enc.offsets, enc.special_tokens_mask, spans)
-        if len(enc.ids) > s.max_len:
-            k = lc.not_fitting(owner, s.max_len)
-            raise ApiError(400, f"late chunking embeds the document in one pass: it is {len(enc.ids)} tokens, {s.name} "
-                           f"takes at most {s.max_len}; {field}[{k}] and the chunks after it do not fit (send them as "
-                           "another document)", param=field)
-        k = lc.first_empty(owner, len(spans))
-        if k is not None:
-            raise ApiError(400, f"{field}[{k}]: the chunk holds no token of its own (empty or whitespace only)", param=field)
+        try:   # a long document off the event loop
+            enc, owner = await self.admission.offload(size, lc.document_tokens, self._whole, document, spans, s.max_len,
+                                                      lambda k: f"{field}[{k}]")
+        except InputError as exc:
+            raise ApiError(400, str(exc), param=field) from None
         (tokens,), used = await self.token_vectors(None, [list(enc.ids)], opts)
         vecs = await self.admission.offload(size, lc.pool, tokens, owner, len(spans), s.core.cfg.normalize)
         return s.options.finish(vecs, opts), used

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from embtrt_backend.late_chunks import SEPARATOR, first_empty, join, not_fitting, owners, pool, refusal
+from embtrt_backend.late_chunks import SEPARATOR, document_tokens, join, pool, refusal, untruncated
 
 from ...scale.gateway.errors import ApiError
 
 # the rule itself (join, owners, pool) is the front door's: embtrt_backend.late_chunks
-__all__ = ["SEPARATOR", "Late", "check_spans", "first_empty", "join", "not_fitting", "owners", "parse", "pool", "refusal",
-           "refuse_here"]
+__all__ = ["SEPARATOR", "Late", "check_spans", "document_tokens", "join", "parse", "pool", "refusal", "refuse_here",
+           "untruncated"]
 
 
 @dataclass(frozen=True)
