@@ -26,13 +26,20 @@ import time
 SERVICE = "embtrt-frontdoor"
 
 
+ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+
+
+def disabled() -> bool:
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
 def endpoint() -> str | None:
-    """The OTLP/HTTP traces URL from the standard variables (as the gateway reads them), None when unset or
-    OTEL_SDK_DISABLED is true."""
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    """The OTLP/HTTP traces URL from the standard variables (the gateway's and `embtrt serve`'s reading too:
+    builder/embtrt/serve/otel.py), None when unset or OTEL_SDK_DISABLED is true."""
+    if disabled():
         return None
-    if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    if os.environ.get(ENDPOINT_ENV):
+        return os.environ[ENDPOINT_ENV]
     base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     return base.rstrip("/") + "/v1/traces" if base else None
 

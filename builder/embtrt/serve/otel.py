@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import os
 
+from embtrt_backend.tracing import ENDPOINT_ENV, disabled, endpoint
+
 from ..errors import SpecError
+
+__all__ = ["ENDPOINT_ENV", "endpoint_from_env", "sample_from_env", "trace_config", "triton_args", "triton_env"]
 
 
 def endpoint_from_env(given: str | None) -> str | None:
     """The OTLP/HTTP traces endpoint: `given`, else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
-    OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces; None when none is set or OTEL_SDK_DISABLED is true."""
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces (the front door's reading, embtrt_backend.tracing); None when none
+    is set or OTEL_SDK_DISABLED is true."""
+    if disabled():
         return None
-    if given:
-        return given
-    if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    return base.rstrip("/") + "/v1/traces" if base else None
+    return given or endpoint()
 
 
 def sample_from_env(given: float | None) -> float:
@@ -27,9 +27,6 @@ def sample_from_env(given: float | None) -> float:
     if not 0.0 <= value <= 1.0:
         raise SpecError(f"invalid trace sample rate {value}", "a fraction of requests from 0 to 1, e.g. 0.1")
     return value
-
-
-ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 
 
 def triton_env(endpoint: str | None) -> tuple[tuple[str, str], ...]:

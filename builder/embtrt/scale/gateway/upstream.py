@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from embtrt_backend.drain import MESSAGE as DRAIN_MESSAGE
 
 from ...serve import wire
 from . import tracing
@@ -143,4 +144,4 @@ def reason(exc: BaseException) -> str:
     kind = wire.classify(exc)
     if kind in (wire.BAD, wire.QUEUE_FULL):
         return kind
-    return DRAINING if kind == wire.UNAVAILABLE and "server is draining" in str(exc) else wire.UNAVAILABLE
+    return DRAINING if kind == wire.UNAVAILABLE and DRAIN_MESSAGE in str(exc) else wire.UNAVAILABLE

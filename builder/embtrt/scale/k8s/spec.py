@@ -9,6 +9,7 @@ from pathlib import Path
 from ... import __version__
 from ...errors import SpecError
 from ...repository.bundle_record import parse_python
+from ...serve.otel import sample_from_env
 
 GRPC, HTTP, METRICS, GATEWAY_PORT = 8001, 8000, 8002, 8080
 QUEUE_METRIC = "embtrt_triton_queue_avg_us"  # exposed by the prometheus-adapter rule
@@ -73,8 +74,7 @@ class K8sSpec:
     trace_sample: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.trace_sample <= 1.0:
-            raise SpecError(f"invalid trace sample rate {self.trace_sample}", "a fraction of requests from 0 to 1, e.g. 0.1")
+        sample_from_env(self.trace_sample)   # its range checked (given: no variable read)
         if self.otlp_endpoint is not None and not re.match(r"https?://[^/\s]+", self.otlp_endpoint):
             raise SpecError(f"invalid --otlp-endpoint {self.otlp_endpoint!r}",
                             "an OTLP/HTTP URL the pods can reach, e.g. http://otel-collector.monitoring:4318/v1/traces")
