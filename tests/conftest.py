@@ -289,8 +289,9 @@ def clip_server(clip_repos, minilm_repo, tmp_path_factory):
 
 
 def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options: dict | None = None,
-                  **kw) -> tuple[Path, Path]:
-    """(model folder, built repository `name`, built with `options`) of tiny_models' `maker` SparseEncoder."""
+                  step: int = 2, **kw) -> tuple[Path, Path]:
+    """(model folder, built repository `name`, built with `options`, gated on every `step`-th corpus text) of
+    tiny_models' `maker` SparseEncoder."""
     import tiny_models
 
     from embtrt.export import build
@@ -299,21 +300,21 @@ def _sparse_build(tmp_path_factory, maker: str, folder: str, name: str, options:
     def fill(base: Path) -> None:
         path = getattr(tiny_models, maker)(base / folder, **kw)
         build(spec_from_options(path, base / "repo", name=name, **(options or {})),
-              corpus=_sparse_corpus(base), log=_quiet)
+              corpus=_sparse_corpus(base, step), log=_quiet)
 
     base = _once(name, fill)
     return base / folder, base / "repo"
 
 
-def _sparse_corpus(base: Path) -> Path:
-    """Every other text of the bundled corpus (185 of 370, every length kept): the sparse gate's
+def _sparse_corpus(base: Path, step: int = 2) -> Path:
+    """Every `step`-th text of the bundled corpus (185 of 370 for 2, every length kept): the sparse gate's
     reference (SparseEncoder over a 30522-wide MLM head) took 21 of a tiny SPLADE build's 25 s on the
     full corpus; with this half a build takes 14.7 s instead of 25.2 (AMD EPYC, 2 cores), and the
     fixtures build four. The gate is the same; the default model's builds keep the full corpus."""
     from embtrt.common.corpus import load_corpus
 
-    out = base / "corpus-half.json"
-    out.write_text(json.dumps(load_corpus()[::2]))
+    out = base / f"corpus-every-{step}.json"
+    out.write_text(json.dumps(load_corpus()[::step]))
     return out
 
 
@@ -334,9 +335,10 @@ def splade_if(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def minilm_splade(tmp_path_factory) -> tuple[Path, Path]:
     """(model folder, built repository, name minilm_splade) of the bundled MiniLM encoder as a SPLADE
-    with a seeded MLM head (slow tests and benchmarks/run_sparse.sh only: a 30522-wide output), gated on
-    half the corpus as the tiny SPLADEs are (its reference over the whole corpus was most of a 2-minute build)."""
-    return _sparse_build(tmp_path_factory, "make_minilm_splade", "minilm-splade", "minilm_splade")
+    with a seeded MLM head (slow tests and benchmarks/run_sparse.sh only: a 30522-wide output), gated on a
+    quarter of the corpus (93 texts, every length; its reference over the whole corpus was most of a 2-minute
+    build, over half of it 98 s of make test-all's slow tier)."""
+    return _sparse_build(tmp_path_factory, "make_minilm_splade", "minilm-splade", "minilm_splade", step=4)
 
 
 @pytest.fixture(scope="session")

@@ -239,10 +239,10 @@ def make_qwen3_bert_tokenizer(path: Path) -> Path:
     return path
 
 
-def make_bert_16k(path: Path, heads: int = 2) -> Path:
-    """A tiny sentence-transformers BERT that takes 16,384 tokens (hidden 32, 2 layers, `heads` attention heads,
-    mean pooling, normalized), with all-MiniLM-L6-v2's WordPiece tokenizer. Not in MAKERS: the 16K tests
-    build it (with one head) and benchmarks/preempt.py (with two, as its recorded results)."""
+def make_bert_16k(path: Path, heads: int = 2, layers: int = 2) -> Path:
+    """A tiny sentence-transformers BERT that takes 16,384 tokens (hidden 32, `layers` layers, `heads` attention
+    heads, mean pooling, normalized), with all-MiniLM-L6-v2's WordPiece tokenizer. Not in MAKERS: the 16K tests
+    build it (one layer, one head) and benchmarks/preempt.py (two and two, as its recorded results)."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -253,7 +253,7 @@ def make_bert_16k(path: Path, heads: int = 2) -> Path:
     tok.model_max_length = 16384
     tok.save_pretrained(path)
     torch.manual_seed(5)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=heads,
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
                      intermediate_size=64, max_position_embeddings=16384)
     BertModel(cfg, add_pooling_layer=False).eval().save_pretrained(path)
     _st_files(path, "mean", True, 32, 16384)

@@ -33,7 +33,8 @@ def test_bf16_build_passes_the_gate_and_serves_equal_vectors(tmp_path, minilm_pa
         with EmbeddingClient(srv.grpc_url, "all_minilm_l6_v2") as c:
             got = c.embed(texts)
             ident = c.metadata().identity
-        report = verify(srv.grpc_url, "all_minilm_l6_v2", Reference(minilm_path), corpus, Gate(), log=lambda m: None)
+        # every other corpus text (every length): bf16 runs emulated on CPUs without AVX-512 bf16 / AMX
+        report = verify(srv.grpc_url, "all_minilm_l6_v2", Reference(minilm_path), corpus[::2], Gate(), log=lambda m: None)
     assert report.passed, report.gate.failures
     cos = cosine_rows(st_embed(minilm_path, texts), got)
     assert np.percentile(cos, 50) >= 0.9999 and np.percentile(cos, 1) >= 0.999

@@ -62,10 +62,13 @@ def test_two_models_on_one_tritonserver_and_one_gateway(tiny_models, tiny_repos,
 def test_one_model_on_two_targets_side_by_side_passes_verify_against(minilm_repo, ov_server, tmp_path):
     """MiniLM on python-ort and on python-openvino fp32 in one tritonserver: the cross-backend gate
     between the two models of that server passes, and the identities differ only in backend."""
+    from embtrt.common.corpus import load_corpus
+
+    (tmp_path / "corpus.json").write_text(json.dumps(load_corpus()[::3]))   # every length, a third of the texts
     with _server([minilm_repo, ov_server.repository], tmp_path) as srv:
         p = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", srv.grpc_url, "--model",
-                            "all_minilm_l6_v2", "--against", f"{srv.grpc_url}/minilm_ov", "--json"],
-                           capture_output=True, text=True, timeout=600)
+                            "all_minilm_l6_v2", "--against", f"{srv.grpc_url}/minilm_ov", "--json",
+                            "--corpus", str(tmp_path / "corpus.json")], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     doc = json.loads(p.stdout)
     assert doc["passed"] and all(b["p01"] >= 0.999 for b in doc["gate"]["buckets"].values())

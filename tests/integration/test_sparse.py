@@ -160,7 +160,7 @@ def test_bench_measures_served_sparse_scenarios_beside_in_process_sparse_encoder
 
 
 @pytest.mark.slow
-def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, splade, corpus):
+def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, splade, corpus, tmp_path):
     from embtrt.kinds.sparse.measure import verify_sparse
 
     texts = corpus[:80]
@@ -171,11 +171,13 @@ def test_verify_gates_a_served_sparse_encoder_also_under_load(splade_server, spl
     same = verify_sparse(splade_server.grpc_url, "splade", None, texts, against=(splade_server.grpc_url, "splade"),
                          log=lambda _m: None)
     assert same.passed and same.figures["against"]["max_abs_diff"] == 0.0
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus[::3]))   # every length, a third of the texts
     cli = subprocess.run([sys.executable, "-m", "embtrt.cli", "verify", "--url", splade_server.grpc_url, "--model",
-                          "splade", "--reference", str(splade[0]), "--json"], capture_output=True, text=True, timeout=300)
+                          "splade", "--reference", str(splade[0]), "--corpus", str(tmp_path / "corpus.json"), "--json"],
+                         capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0, cli.stderr
     doc = json.loads(cli.stdout)
-    assert doc["kind"] == "sparse" and doc["passed"] and doc["gate"]["texts"] == len(corpus)
+    assert doc["kind"] == "sparse" and doc["passed"] and doc["gate"]["texts"] == len(corpus[::3])
 
 
 def test_inference_free_splade_queries_take_the_static_side_and_documents_the_encoder(splade_server, splade_if, corpus):
