@@ -402,11 +402,16 @@ def ov_server(tmp_path_factory):
     """MiniLM on python-openvino fp32 (name minilm_ov), served: the CPU target's end-to-end check and
     the second deployment of `verify --against`."""
     pytest.importorskip("openvino")
+    from embtrt.common.corpus import load_corpus
     from embtrt.export import build
     from embtrt.export.spec_options import spec_from_options
 
-    base = _once("ov", lambda b: build(spec_from_options(None, b / "repo", name="minilm_ov", target="python-openvino",
-                                                         precision="fp32"), log=_quiet))
+    def fill(b: Path) -> None:   # gated on every other corpus text (every length); test_python_openvino.py's
+        (b / "half.json").write_text(json.dumps(load_corpus()[::2]))   # verify then judges the whole corpus served
+        build(spec_from_options(None, b / "repo", name="minilm_ov", target="python-openvino", precision="fp32"),
+              corpus=b / "half.json", log=_quiet)
+
+    base = _once("ov", fill)
     srv = start_server(base / "repo", tmp_path_factory.mktemp("ov"))
     srv.repository = base / "repo"
     yield from _shared("ov_server", srv)

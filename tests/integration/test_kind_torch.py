@@ -39,12 +39,13 @@ def remote_bert(tmp_path_factory):
 def torch_server(cross_encoders, splade_if, remote_bert, tmp_path_factory):
     base = tmp_path_factory.mktemp("kind_torch")
     one = dict(front_door_instances=1, encoder_instances=1)   # the tests call serially: 7 PyTorch stubs, not 13
+    half = _sparse_corpus(base)   # every other corpus text, every length: each gate in full on fewer texts
     build(spec_from_options(remote_bert, base / "rc", name="rc_torch", target="python-torch", trust_remote_code=True,
-                            **one), log=_quiet)
+                            **one), corpus=half, log=_quiet)
     build(spec_from_options(cross_encoders["bert-ce"], base / "ce", name="ce_torch", target="python-torch", **one),
-          log=_quiet)
+          corpus=half, log=_quiet)
     build(spec_from_options(splade_if[0], base / "sp", name="sp_torch", target="python-torch", router_encoder="bls",
-                            **one), corpus=_sparse_corpus(base), log=_quiet)   # splade_if's texts: its reference, cached
+                            **one), corpus=half, log=_quiet)   # splade_if's texts: its reference, cached
     with start_server(base / "ce", base, base / "sp", base / "rc") as srv:
         yield srv, base
 
