@@ -23,6 +23,7 @@ import numpy as np
 
 from . import InputError
 from .batch_core import BatchCore, Chunk, Rows
+from .pair_template import PairTemplate
 from .routing import RUN_OVERHEAD_TOKENS
 from .text import Encoded, TextTokenizer
 
@@ -43,15 +44,17 @@ class PairOptions:
     truncate: bool = True             # false: a pair over the max length is the request's error
     direction: str = "right"          # which end of the longer sequence truncation cuts
     prompt: str = ""                  # prepended to the query, as CrossEncoder.predict(prompt_name=...)
+    instruction: str | None = None    # an LLM-style reranker's instruction (None: its template's default)
 
     @classmethod
     def parse(cls, params: dict[str, object], prompts: dict[str, str] | None = None,
-              default_prompt_name: str | None = None) -> "PairOptions":
+              default_prompt_name: str | None = None, takes_instruction: bool = False) -> "PairOptions":
         """A request's parameters (Triton request parameters, as JSON values) -> its options; an
         unknown name or a bad value is an InputError naming it. prompt_name picks one of the
-        model's prompts; none given: the model's default prompt, as CrossEncoder does."""
+        model's prompts; none given: the model's default prompt, as CrossEncoder does. `instruction`
+        only where the model has a prompt template (an LLM-style reranker)."""
         prompts = prompts or {}
-        known = {"activation", "truncate", "truncation_direction", "prompt_name"}
+        known = {"activation", "truncate", "truncation_direction", "prompt_name"} | ({"instruction"} if takes_instruction else set())
         unknown = sorted(set(params) - known)
         if unknown:
             raise InputError(f"unknown request parameter {unknown[0]!r} (this model takes "
@@ -73,7 +76,10 @@ class PairOptions:
         if name is not None and (not isinstance(name, str) or name not in prompts):
             raise InputError(f"prompt_name {name!r}: this model's prompts are {', '.join(sorted(prompts)) or 'none'}",
                              "prompt_name")
-        return cls(str(act), trunc, str(direction), prompts[name] if name is not None else "")
+        instruction = params.get("instruction")
+        if instruction is not None and not isinstance(instruction, str):
+            raise InputError(f"instruction {instruction!r}: must be a string", "instruction")
+        return cls(str(act), trunc, str(direction), prompts[name] if name is not None else "", instruction)
 
 
 DEFAULT = PairOptions()
@@ -111,6 +117,7 @@ class PairConfig:
     max_text_bytes: int = 1 << 20
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt_name: str | None = None
+    template: PairTemplate | None = None   # an LLM-style reranker's prompt template (embtrt_backend.pair_template)
 
     @classmethod
     def from_parameters(cls, p: dict[str, str]) -> "PairConfig":
@@ -123,7 +130,8 @@ class PairConfig:
                    run_overhead=int(p.get("run_overhead_tokens", RUN_OVERHEAD_TOKENS)),
                    max_text_bytes=int(p.get("max_text_bytes", str(1 << 20))),
                    prompts=tuple(sorted(json.loads(p.get("prompts") or "{}").items())),
-                   default_prompt_name=p.get("default_prompt_name") or None)
+                   default_prompt_name=p.get("default_prompt_name") or None,
+                   template=PairTemplate.from_json(p.get("pair_template")))
 
 
 @dataclass
@@ -168,6 +176,33 @@ class PairTokenizer:
         lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         return Encoded([e.ids for e in encs], [e.type_ids for e in encs], lengths)
 
+    def encode_template(self, template: PairTemplate, queries: list[str], documents: list[str],
+                        opts: PairOptions) -> Encoded:
+        """Pairs through an LLM-style reranker's template (embtrt_backend.pair_template): each middle tokenized
+        alone and cut to the max length less the prefix and suffix tokens (one token more where over-long
+        pairs are refused), then prefix + middle + suffix."""
+        key = ("template", opts.truncate, opts.direction)
+        if key not in self._by:
+            from tokenizers import Tokenizer
+
+            fixed = self.text.tok
+            prefix = fixed.encode(template.prefix, add_special_tokens=False).ids
+            suffix = fixed.encode(template.suffix, add_special_tokens=False).ids
+            room = self.max_length - len(prefix) - len(suffix)
+            if room < 1:
+                raise InputError(f"the prompt template takes {len(prefix) + len(suffix)} tokens: no room under the max "
+                                 f"length {self.max_length}", "QUERY")
+            t = Tokenizer.from_str(fixed.to_str())
+            t.no_padding()
+            t.enable_truncation(max_length=room + (0 if opts.truncate else 1), direction=opts.direction)
+            self._by[key] = (t, prefix, suffix)
+        t, prefix, suffix = self._by[key]
+        encs = t.encode_batch([template.text(q, d, opts.instruction) for q, d in zip(queries, documents)],
+                              add_special_tokens=True)
+        ids = [prefix + e.ids + suffix for e in encs]
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        return Encoded(ids, [[0] * len(x) for x in ids], lengths)
+
 
 class PairCore(BatchCore):
     outcome = PairOutcome
@@ -189,8 +224,9 @@ class PairCore(BatchCore):
         return cls(PairConfig.from_parameters(p), tok)
 
     def options(self, params: dict[str, object]) -> PairOptions:
-        """A request's parameters -> its options, with this model's prompts."""
-        return PairOptions.parse(params, dict(self.cfg.prompts), self.cfg.default_prompt_name)
+        """A request's parameters -> its options, with this model's prompts (or its template's instruction)."""
+        return PairOptions.parse(params, dict(self.cfg.prompts), self.cfg.default_prompt_name,
+                                 takes_instruction=self.cfg.template is not None)
 
     @property
     def width(self) -> int:
@@ -212,8 +248,11 @@ class PairCore(BatchCore):
             if not r.queries:
                 out.append(InputError(f"the request holds no {self.item}s", field))
                 continue
-            queries = [r.options.prompt + q for q in r.queries] if r.options.prompt else r.queries
-            enc = self.tokenizer.encode(queries, r.documents, r.options)
+            if self.cfg.template is not None and r.documents is not None:
+                enc = self.tokenizer.encode_template(self.cfg.template, r.queries, r.documents, r.options)
+            else:
+                queries = [r.options.prompt + q for q in r.queries] if r.options.prompt else r.queries
+                enc = self.tokenizer.encode(queries, r.documents, r.options)
             empty = np.nonzero(enc.lengths == 0)[0]
             over = np.nonzero(enc.lengths > max_len)[0] if not r.options.truncate else empty[:0]
             what = "pair" if r.documents is not None else "text"

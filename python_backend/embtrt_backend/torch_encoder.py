@@ -137,12 +137,38 @@ class TorchEncoder(_Torch):
 
 
 class TorchClassifier(_Torch):
-    """A reranker: the *ForSequenceClassification model's logits, float32 [rows, labels]."""
+    """A reranker: the *ForSequenceClassification model's logits, float32 [rows, labels]; an LLM-style
+    one's (`score_tokens`: its "yes" and "no" ids) TorchYesNo."""
 
     auto_class = "AutoModelForSequenceClassification"
 
+    @classmethod
+    def from_params(cls, p: dict[str, str], hf_dir: str, threads: int, trust_remote_code: bool, device: str) -> "_Torch":
+        if p.get("score_tokens"):
+            enc = TorchYesNo(hf_dir, p["precision"], threads, trust_remote_code, device)
+            enc.true_id, enc.false_id = (int(x) for x in p["score_tokens"].split(","))
+            return enc
+        return cls(hf_dir, p["precision"], threads, trust_remote_code, device)
+
     def forward(self, inputs: dict):
         return self.model(**inputs).logits.float()
+
+
+class TorchYesNo(_Torch):
+    """An LLM-style reranker's causal LM: at each row's last real token (right padding), the logit of "yes"
+    less that of "no" (sentence-transformers' LogitScore), float32 [rows, 1]; only that position's logits
+    are computed."""
+
+    auto_class = "AutoModelForCausalLM"
+    true_id = false_id = 0
+
+    def forward(self, inputs: dict):
+        torch = self.torch
+        mask = inputs["attention_mask"]
+        hidden = self.model.get_decoder()(**inputs).last_hidden_state
+        last = (torch.arange(mask.shape[1], device=mask.device).unsqueeze(0) * mask).argmax(dim=1)
+        logits = self.model.get_output_embeddings()(hidden[torch.arange(hidden.shape[0], device=hidden.device), last])
+        return (logits[:, self.true_id] - logits[:, self.false_id]).float().unsqueeze(1)
 
 
 def splade_weights(torch, logits, attention_mask, pooling: str, double: bool, top_k: int = 0):

@@ -127,6 +127,10 @@ def rebuild_command(spec: BuildSpec) -> str:
     for name, text in spec.prompts:
         parts += ["--prompt", shlex.quote(f"{name}={text}")]
     parts += ["--default-prompt", spec.default_prompt_name or "none"]
+    if spec.pair_template:   # an LLM-style reranker's prompt template (embtrt_backend.pair_template)
+        from embtrt_backend.pair_template import build_options
+
+        parts += [shlex.quote(x) for x in build_options(spec.pair_template)]
     if spec.dimensions is not None:
         parts += ["--dimensions", ",".join(map(str, spec.dimensions))]
     if not spec.bundle_deps:

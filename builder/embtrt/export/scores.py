@@ -21,10 +21,14 @@ LOGIT_TOLERANCE = 1e-4   # the exported graph against PyTorch (fp32): max |logit
 def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[tuple[str, str]], log: Log,
                       trust_remote_code: bool = False, output: str = "logits") -> dict:
     """The *ForSequenceClassification model -> ONNX with output `logits` [rows, labels], dynamic
-    rows and length; validated against PyTorch on real pairs at shapes not used for export."""
+    rows and length; validated against PyTorch on real pairs at shapes not used for export. A causal-LM
+    reranker (CrossEncoder's LogitScore) exports its one score row instead (`yes_no_head`)."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
+    score = next((m for m in ce if type(m).__name__ == "LogitScore"), None)
+    if score is not None:
+        return export_yes_no(ce, score, input_names, path, pairs, log, trust_remote_code, output)
     # eager attention exports a graph that masks by the input (SDPA's traced mask can be specialized to the
     # export shape); the validation below compares it with the CrossEncoder's own model
     model = AutoModelForSequenceClassification.from_pretrained(
@@ -58,6 +62,72 @@ def export_classifier(ce, input_names: tuple[str, ...], path: Path, pairs: list[
                           "report the model architecture")
     log(f"[ok] ONNX classifier equals PyTorch on real pairs (max |logit difference| {worst:.1e})")
     return {"max_abs_logit_diff": worst, "opset": 17}
+
+
+def yes_no_head(lm, true_id: int, false_id: int | None, input_names: tuple[str, ...]):
+    """A causal LM's score as one row: the decoder's last real token (the last position whose attention mask is 1,
+    either padding side) times lm_head[yes] - lm_head[no] (LogitScore's log-odds), so that no vocabulary-wide
+    output leaves the graph: [rows, 1]."""
+    import torch
+
+    head = lm.get_output_embeddings()
+    row = head.weight[true_id] - (head.weight[false_id] if false_id is not None else 0)
+    bias = getattr(head, "bias", None)
+    shift = 0.0 if bias is None else float(bias[true_id] - (bias[false_id] if false_id is not None else 0))
+
+    class YesNo(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.decoder = lm.get_decoder()
+            self.register_buffer("row", row.detach().clone().reshape(-1, 1))
+
+        def forward(self, *args):
+            feeds = dict(zip(input_names, args))
+            hidden = self.decoder(**feeds).last_hidden_state
+            mask = feeds["attention_mask"]
+            positions = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0) * mask
+            last = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions.argmax(dim=1)]
+            return last @ self.row + shift
+
+    return YesNo().eval()
+
+
+def export_yes_no(ce, score, input_names: tuple[str, ...], path: Path, pairs: list[tuple[str, str]], log: Log,
+                  trust_remote_code: bool, output: str) -> dict:
+    """A causal-LM reranker -> ONNX with `output` [rows, 1]: yes_no_head over the folder's model (eager attention),
+    validated against the CrossEncoder's own LogitScore (its model's logits at the last position of left-padded
+    pairs, logit[yes] - logit[no]) on real pairs."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(str(ce.model.name_or_path), dtype=torch.float32, attn_implementation="eager",
+                                              trust_remote_code=trust_remote_code).eval()
+    head = yes_no_head(lm, score.true_token_id, score.false_token_id, input_names)
+    tok = ce.tokenizer
+
+    def enc(batch):
+        return tok([p[0] for p in batch], [p[1] for p in batch], padding=True, truncation="longest_first",
+                   max_length=ce.max_seq_length, return_tensors="pt", padding_side="right")
+
+    sample = enc(pairs[:2])
+    sess = export_head(head, tuple(sample[n] for n in input_names), path, input_names, output)
+    worst = 0.0
+    for rows in (1, 3, 8):
+        batch = pairs[:rows] if rows > 2 else pairs[-rows:]
+        left = tok([p[0] for p in batch], [p[1] for p in batch], padding=True, truncation="longest_first",
+                   max_length=ce.max_seq_length, return_tensors="pt", padding_side="left")
+        with torch.inference_mode():
+            last = ce.model.eval()(**{n: left[n] for n in input_names}).logits[:, -1]
+        want = last[:, score.true_token_id] - (last[:, score.false_token_id] if score.false_token_id is not None else 0)
+        right = enc(batch)
+        got = sess.run([output], {n: right[n].numpy() for n in input_names})[0]
+        worst = max(worst, float(np.abs(got[:, 0] - want.numpy()).max()))
+    if worst > LOGIT_TOLERANCE:
+        raise ParityError(f"the exported ONNX yes/no score differs from the CrossEncoder's LogitScore by {worst:.2e}",
+                          "report the model architecture")
+    log(f"[ok] ONNX score row (lm_head yes - no at the last token) equals the CrossEncoder's LogitScore on real pairs, "
+        f"right padding against its left (max |difference| {worst:.1e})")
+    return {"max_abs_logit_diff": worst, "opset": 17, "head": "last-token yes - no"}
 
 
 def check_pair_tokenizer(hf_tok, tok, pairs: list[tuple[str, str]], log: Log) -> None:
@@ -106,7 +176,9 @@ class ScoresBuild(FrontDoorBuild):
         check_pair_tokenizer(hf_tok, self.tok, self.pairs(texts), self.log)
 
     def params(self, pad_id: int) -> dict[str, str]:
-        return {**super().params(pad_id), "num_labels": str(self.spec.num_labels), "activation": self.spec.activation}
+        template = {"pair_template": self.spec.pair_template} if self.spec.pair_template else {}
+        return {**super().params(pad_id), "num_labels": str(self.spec.num_labels), "activation": self.spec.activation,
+                **template}
 
     def outputs(self) -> list[dict]:
         return [_t("SCORES", "TYPE_FP32", [self.spec.num_labels]), _t("TOKENS", "TYPE_INT64", [1])]

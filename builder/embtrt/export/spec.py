@@ -111,6 +111,9 @@ class BuildSpec:
     default_prompt_name: str | None = None
     include_prompt: bool = True
     dimensions: tuple[int, ...] | None = None
+    # an LLM-style reranker's prompt template (embtrt_backend.pair_template, as JSON; "" none): a causal-LM
+    # reranker's default, or --pair-template / --instruction
+    pair_template: str = ""
     # the kind of model (docs/rerankers.md): a reranker's classifier labels and default activation
     kind: str = EMBEDDER.name
     num_labels: int = 0
@@ -195,6 +198,12 @@ class BuildSpec:
         if self.active_dims_in_graph and not (self.kind == SPARSE.name and self.sparse_max_active_dims > 0):
             raise field_error("active_dims_in_graph", True, "a sparse encoder whose folder sets max_active_dims (the K the "
                         "graph keeps); this one " + ("sets none" if self.kind == SPARSE.name else f"is {a_or_an(self.kind)} {self.kind}"))
+        ranks_pairs = self.kind in KINDS and kind_of(self.kind).pairs and "rank" in kind_of(self.kind).operations
+        if self.pair_template and not ranks_pairs:   # a prompt template scores (query, document) pairs: a reranker's
+            raise field_error("pair_template", "given", f"a reranker (an LLM-style one); this model is {a_or_an(self.kind)} {self.kind}")
+        if self.pair_template and self.prompts:
+            raise field_error("prompts", [n for n, _ in self.prompts], "none beside a pair template (its instruction is the "
+                        "request option; --instruction sets the default)")
         if self.kind != EMBEDDER.name:
             if self.overflow != "truncate":
                 raise field_error("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "

@@ -95,6 +95,10 @@ def spec_from_options(
     if rest.get("run_overhead_tokens") is None:
         rest.pop("run_overhead_tokens", None)   # the documented default (the CLI's None)
     in_graph = bool(rest.pop("active_dims_in_graph", False))   # checked once the folder says its kind and K
+    # a preset's name or JSON: resolved on the folder's default (a causal-LM reranker's) below
+    template_given = str(rest.pop("pair_template", None) or "") or None
+    given_instruction = rest.pop("instruction", None)
+    instruction = None if given_instruction is None else str(given_instruction)
     rest["server_python"] = parse_python(rest.get("server_python"))  # type: ignore[arg-type]  # default: this Python
     if name is None:
         name = "all_minilm_l6_v2" if bundled else sanitize_name(model_dir.name)
@@ -124,9 +128,14 @@ def spec_from_options(
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {a_or_an(found)} {found} ({why})",
                         f"build it as {a_or_an(found)} {found} (leave --kind out), or point at {a_or_an(kind)} {kind} folder")
     if kind_of(found).spec_fields:   # what the kind's reference reads of the folder (its export module)
-        fields = implementation(kind_of(found), "spec_fields")
-        return given.with_(**fields(model_dir, max_seq_length, bucket_t, given.trust_remote_code, overrides, default_prompt,
-                                    default_name), active_dims_in_graph=in_graph)
+        fields = implementation(kind_of(found), "spec_fields")(model_dir, max_seq_length, bucket_t, given.trust_remote_code,
+                                                               overrides, default_prompt, default_name)
+        if template_given or instruction is not None:
+            fields["pair_template"] = _pair_template(template_given, instruction, fields.get("pair_template", ""))
+        return given.with_(**fields, active_dims_in_graph=in_graph)
+    if template_given or instruction is not None:
+        raise field_error("pair_template" if template_given else "instruction", template_given or instruction,
+                          f"a reranker's option (an LLM-style one); this model is {a_or_an(found)} {found}")
     info = inspect_model(model_dir, trust_remote_code=given.trust_remote_code)
     if pooling == "auto":
         pooling = info.pooling or ("last-token" if info.is_decoder else "cls")
@@ -161,3 +170,14 @@ def spec_from_options(
         overflow_stride=rest.get("overflow_stride", BuildSpec.overflow_stride),
         active_dims_in_graph=in_graph,
     )
+
+
+def _pair_template(given: str | None, instruction: str | None, default_json: str) -> str:
+    """--pair-template / --instruction over the folder's default template -> the spec's JSON."""
+    from embtrt_backend.pair_template import PairTemplate, resolve
+
+    try:
+        template = resolve(given, instruction, PairTemplate.from_json(default_json))
+    except ValueError as exc:
+        raise field_error("pair_template" if given else "instruction", given or instruction, str(exc)) from exc
+    return template.to_json() if template is not None else ""

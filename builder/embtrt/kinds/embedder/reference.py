@@ -22,8 +22,8 @@ def embedder_rule(path: Path) -> tuple[bool, str]:
         # likely an LLM-style reranker (Qwen3-Reranker: the "yes" and "no" logits of its LM head), which pooling its
         # hidden states would serve as vectors that are not its output (it was built as an embedder until #71)
         raise SpecError(f"{path} is a causal language model ({causal[0]}) without sentence-transformers' modules.json: "
-                        "not an embedder as it is. An LLM-style reranker (Qwen3-Reranker: scores from the yes/no "
-                        "logits at the last token) is not served yet (#71)",
+                        "not an embedder as it is, and not an LLM-style reranker either (its tokenizer.json has no 'yes' "
+                        "and 'no' tokens for Qwen3-Reranker's scoring)",
                         "for a decoder embedding model, add its modules.json and pooling (as sentence-transformers "
                         "saves it); for a reranker, its sequence-classification conversion (one label) builds as a reranker")
     return True, f"config.json names {', '.join(archs) or 'no architecture'} (an encoder)"

@@ -21,6 +21,7 @@ def rerank(
     top_n: Optional[int] = typer.Option(None, help="Keep the N best documents. Default: all."),
     activation: str = typer.Option("default", help="default (the model's, as CrossEncoder.predict) | raw (logits) | softmax (several labels). Default default."),
     truncate: bool = typer.Option(True, "--truncate/--no-truncate", help="Cut pairs over the max length as CrossEncoder.predict does (--no-truncate: such a pair is an error). Default on."),
+    instruction: Optional[str] = typer.Option(None, help="An LLM-style reranker's instruction, put in its prompt template (a model without one refuses it). Default: the template's."),
     as_json: bool = typer.Option(False, "--json", help="Print {model, latency_ms, results: [{index, score, document}]} as JSON. Default off."),
 ) -> None:
     """Rank documents for a query with a reranker (cross-encoder) over gRPC, best first."""
@@ -28,7 +29,7 @@ def rerank(
 
     with RerankClient(url, model) as c:
         t0 = time.perf_counter()
-        ranked = c.rerank(query, documents, top_n, activation=activation, truncate=truncate)
+        ranked = c.rerank(query, documents, top_n, activation=activation, truncate=truncate, instruction=instruction)
         ms = (time.perf_counter() - t0) * 1e3
     if as_json:
         sys.stdout.write(json.dumps({"model": model, "latency_ms": ms,

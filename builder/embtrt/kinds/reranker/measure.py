@@ -60,7 +60,11 @@ class RerankMeasure(KindMeasure):
     kind, value, beside = RERANKER, "score", " beside background traffic"
 
     def read(self) -> None:
+        from .serve import RerankClient
+
         self.buckets, self.precision = buckets_of(self.url, self.model)
+        with RerankClient(self.url, self.model) as c:   # an LLM-style reranker's prompt template ("" none)
+            self.template = c.parameters().get("pair_template", "")
 
     def served(self, texts: list[str], url: str, model: str) -> tuple[np.ndarray, np.ndarray]:
         """Every pair's scores and tokens, one query's documents at a time (the client splits by max batch)."""
@@ -93,8 +97,9 @@ class RerankMeasure(KindMeasure):
 
     def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
         from .reference import load_cross_encoder
+        from .reference_llm import reference_of
 
-        ce = load_cross_encoder(reference, trust_remote_code=trust_remote_code)
+        ce = reference_of(load_cross_encoder(reference, trust_remote_code=trust_remote_code), self.template)
         return judge(ce, self.queries, self.docs, got[0], got[1], self.buckets, log=lambda _m: None, precision=self.precision)
 
     def limit(self) -> tuple[float, str]:

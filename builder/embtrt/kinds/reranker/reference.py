@@ -24,6 +24,9 @@ def cross_encoder_rule(path: Path) -> tuple[bool, str]:
     architecture of one label or with sentence-transformers' older CrossEncoder mark."""
     if st_model_type(path) == "CrossEncoder":
         return True, "config_sentence_transformers.json says model_type CrossEncoder"
+    llm = causal_reranker(path)
+    if llm:
+        return True, llm
     head = sequence_head(path)
     if head is None:
         return False, "no model_type CrossEncoder and no *ForSequenceClassification architecture in config.json"
@@ -33,6 +36,25 @@ def cross_encoder_rule(path: Path) -> tuple[bool, str]:
     if head.labels == 1:
         return True, f"config.json names the architecture {head.architecture} with one label (a cross-encoder)"
     return False, f"config.json names the architecture {head.architecture} with {head.labels} labels and no CrossEncoder mark"
+
+
+def causal_reranker(path: Path) -> str:
+    """What makes `path` an LLM-style reranker ("" where it is not): a *ForCausalLM architecture without
+    sentence-transformers' modules.json (a decoder embedder says how it pools there), whose tokenizer has "yes"
+    and "no" tokens: CrossEncoder loads it under LogitScore (logit["yes"] - logit["no"] at the last token)."""
+    from ...common.files import json_object
+
+    archs = [a for a in json_object(path / "config.json").get("architectures") or [] if isinstance(a, str)]
+    causal = next((a for a in archs if a.endswith("ForCausalLM")), None)
+    if causal is None or (path / "modules.json").is_file() or not (path / "tokenizer.json").is_file():
+        return ""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    if tok.token_to_id("yes") is None or tok.token_to_id("no") is None:
+        return ""
+    return (f"config.json names the causal LM {causal}, no modules.json, and its tokenizer has 'yes' and 'no' tokens "
+            "(an LLM-style reranker, as CrossEncoder loads it: logit['yes'] - logit['no'] at the last token)")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ class Reranker(FrontDoorModel):
 
     @property
     def schema(self) -> RerankModel:
-        return RerankModel(self.served.num_labels, self.served.max_text_bytes)
+        return RerankModel(self.served.num_labels, self.served.max_text_bytes, self.served.template is not None)
 
     async def rerank(self, req: RerankRequest) -> tuple[np.ndarray, int]:
         """-> (each document's score, in document order; the tokens scored, as the front door counts them)."""
@@ -36,7 +36,8 @@ class Reranker(FrontDoorModel):
         self.admission.check_count(len(q) * len(docs) + sum(map(len, docs)), "documents")  # each pair: the query too
         await check_row_tokens(self, [(q, d) for d in docs], "documents")
         params = {"activation": req.activation, "truncate": req.truncate,
-                  "truncation_direction": req.truncation_direction}
+                  "truncation_direction": req.truncation_direction,
+                  **({"instruction": req.instruction} if req.instruction is not None else {})}
         parts, tokens = await self.send(docs, q, params, DOC_FIELDS[req.api])
         return (parts[0] if len(parts) == 1 else np.concatenate(parts))[:, 0], tokens
 

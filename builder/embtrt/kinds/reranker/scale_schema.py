@@ -44,6 +44,7 @@ class RerankModel:
 
     num_labels: int
     max_text_bytes: int              # the most UTF-8 bytes of a query or a document (the front door's limit)
+    takes_instruction: bool = False  # an LLM-style reranker: its prompt template's instruction, per request
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class RerankRequest:
     truncate: bool = True            # pairs over the max length cut as CrossEncoder.predict cuts them
     truncation_direction: str = "right"
     scoring: dict | None = None      # a multi-vector model's `mode` and `weights` (bge-m3's compute_score), as sent
+    instruction: str | None = None   # an LLM-style reranker's instruction (every shape's `instruction`); None: its default
 
 
 def parse_rerank(api: str, body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind],
@@ -131,6 +133,15 @@ def _parse_rerank(api: str, body: dict, models: Mapping[str, RerankModel], kinds
     extra = {k: body[k] for k in ("mode", "weights") if body.get(k) is not None}
     if extra:
         req = replace(req, scoring=extra)
+    instruction = body.get("instruction")
+    if instruction is not None:
+        if not isinstance(instruction, str):
+            raise ApiError(400, f"instruction must be a string, got {_short(instruction)}", param="instruction")
+        if not m.takes_instruction:
+            raise ApiError(400, f"{name!r} takes no instruction: it has no prompt template (an LLM-style reranker's)",
+                           param="instruction")
+        check_bytes([instruction], m.max_text_bytes, "instruction", "instruction")
+        req = replace(req, instruction=instruction)
     qfield = "query.text" if api == "nim" else "query"
     check_bytes([req.query], m.max_text_bytes, qfield, qfield)
     check_bytes(req.documents, m.max_text_bytes, DOC_FIELDS[api])

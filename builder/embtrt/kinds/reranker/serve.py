@@ -40,15 +40,19 @@ class RerankClient(KindClient):
         return self._retrying(call)
 
     def score(self, query: str, documents: list[str], *, activation: str = "default", truncate: bool = True,
-              truncation_direction: str = "right", prompt_name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+              truncation_direction: str = "right", prompt_name: str | None = None,
+              instruction: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(scores [documents, labels], tokens per pair) in document order: CrossEncoder.predict of
         the pairs (activation raw: the logits; softmax: over the labels; prompt_name: one of the
-        model's prompts, prepended to the query; none: the model's default prompt)."""
+        model's prompts, prepended to the query; none: the model's default prompt; instruction: an
+        LLM-style reranker's, put in its prompt template; none: the template's default)."""
         if isinstance(documents, str):
             raise ClientError("score() takes a list of documents, got a single str", "wrap it: [document]")
         if not documents:
             raise ClientError("no documents to score", "pass at least one document")
         params = pair_params(activation, truncate, truncation_direction, prompt_name, allowed=ACTIVATIONS)
+        if instruction is not None:
+            params["instruction"] = instruction
         bs = self.batch_size
         parts = [self._infer(query, list(documents[i:i + bs]), params) for i in range(0, len(documents), bs)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

@@ -31,8 +31,11 @@ async def check_row_tokens(model: FrontDoorModel, rows: Sequence[tuple[str, str 
     def count() -> int:   # single texts alone, pairs as pairs (as the front door tokenizes them)
         singles = [a for a, b in rows if b is None]
         pairs = [(a, b) for a, b in rows if b is not None]
+        template = getattr(s, "template", None)   # an LLM-style reranker's pairs: through its prompt template
+        encode = (lambda q, d: tok.encode_template(template, q, d, DEFAULT)) if template is not None else \
+            (lambda q, d: tok.encode(q, d, DEFAULT))
         return ((int(tok.encode(singles, None, DEFAULT).lengths.sum()) if singles else 0)
-                + (int(tok.encode([a for a, _ in pairs], [b for _, b in pairs], DEFAULT).lengths.sum()) if pairs else 0))
+                + (int(encode([a for a, _ in pairs], [b for _, b in pairs]).lengths.sum()) if pairs else 0))
 
     model.admission.check_tokens(await model.admission.offload(sum(len(a) + len(b or "") for a, b in rows), count), field)
 

@@ -84,6 +84,10 @@ class ServedReranker(ServedModel):
         self.num_labels = int(self.manifest.num_labels or 1)
         self.activation = self.manifest.activation
         self.labels = [f"LABEL_{i}" for i in range(self.num_labels)]   # transformers' default names (TEI's /predict)
+        from embtrt_backend.pair_template import PairTemplate
+
+        # an LLM-style reranker's prompt template (its pairs are counted through it; requests may give an instruction)
+        self.template = PairTemplate.from_json(str(self.manifest.extra.get("spec", {}).get("pair_template") or ""))
         self._tokenizer_file = self.folder / "tokenizer.json"
         self._tok = None
 
