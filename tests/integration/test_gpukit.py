@@ -1,4 +1,5 @@
-"""The GPU kit's dry run, in the default test run: the same scripts that run on a lent GPU machine, end to
+"""The GPU kit's dry run, in make test-all's slow tier (CI runs it; about 40 s alone, 75-95 s beside the default
+tier's other worker, which make test's 10-minute bound could not hold): the same scripts that run on a lent GPU machine, end to
 end on this CPU in under a minute (pack, unpack into a temporary folder, set up the stub, the floor model
 driven by the load generator, tiny builds for python-torch served by the kit's own tritonserver, parity,
 the planned cells repeated with every timed vector compared with its reference, the static-shape runs
@@ -12,7 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_the_gpu_kit_packs_unpacks_and_runs_its_whole_script_on_the_cpu(tmp_path):

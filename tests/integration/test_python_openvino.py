@@ -40,7 +40,9 @@ def test_bf16_build_serves_equal_vectors_and_passes_verify(tmp_path, minilm_path
     precision = "bf16"
     repo = tmp_path / "repo"
     lines: list[str] = []
-    res = build(spec_from_options(None, repo, target="python-openvino", precision=precision), log=lines.append)
+    half = tmp_path / "half.json"   # every other corpus text, every length: the gate in full on fewer texts
+    half.write_text(json.dumps(corpus[::2]))
+    res = build(spec_from_options(None, repo, target="python-openvino", precision=precision), corpus=half, log=lines.append)
     m = res.manifest
     assert m["parity"]["passed"]
     assert all(b["p50"] >= 0.9999 and b["p01"] >= 0.999 for b in m["parity"]["buckets"].values())

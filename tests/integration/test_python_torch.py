@@ -20,7 +20,9 @@ pytestmark = pytest.mark.integration
 @pytest.mark.slow  # bf16 autocast is emulated on CPUs without AVX-512 bf16 / AMX; make test-all
 def test_bf16_build_passes_the_gate_and_serves_equal_vectors(tmp_path, minilm_path, corpus):
     repo = tmp_path / "repo"
-    res = build(spec_from_options(None, repo, target="python-torch", precision="bf16"), log=lambda m: None)
+    half = tmp_path / "half.json"   # every other corpus text, every length: the gate in full on fewer texts
+    half.write_text(json.dumps(corpus[::2]))
+    res = build(spec_from_options(None, repo, target="python-torch", precision="bf16"), corpus=half, log=lambda m: None)
     m = res.manifest
     assert m["parity"]["passed"] and m["onnx"] is None
     assert m["identity"]["embtrt.backend_profile"].startswith("python-torch:cpu:bf16:torch-")

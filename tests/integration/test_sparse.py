@@ -142,7 +142,7 @@ def test_bench_measures_served_sparse_scenarios_beside_in_process_sparse_encoder
     in-process SparseEncoder lines, no errors, the texts of each scenario inside its token band."""
     out = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--sparse", "--url", splade_server.grpc_url,
                           "--model", "splade", "--reference", str(splade[0]), "--buckets", "32", "--concurrency", "1,4",
-                          "--requests", "12", "--warmup", "2", "--texts-per-request", "2", "--out", str(tmp_path)],
+                          "--requests", "6", "--warmup", "2", "--texts-per-request", "2", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     doc = json.loads((tmp_path / "results.json").read_text())
@@ -150,7 +150,7 @@ def test_bench_measures_served_sparse_scenarios_beside_in_process_sparse_encoder
     served = [r for r in doc["results"] if r["target"] == "triton:splade"]
     assert sorted((r["scenario"], r["concurrency"]) for r in served) == sorted(
         (s, c) for s in doc["scenarios"] for c in (1, 4))
-    assert all(r["errors"] == 0 and r["requests"] == 12 and r["texts_per_s"] > 0 for r in served)
+    assert all(r["errors"] == 0 and r["requests"] == 6 and r["texts_per_s"] > 0 for r in served)
     inproc = [r for r in doc["results"] if r["target"].startswith("inprocess:SparseEncoder.encode_document")]
     assert {(r["scenario"], r["texts_per_request"]) for r in inproc} == {(s, b) for s in doc["scenarios"] for b in (32, 1)}
     assert "| triton:splade | <=32 | 4 | 2 |" in (tmp_path / "results.md").read_text()
