@@ -133,9 +133,26 @@ def test_the_rerank_routes_take_the_instruction_cohere_sdk_tei_and_nim(llm, serv
                          timeout=60).json()   # END: some pairs are over the max length with the template's tokens
         logit = np.log(plain / (1 - plain))   # NIM's raw score: the logit, no instruction: the template's default
         assert len(nim["rankings"]) == len(docs) and max(abs(r["logit"] - logit[r["index"]]) for r in nim["rankings"]) <= 1e-3
+        # the other rank routes' bodies with the instruction: Cohere v1 / Jina, vLLM's /rerank and its score API
+        def by_index(rows, key):
+            out = np.full(len(docs), np.nan, np.float32)
+            for r in rows:
+                out[r["index"]] = r[key]
+            return out
+
+        for path, body in (("/v1/rerank", {"model": "qr"}), ("/rerank", {})):
+            r = httpx.post(f"{url}{path}", json={**body, "query": query, "documents": docs, "instruction": mine}, timeout=60)
+            assert r.status_code == 200 and float(np.abs(by_index(r.json()["results"], "relevance_score") - want).max()) <= TOL, path
+        score = httpx.post(f"{url}/score", json={"model": "qr", "queries": query, "documents": docs, "instruction": mine},
+                           timeout=60)
+        assert score.status_code == 200 and float(np.abs(by_index(score.json()["data"], "score") - want).max()) <= TOL
         bad = httpx.post(f"{url}/v1/rerank", json={"model": "qr", "query": query, "documents": docs, "instruction": ["x"]},
                          timeout=60)
+        # a pair over the max length with the template's tokens, truncate false: a 400 naming it
+        long = httpx.post(f"{url}/rerank", json={"query": query, "texts": ["A short passage.", "Another one.", " ".join(corpus[40:60])],
+                                                  "truncate": False}, timeout=60)
     assert bad.status_code == 400 and "instruction must be a string" in bad.text
+    assert long.status_code in (400, 413, 422) and "texts[2]" in long.text, long.text
 
 
 def test_verify_gates_the_served_llm_reranker_against_its_folder(llm, server, tmp_path, corpus):

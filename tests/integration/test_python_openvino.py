@@ -20,6 +20,7 @@ pytestmark = pytest.mark.integration
 ov = pytest.importorskip("openvino")
 
 
+@pytest.mark.slow   # a MiniLM build and a two-instance OpenVINO server for it: make test-all (make test's 10 minutes)
 def test_fp32_serves_equal_vectors_and_passes_verify(ov_server, minilm_path, corpus):
     m = json.loads((ov_server.repository / "embtrt.json").read_text())
     assert m["parity"]["passed"] and m["identity"]["embtrt.backend_profile"].startswith("python-openvino:cpu:fp32:")

@@ -100,6 +100,7 @@ def test_identity_mismatch_with_the_index_is_warned(minilm_server, minilm_repo, 
     assert any("embtrt.backend_profile" in w for w in rep.warnings)
 
 
+@pytest.mark.slow   # needs ov_server (a second MiniLM deployment on python-openvino): make test-all
 def test_against_gates_two_deployments_of_one_model_and_catches_two_models(minilm_server, broken_server, ov_server,
                                                                           small_corpus):
     """The cross-backend release gate: MiniLM on python-ort and on python-openvino fp32 agree; MiniLM

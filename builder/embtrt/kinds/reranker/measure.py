@@ -190,15 +190,28 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
                                                         [warmup:] for k in documents], documents, trust_remote_code)
     if reference is not None:
         from .reference import load_cross_encoder
+        from .reference_llm import reference_of
 
         ce = load_cross_encoder(reference, trust_remote_code=trust_remote_code)
+        template = "" if http else _served_template(url, model)
+        peer = "CrossEncoder.predict(batch 32, fp32)"
+        if template:   # an LLM-style reranker: the pairs through its template, as the served ones (the model card's)
+            ce, peer = reference_of(ce, template), "model card (CrossEncoder's model, the template; batch 32, fp32)"
         for k in documents:   # the pairs of the first concurrency's measured requests: the same texts as served
             body = bench_requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])[warmup:]
             pairs = [(q, d) for q, ds in body for d in ds]
             ce.predict(pairs[:32], batch_size=32, show_progress_bar=False)   # warm
-            rows.append(inprocess_row("inprocess:CrossEncoder.predict(batch 32, fp32)", {"documents": k, "concurrency": 1},
+            rows.append(inprocess_row(f"inprocess:{peer}", {"documents": k, "concurrency": 1},
                                       partial(ce.predict, batch_size=32, show_progress_bar=False), [pairs], k, "pairs"))
     return rows
+
+
+def _served_template(url: str, model: str) -> str:
+    """The served reranker's prompt template (its front door's `pair_template` parameter; "" none)."""
+    from .serve import RerankClient
+
+    with RerankClient(url, model) as c:
+        return c.parameters().get("pair_template", "")
 
 
 bench_http_reranker = partial(bench_reranker, http=True)

@@ -52,13 +52,14 @@ class Reranker(FrontDoorModel):
                                       req.truncation_direction)
 
     async def score_pairs(self, pairs: list[tuple[str, str]], activation: str, field: str, truncate: bool = True,
-                          truncation_direction: str = "right") -> tuple[np.ndarray, int]:
+                          truncation_direction: str = "right", instruction: str | None = None) -> tuple[np.ndarray, int]:
         """Pairs of any queries -> (each pair's scores [pairs, labels] (the model's activation, or raw /
         softmax / sigmoid), in order; the tokens): the request's caps checked once, the pairs sent as rows
         (a refused one named `field[k]` by its index in the request)."""
         self.admission.check_count(sum(len(q) + len(d) for q, d in pairs), field)
         await check_row_tokens(self, pairs, field)
-        params = {"activation": activation, "truncate": truncate, "truncation_direction": truncation_direction}
+        params = {"activation": activation, "truncate": truncate, "truncation_direction": truncation_direction,
+                  **({"instruction": instruction} if instruction is not None else {})}
         parts, tokens = await self.send(pairs, None, params, field)
         return (parts[0] if len(parts) == 1 else np.concatenate(parts)), tokens
 

@@ -133,19 +133,28 @@ def _parse_rerank(api: str, body: dict, models: Mapping[str, RerankModel], kinds
     extra = {k: body[k] for k in ("mode", "weights") if body.get(k) is not None}
     if extra:
         req = replace(req, scoring=extra)
-    instruction = body.get("instruction")
+    instruction = instruction_of(body, m, name)
     if instruction is not None:
-        if not isinstance(instruction, str):
-            raise ApiError(400, f"instruction must be a string, got {_short(instruction)}", param="instruction")
-        if not m.takes_instruction:
-            raise ApiError(400, f"{name!r} takes no instruction: it has no prompt template (an LLM-style reranker's)",
-                           param="instruction")
-        check_bytes([instruction], m.max_text_bytes, "instruction", "instruction")
         req = replace(req, instruction=instruction)
     qfield = "query.text" if api == "nim" else "query"
     check_bytes([req.query], m.max_text_bytes, qfield, qfield)
     check_bytes(req.documents, m.max_text_bytes, DOC_FIELDS[api])
     return req
+
+
+def instruction_of(body: dict, m: RerankModel, name: str) -> str | None:
+    """A body's `instruction` (every rank route's): a string, for a model with a prompt template (an LLM-style
+    reranker's); None where the body has none."""
+    instruction = body.get("instruction")
+    if instruction is None:
+        return None
+    if not isinstance(instruction, str):
+        raise ApiError(400, f"instruction must be a string, got {_short(instruction)}", param="instruction")
+    if not m.takes_instruction:
+        raise ApiError(400, f"{name!r} takes no instruction: it has no prompt template (an LLM-style reranker's)",
+                       param="instruction")
+    check_bytes([instruction], m.max_text_bytes, "instruction", "instruction")
+    return instruction
 
 
 def render(req: RerankRequest, scores: np.ndarray, tokens: int) -> tuple[Any, list[tuple[bytes, bytes]]]:

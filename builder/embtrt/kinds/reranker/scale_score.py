@@ -23,7 +23,7 @@ from embtrt_backend.kinds import RERANKER, Kind
 
 from ...scale.gateway.errors import ApiError, check_bytes, empty, model_name, no_such_model, short
 from ...scale.gateway.operations import Answer
-from .scale_schema import RerankModel
+from .scale_schema import RerankModel, instruction_of
 
 SPELLINGS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
 
@@ -36,6 +36,7 @@ class ScoreRequest:
     pairs: list[tuple[str, str]]
     activation: str = "default"
     field: str = "documents"         # the request's name of the documents' side (documents, items, data_2, text_2)
+    instruction: str | None = None   # an LLM-style reranker's (scale_schema.instruction_of)
 
 
 def _side(v: Any, field: str, max_items: int) -> list[str]:
@@ -92,12 +93,13 @@ def _parse(body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kin
     check_bytes(qs, m.max_text_bytes, left)
     check_bytes(ds, m.max_text_bytes, right)
     return ScoreRequest("vllm-score", body.get("model"), name, list(zip(qs, ds)), "raw" if act is False else "default",
-                        right)
+                        right, instruction_of(body, m, name))
 
 
 async def answer_score(model, req: ScoreRequest) -> Answer:
     """The pairs scored in pair order (Reranker.score_pairs: the caps once, a refused pair named by its index)."""
-    scores, tokens = await model.score_pairs(req.pairs, req.activation, req.field)
+    more = {} if req.instruction is None else {"instruction": req.instruction}   # only a templated reranker takes one
+    scores, tokens = await model.score_pairs(req.pairs, req.activation, req.field, **more)
     scores = scores[:, 0].astype(np.float64)
     return ({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
              "model": req.model if req.model is not None else req.served,
