@@ -10,11 +10,14 @@
 # it is (short documents), and documents of about 4K tokens (real corpus text joined). A tiny model: what is
 # measured is the path (template tokens, padding, planning) and the attention over long prompts, not a 0.6B
 # model's compute. Environment: OUT (results folder), DOCS (default 1,10), CONCURRENCY (default 1,4),
-# REQUESTS (default 30 per scenario).
+# REQUESTS (default 30 per scenario), TARGET (default python-ort; python-torch runs the PyTorch model in the
+# front door), SCENARIOS (default "corpus long").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/common.sh  # BIN, WORK, PIDS, cleanup on exit, port
-OUT=${OUT:-benchmarks/results/llm-rerank-$(date -u +%Y%m%d)}
+TARGET=${TARGET:-python-ort}
+SCENARIOS=${SCENARIOS:-corpus long}
+OUT=${OUT:-benchmarks/results/llm-rerank-$TARGET-$(date -u +%Y%m%d)}
 DOCS=${DOCS:-1,10}
 CONCURRENCY=${CONCURRENCY:-1,4}
 REQUESTS=${REQUESTS:-30}
@@ -46,11 +49,11 @@ for j in range(24):   # each document real corpus text from its own starting poi
 (work / "long.json").write_text(json.dumps(docs))
 PY
 echo "== building the LLM reranker from $M (long instruction as its default)"
-"$BIN/embtrt" build "$M" --out "$WORK/repo" --name qwen3_rr --buckets 512,2048,8192 --instruction "$INSTRUCTION" \
+"$BIN/embtrt" build "$M" --out "$WORK/repo" --name qwen3_rr --target "$TARGET" --buckets 512,2048,8192 --instruction "$INSTRUCTION" \
     > "$WORK/build.log" 2>&1
 serve_dir "$WORK/repo" qwen3_rr
 mkdir -p "$OUT"
-for scenario in corpus long; do
+for scenario in $SCENARIOS; do
   CORPUS_OPT=()
   [ "$scenario" = long ] && CORPUS_OPT=(--corpus "$WORK/long.json")
   CMD=("$BIN/embtrt" bench --model "qwen3_rr@127.0.0.1:$G" --rerank-documents "$DOCS" --concurrency "$CONCURRENCY"
@@ -59,7 +62,7 @@ for scenario in corpus long; do
   "${CMD[@]}"
 done
 {
-  echo "command: DOCS=$DOCS CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS bash benchmarks/run_llm_rerank.sh"
+  echo "command: DOCS=$DOCS CONCURRENCY=$CONCURRENCY REQUESTS=$REQUESTS TARGET=$TARGET SCENARIOS=\"$SCENARIOS\" bash benchmarks/run_llm_rerank.sh"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
   echo "load generator: the same machine (one Python asyncio process), sharing its cores with the server"

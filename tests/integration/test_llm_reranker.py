@@ -170,7 +170,8 @@ def test_verify_gates_the_served_llm_reranker_against_its_folder(llm, server, tm
 def test_every_other_target_serves_the_causal_form_equal_to_the_model_card(llm, corpus, tmp_path):
     """python-torch (the causal LM itself, only the last token's two logits), python-openvino and onnxruntime
     (the exported score row) built from the causal folder (each gated on a sixth of the corpus), served by one
-    tritonserver, each equal to the model card's scores; the onnxruntime target's bucket encoders through
+    tritonserver, each equal to the model card's scores (tensorrt: built and gated, its plans pending for the
+    GPU host); the onnxruntime target's bucket encoders through
     tests/ort_standin.py (the bundled tritonserver has no onnxruntime backend); `verify --against` of the
     python-torch deployment against the python-ort one passes at the reranker's fp32 bound."""
     from ort_standin import served_copy
@@ -183,6 +184,11 @@ def test_every_other_target_serves_the_causal_form_equal_to_the_model_card(llm, 
         build(spec_from_options(causal, tmp_path / name, name=name, target=target), corpus=few, log=lambda m: None)
         m = read_manifest(tmp_path / name)
         assert m.target == target and m.extra["parity"]["passed"] and m.extra["parity"]["max_abs_diff"] <= TOL
+    # tensorrt: the gate on the padded precision ONNX here, one plan per bucket pending for the GPU host
+    build(spec_from_options(causal, tmp_path / "qr_trt", name="qr_trt", target="tensorrt"), corpus=few, log=lambda m: None)
+    trt = read_manifest(tmp_path / "qr_trt")
+    assert trt.extra["parity"]["passed"] and trt.extra["parity"]["max_abs_diff"] <= TOL
+    assert trt.extra["pending"] == [f"qr_trt_{b}_encoder/1/model.plan" for b in (32, 128, 256)]
     served, stood_in = served_copy(tmp_path / "qr_ort", tmp_path / "qr_ort_served")
     assert stood_in == ["qr_ort_128_encoder", "qr_ort_256_encoder", "qr_ort_32_encoder"]
     query, docs = _docs(corpus)
