@@ -155,7 +155,7 @@ class PairTokenizer:
     def __init__(self, tokenizer_json: str, max_length: int, pad_id: int) -> None:
         self.text = TextTokenizer(tokenizer_json, max_length, pad_id)
         self.max_length = int(max_length)
-        self._by: dict[tuple[bool, str], object] = {}
+        self._by: dict[tuple, object] = {}
 
     def _variant(self, truncate: bool, direction: str):
         key = (truncate, direction)
@@ -181,7 +181,7 @@ class PairTokenizer:
         """Pairs through an LLM-style reranker's template (embtrt_backend.pair_template): each middle tokenized
         alone and cut to the max length less the prefix and suffix tokens (one token more where over-long
         pairs are refused), then prefix + middle + suffix."""
-        key = ("template", opts.truncate, opts.direction)
+        key = (template, opts.truncate, opts.direction)   # a frozen template: its own tokenizer variant
         if key not in self._by:
             from tokenizers import Tokenizer
 

@@ -50,6 +50,11 @@ def server(llm, tmp_path_factory):
         yield srv
 
 
+def _card(causal, query: str, docs: list[str], instruction: str | None = None) -> np.ndarray:
+    """The model card's P(yes) of (query, each document), float32 in document order."""
+    return np.asarray(model_card_scores(causal, [(query, d) for d in docs], instruction=instruction), np.float32)
+
+
 def _docs(corpus):
     """A query and 24 documents of mixed lengths, the last far over the max length (its middle is cut)."""
     return corpus[0].split(".")[0], corpus[1:24] + [" ".join(corpus[40:60])]
@@ -72,7 +77,7 @@ def test_both_forms_serve_the_model_cards_scores_and_the_conversion_crossencoder
 
     causal, seq, _ = llm
     query, docs = _docs(corpus)
-    want = np.asarray(model_card_scores(causal, [(query, d) for d in docs]), np.float32)
+    want = _card(causal, query, docs)
     assert np.ptp(want) > 0.05 and len(np.unique(np.round(want, 4))) == len(docs)   # the tiny model tells pairs apart
     for name in ("qr", "qr_seq"):
         with RerankClient(server.grpc_url, name) as c:
@@ -98,8 +103,8 @@ def test_an_instruction_per_request_is_the_model_cards(llm, server, corpus):
     query, docs = _docs(corpus)
     docs = docs[:8]
     mine = "Given a sentence, find passages that contradict it"
-    want = np.asarray(model_card_scores(causal, [(query, d) for d in docs], instruction=mine), np.float32)
-    default = np.asarray(model_card_scores(causal, [(query, d) for d in docs]), np.float32)
+    want = _card(causal, query, docs, mine)
+    default = _card(causal, query, docs)
     assert float(np.abs(want - default).max()) > 1e-3   # the instruction reaches the score
     with RerankClient(server.grpc_url, "qr") as c:
         got, _ = c.score(query, docs, instruction=mine)
@@ -117,8 +122,8 @@ def test_the_rerank_routes_take_the_instruction_cohere_sdk_tei_and_nim(llm, serv
     query, docs = _docs(corpus)
     docs = docs[:10]
     mine = "Find passages about the same place"
-    want = np.asarray(model_card_scores(causal, [(query, d) for d in docs], instruction=mine), np.float32)
-    plain = np.asarray(model_card_scores(causal, [(query, d) for d in docs]), np.float32)
+    want = _card(causal, query, docs, mine)
+    plain = _card(causal, query, docs)
     with gateway(base / "causal", tmp_path / "gw.log", "--triton", server.grpc_url) as url:
         v2 = cohere.ClientV2(api_key="unused", base_url=url).rerank(
             model="qr", query=query, documents=docs, request_options={"additional_body_parameters": {"instruction": mine}})
@@ -192,7 +197,7 @@ def test_every_other_target_serves_the_causal_form_equal_to_the_model_card(llm, 
     served, stood_in = served_copy(tmp_path / "qr_ort", tmp_path / "qr_ort_served")
     assert stood_in == ["qr_ort_128_encoder", "qr_ort_256_encoder", "qr_ort_32_encoder"]
     query, docs = _docs(corpus)
-    want = np.asarray(model_card_scores(causal, [(query, d) for d in docs]), np.float32)
+    want = _card(causal, query, docs)
     with start_server(tmp_path / "qr_torch", tmp_path, tmp_path / "qr_ov", served, base / "causal") as srv:
         for name in names.values():
             with RerankClient(srv.grpc_url, name) as c:
@@ -237,7 +242,7 @@ def test_the_rerank_command_takes_the_instruction(llm, server, corpus):
     query, docs = _docs(corpus)
     docs = docs[:6]
     mine = "Find passages about the same place"
-    want = np.asarray(model_card_scores(causal, [(query, d) for d in docs], instruction=mine), np.float32)
+    want = _card(causal, query, docs, mine)
     p = subprocess.run([sys.executable, "-m", "embtrt.cli", "rerank", "--url", server.grpc_url, "--model", "qr", "--query",
                         query, "--instruction", mine, "--json", *docs], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

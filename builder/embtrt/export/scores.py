@@ -105,17 +105,16 @@ def export_yes_no(ce, score, input_names: tuple[str, ...], path: Path, pairs: li
     head = yes_no_head(lm, score.true_token_id, score.false_token_id, input_names)
     tok = ce.tokenizer
 
-    def enc(batch):
+    def enc(batch, side: str = "right"):   # the front door pads right; the CrossEncoder pads a causal LM's left
         return tok([p[0] for p in batch], [p[1] for p in batch], padding=True, truncation="longest_first",
-                   max_length=ce.max_seq_length, return_tensors="pt", padding_side="right")
+                   max_length=ce.max_seq_length, return_tensors="pt", padding_side=side)
 
     sample = enc(pairs[:2])
     sess = export_head(head, tuple(sample[n] for n in input_names), path, input_names, output)
     worst = 0.0
     for rows in (1, 3, 8):
         batch = pairs[:rows] if rows > 2 else pairs[-rows:]
-        left = tok([p[0] for p in batch], [p[1] for p in batch], padding=True, truncation="longest_first",
-                   max_length=ce.max_seq_length, return_tensors="pt", padding_side="left")
+        left = enc(batch, "left")
         with torch.inference_mode():
             last = ce.model.eval()(**{n: left[n] for n in input_names}).logits[:, -1]
         want = last[:, score.true_token_id] - (last[:, score.false_token_id] if score.false_token_id is not None else 0)
@@ -130,6 +129,15 @@ def export_yes_no(ce, score, input_names: tuple[str, ...], path: Path, pairs: li
     return {"max_abs_logit_diff": worst, "opset": 17, "head": "last-token yes - no"}
 
 
+def require_same_tokens(pairs: list[tuple[str, str]], what: str, *compared: tuple[list, list]) -> None:
+    """Each (ours, the reference's) list of per-pair token rows equal, or a ParityError saying `what`, on how many
+    pairs and the first of them."""
+    bad = sorted({i for ours, ref in compared for i, (a, b) in enumerate(zip(ours, ref, strict=True)) if list(a) != list(b)})
+    if bad:
+        raise ParityError(f"{what} on {len(bad)} of {len(pairs)} pairs (first: {pairs[bad[0]][1][:60]!r})",
+                          "the tokenizer.json lacks settings of the HF tokenizer")
+
+
 def check_pair_tokenizer(hf_tok, tok, pairs: list[tuple[str, str]], log: Log) -> None:
     """The serving pair tokenizer (`tok`, embtrt_backend.pairs.PairTokenizer) gives CrossEncoder's ids
     (and segment ids) on every real pair, the over-long ones cut longest_first at the max length."""
@@ -138,12 +146,8 @@ def check_pair_tokenizer(hf_tok, tok, pairs: list[tuple[str, str]], log: Log) ->
     max_length = tok.max_length
     ours = tok.encode([p[0] for p in pairs], [p[1] for p in pairs], DEFAULT)
     ref = hf_tok([p[0] for p in pairs], [p[1] for p in pairs], truncation="longest_first", max_length=max_length)
-    bad = [i for i, a in enumerate(ours.ids) if list(a) != list(ref["input_ids"][i])]
-    if "token_type_ids" in ref:
-        bad += [i for i, a in enumerate(ours.type_ids) if list(a) != list(ref["token_type_ids"][i])]
-    if bad:
-        raise ParityError(f"the serving pair tokenizer differs from CrossEncoder's on {len(set(bad))} of {len(pairs)} "
-                          f"pairs (first: {pairs[bad[0]][1][:60]!r})", "the tokenizer.json lacks settings of the HF tokenizer")
+    compared = [(ours.ids, ref["input_ids"])] + ([(ours.type_ids, ref["token_type_ids"])] if "token_type_ids" in ref else [])
+    require_same_tokens(pairs, "the serving pair tokenizer differs from CrossEncoder's", *compared)
     cut = int(sum(len(x) == max_length for x in ours.ids))
     log(f"[ok] serving pair tokenizer equals CrossEncoder's on {len(pairs)} pairs ({cut} cut at {max_length} tokens)")
 

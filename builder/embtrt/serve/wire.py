@@ -134,9 +134,9 @@ def with_retries(call: Callable[[], T], retries: int, backoff_s: float, fail: Ca
 
 
 def pair_params(activation: str, truncate: bool, truncation_direction: str, prompt_name: str | None = None,
-                *, allowed: tuple[str, ...]) -> dict:
+                *, allowed: tuple[str, ...], instruction: str | None = None) -> dict:
     """A pair-core front door's request parameters (embtrt_backend.pairs.PairOptions), the
-    defaults left out; an activation not in `allowed` refused here."""
+    defaults left out; an activation not in `allowed` refused here; `instruction`: an LLM-style reranker's."""
     if activation not in allowed:
         raise ClientError(f"activation {activation!r}: must be one of {', '.join(allowed)}")
     params: dict = {}
@@ -148,4 +148,6 @@ def pair_params(activation: str, truncate: bool, truncation_direction: str, prom
         params["truncation_direction"] = truncation_direction
     if prompt_name is not None:
         params["prompt_name"] = prompt_name
+    if instruction is not None:
+        params["instruction"] = instruction
     return params

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 from embtrt_backend.kinds import RERANKER
 
-from ...export.scores import ScoresBuild
+from ...export.scores import ScoresBuild, require_same_tokens
 from ...reference.modelinfo import default_buckets
 from ...reference.pairs import corpus_pairs, load_cross_encoder
 from .reference import cross_info
 from .reference_gate import judge
-from .reference_llm import logit_score, reference_of
+from .reference_llm import TemplatedReference, logit_score, reference_of
 
 
 def served_scores(core, encoder, queries: list[str], docs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -55,13 +55,10 @@ class RerankerBuild(ScoresBuild):
 
     def params(self, pad_id: int) -> dict[str, str]:
         """The scores head's, and an LLM-style reranker's "yes" and "no" ids (python-torch scores with them)."""
-        score = logit_score(self.reference_model) if getattr(self, "reference_model", None) is not None else None
+        ref = getattr(self, "ref", None)   # the build's CrossEncoder (FrontDoorBuild.build_in keeps it); none outside one
+        score = logit_score(ref) if ref is not None else None
         extra = {} if score is None else {"score_tokens": f"{score.true_token_id},{score.false_token_id}"}
         return {**super().params(pad_id), **extra}
-
-    def hf_tokenizer(self, ce):
-        self.reference_model = ce   # the template check's reference (check_tokenizer)
-        return super().hf_tokenizer(ce)
 
     def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None:
         """The pair tokenizer's check, and with a prompt template its ids against the reference's (the model
@@ -72,17 +69,11 @@ class RerankerBuild(ScoresBuild):
         from embtrt_backend.pair_template import PairTemplate
         from embtrt_backend.pairs import DEFAULT
 
-        from ...errors import ParityError
-        from .reference_llm import TemplatedReference
-
         template = PairTemplate.from_json(self.spec.pair_template)
         pairs = self.pairs(texts)
         ours = self.tok.encode_template(template, [p[0] for p in pairs], [p[1] for p in pairs], DEFAULT).ids
-        ref = TemplatedReference(self.reference_model, template).token_ids(pairs)
-        bad = [i for i, (a, b) in enumerate(zip(ours, ref, strict=True)) if list(a) != list(b)]
-        if bad:
-            raise ParityError(f"the prompt template's tokens differ from the reference's on {len(bad)} of {len(pairs)} pairs "
-                              f"(first: {pairs[bad[0]][1][:60]!r})", "the tokenizer.json lacks settings of the HF tokenizer")
+        require_same_tokens(pairs, "the prompt template's tokens differ from the reference's",
+                            (ours, TemplatedReference(self.ref, template).token_ids(pairs)))
         cut = sum(len(x) == self.spec.max_seq_length for x in ours)
         self.log(f"[ok] prompt template's tokens equal the reference's (Qwen3-Reranker's model card rule) on {len(pairs)} "
                  f"pairs ({cut} cut at {self.spec.max_seq_length} tokens, prefix and suffix kept)")

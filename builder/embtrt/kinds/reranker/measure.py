@@ -45,13 +45,19 @@ async def _score(client, model: str, query: str, docs: list[str], params: dict |
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-def buckets_of(url: str, model: str) -> tuple[tuple[int, ...], str]:
-    """The served front door's buckets and precision (fp32, or bf16 on python-openvino)."""
+def front_door_parameters(url: str, model: str) -> dict[str, str]:
+    """The served reranker's front-door parameters (its buckets, precision, prompt template, ...)."""
     from .serve import RerankClient
 
     with RerankClient(url, model) as c:
-        p = c.parameters()
-        return tuple(int(b) for b in p["buckets"].split(",")), p.get("precision", "fp32")
+        return c.parameters()
+
+
+def buckets_of(url: str, model: str, p: dict[str, str] | None = None) -> tuple[tuple[int, ...], str]:
+    """The served front door's buckets and precision (fp32, or bf16 on python-openvino), from its parameters `p`
+    where the caller has them."""
+    p = front_door_parameters(url, model) if p is None else p
+    return tuple(int(b) for b in p["buckets"].split(",")), p.get("precision", "fp32")
 
 
 class RerankMeasure(KindMeasure):
@@ -60,11 +66,9 @@ class RerankMeasure(KindMeasure):
     kind, value, beside = RERANKER, "score", " beside background traffic"
 
     def read(self) -> None:
-        from .serve import RerankClient
-
-        self.buckets, self.precision = buckets_of(self.url, self.model)
-        with RerankClient(self.url, self.model) as c:   # an LLM-style reranker's prompt template ("" none)
-            self.template = c.parameters().get("pair_template", "")
+        p = front_door_parameters(self.url, self.model)
+        self.buckets, self.precision = buckets_of(self.url, self.model, p)
+        self.template = p.get("pair_template", "")   # an LLM-style reranker's prompt template ("" none)
 
     def served(self, texts: list[str], url: str, model: str) -> tuple[np.ndarray, np.ndarray]:
         """Every pair's scores and tokens, one query's documents at a time (the client splits by max batch)."""
@@ -193,7 +197,7 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
         from .reference_llm import reference_of
 
         ce = load_cross_encoder(reference, trust_remote_code=trust_remote_code)
-        template = "" if http else _served_template(url, model)
+        template = "" if http else front_door_parameters(url, model).get("pair_template", "")
         peer = "CrossEncoder.predict(batch 32, fp32)"
         if template:   # an LLM-style reranker: the pairs through its template, as the served ones (the model card's)
             ce, peer = reference_of(ce, template), "model card (CrossEncoder's model, the template; batch 32, fp32)"
@@ -204,14 +208,6 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
             rows.append(inprocess_row(f"inprocess:{peer}", {"documents": k, "concurrency": 1},
                                       partial(ce.predict, batch_size=32, show_progress_bar=False), [pairs], k, "pairs"))
     return rows
-
-
-def _served_template(url: str, model: str) -> str:
-    """The served reranker's prompt template (its front door's `pair_template` parameter; "" none)."""
-    from .serve import RerankClient
-
-    with RerankClient(url, model) as c:
-        return c.parameters().get("pair_template", "")
 
 
 bench_http_reranker = partial(bench_reranker, http=True)

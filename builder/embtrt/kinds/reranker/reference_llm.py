@@ -22,31 +22,29 @@ def logit_score(ce):
 
 
 class TemplatedReference:
-    """CrossEncoder.predict over pairs put through `template` (see the module's docstring)."""
+    """CrossEncoder.predict over pairs put through `template` (its own instruction; see the module's docstring)."""
 
-    def __init__(self, ce, template: PairTemplate, instruction: str | None = None) -> None:
-        self.ce, self.template, self.instruction = ce, template, instruction
-        self.max_seq_length = ce.max_seq_length
+    def __init__(self, ce, template: PairTemplate) -> None:
+        self.ce, self.template = ce, template
 
     def __getattr__(self, name: str):   # everything else (tokenizer, model, rank's callers) is the CrossEncoder's
         return getattr(self.ce, name)
 
-    def token_ids(self, pairs: list[tuple[str, str]], instruction: str | None = None) -> list[list[int]]:
+    def token_ids(self, pairs: list[tuple[str, str]]) -> list[list[int]]:
         tok = self.ce.tokenizer
         prefix = tok.encode(self.template.prefix, add_special_tokens=False)
         suffix = tok.encode(self.template.suffix, add_special_tokens=False)
-        texts = [self.template.text(q, d, instruction if instruction is not None else self.instruction) for q, d in pairs]
+        texts = [self.template.text(q, d) for q, d in pairs]
         mid = tok(texts, padding=False, truncation="longest_first", return_attention_mask=False,
                   max_length=int(self.ce.max_seq_length) - len(prefix) - len(suffix))["input_ids"]
         return [prefix + ids + suffix for ids in mid]
 
-    def predict(self, pairs, batch_size: int = 32, show_progress_bar: bool = False, instruction: str | None = None,
-                **_: object) -> np.ndarray:
+    def predict(self, pairs, batch_size: int = 32, show_progress_bar: bool = False, **_: object) -> np.ndarray:
         import torch
 
         score = logit_score(self.ce)
         tok, model = self.ce.tokenizer, self.ce.model.eval()
-        ids = self.token_ids(list(pairs), instruction)
+        ids = self.token_ids(list(pairs))
         out = []
         for i in range(0, len(ids), batch_size):
             batch = tok.pad({"input_ids": ids[i:i + batch_size]}, padding=True, return_tensors="pt",

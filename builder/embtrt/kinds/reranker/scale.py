@@ -19,6 +19,13 @@ from .scale_schema import RerankModel, RerankRequest
 from ...scale.gateway.served import ServedReranker
 
 
+def _params(activation: str, truncate: bool, truncation_direction: str, instruction: str | None) -> dict:
+    """A request's front-door parameters (embtrt_backend.pairs.PairOptions); the instruction only where given (a
+    model without a prompt template refuses the name)."""
+    return {"activation": activation, "truncate": truncate, "truncation_direction": truncation_direction,
+            **({"instruction": instruction} if instruction is not None else {})}
+
+
 class Reranker(FrontDoorModel):
     """The gateway of one reranker (repository): a request's pairs, scored by its front door."""
 
@@ -35,9 +42,7 @@ class Reranker(FrontDoorModel):
         q, docs = req.query, req.documents
         self.admission.check_count(len(q) * len(docs) + sum(map(len, docs)), "documents")  # each pair: the query too
         await check_row_tokens(self, [(q, d) for d in docs], "documents")
-        params = {"activation": req.activation, "truncate": req.truncate,
-                  "truncation_direction": req.truncation_direction,
-                  **({"instruction": req.instruction} if req.instruction is not None else {})}
+        params = _params(req.activation, req.truncate, req.truncation_direction, req.instruction)
         parts, tokens = await self.send(docs, q, params, DOC_FIELDS[req.api])
         return (parts[0] if len(parts) == 1 else np.concatenate(parts))[:, 0], tokens
 
@@ -58,9 +63,7 @@ class Reranker(FrontDoorModel):
         (a refused one named `field[k]` by its index in the request)."""
         self.admission.check_count(sum(len(q) + len(d) for q, d in pairs), field)
         await check_row_tokens(self, pairs, field)
-        params = {"activation": activation, "truncate": truncate, "truncation_direction": truncation_direction,
-                  **({"instruction": instruction} if instruction is not None else {})}
-        parts, tokens = await self.send(pairs, None, params, field)
+        parts, tokens = await self.send(pairs, None, _params(activation, truncate, truncation_direction, instruction), field)
         return (parts[0] if len(parts) == 1 else np.concatenate(parts)), tokens
 
     def inputs(self, docs: list, query: str | None) -> list:

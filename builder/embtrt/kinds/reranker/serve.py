@@ -50,9 +50,8 @@ class RerankClient(KindClient):
             raise ClientError("score() takes a list of documents, got a single str", "wrap it: [document]")
         if not documents:
             raise ClientError("no documents to score", "pass at least one document")
-        params = pair_params(activation, truncate, truncation_direction, prompt_name, allowed=ACTIVATIONS)
-        if instruction is not None:
-            params["instruction"] = instruction
+        params = pair_params(activation, truncate, truncation_direction, prompt_name, allowed=ACTIVATIONS,
+                             instruction=instruction)
         bs = self.batch_size
         parts = [self._infer(query, list(documents[i:i + bs]), params) for i in range(0, len(documents), bs)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
