@@ -50,6 +50,16 @@ def _post(url, path, body):
     return r.json()
 
 
+def test_info_describes_the_default_model(url, multivector_repos):
+    """TEI's /info (#69: every kind answers it) of --default-model, the ColBERT model."""
+    from embtrt.repository.manifest import read_manifest
+
+    info = httpx.get(url + "/info", timeout=30).json()
+    m = read_manifest(multivector_repos["colbert"])
+    assert (info["model_id"], info["model_type"], info["max_input_length"]) == \
+        ("colbert", {"embedding": {"pooling": "multi-vector (colbert)"}}, m.max_seq_length)
+
+
 def test_rerank_routes_rank_by_maxsim_as_multivectorencoder(url, mve, docs):
     query = "what do people read?"
     want = mve.similarity(mve.encode_query([query]), mve.encode_document(docs)).numpy()[0]

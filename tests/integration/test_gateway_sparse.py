@@ -298,6 +298,9 @@ def test_sparse_requests_over_the_caps_get_413_and_tokens_are_counted_exactly(re
         assert r.headers["x-compute-tokens"] == "12"
         _tei(_post(u, "/embed_sparse", {"inputs": ["a b"] * 11}), 413, "Validation",
              "the input has 44 tokens; this gateway takes at most 40 per request (--max-request-tokens)")
+        info = httpx.get(u + "/info", timeout=30).json()   # TEI's /info of the only model (#69: every kind answers it)
+        assert (info["model_id"], info["model_type"], info["max_batch_tokens"]) == \
+            (manifest.name, {"embedding": {"pooling": "splade"}}, 40)
 
 
 def test_over_the_concurrency_cap_a_sparse_request_is_429(repo, manifest, splade_server, minilm_repo, minilm_server,

@@ -3,9 +3,8 @@ and no shared module imports a named kind: neither a kind's package nor its cons
 
     python tests/typecheck/kind_edges.py
 
-The edges that exist today are listed in OWED: what #69 still has to move. The check fails on an edge
-that is not listed (a new one) and on a listed one that is gone (take it off the list): the list only
-shrinks. The registries are exempt: embtrt_backend.kinds (the kinds by name, their detection rules) and
+The check fails on every such edge (OWED, the list #69 emptied, kept for a reviewed exception: it only
+shrinks). The registries are exempt: embtrt_backend.kinds (the kinds by name, their detection rules) and
 embtrt.kinds (its package docstring). `make lint` and tests/unit/test_layers.py run it.
 """
 
@@ -20,31 +19,7 @@ from import_layers import imports_of, module_name
 CONSTANTS = frozenset({"CLASSIFIER", "DEFAULT", "EMBEDDER", "MULTIMODAL", "MULTIVECTOR", "RERANKER", "SPARSE"})
 REGISTRIES = frozenset({"embtrt_backend.kinds", "embtrt.kinds"})
 
-OWED = frozenset({
-    # TEI's /embed_all is two kinds' (the embedder's body handed to its parser); the late-interaction rerank in process
-    "embtrt.kinds.multivector.scale_routes -> embtrt.kinds.embedder.scale_routes",
-    "embtrt.kinds.reranker.measure -> embtrt.kinds.multivector.reference",
-    "embtrt.kinds.reranker.measure -> embtrt.kinds.multivector.measure",
-    # shared -> a kind's package: the CLI's per-kind commands
-    "embtrt.cli.measure -> embtrt.kinds.embedder.measure",
-    "embtrt.cli.measure -> embtrt.kinds.embedder.measure_bench",
-    "embtrt.cli.rerank -> embtrt.kinds.reranker.measure",
-    "embtrt.cli.rerank -> embtrt.kinds.sparse.measure_bench",
-    "embtrt.cli.rerank -> embtrt.kinds.classifier.measure",
-    "embtrt.cli.rerank -> embtrt.kinds.multimodal.measure_bench",
-    "embtrt.cli.serve -> embtrt.kinds.multimodal.serve",
-    "embtrt.measure.tune -> embtrt.kinds.embedder.measure_bench",
-    # shared -> a kind's constant: "is it the embedder?" and its like
-    "embtrt.cli.rerank -> CLASSIFIER", "embtrt.cli.rerank -> RERANKER", "embtrt.cli.rerank -> MULTIMODAL",
-    "embtrt.cli.serve -> MULTIMODAL",
-    "embtrt.export.onnx2trt -> EMBEDDER",
-    "embtrt.export.precision -> SPARSE",
-    "embtrt.export.render -> EMBEDDER", "embtrt.export.render -> MULTIVECTOR", "embtrt.export.render -> SPARSE",
-    "embtrt.export.spec -> EMBEDDER", "embtrt.export.spec -> SPARSE",
-    "embtrt.repository.manifest -> DEFAULT", "embtrt.repository.manifest -> RERANKER",
-    "embtrt.serve.client -> DEFAULT", "embtrt.serve.client -> EMBEDDER",
-    "embtrt.serve.probe -> DEFAULT",
-})
+OWED: frozenset[str] = frozenset()   # #69 moved the last of them: none is owed
 
 
 def _kind_package(module: str) -> str | None:
@@ -106,7 +81,7 @@ def main() -> int:
     for p in problems:
         print(p)
     print(f"{len(problems)} kind-edge problems; {len(OWED)} edges still owed (#69)" if problems
-          else f"ok: no new kind edge; {len(OWED)} still owed (#69)")
+          else "ok: no kind package imports another, no shared module names a kind")
     return 1 if problems else 0
 
 

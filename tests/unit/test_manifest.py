@@ -61,7 +61,7 @@ def test_kind_is_read_and_written_and_an_unknown_kind_is_refused(tmp_path):
     doc = {**V1, "schema_version": SCHEMA_VERSION, "kind": "reranker", "num_labels": 1, "activation": "sigmoid"}
     (tmp_path / "embtrt.json").write_text(json.dumps(doc))
     m = read_manifest(tmp_path)
-    assert (m.kind, m.num_labels, m.activation, m.is_reranker) == ("reranker", 1, "sigmoid", True)
+    assert (m.kind, m.num_labels, m.activation) == ("reranker", 1, "sigmoid")
     assert m.to_dict()["kind"] == "reranker"
     with pytest.raises(RepositoryError, match=r"a reranker: `embtrt matrix` measures bucket models, which only "
                                               r"repositories of an embedder have"):   # its routing is the front door

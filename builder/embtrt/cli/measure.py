@@ -1,9 +1,9 @@
-"""Measuring a deployment: `embtrt verify` (kinds/embedder/measure.py), `bench` (kinds/embedder/measure_bench.py), `matrix`
-(measure/matrix.py) and `tune` (measure/tune.py), with the parsers of their options."""
+"""Measuring a deployment: `embtrt verify` and `bench` (the served kind's own: Kind.verify_cli, Kind.bench_cli,
+with cli/measure_kinds.py's option records), `matrix` (measure/matrix.py) and `tune` (measure/tune.py), with the
+parsers of their options."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -11,11 +11,11 @@ from typing import Optional
 
 import typer
 
-from embtrt_backend.kinds import kind_of
+from embtrt_backend.kinds import KINDS, kind_of
 
 from ..common.options import parse_int_list
-from ..errors import SpecError, require_extra
-from .app import app, err, out, progress_log, say
+from ..errors import SpecError
+from .app import app, err, progress_log, say
 
 
 @app.command()
@@ -40,53 +40,19 @@ def verify(
     trust_remote_code: bool = typer.Option(False, help="Load a reference folder that runs its own code (an auto_map), as `embtrt build --trust-remote-code`. Default off."),
 ) -> None:
     """The vector-quality gate: served vectors vs the reference, per length bucket; exit 4 when any gate fails."""
-    from ..common.corpus import load_corpus
-    from ..kinds.embedder.measure import verify as run_verify
-    from ..reference.modelinfo import default_model_path
-    from ..reference.torch_ref import Reference
-    from ..repository.gate import Gate
+    from ..common.plugins import implementation
+    from ..serve.client import model_kind, resolve_model
+    from .measure_kinds import VerifyOptions
 
     log = progress_log(as_json)
-    from ..serve.client import model_kind, resolve_model
-
     if under_load and (prompt_name is not None or dimensions is not None):
         raise SpecError("--under-load compares default requests with their unloaded values",
                         "run it without --prompt-name / --dimensions")
     model = resolve_model(url, model)
     kind = model_kind(url, model)
-    if kind_of(kind).verify:   # its kind's verify; the embedder's is this command's own, below
-        from .rerank import verify_reranker_cli
-
-        rep = verify_reranker_cli(url, model, reference, corpus, under_load, concurrency, against, log, kind,
-                                  trust_remote_code)
-    else:   # the embedder's own: its cosine gate, whose thresholds are these options
-        gate = Gate(cosine_p50, cosine_p01, top10_overlap, recall_regression)
-        if against is not None:
-            from ..kinds.embedder.measure import verify_against
-
-            require_extra("build", "verify --against", "transformers")
-            other_url, _, other_model = against.partition("/")
-            if reference is None:   # its tokenizer counts the tokens that decide the buckets
-                from ..kinds.embedder.measure import require_bundled
-
-                require_bundled(url, model)
-            texts = load_corpus(corpus)
-            counts = Reference(reference or default_model_path(), trust_remote_code=trust_remote_code).token_counts(texts)
-            rep = verify_against(url, model, other_url, other_model or model, texts, gate, counts, log=log)
-        else:
-            require_extra("build", "verify", "torch", "transformers", "sentence_transformers")
-            if reference is None:
-                from ..kinds.embedder.measure import require_bundled
-
-                require_bundled(url, model)
-            ref = Reference(reference or default_model_path(), pooling=ref_pooling, trust_remote_code=trust_remote_code)
-            idx = None
-            if index_identity is not None:
-                doc = json.loads(index_identity.read_text())
-                idx = doc.get("identity", doc)
-            rep = run_verify(url, model, ref, load_corpus(corpus), gate, under_load=under_load,
-                             concurrency=concurrency, load_cosine=load_cosine, index_identity=idx,
-                             prompt_name=prompt_name, dimensions=dimensions, log=log)
+    o = VerifyOptions(url, model, kind, reference, corpus, ref_pooling, cosine_p50, cosine_p01, top10_overlap, recall_regression,
+                      under_load, concurrency, load_cosine, index_identity, prompt_name, against, dimensions, trust_remote_code)
+    rep = implementation(kind_of(kind), "verify_cli")(o, log)   # the kind's gate (the embedder's thresholds are these options)
     if as_json:
         sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
     else:
@@ -129,141 +95,23 @@ def bench(
 ) -> None:
     """Side-by-side load test: Triton and OpenAI-compatible targets on the same texts, per bucket and concurrency.
     The stress matrix of one repository is `embtrt matrix`."""
-    if (processes != 1 or floor) and (rerank_documents is not None or classify or images is not None or sparse):
+    from ..common.plugins import implementation
+    from .measure_kinds import BenchOptions
+
+    chosen = {"--rerank-documents": rerank_documents, "--classify": classify or None, "--images": images, "--sparse": sparse or None}
+    picked = [k for k in KINDS if k.bench_flag and chosen[k.bench_flag] is not None]   # the kind whose scenarios the option picks
+    if (processes != 1 or floor) and picked:
         raise SpecError("--processes and --floor apply to embedding scenarios only",
                         "leave them out with --rerank-documents, --classify, --images or --sparse")
-    if rerank_documents is not None:
-        from .rerank import bench_reranker_cli
-
-        bench_reranker_cli(url, model or [], reference, corpus, rerank_documents, concurrency, requests, warmup,
-                           inprocess, out_dir, as_json, openai_url or [], openai_model or [], trust_remote_code)
-        return
-    if classify:
-        from .rerank import bench_classifier_cli
-
-        bench_classifier_cli(url, model or [], reference, corpus, concurrency, texts_per_request, requests, warmup,
-                             inprocess, out_dir, as_json, trust_remote_code)
-        return
-    if images is not None:
-        from .rerank import bench_images_cli
-
-        bench_images_cli(url, model or [], reference, images, concurrency, texts_per_request, requests, warmup, inprocess,
-                         out_dir, as_json, trust_remote_code)
-        return
-    if sparse:
-        from .rerank import bench_sparse_cli
-
-        bench_sparse_cli(url, model or [], reference, corpus, buckets, only, concurrency, texts_per_request, requests,
-                         warmup, inprocess, dict(parse_options(option or [])).get("input_type", "document"), out_dir,
-                         as_json, trust_remote_code)
-        return
-    from urllib.parse import parse_qsl
-
-    from ..common.corpus import load_corpus
-    from ..kinds.embedder.measure_bench import Target, plots_unavailable
-    from ..reference.modelinfo import default_model_path
-    from ..reference.torch_ref import Reference
-
-    require_extra("build", "bench", "transformers", *(("sentence_transformers",) if inprocess else ()))
-    models = model or []
-    pids = triton_pid or []
-    if len(pids) > 1 and len(pids) != len(models):
-        raise SpecError("invalid --triton-pid: give one for all --model targets or one per --model")
-    opts = parse_options(option or [])
-    targets = []
-    for i, m in enumerate(models):
-        spec, _, query = m.partition("?")  # NAME[@HOST:PORT][?key=value&...]: this target's own options
-        name, _, murl = spec.partition("@")
-        tp = (pids[i] if len(pids) > 1 else pids[0],) if pids else ()
-        own = {**opts, **parse_options([f"{k}={v}" for k, v in parse_qsl(query)])} if query else opts
-        targets.append(Target(f"triton:{m}" if murl or query else f"triton:{name}", "triton", murl or url, name, tp, own,
-                              processes=processes))
-    ou, om, opid = openai_url or [], openai_model or [], openai_pid or []
-    if len(ou) != len(om) or (opid and len(opid) != len(ou)):
-        raise SpecError("invalid openai targets: give one --openai-model (and --openai-pid, if any) per --openai-url")
-    targets += [Target(f"openai:{m}@{u}", "openai", u, m, (opid[i],) if opid else (), opts) for i, (u, m) in enumerate(zip(ou, om))]
-    no_plots = plots_unavailable() if out_dir is not None else None
-    if no_plots:  # said before the run, not after it
-        err.print(f"warning: {no_plots}; results.json and results.md will be written, the plots skipped", markup=False)
-    ref_dir = reference or default_model_path()
-    texts = load_corpus(corpus)
-    counts = Reference(ref_dir, trust_remote_code=trust_remote_code).token_counts(texts)
-    only_t = tuple(x for x in only.split(",") if x) if only else None
-    if processes < 1:
-        raise SpecError(f"invalid --processes {processes}: 1 or more")
-    with contextlib.ExitStack() as stack:
-        if floor:
-            targets.append(stack.enter_context(_floor_target(processes, _width(targets))))
-        _bench_run(targets, texts, counts, buckets, concurrency, texts_per_request, requests, warmup, ref_dir, inprocess, ort_repo,
-                   engine_repo, only_t, cpu_pid, rounds, trust_remote_code, out_dir, no_plots, as_json)
-
-
-def _width(targets) -> int:
-    """The first Triton target's vector width (its config's embtrt.dim), for a floor that answers as many bytes."""
-    import tritonclient.grpc as grpcclient
-
-    for t in targets:
-        if t.kind == "triton":
-            c = grpcclient.InferenceServerClient(t.url)
-            try:
-                return int(c.get_model_config(t.model).config.parameters["embtrt.dim"].string_value)
-            except Exception as exc:  # noqa: BLE001 (said with what it needs)
-                raise SpecError(f"--floor: cannot read {t.model}'s width from {t.url} ({exc})",
-                                "the floor answers vectors of the first --model's width: serve it first") from None
-            finally:
-                c.close()
-    raise SpecError("--floor needs a --model (Triton) target to compare with")
-
-
-@contextlib.contextmanager
-def _floor_target(processes: int, dim: int):
-    """The floor on a tritonserver of its own (stopped after the run), as a bench target."""
-    import tempfile
-
-    from ..kinds.embedder.measure_bench import Target
-    from ..measure.floor import FLOOR_MODEL, FLOOR_TARGET, write_floor
-    from ..serve.server import ServerSpec, TritonServer, free_port
-
-    with tempfile.TemporaryDirectory(prefix="embtrt-floor-") as tmp:
-        spec = ServerSpec(write_floor(Path(tmp) / "repo", dim=dim), grpc_port=free_port(), http_port=free_port(),
-                          metrics_port=free_port(), graceful_exit=False)
-        with TritonServer(spec) as server:
-            assert server.proc is not None
-            yield Target(FLOOR_TARGET, "triton", server.grpc_url, FLOOR_MODEL, (-server.proc.pid,), processes=processes)
-
-
-def _bench_run(targets, texts, counts, buckets, concurrency, texts_per_request, requests, warmup, ref_dir, inprocess, ort_repo,
-               engine_repo, only_t, cpu_pid, rounds, trust_remote_code, out_dir, no_plots, as_json) -> None:
-    from rich.progress import Progress
-    from rich.table import Table
-
-    from ..kinds.embedder.measure_bench import markdown, run_bench, save
-
-    with Progress(console=err if as_json else out, transient=True) as prog:
-        task = prog.add_task("bench", total=None)
-        doc = run_bench(targets, texts, counts, buckets=parse_int_list("buckets", buckets) or (32, 128, 256),
-                        concurrency=parse_int_list("concurrency", concurrency) or (1,), texts_per_request=texts_per_request,
-                        requests=requests, warmup=warmup, inprocess_model=ref_dir if inprocess else None, ort_repo=ort_repo,
-                        engine_repos=tuple(engine_repo or ()), only_buckets=only_t,
-                        progress=lambda m: prog.update(task, description=m), cpu_pids=parse_cpu_pids(cpu_pid or []), rounds=rounds,
-                        trust_remote_code=trust_remote_code)
-    if out_dir is not None:
-        for p in save(doc, out_dir, with_plots=no_plots is None):
-            err.print(f"wrote {p}", markup=False)
-    if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return
-    if not out.is_terminal:  # a file or a pipe: the whole table, never cut to 80 columns
-        sys.stdout.write(markdown(doc))
-        return
-    table = Table(title="embtrt bench")
-    for col in ("target", "bucket", "conc", "req/s", "texts/s", "tokens/s", "p50", "p95", "p99", "max", "err"):
-        table.add_column(col, justify="left" if col in ("target", "bucket") else "right")
-    for r in doc["results"]:
-        table.add_row(r["target"], r["bucket"], str(r["concurrency"]), f"{r['req_per_s']:.1f}", f"{r['texts_per_s']:.1f}",
-                      f"{r['tokens_per_s']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}", f"{r['p99_ms']:.1f}",
-                      f"{r['max_ms']:.1f}", str(r["errors"]))
-    out.print(table)
+    if len(picked) > 1:
+        raise SpecError("give one of --rerank-documents, --classify, --images and --sparse")
+    kind = picked[0] if picked else kind_of(None)
+    o = BenchOptions(url, tuple(model or ()), tuple(openai_url or ()), tuple(openai_model or ()), tuple(triton_pid or ()),
+                     tuple(openai_pid or ()), inprocess, ort_repo, tuple(engine_repo or ()), reference, corpus, buckets, only,
+                     concurrency, texts_per_request, requests, warmup, rounds, out_dir, tuple(cpu_pid or ()),
+                     chosen[kind.bench_flag] if kind.bench_flag else None, processes, floor,
+                     tuple(parse_options(option or []).items()), as_json, trust_remote_code)
+    implementation(kind, "bench_cli")(o)
 
 
 @app.command()

@@ -71,8 +71,9 @@ def embed(
 ) -> None:
     """Embed texts (and, with a text-and-image model, images) over gRPC and print the vectors with the latency."""
     import numpy as np
-    from embtrt_backend.kinds import MULTIMODAL
+    from embtrt_backend.kinds import kind_of
 
+    from ..common.plugins import implementation
     from ..errors import ClientError
     from ..serve.client import EmbeddingClient, model_kind, resolve_model
 
@@ -80,12 +81,11 @@ def embed(
     if not texts and not images:
         raise ClientError("nothing to embed", "give texts, or --image FILE for a text-and-image model")
     model = resolve_model(url, model)
-    if model_kind(url, model) == MULTIMODAL.name:
+    kind = kind_of(model_kind(url, model))
+    if kind.image_input:   # a model that takes images: its own client embeds both
         if input_type is not None:
             raise ClientError("--input-type does not apply to a text-and-image model", "use --prompt-name")
-        from ..kinds.multimodal.serve import ImageEmbeddingClient
-
-        with ImageEmbeddingClient(url, model) as ic:
+        with implementation(kind, "client")(url, model) as ic:
             identity = {k: v for k, v in ic.parameters().items() if k.startswith("embtrt.")}
             t0 = time.perf_counter()
             parts = ([ic.embed(texts, prompt_name=prompt_name, dimensions=dimensions, truncate=truncate,

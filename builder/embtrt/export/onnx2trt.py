@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from embtrt_backend.kinds import EMBEDDER, kind_of
+from embtrt_backend.kinds import kind_of
 
 from ..common.files import link_or_copy as _link
 from ..common.files import sha256_file
@@ -122,7 +122,7 @@ def write_recipes(spec, art, repo: Path, log: Log = print) -> list[Path]:
                          precision=spec.precision, input_names=tuple(spec.input_names), min_batch=1,
                          opt_batch=max(spec.bucket_preferred(b)), max_batch=mb, max_batch_tokens=spec.max_batch_tokens,
                          builder_opt_level=spec.builder_opt_level, workspace_bytes=WORKSPACE_BYTES,
-                         tf32=not (spec.kind != EMBEDDER.name and spec.precision == "fp32"))
+                         tf32=kind_of(spec.kind).tf32 or spec.precision != "fp32")
         doc = asdict(r)
         doc["trtexec"] = r.trtexec(f"../{TIMING_CACHE}")
         (d / RECIPE).write_text(json.dumps(doc, indent=2) + "\n")

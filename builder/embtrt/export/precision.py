@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from embtrt_backend.kinds import SPARSE, kind_of
+from embtrt_backend.kinds import kind_of
 
 from ..common.files import sha256_file
 from ..common.log import Log
@@ -272,7 +272,7 @@ def make_precision_onnx(spec, fp32_onnx: Path, work: Path, texts: list[str], tok
     pairs = kind_of(spec.kind).pairs
     cal = calibration_feeds(cal_texts, tokenizer_json, spec.max_seq_length, pad_id, spec.buckets, spec.input_names, tokens,
                             pairs=pairs,
-                            prompt=spec.default_prompt if spec.kind != SPARSE.name else "")  # sparse: per route
+                            prompt="" if kind_of(spec.kind).input.prompts_per_side else spec.default_prompt)  # sparse: per route
     src = "--calibration-file " + str(spec.calibration_file) if spec.calibration_file else "the bundled corpus"
     if pairs:
         src += " (query-passage pairs, tokenized as CrossEncoder.predict)"

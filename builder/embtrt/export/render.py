@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from embtrt_backend.kinds import EMBEDDER, MULTIVECTOR, SPARSE, kind_of
+from embtrt_backend.kinds import SPARSE_WEIGHTS, TOKEN_VECTORS, kind_of
 
 from .. import __version__
 from ..common.files import link_or_copy
@@ -185,13 +185,14 @@ def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:
     """A reranker's or sparse encoder's kind, and SPLADE's pooling, activation and graph top-K: what
     its python-torch encoder computes in place of the graph (embtrt_backend.torch_encoder); the
     sparse front door also reads graph_max_active_dims (a request may ask for at most that K)."""
-    if spec.kind == EMBEDDER.name:
+    kind = kind_of(spec.kind)
+    if kind is kind_of(None):   # the kind a front door means when it names none
         return []
     out = [("kind", spec.kind)]
-    if spec.kind == MULTIVECTOR.name:   # every encoder (bucket encoders too): no column trimming, the head's layout
+    if kind.has(TOKEN_VECTORS):   # every encoder (bucket encoders too): no column trimming, the head's layout
         mv = dict(spec.multivector)
         out += [("trim_padding", "false"), ("mv_layout", mv.get("mv_layout", "")), ("mv_normalize", mv.get("mv_normalize", "true"))]
-    if spec.kind == SPARSE.name:
+    if kind.has(SPARSE_WEIGHTS):
         out += [("splade_pooling", spec.splade_pooling), ("splade_activation", spec.activation)]
         if spec.active_dims_in_graph:
             out.append(("graph_max_active_dims", str(spec.sparse_max_active_dims)))

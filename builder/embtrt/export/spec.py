@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from embtrt_backend.kinds import EMBEDDER, SPARSE, kind_of
+from embtrt_backend.kinds import SPARSE_WEIGHTS, kind_of
 
 from ..errors import SpecError
 from ..repository.budget import RUN_OVERHEAD_TOKENS, bucket_batch
@@ -115,7 +115,7 @@ class BuildSpec:
     # reranker's default, or --pair-template / --instruction
     pair_template: str = ""
     # the kind of model (docs/rerankers.md): a reranker's classifier labels and default activation
-    kind: str = EMBEDDER.name
+    kind: str = kind_of(None).name   # the registry's default kind
     num_labels: int = 0
     activation: str = "identity"      # reranker: sigmoid | identity; sparse: relu | log1p_relu
     splade_pooling: str = "max"       # sparse: max | sum over the sequence
@@ -195,19 +195,19 @@ class BuildSpec:
             raise field_error("input_names", self.input_names, "must contain input_ids and attention_mask")
         if self.kind not in KINDS:
             raise field_error("kind", self.kind, "auto, " + ", ".join(KINDS))
-        if self.active_dims_in_graph and not (self.kind == SPARSE.name and self.sparse_max_active_dims > 0):
+        sparse = kind_of(self.kind).has(SPARSE_WEIGHTS)
+        if self.active_dims_in_graph and not (sparse and self.sparse_max_active_dims > 0):
             raise field_error("active_dims_in_graph", True, "a sparse encoder whose folder sets max_active_dims (the K the "
-                        "graph keeps); this one " + ("sets none" if self.kind == SPARSE.name else f"is {a_or_an(self.kind)} {self.kind}"))
-        ranks_pairs = self.kind in KINDS and kind_of(self.kind).pairs and "rank" in kind_of(self.kind).operations
+                        "graph keeps); this one " + ("sets none" if sparse else f"is {a_or_an(self.kind)} {self.kind}"))
+        ranks_pairs = kind_of(self.kind).pairs and "rank" in kind_of(self.kind).operations
         if self.pair_template and not ranks_pairs:   # a prompt template scores (query, document) pairs: a reranker's
             raise field_error("pair_template", "given", f"a reranker (an LLM-style one); this model is {a_or_an(self.kind)} {self.kind}")
         if self.pair_template and self.prompts:
             raise field_error("prompts", [n for n, _ in self.prompts], "none beside a pair template (its instruction is the "
                         "request option; --instruction sets the default)")
-        if self.kind != EMBEDDER.name:
-            if self.overflow != "truncate":
-                raise field_error("overflow", self.overflow, f"truncate for a {self.kind} (over-long input is cut as "
-                            "sentence-transformers cuts it, or refused per request)")
+        if self.overflow not in kind_of(self.kind).overflow:
+            raise field_error("overflow", self.overflow, f"{' or '.join(kind_of(self.kind).overflow)} for a {self.kind} "
+                        "(over-long input is cut as sentence-transformers cuts it, or refused per request)")
 
     @property
     def router_mode(self) -> str:

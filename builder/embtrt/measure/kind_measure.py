@@ -89,6 +89,22 @@ def text_trial(url: str, model: str, texts: list[str], conc: int, requests: int,
     return asyncio.run(run())
 
 
+def tune_trial(manifest, spec, url: str, texts: list[str], counts, error: type[Exception]) -> tuple[dict[int, dict], dict]:
+    """`embtrt tune`'s trial of a kind with a measure (Kind.tune_trial): its KindMeasure.trial at each of the spec's
+    concurrencies -> ({concurrency: req/s, p50, p99}, {} : no bands); `error` is raised where requests failed."""
+    from ..common.plugins import implementation
+
+    m = implementation(manifest.model_kind, "measure")(url, manifest.name)
+    out: dict[int, dict] = {}
+    for conc in spec.concurrency:
+        load = m.trial(texts, conc, spec.requests, spec.warmup)
+        if load.failures:
+            raise error(f"trial requests failed: {[f.message[:200] for f in load.failures[:2]]}", "see the tritonserver log")
+        f = figures(load)
+        out[conc] = {"req_per_s": round(f["req_per_s"], 2), "p50_ms": f["p50_ms"], "p99_ms": f["p99_ms"]}
+    return out, {}
+
+
 class KindReport(Verdict):
     """`embtrt verify` of a kind's deployment: the gate's verdict or the comparison with another
     deployment, and the under-load check; figures start with the kind's name."""

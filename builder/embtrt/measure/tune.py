@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from embtrt_backend.kinds import kind_of
 from embtrt_backend.liveness import http_status
 
 from ..errors import EmbtrtError, SpecError
@@ -150,46 +149,10 @@ class Tuner:
     # ---- measurement ---------------------------------------------------------------------
 
     def _measure(self, url: str, texts: list[str], counts) -> tuple[dict[int, dict], dict[str, dict[int, dict]]]:
-        from ..kinds.embedder.measure_bench import Target, run_bench
+        """One trial's figures, by the kind's own requests (Kind.tune_trial)."""
+        from ..common.plugins import implementation
 
-        if self.manifest.model_kind.measure:   # a kind's own requests (its KindMeasure.trial): all but the embedder's
-            from ..common.plugins import implementation
-            from .kind_measure import figures
-
-            m = implementation(kind_of(self.manifest.kind), "measure")(url, self.manifest.name)
-            out: dict[int, dict] = {}
-            for conc in self.spec.concurrency:
-                load = m.trial(texts, conc, self.spec.requests, self.spec.warmup)
-                if load.failures:
-                    raise TuneError(f"trial requests failed: {[f.message[:200] for f in load.failures[:2]]}",
-                                    "see the tritonserver log")
-                f = figures(load)
-                out[conc] = {"req_per_s": round(f["req_per_s"], 2), "p50_ms": f["p50_ms"], "p99_ms": f["p99_ms"]}
-            return out, {}
-
-        t = Target("trial", "triton", url, self.manifest.name)
-        slo = self.spec.slo_p99_ms
-        labels = tuple(f"<={b}" for b in slo) if isinstance(slo, dict) else ("mixed",)
-        doc = run_bench([t], texts, counts, buckets=tuple(self.manifest.buckets), concurrency=self.spec.concurrency,
-                        texts_per_request=1, requests=self.spec.requests, warmup=self.spec.warmup,
-                        inprocess_model=None, only_buckets=labels)
-        bands: dict[str, dict[int, dict]] = {}
-        for r in doc["results"]:
-            if r["errors"]:
-                raise TuneError(f"trial requests failed: {r['error_samples'][:2]}", "see the tritonserver log")
-            bands.setdefault(r["bucket"], {})[int(r["concurrency"])] = {
-                "req_per_s": r["req_per_s"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
-        missing = [x for x in labels if x not in bands]
-        if missing:
-            raise TuneError(f"the corpus has no texts in the length band(s) {', '.join(missing)}",
-                            "pass a --corpus with texts of those lengths, or SLOs for other buckets")
-        if labels == ("mixed",):
-            return bands["mixed"], {}
-        # several bands: throughput is their sum, latency the worst of them (feasibility is per band)
-        out = {c: {"req_per_s": round(sum(bands[x][c]["req_per_s"] for x in labels), 2),
-                   "p50_ms": max(bands[x][c]["p50_ms"] for x in labels),
-                   "p99_ms": max(bands[x][c]["p99_ms"] for x in labels)} for c in self.spec.concurrency}
-        return out, bands
+        return implementation(self.manifest.model_kind, "tune_trial")(self.manifest, self.spec, url, texts, counts, TuneError)
 
     def _configs_for(self, base: dict[str, dict], settings: dict[str, Any]) -> dict[str, dict]:
         cfgs = copy.deepcopy(base)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embtrt_backend.kinds import DEFAULT, NAMES, RERANKER, Kind, kind_of
+from embtrt_backend.kinds import NAMES, Kind, kind_of
 from embtrt_backend.kinds import KINDS as REGISTRY
 
 from ..errors import RepositoryError
@@ -75,7 +75,7 @@ class Manifest:
     dimensions: tuple[int, ...] | None = None   # allowed Matryoshka widths; None: any 1 .. dim
     quant_ranges: list[list[float]] | None = None  # int8/uint8 per-dimension [min row, max row]
     # the kind of model (schema 3): what the front door takes and returns, which routes serve it
-    kind: str = DEFAULT.name
+    kind: str = kind_of(None).name   # the registry's default kind
     num_labels: int | None = None      # rerankers: the classifier's labels (SCORES width)
     activation: str | None = None      # rerankers: what CrossEncoder applies by default (sigmoid, identity)
     schema_version: int = SCHEMA_VERSION
@@ -158,7 +158,7 @@ class Manifest:
                 include_prompt=bool(doc.get("include_prompt", True)),
                 dimensions=(tuple(int(d) for d in doc["dimensions"]) if doc.get("dimensions") else None),
                 quant_ranges=doc.get("quant_ranges"),
-                kind=_kind(doc.get("kind", DEFAULT.name), where),
+                kind=_kind(doc.get("kind", kind_of(None).name), where),
                 num_labels=(int(doc["num_labels"]) if doc.get("num_labels") is not None else None),
                 activation=doc.get("activation"),
                 schema_version=SCHEMA_VERSION,  # read as (and written back as) the current schema
@@ -172,10 +172,6 @@ class Manifest:
     def model_kind(self) -> Kind:
         """The registry's Kind of this repository's model."""
         return kind_of(self.kind)
-
-    @property
-    def is_reranker(self) -> bool:
-        return self.kind == RERANKER.name
 
     def require_length_pools(self, command: str) -> "Manifest":
         """This manifest, or a clear error where `command` (which measures bucket models) does not take its kind."""

@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 
 import numpy as np
-from embtrt_backend.kinds import BY_NAME, DEFAULT, EMBEDDER, kind_of
+from embtrt_backend.kinds import BY_NAME, POOLED, Kind, kind_of
 
 from ..errors import BadRequestError, ClientError
 from . import wire
@@ -135,6 +135,11 @@ def _hint(kind: str) -> str:
     return found.client_hint if found is not None else f"a {kind} model needs a newer embtrt's client"
 
 
+def embeds_texts(kind: Kind) -> bool:
+    """A model of this kind answers EmbeddingClient: a text in (TEXT), a pooled vector out (EMBEDDING)."""
+    return kind.inputs == ("TEXT",) and kind.has(POOLED)
+
+
 class EmbeddingClient(GrpcClient):
     def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", **options) -> None:
         super().__init__(url, model, **options)
@@ -143,9 +148,10 @@ class EmbeddingClient(GrpcClient):
     def metadata(self) -> ModelIdentity:
         if self._meta is None:
             cfg, params = self._config()
-            if params.get("embtrt.kind", EMBEDDER.name) != EMBEDDER.name:
-                raise ClientError(f"model {self.model!r} at {self.url} is a {params['embtrt.kind']}, not {EMBEDDER.label}",
-                                  _hint(params["embtrt.kind"]))
+            found = params.get("embtrt.kind") or kind_of(None).name
+            if found not in BY_NAME or not embeds_texts(BY_NAME[found]):
+                raise ClientError(f"model {self.model!r} at {self.url} is a {found}, not an embedder (texts in, one "
+                                  "pooled vector each out)", _hint(found))
             dims = cfg["output"][0].get("dims", ["0"])
             dim = int(params["embtrt.dim"]) if params.get("embtrt.dim") else int(dims[-1])
             self._meta = ModelIdentity(self.model, dim, int(cfg.get("max_batch_size", 0)), params)
@@ -189,7 +195,7 @@ class KindClient(GrpcClient):
         if self._params is None:
             cfg, params = self._config()
             if params.get("embtrt.kind") != self.KIND:
-                found = params.get("embtrt.kind", DEFAULT.name)
+                found = params.get("embtrt.kind", kind_of(None).name)
                 raise ClientError(f"model {self.model!r} is not {kind_of(self.KIND).label} (kind {found})",
                                   _hint(found))
             params["max_batch_size"] = str(cfg.get("max_batch_size", 0))

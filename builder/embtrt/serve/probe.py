@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from embtrt_backend.kinds import BY_NAME, DEFAULT
+from embtrt_backend.kinds import BY_NAME, kind_of
 
 from .wire import text_input
 
@@ -45,7 +45,7 @@ def probe(url: str, model: str, timeout_s: float = 10.0, also: tuple[str, ...] =
             buckets = [b for b in cfg.get("parameters", {}).get("embtrt.buckets", {}).get("string_value", "").split(",") if b]
         except Exception as exc:  # server down or model unknown: the probe fails with the reason
             return ProbeResult(False, (time.perf_counter() - t0) * 1e3, {model: str(exc)}, [])
-        kind = BY_NAME.get(cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value"), DEFAULT)
+        kind = BY_NAME.get(cfg.get("parameters", {}).get("embtrt.kind", {}).get("string_value")) or kind_of(None)
         names = [model] + [f"{model}_{b}" for b in buckets if expand] + list(also) if kind.length_pools else [model]
         vecs: dict[str, np.ndarray] = {}
         for name in names:

@@ -6,7 +6,8 @@ Only this package spells a kind's name; everything else names a kind through it.
 
 from __future__ import annotations
 
-from .base import Kind, Rule
+from .base import (DOOR, LABEL_SCORES, PAIR, POOLED, POOLS, SCORES, SPARSE_WEIGHTS, TEXT, TEXT_OR_IMAGE, TEXT_OR_PAIR,
+                   TEXT_SIDES, TOKEN_VECTORS, Head, Input, Kind, Routing, Rule)
 from .classifier import KIND as CLASSIFIER
 from .embedder import KIND as EMBEDDER
 from .multimodal import KIND as MULTIMODAL
@@ -50,4 +51,7 @@ def kind_of(name: str | None) -> Kind:
 
 
 __all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIMODAL", "MULTIVECTOR", "NAMES", "RERANKER", "SPARSE", "BY_NAME",
-           "DETECTION", "Kind", "Rule", "kind_of"]
+           "DETECTION", "Kind", "Rule", "kind_of",
+           # the parts kinds are composed of (base.py)
+           "DOOR", "LABEL_SCORES", "PAIR", "POOLED", "POOLS", "SCORES", "SPARSE_WEIGHTS", "TEXT", "TEXT_OR_IMAGE",
+           "TEXT_OR_PAIR", "TEXT_SIDES", "TOKEN_VECTORS", "Head", "Input", "Routing"]

@@ -35,3 +35,26 @@ def classify(
     say(f"{model}: {len(texts)} texts classified in {ms:.1f} ms")
     for t, labels in zip(texts, results):
         say("  " + ", ".join(f"{x['label']} {x['score']:.4f}" for x in labels) + f"  {t[:50]!r}")
+
+
+def bench(o) -> None:
+    """`embtrt bench --classify`: the --model targets at each concurrency, and in-process transformers on the same
+    texts when --reference is given."""
+    from embtrt_backend.kinds.classifier import KIND
+
+    from ...cli.measure_kinds import emit
+    from ...common.corpus import load_corpus
+    from ...common.options import parse_int_list
+    from ...errors import SpecError
+    from .measure import TRIAL_TEXTS, bench_classifier
+
+    if not o.models:
+        raise SpecError("--classify needs the classifier to measure: --model NAME[@HOST:PORT]")
+    if o.inprocess and o.reference is None:
+        raise SpecError("--classify measures in-process transformers beside the served model: pass --reference "
+                        "MODEL_DIR (the folder it was built from), or --no-inprocess")
+    rows = bench_classifier(o.url, list(o.models), load_corpus(o.corpus), parse_int_list("concurrency", o.concurrency) or (1,),
+                            o.texts_per_request if o.texts_per_request > 1 else TRIAL_TEXTS, o.requests, o.warmup,
+                            o.reference if o.inprocess else None, progress=o.progress(), trust_remote_code=o.trust_remote_code)
+    emit({"kind": KIND.name, "results": rows},
+         {"target": "target", "conc": "concurrency", "texts/request": "texts_per_request"}, "texts", o.out_dir, o.as_json)

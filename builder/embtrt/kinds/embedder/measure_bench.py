@@ -293,3 +293,32 @@ async def _scenario(t: Target, texts, rows, conc, per_req, requests, warmup, see
     return _Raw(lat=[s * 1e3 for s in run.latencies.values()], errors=len(errors), samples=errors[:3], seconds=run.seconds,
                 tokens=sum(int(tokens[plans[warmup + i]].sum()) for i in run.latencies), sent=requests,
                 triton=_triton_delta(before, after, t.model) if t.kind == "triton" else {})
+
+
+def tune_trial(manifest, spec, url: str, texts: list[str], counts: np.ndarray, error: type[Exception]) -> tuple[dict, dict]:
+    """`embtrt tune`'s trial of an embedder (Kind.tune_trial): mixed texts, or each SLO's length band on its own ->
+    ({concurrency: req/s, p50, p99}: the bands' sum and worst, {band: {concurrency: figures}}); `error` is raised
+    where requests failed or the corpus has no texts of a band."""
+    t = Target("trial", "triton", url, manifest.name)
+    slo = spec.slo_p99_ms
+    labels = tuple(f"<={b}" for b in slo) if isinstance(slo, dict) else ("mixed",)
+    doc = run_bench([t], texts, counts, buckets=tuple(manifest.buckets), concurrency=spec.concurrency,
+                    texts_per_request=1, requests=spec.requests, warmup=spec.warmup,
+                    inprocess_model=None, only_buckets=labels)
+    bands: dict[str, dict[int, dict]] = {}
+    for r in doc["results"]:
+        if r["errors"]:
+            raise error(f"trial requests failed: {r['error_samples'][:2]}", "see the tritonserver log")
+        bands.setdefault(r["bucket"], {})[int(r["concurrency"])] = {
+            "req_per_s": r["req_per_s"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
+    missing = [x for x in labels if x not in bands]
+    if missing:
+        raise error(f"the corpus has no texts in the length band(s) {', '.join(missing)}",
+                    "pass a --corpus with texts of those lengths, or SLOs for other buckets")
+    if labels == ("mixed",):
+        return bands["mixed"], {}
+    # several bands: throughput is their sum, latency the worst of them (feasibility is per band)
+    out = {c: {"req_per_s": round(sum(bands[x][c]["req_per_s"] for x in labels), 2),
+               "p50_ms": max(bands[x][c]["p50_ms"] for x in labels),
+               "p99_ms": max(bands[x][c]["p99_ms"] for x in labels)} for c in spec.concurrency}
+    return out, bands

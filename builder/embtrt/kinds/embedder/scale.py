@@ -187,6 +187,11 @@ class Gateway:
         self.metrics.count(pool.name, len(texts), counted)
         return s.options.finish(vecs, opts), counted
 
+    async def answer_embed_all(self, req):
+        from .scale_routes import answer
+
+        return await answer(self, req)
+
     async def token_vectors(self, texts: list[str] | None, ids: list[list[int]] | None, opts) -> tuple[list[np.ndarray], int]:
         """-> (each input's token embeddings [its tokens, hidden], as SentenceTransformer.encode(output_value=
         "token_embeddings") gives them; the tokens). Needs encoders that return them (a --pooler python

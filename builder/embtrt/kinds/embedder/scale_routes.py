@@ -41,7 +41,7 @@ import numpy as np
 
 from embtrt_backend.kinds import EMBEDDER, Kind
 
-from ...scale.gateway.dialects import tei_headers
+from ...scale.gateway.dialects import tei_headers, tei_truncation as _truncation
 from ...scale.gateway.errors import ApiError, empty, flag, model_name, short, text_list
 from ...scale.gateway.operation import Answer, Operation
 from ...scale.gateway.route_table import dialect_of
@@ -53,7 +53,6 @@ from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, pa
 # its routes and their dialects: scale.gateway.route_table (TEI's /embed_all is the token_vectors operation's:
 # kinds.multivector.scale_routes, which hands an embedder's body to parse_embed_all and answer here)
 
-DIRECTIONS = {"right": "END", "left": "START"}
 COHERE_TYPES = ("float", "int8", "uint8", "binary", "ubinary")
 COHERE_INPUT_TYPES = {"search_query": ("query",), "search_document": ("document", "passage"),
                       "classification": ("classification",), "clustering": ("clustering",)}
@@ -72,22 +71,6 @@ def _model(body: dict, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str
         return name, name, {}
     name, raw = resolve_model(body["model"], models, kinds)
     return body["model"], name, raw
-
-
-def _truncation(truncate: Any, direction: Any) -> str | None:
-    """TEI's truncate (bool or null) and truncation_direction -> the front door's truncate (None: the build's)."""
-    if direction is None:
-        direction = "right"
-    if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
-        raise ApiError(400, f"truncation_direction must be 'right' or 'left', not {short(direction)}",
-                       param="truncation_direction")
-    if truncate is not None and not isinstance(truncate, bool):
-        raise ApiError(400, f"truncate must be true, false or null, got {short(truncate)}", param="truncate")
-    if truncate is False:
-        return "NONE"
-    if truncate is None and direction.lower() == "right":
-        return None
-    return DIRECTIONS[direction.lower()]
 
 
 def _texts(items: Any, field: str, max_items: int, m: EmbeddingsModel, name: str) -> tuple[list[str] | None, list | None]:

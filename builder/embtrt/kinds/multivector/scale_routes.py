@@ -1,7 +1,8 @@
 """The token-vector operations' routes (#52), pure (no server):
 
-- `token_vectors`: TEI's POST /embed_all and vLLM's POST /pooling (`task: token_embed`). An embedder's
-  /embed_all is its own (kinds.embedder.scale_routes: a --pooler python build's token embeddings); a
+- `token_vectors`: TEI's POST /embed_all and vLLM's POST /pooling (`task: token_embed`). A model whose gateway
+  class parses /embed_all itself (`parse_embed_all`, `answer_embed_all`: an embedder's, a --pooler python
+  build's token embeddings) answers it so; a
   multi-vector model's is encode_document's vectors (TEI returns raw hidden states: docs/multivector.md),
   `input_type: "query"` (an embtrt field) encode_query's. /pooling: `{model?, input: str | [str], task?:
   "token_embed", embedding_mode?: query | document (vLLM PR #44530's field; default document),
@@ -25,14 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from embtrt_backend.kinds import EMBEDDER, MULTIVECTOR, Kind
+from embtrt_backend.kinds import MULTIVECTOR, TOKEN_VECTORS, Kind
 from embtrt_backend.kinds.multivector.core import SIDES
 
-from ...scale.gateway.dialects import tei_headers
+from ...scale.gateway.dialects import tei_headers, tei_truncation
 from ...scale.gateway.errors import ApiError, flag, implied_model, no_such_model, short, text_list, wrong_kind
 from ...scale.gateway.operation import Answer, Operation
 from ...scale.gateway.route_table import dialect_of
-from ..embedder import scale_routes as embedder_routes
 from .scale import M3_ALL, VECTORS
 
 DTYPES = {"float32": np.float32, "float16": np.float16}
@@ -98,16 +98,16 @@ def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, bod
     if sent is None and implied is None and len(models) > 1:   # TEI's bodies name no model: which is ambiguous
         raise ApiError(400, "this gateway serves several models with token vectors (" + ", ".join(map(repr, models))
                        + "): name one with model, or start it with --default-model", param="model")
-    if api == "tei-all" and getattr(kinds.get(implied or ""), "name", None) == EMBEDDER.name:   # an embedder's own /embed_all
-        embedders = {n: m for n, m in models.items() if kinds[n].name == EMBEDDER.name}
-        return embedder_routes.parse_embed_all(body, embedders, kinds, cfg)
-    multi = {n: m for n, m in models.items() if kinds[n].name == MULTIVECTOR.name}
+    own = getattr(models.get(implied or ""), "parse_embed_all", None)
+    if api == "tei-all" and own is not None:   # a model whose schema parses /embed_all itself (an embedder's)
+        return own(body, {n: m for n, m in models.items() if hasattr(m, "parse_embed_all")}, kinds, cfg)
+    multi = {n: m for n, m in models.items() if kinds[n].has(TOKEN_VECTORS)}
     name = _resolve(body, multi, kinds, cfg)
     if api == "tei-all":
         inputs = body.get("inputs")
         texts = text_list(inputs, "inputs", cfg.max_items, tei=True,
                           hint=" (a multi-vector model takes texts, not token ids)")
-        truncate = embedder_routes._truncation(body.get("truncate"), body.get("truncation_direction"))
+        truncate = tei_truncation(body.get("truncate"), body.get("truncation_direction"))
         prompt = body.get("prompt_name")
         if prompt is not None and not isinstance(prompt, str):
             raise ApiError(400, "prompt_name must be a string", param="prompt_name")
@@ -150,8 +150,8 @@ def _vectors(v: np.ndarray, req: TokenRequest) -> Any:
 
 
 async def answer_tokens(model, req) -> Answer:
-    if not isinstance(req, TokenRequest):   # an embedder's /embed_all
-        return await embedder_routes.answer(model, req)
+    if not isinstance(req, TokenRequest):   # a model's own /embed_all (an embedder's)
+        return await model.answer_embed_all(req)
     got = await model.encode_texts(req.texts, req.side, req.outputs, "inputs" if req.api == "tei-all" else "input",
                                    req.prompt_name, req.truncate)
     size = 8 * sum(v.size for v in got.vectors)

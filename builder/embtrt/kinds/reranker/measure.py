@@ -21,9 +21,10 @@ import numpy as np
 
 from embtrt_backend.kinds import RERANKER
 
-from ..multivector.reference import is_multivector
 from .reference import corpus_pairs
 from .reference_gate import TOP_K, judge, per_query, tolerance_for
+from ...common.plugins import implementation
+from ...reference.detect import detect
 from ...reference.verdict import Verdict
 from ...measure.driver import Load
 from ...measure.kind_measure import KindMeasure, KindReport, inprocess_row, load_row, warm_then_load
@@ -187,11 +188,10 @@ def bench_reranker(url: str, model: str, texts: list[str], documents: tuple[int,
             progress(f"{who}: {k} documents per request at concurrency {conc}")
             load = asyncio.run(measure(url, model, reqs, warmup, conc))
             rows.append(load_row(f"{'http' if http else 'triton'}:{who}", {"documents": k, "concurrency": conc}, load, "pairs", k))
-    if reference is not None and is_multivector(reference):   # late interaction: MultiVectorEncoder in process
-        from ..multivector.measure import inprocess_maxsim_rows
-
-        return rows + inprocess_maxsim_rows(reference, [bench_requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])
-                                                        [warmup:] for k in documents], documents, trust_remote_code)
+    ranks_otherwise = detect(reference).kind if reference is not None else None
+    if ranks_otherwise is not None and ranks_otherwise.rank_inprocess:   # late interaction: its kind's own, in process
+        bodies = [bench_requests(texts, k, requests + warmup, seed=k * 1000 + concurrency[0])[warmup:] for k in documents]
+        return rows + implementation(ranks_otherwise, "rank_inprocess")(reference, bodies, documents, trust_remote_code)
     if reference is not None:
         from .reference import load_cross_encoder
         from .reference_llm import reference_of

@@ -37,3 +37,32 @@ def sparse(
     for t, (ix, v) in zip(texts, vecs):
         best = sorted(zip(v.tolist(), ix.tolist()), reverse=True)[:top]
         say(f"  {len(ix)} active  " + ", ".join(f"{i}:{w:.3f}" for w, i in best) + f"  {t[:50]!r}")
+
+
+def bench(o) -> None:
+    """`embtrt bench --sparse`: the --model targets per length scenario and concurrency, and in-process
+    SparseEncoder (batch 32) on the same texts when --reference is given."""
+    from ...cli.measure_kinds import emit
+    from ...common.corpus import load_corpus
+    from ...common.options import parse_int_list
+    from ...errors import SpecError, require_extra
+    from .measure_bench import bench_sparse
+
+    input_type = dict(o.options).get("input_type", "document")
+    if not o.models:
+        raise SpecError("--sparse needs the sparse encoder to measure: --model NAME[@HOST:PORT]")
+    if input_type not in ("query", "document"):
+        raise SpecError(f"invalid input_type {input_type!r} for --sparse", "query or document")
+    if o.inprocess and o.reference is None:
+        raise SpecError("--sparse measures in-process SparseEncoder beside the served model: pass --reference "
+                        "SPLADE_DIR (the folder it was built from), or --no-inprocess")
+    if o.inprocess:
+        require_extra("build", "bench --sparse", "torch", "transformers", "sentence_transformers")
+    doc = bench_sparse(o.url, list(o.models), load_corpus(o.corpus), edges=parse_int_list("buckets", o.buckets) or (32, 128, 256),
+                       only=tuple(x for x in (o.only or "").split(",") if x),
+                       concurrency=parse_int_list("concurrency", o.concurrency) or (1,), per_request=o.texts_per_request,
+                       requests=o.requests, warmup=o.warmup, input_type=input_type,
+                       reference=o.reference if o.inprocess else None, progress=o.progress(),
+                       trust_remote_code=o.trust_remote_code)
+    emit(doc, {"target": "target", "scenario": "scenario", "conc": "concurrency", "texts/request": "texts_per_request"},
+         "texts", o.out_dir, o.as_json)

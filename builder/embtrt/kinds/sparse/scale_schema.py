@@ -28,7 +28,7 @@ import numpy as np
 
 from embtrt_backend.kinds import SPARSE, Kind
 
-from ...scale.gateway.dialects import INPUT_FIELDS, tei_headers
+from ...scale.gateway.dialects import DIRECTIONS, INPUT_FIELDS, tei_headers
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, flag, model_name, no_such_model, short
 from ...scale.gateway.operation import Answer, Operation
 from ...scale.gateway.route_table import dialect_of
@@ -36,7 +36,6 @@ from ...scale.gateway.route_table import dialect_of
 if TYPE_CHECKING:  # the serving-side package, imported where it is used
     from embtrt_backend.options import ModelOptions, RequestOptions
 
-DIRECTIONS = {"right": "END", "left": "START"}           # TEI's truncation_direction -> the front door's truncate
 # /v1/sparse's fields that are the front door's request parameters (embtrt_backend.kinds.sparse.weights.resolve)
 PARAMETERS = ("input_type", "prompt_name", "truncate", "max_active_dims", "dimensions", "embedding_type")
 

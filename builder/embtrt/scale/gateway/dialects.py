@@ -19,7 +19,9 @@ sets the error's `dialect`; otherwise a body that cannot be parsed gets the path
 
 from __future__ import annotations
 
-from .errors import ApiError
+from typing import Any
+
+from .errors import ApiError, short
 
 TEI_TYPES = {400: "Validation", 401: "Unauthorized", 404: "Validation", 408: "Validation", 413: "Validation",
              429: "Overloaded", 499: "Validation", 503: "Unhealthy", 504: "Backend"}
@@ -70,3 +72,22 @@ def tei_timing(ms: float) -> list[tuple[bytes, bytes]]:
     """TEI's x-compute-type and its total time headers (milliseconds, both the same as TEI's)."""
     t = str(int(ms)).encode()
     return [(b"x-compute-type", b"embtrt"), (b"x-compute-time", t), (b"x-total-time", t)]
+
+
+DIRECTIONS = {"right": "END", "left": "START"}   # TEI's truncation_direction -> the front door's truncate
+
+
+def tei_truncation(truncate: Any, direction: Any) -> str | None:
+    """TEI's truncate (bool or null) and truncation_direction -> the front door's truncate (None: the build's)."""
+    if direction is None:
+        direction = "right"
+    if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
+        raise ApiError(400, f"truncation_direction must be 'right' or 'left', not {short(direction)}",
+                       param="truncation_direction")
+    if truncate is not None and not isinstance(truncate, bool):
+        raise ApiError(400, f"truncate must be true, false or null, got {short(truncate)}", param="truncate")
+    if truncate is False:
+        return "NONE"
+    if truncate is None and direction.lower() == "right":
+        return None
+    return DIRECTIONS[direction.lower()]

@@ -2,19 +2,19 @@
 or text pair (a *ForSequenceClassification folder that is not a reranker: several labels, not
 saved as a CrossEncoder)."""
 
-from ..base import Kind
+from ..base import TEXT_OR_PAIR, LABEL_SCORES, Kind
 
 KIND = Kind(
     name="classifier", label="a classifier", reference="AutoModelForSequenceClassification",
     operations=("classify",), metric_route="classify",
     served_routes="POST /predict (TEI), /classify (vLLM) or / (TEI, as the default model)",
     client_hint="classify with ClassifyClient / `embtrt classify`",
-    front_door="router", inputs=("TEXT",), probe_output="SCORES", door="ClassifierDoor", torch_encoder="TorchClassifier",
+    front_door="router", input=TEXT_OR_PAIR, heads=(LABEL_SCORES,), door="ClassifierDoor", torch_encoder="TorchClassifier",
     encoder_output="logits",
     build="embtrt.kinds.classifier.export:build_classifier_in", spec_fields="embtrt.kinds.classifier.export:spec_fields",
     gateway_model="embtrt.kinds.classifier.scale:Classifier",
     measure="embtrt.kinds.classifier.measure:ClassifyMeasure",
     gateway_operations="embtrt.kinds.classifier.scale_routes:OPERATIONS",
-    plan_check="embtrt.kinds.classifier.reference_gate:plan_check",
-    cli="embtrt.kinds.classifier.cli",
+    cli="embtrt.kinds.classifier.cli", client="embtrt.kinds.classifier.serve:ClassifyClient",
+    bench_cli="embtrt.kinds.classifier.cli:bench", bench_flag="--classify",
 )

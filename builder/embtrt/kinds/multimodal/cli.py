@@ -1,0 +1,25 @@
+"""The text-and-image kind's side of the `embtrt` CLI: its `embtrt bench --images` scenarios (Kind.bench_cli)."""
+
+from __future__ import annotations
+
+
+def bench(o) -> None:
+    """`embtrt bench --images`: the --model targets at each concurrency on the folder's images, and in-process
+    SentenceTransformer.encode of the same images when --reference is given."""
+    from embtrt_backend.kinds.multimodal import KIND
+
+    from ...cli.measure_kinds import emit
+    from ...common.options import parse_int_list
+    from ...errors import SpecError
+    from .measure_bench import bench_images, image_files
+
+    if not o.models:
+        raise SpecError("--images needs the text-and-image model to measure: --model NAME[@HOST:PORT]")
+    if o.inprocess and o.reference is None:
+        raise SpecError("--images measures in-process SentenceTransformer.encode beside the served model: pass "
+                        "--reference MODEL_DIR (the folder it was built from), or --no-inprocess")
+    rows = bench_images(o.url, list(o.models), image_files(o.picked), parse_int_list("concurrency", o.concurrency) or (1,),
+                        o.texts_per_request, o.requests, o.warmup, o.reference if o.inprocess else None,
+                        progress=o.progress(), trust_remote_code=o.trust_remote_code)
+    emit({"kind": KIND.name, "results": rows},
+         {"target": "target", "conc": "concurrency", "images/request": "images_per_request"}, "images", o.out_dir, o.as_json)
