@@ -33,7 +33,7 @@ and checks as /v1/embeddings) and rendered back in their shapes.
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from collections.abc import Mapping
 from typing import Any
 
@@ -121,6 +121,16 @@ def parse_embed_all(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Map
     if req.options.dimensions is not None:
         raise ApiError(400, "dimensions does not apply to token embeddings", param="dimensions")
     return replace(req, api="tei-all", normalize=False)
+
+
+@dataclass(frozen=True)
+class EmbedderSchema(EmbeddingsModel):
+    """An embedder's schema: TEI's /embed_all body is its own (the token_vectors operation, which a multi-vector
+    model serves too, hands such a body to the model's schema when it has this parser; its gateway model's
+    `answer_embed_all` answers it)."""
+
+    def parse_embed_all(self, body: Any, models: Mapping, kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:
+        return parse_embed_all(body, models, kinds, cfg)
 
 
 def parse_similarity(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:

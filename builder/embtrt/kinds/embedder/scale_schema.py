@@ -40,13 +40,6 @@ class EmbeddingsModel:
     route: str = "ids"               # the gateway's route for it: "text" takes the default prompt and truncation only
     token_ids: bool = False          # token-id input accepted (--token-ids): the model's own vocabulary only
 
-    def parse_embed_all(self, body: Any, models: Mapping, kinds: Mapping, cfg) -> "EmbeddingsRequest":
-        """TEI's /embed_all on an embedder: its own parser (the token_vectors operation hands such a body here;
-        its gateway model's `answer_embed_all` answers it)."""
-        from .scale_routes import parse_embed_all
-
-        return parse_embed_all(body, models, kinds, cfg)
-
 
 @dataclass(frozen=True)
 class EmbeddingsRequest:
