@@ -83,6 +83,10 @@ def test_served_texts_and_images_equal_sentence_transformers(clip_server, ref, i
             assert _cos(got_t, want_t).min() >= COS and np.abs(got_t - want_t).max() <= 1e-4, model
             assert _cos(got_i, want_i).min() >= COS and np.abs(got_i - want_i).max() <= 1e-4, model
             assert _same_ranking(got_t, got_i, want_t, want_i) and _same_ranking(got_i, got_t, want_i, want_t)
+    from embtrt.serve.client import EmbeddingClient
+
+    with EmbeddingClient(clip_server.grpc_url, "clip") as e:   # texts in, a pooled vector out: the text client works too
+        assert np.abs(e.embed(texts) - want_t).max() <= 1e-4
     path = tmp_path / "cat.jpg"
     path.write_bytes(images[0])
     with ImageEmbeddingClient(clip_server.grpc_url, "clip", batch_size=3) as c:   # a path, a data URI, bytes

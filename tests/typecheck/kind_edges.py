@@ -42,6 +42,18 @@ def _backend_imports(path: Path) -> list[str]:
     return out
 
 
+def _registry_aliases(tree: ast.Module) -> set[str]:
+    """The names a module reaches the registry module by: `import embtrt_backend.kinds [as K]`,
+    `from embtrt_backend import kinds [as K]`."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.asname or a.name for a in node.names if a.name == "embtrt_backend.kinds"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "embtrt_backend" and not node.level:
+            out |= {a.asname or a.name for a in node.names if a.name == "kinds"}
+    return out
+
+
 def edges(pkg: Path) -> set[str]:
     """Every kind edge of one package: "module -> kind module" and "module -> CONSTANT"."""
     found: set[str] = set()
@@ -57,10 +69,14 @@ def edges(pkg: Path) -> set[str]:
                 found.add(f"{me} -> {target}")
         if mine:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        aliases = _registry_aliases(tree)
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("kinds") and \
                     (node.module == "embtrt_backend.kinds" or node.level):
                 found |= {f"{me} -> {a.name}" for a in node.names if a.name in CONSTANTS}
+            elif isinstance(node, ast.Attribute) and node.attr in CONSTANTS and ast.unparse(node.value) in aliases:
+                found.add(f"{me} -> {node.attr}")   # the registry module under a name: kinds.SPARSE
     return found
 
 

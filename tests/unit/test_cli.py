@@ -168,3 +168,16 @@ def test_json_logs_make_every_logged_line_one_json_object(minilm_repo, tmp_path)
     assert bad.returncode != 0 and doc["level"] == "ERROR" and "neither a repository" in doc["message"] and doc["hint"]
     plain = subprocess.run([*cmd, "check", str(minilm_repo)], capture_output=True, text=True, timeout=120)
     assert plain.stdout.startswith("[ok] "), plain.stdout[:200]
+
+
+def test_bench_s_scenario_options_each_pick_one_kind_and_two_are_refused():
+    """`embtrt bench --OPTION` runs the kind whose Kind.bench_flag it is (#69: through the registry); two such
+    options pick two kinds and are refused, naming both, before anything is measured."""
+    from embtrt_backend.kinds import KINDS
+
+    assert sorted(k.bench_flag for k in KINDS if k.bench_flag) == ["--classify", "--images", "--rerank-documents", "--sparse"]
+    assert [k.name for k in KINDS if k.bench_cli and not k.bench_flag] == ["embedder"]   # the embedding scenarios
+    r = runner.invoke(app, ["bench", "--model", "m", "--sparse", "--classify"])
+    assert r.exit_code == SpecError.exit_code and "--sparse and --classify pick two kinds' scenarios" in r.output, r.output
+    r = runner.invoke(app, ["bench", "--model", "m", "--rerank-documents", "1", "--floor"])
+    assert r.exit_code == SpecError.exit_code and "--processes and --floor apply to embedding scenarios only" in r.output

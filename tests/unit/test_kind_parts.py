@@ -18,15 +18,24 @@ def test_the_registry_lists_each_kind_as_its_parts():
     assert kind_of("embedder").routing is POOLS and all(not k.length_pools for k in BY_NAME.values() if k.name != "embedder")
 
 
-def test_what_the_layers_ask_is_the_parts():
-    for k in BY_NAME.values():
-        assert k.inputs == k.input.tensors and k.image_input == k.input.image and k.probe_output == k.heads[0].output
-        assert k.plan_check == k.heads[0].plan_check and k.tf32 == all(h.tf32 for h in k.heads)
+def test_what_the_layers_ask_is_what_each_kind_declared_before_its_parts():
+    """The values the kinds declared one by one before #69 (bf2f470), now derived from their parts."""
+    P = "embtrt.kinds.{}.reference_gate:plan_check"
+    before = {   # inputs, probe output, image input, TensorRT plan check, TF32 at fp32, length pools
+        "embedder": (("TEXT",), "EMBEDDING", "", "embtrt.export.onnx2trt:pooled_plan_check", True, True),
+        "reranker": (("QUERY", "DOCUMENT"), "SCORES", "", P.format("reranker"), False, False),
+        "sparse": (("TEXT",), "SPARSE_VALUES", "", P.format("sparse"), False, False),
+        "classifier": (("TEXT",), "SCORES", "", P.format("classifier"), False, False),
+        "multivector": (("TEXT",), "TOKEN_EMBEDDINGS", "", "", False, False),
+        "multimodal": (("TEXT",), "EMBEDDING", "IMAGE", "", False, False),   # an image tower: no plans, pooled or not
+    }
+    assert {k.name: (k.inputs, k.probe_output, k.image_input, k.plan_check, k.tf32, k.length_pools)
+            for k in BY_NAME.values()} == before
     # the classifier's TensorRT plan is judged by its head's rule (each label's score and logit), not the reranker's
     assert kind_of("classifier").plan_check == LABEL_SCORES.plan_check != SCORES.plan_check == kind_of("reranker").plan_check
     assert kind_of("classifier").input is TEXT_OR_PAIR and TEXT_OR_PAIR.optional == ("TEXT_PAIR",)
     assert kind_of("sparse").input is TEXT_SIDES and TEXT_SIDES.prompts_per_side and not TEXT.prompts_per_side
-    assert kind_of("multimodal").image_input == "IMAGE" and TEXT_OR_IMAGE.tensors == ("TEXT",)
+    assert kind_of("multimodal").input is TEXT_OR_IMAGE and kind_of("multimodal").has(POOLED)
 
 
 def test_a_new_composition_takes_its_rules_from_its_heads():

@@ -89,11 +89,15 @@ def test_a_planted_kind_to_kind_import_and_a_shared_kind_constant_fail_the_check
     f.write_text(f.read_text() + "\n\ndef _x():\n    from ..multivector.reference import m3_heads  # noqa\n")
     f = pkg / "export" / "result.py"
     f.write_text(f.read_text() + "\nfrom embtrt_backend.kinds import MULTIMODAL  # noqa\n")
+    f = pkg / "serve" / "ports.py"   # the registry module under a name of its own, then its constant
+    f.write_text(f.read_text() + "\nimport embtrt_backend.kinds as K  # noqa\n\n\ndef _y(kind):\n    return kind is K.SPARSE\n")
     problems = kind_edges.check([pkg, ROOT / "python_backend" / "embtrt_backend"])
     assert problems == [
         "embtrt.export.result -> MULTIMODAL: a kind reached around the registry (a new edge; #69's rules, "
         "tests/typecheck/kind_edges.py)",
         "embtrt.kinds.sparse.serve -> embtrt.kinds.multivector.reference: a kind reached around the registry (a new "
-        "edge; #69's rules, tests/typecheck/kind_edges.py)"]
+        "edge; #69's rules, tests/typecheck/kind_edges.py)",
+        "embtrt.serve.ports -> SPARSE: a kind reached around the registry (a new edge; #69's rules, "
+        "tests/typecheck/kind_edges.py)"]
     stale = kind_edges.check(kind_edges.packages(ROOT), kind_edges.OWED | {"embtrt.serve.probe -> SPARSE"})
     assert stale == ["embtrt.serve.probe -> SPARSE: listed in OWED but gone: take it off the list"]

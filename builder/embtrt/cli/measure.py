@@ -99,13 +99,13 @@ def bench(
     from .measure_kinds import BenchOptions
 
     chosen = {"--rerank-documents": rerank_documents, "--classify": classify or None, "--images": images, "--sparse": sparse or None}
-    picked = [k for k in KINDS if k.bench_flag and chosen[k.bench_flag] is not None]   # the kind whose scenarios the option picks
+    picked = [k for k in KINDS if k.bench_flag and chosen.get(k.bench_flag) is not None]   # the kind the option picks
     if (processes != 1 or floor) and picked:
         raise SpecError("--processes and --floor apply to embedding scenarios only",
                         "leave them out with --rerank-documents, --classify, --images or --sparse")
     if len(picked) > 1:
-        raise SpecError("give one of --rerank-documents, --classify, --images and --sparse")
-    kind = picked[0] if picked else kind_of(None)
+        raise SpecError(f"{' and '.join(k.bench_flag for k in picked)} pick two kinds' scenarios: give one")
+    kind = picked[0] if picked else next(k for k in KINDS if k.bench_cli and not k.bench_flag)   # the embedding scenarios
     o = BenchOptions(url, tuple(model or ()), tuple(openai_url or ()), tuple(openai_model or ()), tuple(triton_pid or ()),
                      tuple(openai_pid or ()), inprocess, ort_repo, tuple(engine_repo or ()), reference, corpus, buckets, only,
                      concurrency, texts_per_request, requests, warmup, rounds, out_dir, tuple(cpu_pid or ()),

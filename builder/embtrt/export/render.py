@@ -186,7 +186,7 @@ def _kind_params(spec: BuildSpec) -> list[tuple[str, str]]:
     its python-torch encoder computes in place of the graph (embtrt_backend.torch_encoder); the
     sparse front door also reads graph_max_active_dims (a request may ask for at most that K)."""
     kind = kind_of(spec.kind)
-    if kind is kind_of(None):   # the kind a front door means when it names none
+    if kind is kind_of(None):   # a front door naming no kind is read as the default's (torch_encoder.from_params): none rendered
         return []
     out = [("kind", spec.kind)]
     if kind.has(TOKEN_VECTORS):   # every encoder (bucket encoders too): no column trimming, the head's layout

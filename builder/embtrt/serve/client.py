@@ -137,7 +137,7 @@ def _hint(kind: str) -> str:
 
 def embeds_texts(kind: Kind) -> bool:
     """A model of this kind answers EmbeddingClient: a text in (TEXT), a pooled vector out (EMBEDDING)."""
-    return kind.inputs == ("TEXT",) and kind.has(POOLED)
+    return not kind.pairs and kind.has(POOLED)
 
 
 class EmbeddingClient(GrpcClient):

@@ -109,7 +109,7 @@ class Kind:
     # the commands on a served model of this kind, "module:function", called through the registry (cli/measure.py,
     # measure/tune.py): `embtrt verify` (VerifyOptions, log) -> Verdict, the generic one running its measure's
     # `verify`; `embtrt bench` (BenchOptions), picked by the bench option `bench_flag` names ("--sparse") ("": the default
-    # scenarios, the default kind's); `embtrt tune`'s trial (manifest, url, texts, token counts, TuneSpec) ->
+    # scenarios); `embtrt tune`'s trial (manifest, TuneSpec, url, texts, token counts, the error to raise) ->
     # (figures per concurrency, figures per band)
     verify_cli: str = "embtrt.cli.measure_kinds:verify_served"
     bench_cli: str = ""
@@ -161,13 +161,19 @@ class Kind:
 
     @property
     def plan_check(self) -> str:
-        """Its TensorRT plan check, its head's ("" where no plan is built: a kind of several heads builds none)."""
-        return self.heads[0].plan_check if len(self.heads) == 1 else ""
+        """Its TensorRT plan check: its head's, where one head on a text input has one; "" where no plan is built
+        (several heads, a head without one, an image tower)."""
+        return self.heads[0].plan_check if len(self.heads) == 1 and not self.input.image else ""
+
+    @property
+    def tensorrt(self) -> bool:
+        """TensorRT plans are built for it (its plan check judges them)."""
+        return bool(self.plan_check)
 
     @property
     def tf32(self) -> bool:
-        """An fp32 TensorRT plan of it may use TF32: every head's gate allows it."""
-        return all(h.tf32 for h in self.heads)
+        """An fp32 TensorRT plan of it may use TF32: plans are built for it and its head's gate allows it."""
+        return self.tensorrt and all(h.tf32 for h in self.heads)
 
     @property
     def composition(self) -> str:

@@ -126,9 +126,13 @@ def inprocess_maxsim_rows(reference: Path, bodies: list[list[tuple[str, list[str
     """`embtrt bench --rerank-documents` with a MultiVectorEncoder --reference: in process, each request's query
     (encode_query) and documents (encode_document, batch 32) encoded and scored by MultiVectorEncoder.similarity
     (MaxSim), fp32, on the same requests as the served targets -> one row per document count, in pairs/s."""
+    from ...errors import SpecError
     from ...measure.kind_measure import inprocess_row
-    from .reference import load_multivector
+    from .reference import is_multivector, load_multivector
 
+    if not is_multivector(reference):   # bge-m3: its MaxSim peer in process is FlagEmbedding's, not measured here
+        raise SpecError(f"{reference}: the in-process MaxSim peer of `bench --rerank-documents` is MultiVectorEncoder's "
+                        "(a ColBERT folder); this one is not", "pass --no-inprocess, or a ColBERT --reference")
     mve = load_multivector(reference, trust_remote_code)
 
     def run(call: list[tuple[str, str]]) -> None:

@@ -17,6 +17,6 @@ KIND = Kind(
     spec_fields="embtrt.kinds.multimodal.export:spec_fields",
     gateway_model="embtrt.kinds.multimodal.scale:Multimodal",
     measure="embtrt.kinds.multimodal.measure:MultimodalMeasure", packages=("pillow",),
-    cli="embtrt.kinds.multimodal.cli", client="embtrt.kinds.multimodal.serve:ImageEmbeddingClient",
+    client="embtrt.kinds.multimodal.serve:ImageEmbeddingClient",
     bench_cli="embtrt.kinds.multimodal.cli:bench", bench_flag="--images",
 )
