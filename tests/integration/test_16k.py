@@ -30,8 +30,8 @@ from embtrt.serve.client import EmbeddingClient
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # one layer of one attention head: a 16K-token forward's cost is its 16384 x 16384 attention map per head and
-# layer (1 GiB in fp32; ONNX Runtime's CPU graph writes it out, about 3 s a map here), so each halves this
-# module's time; benchmarks/preempt.py and the recorded long-16k result keep the maker's two and two
+# layer (1 GiB in fp32; ONNX Runtime's fused Attention, export/fuse.py, about 1 s a map here, 3 s unfused), so
+# each halves this module's time; benchmarks/preempt.py and the recorded long-16k result keep the maker's two and two
 HEADS = 1
 LAYERS = 1
 

@@ -53,7 +53,9 @@ def ort_graph(spec: BuildSpec, onnx_path: Path, work: Path, texts: list[str], to
         art = make_precision_onnx(spec, onnx_path, work / "precision", texts, tok_json, pad_id, log)
         log("the fp16 graph (ModelOpt AutoCast) is what ONNX Runtime serves; the gate judges it")
         return art.gate_by_bucket[spec.buckets[0]], art.manifest()
-    return onnx_path, None
+    from .fuse import fuse_attention   # long models: ONNX Runtime's fused attention (fuse.py)
+
+    return fuse_attention(spec, onnx_path, onnx_path.with_name("model.fused.onnx"), log)
 
 
 def versions() -> dict[str, str]:
@@ -135,6 +137,8 @@ def rebuild_command(spec: BuildSpec) -> str:
         parts += ["--dimensions", ",".join(map(str, spec.dimensions))]
     if not spec.bundle_deps:
         parts.append("--no-bundle-deps")
+    if not spec.fuse_attention:
+        parts.append("--no-fuse-attention")
     if spec.active_dims_in_graph:
         parts.append("--active-dims-in-graph")
     if spec.stage_timers:

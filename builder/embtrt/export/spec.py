@@ -102,6 +102,9 @@ class BuildSpec:
     opset: int = 17
     # The repository carries the wheels its Python models import, built for this server Python.
     bundle_deps: bool = True
+    # Long models (max_seq_length >= LONG_INPUT) on ONNX Runtime targets at fp32: serve ONNX Runtime's fused
+    # attention (export/fuse.py); off: the export as it is.
+    fuse_attention: bool = True
     server_python: str = field(default_factory=lambda: f"{sys.version_info.major}.{sys.version_info.minor}")
     gate: Gate = field(default_factory=Gate)
     # Request options (config_sentence_transformers.json / the Pooling config, or --prompt,
