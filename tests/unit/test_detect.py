@@ -108,3 +108,23 @@ def test_a_causal_lm_without_sentence_transformers_files_is_refused_not_built_as
     assert "sequence-classification conversion" in str(e.value.hint)
     found = detect(folder(tmp_path, "embedder", {**causal, **ST}))
     assert found.kind.name == "embedder" and "SentenceTransformer folder" in found.why
+
+
+@pytest.mark.parametrize("config, extra, said", [
+    ({"architectures": ["ColPaliForRetrieval"], "model_type": "colpali", "vlm_config": {"model_type": "paligemma"}}, {},
+     "ColPaliForRetrieval over a vision-language model"),
+    ({"architectures": ["ColPaliForRetrieval"], "model_type": "colpali", "vlm_config": {"model_type": "paligemma"}},
+     {"config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "ColPaliForRetrieval over"),   # not ColBERT
+    ({"architectures": ["Qwen3VLModel"], "model_type": "qwen3_vl", "image_token_id": 151655}, {}, "Qwen3VLModel, whose text"),
+])
+def test_a_vision_language_model_of_one_sequence_is_refused_not_built_as_a_text_kind(tmp_path, config, extra, said):
+    """#70 groundwork: a ColPali folder was detected as an embedder (rule 7), saved by sentence-transformers as a
+    ColBERT (rule 1), a Qwen3-VL as an embedder: each would be served as a text model, not its output. A CLIP-style
+    two-tower config (vision_config and text_config, no image token) is not caught."""
+    from embtrt.errors import SpecError
+
+    with pytest.raises(SpecError, match="vision-language model that reads images in one sequence") as e:
+        detect(folder(tmp_path, "vlm", {"config.json": config, **extra}))
+    assert said in e.value.message and "text-and-image kind" in str(e.value.hint)
+    clip = {"architectures": ["CLIPModel"], "model_type": "clip", "text_config": {}, "vision_config": {}}
+    assert detect(folder(tmp_path, "clip", {"config.json": clip})).kind.name == "embedder"   # as before: rule 7

@@ -12,6 +12,7 @@ from embtrt_backend.kinds import DETECTION, Kind, Rule
 
 from ..common.files import json_object
 from ..common.plugins import resolve
+from ..errors import SpecError
 
 
 def st_model_type(path: Path) -> str:
@@ -53,10 +54,30 @@ class Detection:
         return f"{self.kind.name} (rule {DETECTION.index(self.rule) + 1} of {len(DETECTION)}: {self.why})"
 
 
+def one_sequence_vlm(path: Path) -> str:
+    """What makes `path` a vision-language model that reads image tokens in one sequence with its text ("" where it
+    is not): a retrieval wrapper's `vlm_config` (ColPali, ColQwen2) or an image token of the model's vocabulary
+    (Qwen-VL, PaliGemma, LLaVA). A CLIP-style two-tower model has neither."""
+    cfg = json_object(Path(path) / "config.json")
+    archs = ", ".join(a for a in cfg.get("architectures") or [] if isinstance(a, str)) or str(cfg.get("model_type") or "?")
+    if isinstance(cfg.get("vlm_config"), dict):
+        return f"config.json names {archs} over a vision-language model (vlm_config)"
+    token = next((k for k in ("image_token_id", "image_token_index") if k in cfg), None)
+    return f"config.json names {archs}, whose text carries image tokens ({token})" if token else ""
+
+
 def detect(path: Path) -> Detection:
     """The kind of the model folder at `path`: the first rule that matches (the last rule matches
-    every folder)."""
+    every folder). A vision-language model of one sequence is refused first: no kind serves it yet, and its
+    sentence-transformers files (a MultiVectorEncoder ColPali) or its architecture would match a text kind's rule."""
     path = Path(path)
+    vlm = one_sequence_vlm(path)
+    if vlm:
+        raise SpecError(f"{path} is a vision-language model that reads images in one sequence with its text ({vlm}): "
+                        "page-image retrieval (ColPali, ColQwen) and VLM embedders are not served yet, and serving its "
+                        "text side alone as a text kind would not be its output",
+                        "CLIP-style two-tower models (separate text and image towers) build as the text-and-image kind "
+                        "(docs/images.md)")
     passed: list[tuple[Rule, str]] = []
     for rule in DETECTION:
         matched, why = resolve(rule.test)(path)
