@@ -74,6 +74,17 @@ class BenchOptions:
     def progress(self) -> Callable[[str], None]:
         return lambda msg: err.print(msg, markup=False)
 
+    def require_models(self, flag: str, served: str) -> None:
+        """SpecError where `flag`'s scenarios have no --model target to measure."""
+        if not self.models:
+            raise SpecError(f"{flag} needs {served} to measure: --model NAME[@HOST:PORT]")
+
+    def require_reference(self, flag: str, peer: str, folder: str = "MODEL_DIR") -> None:
+        """SpecError where the in-process `peer` line is asked for without the folder it runs."""
+        if self.inprocess and self.reference is None:
+            raise SpecError(f"{flag} measures {peer} beside the served model: pass --reference {folder} (the folder it "
+                            "was built from), or --no-inprocess")
+
 
 def verify_served(o: VerifyOptions, log) -> Verdict:
     """verify on a model whose kind has a measure (Kind.measure): the kind's gate on the deployment, its verdict."""

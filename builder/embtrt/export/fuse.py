@@ -22,8 +22,8 @@ from .spec import LONG_INPUT, BuildSpec
 FUSABLE = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
 
 
-def fuses(spec: BuildSpec) -> str:
-    """Why this build does not fuse its attention ("" where it does)."""
+def fuses(spec: BuildSpec, cfg: dict) -> str:
+    """Why this build does not fuse its attention ("" where it does); `cfg`: the folder's config.json."""
     if not spec.fuse_attention:
         return "--no-fuse-attention"
     if spec.precision != "fp32":
@@ -32,7 +32,7 @@ def fuses(spec: BuildSpec) -> str:
         return f"target {spec.target}" + (f" on {spec.device}" if spec.target == "onnxruntime" else "")
     if spec.max_seq_length < LONG_INPUT:
         return f"max length {spec.max_seq_length} < {LONG_INPUT} (short inputs run as fast unfused)"
-    model_type = json_object(Path(spec.model_dir) / "config.json").get("model_type")
+    model_type = cfg.get("model_type")
     if model_type not in FUSABLE:
         return f"model type {model_type!r} (fused for {', '.join(FUSABLE)})"
     return ""
@@ -41,7 +41,8 @@ def fuses(spec: BuildSpec) -> str:
 def fuse_attention(spec: BuildSpec, src: Path, dst: Path, log: Log) -> tuple[Path, dict | None]:
     """The graph an ONNX Runtime target serves for `src`: its fused form where this build fuses and the optimizer
     found every layer's attention (else `src`, said why) -> (path, the manifest's precision_onnx record or None)."""
-    why = fuses(spec)
+    cfg = json_object(Path(spec.model_dir) / "config.json")
+    why = fuses(spec, cfg)
     if why:
         if spec.fuse_attention and spec.max_seq_length >= LONG_INPUT:
             log(f"attention not fused: {why}")
@@ -49,7 +50,6 @@ def fuse_attention(spec: BuildSpec, src: Path, dst: Path, log: Log) -> tuple[Pat
     import onnx
     from onnxruntime.transformers.optimizer import optimize_model
 
-    cfg = json_object(Path(spec.model_dir) / "config.json")
     heads, hidden, layers = (int(cfg.get(k) or 0) for k in ("num_attention_heads", "hidden_size", "num_hidden_layers"))
     fused = optimize_model(str(src), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0)
     nodes = [n.op_type for n in fused.model.graph.node]

@@ -45,14 +45,10 @@ def bench(o) -> None:
     from ...cli.measure_kinds import emit
     from ...common.corpus import load_corpus
     from ...common.options import parse_int_list
-    from ...errors import SpecError
     from .measure import TRIAL_TEXTS, bench_classifier
 
-    if not o.models:
-        raise SpecError("--classify needs the classifier to measure: --model NAME[@HOST:PORT]")
-    if o.inprocess and o.reference is None:
-        raise SpecError("--classify measures in-process transformers beside the served model: pass --reference "
-                        "MODEL_DIR (the folder it was built from), or --no-inprocess")
+    o.require_models("--classify", "the classifier")
+    o.require_reference("--classify", "in-process transformers")
     rows = bench_classifier(o.url, list(o.models), load_corpus(o.corpus), parse_int_list("concurrency", o.concurrency) or (1,),
                             o.texts_per_request if o.texts_per_request > 1 else TRIAL_TEXTS, o.requests, o.warmup,
                             o.reference if o.inprocess else None, progress=o.progress(), trust_remote_code=o.trust_remote_code)

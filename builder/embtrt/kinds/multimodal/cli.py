@@ -10,14 +10,10 @@ def bench(o) -> None:
 
     from ...cli.measure_kinds import emit
     from ...common.options import parse_int_list
-    from ...errors import SpecError
     from .measure_bench import bench_images, image_files
 
-    if not o.models:
-        raise SpecError("--images needs the text-and-image model to measure: --model NAME[@HOST:PORT]")
-    if o.inprocess and o.reference is None:
-        raise SpecError("--images measures in-process SentenceTransformer.encode beside the served model: pass "
-                        "--reference MODEL_DIR (the folder it was built from), or --no-inprocess")
+    o.require_models("--images", "the text-and-image model")
+    o.require_reference("--images", "in-process SentenceTransformer.encode")
     rows = bench_images(o.url, list(o.models), image_files(o.picked), parse_int_list("concurrency", o.concurrency) or (1,),
                         o.texts_per_request, o.requests, o.warmup, o.reference if o.inprocess else None,
                         progress=o.progress(), trust_remote_code=o.trust_remote_code)

@@ -49,13 +49,10 @@ def bench(o) -> None:
     from .measure_bench import bench_sparse
 
     input_type = dict(o.options).get("input_type", "document")
-    if not o.models:
-        raise SpecError("--sparse needs the sparse encoder to measure: --model NAME[@HOST:PORT]")
+    o.require_models("--sparse", "the sparse encoder")
     if input_type not in ("query", "document"):
         raise SpecError(f"invalid input_type {input_type!r} for --sparse", "query or document")
-    if o.inprocess and o.reference is None:
-        raise SpecError("--sparse measures in-process SparseEncoder beside the served model: pass --reference "
-                        "SPLADE_DIR (the folder it was built from), or --no-inprocess")
+    o.require_reference("--sparse", "in-process SparseEncoder", "SPLADE_DIR")
     if o.inprocess:
         require_extra("build", "bench --sparse", "torch", "transformers", "sentence_transformers")
     doc = bench_sparse(o.url, list(o.models), load_corpus(o.corpus), edges=parse_int_list("buckets", o.buckets) or (32, 128, 256),
