@@ -111,7 +111,7 @@ def test_line_wrapped_base64_is_read_as_the_reference_reads_it():
 
 
 def test_a_request_whose_images_hold_too_many_pixels_is_refused_before_decoding():
-    from embtrt_backend.kinds.multimodal.core import ImageCore
+    from embtrt_backend.image_core import ImageCore
     from embtrt_backend.options import RequestOptions
 
     core = ImageCore(ProcessorConfig(), ImageLimits(max_request_pixels=3 * 317 * 211 - 1), 8)

@@ -2,7 +2,7 @@
 (`get_text_features(...).pooler_output`: rows and length dynamic, one graph for every bucket) and the image
 tower (`get_image_features(pixel_values).pooler_output`: the processor's fixed size) to ONNX, each checked
 against SentenceTransformer.encode -> the front door over the embedder's request core (texts) and the image
-core (kinds.multimodal.core) -> the gate against encode on real texts and seeded images as data URIs ->
+core (embtrt_backend.image_core) -> the gate against encode on real texts and seeded images as data URIs ->
 manifest -> check. docs/images.md has the contract.
 
 Local encoders (python-ort, python-openvino, python-torch) hold both towers in the front door (1/model.onnx,
@@ -168,7 +168,7 @@ class MultimodalBuild(FrontDoorBuild):
         from embtrt_backend.core import Request, RequestCore
         from embtrt_backend.encoder import make_encoder
         from embtrt_backend.images import ImageLimits, ProcessorConfig
-        from embtrt_backend.kinds.multimodal.core import ImageCore
+        from embtrt_backend.image_core import ImageCore
 
         core = RequestCore.from_folder(str(work), params)
         opts = core.options.default

@@ -3,7 +3,7 @@ the same batch size, so a request is texts or images, never a mix):
 
 - TEXT (BYTES): the pooled door (embtrt_backend.doors.pooled, the embedder's door too) over the text tower
   (prompts, truncation, buckets), EMBEDDING (or the vector type asked for) and TOKENS;
-- IMAGE (BYTES): encoded files (JPEG, PNG, WebP, GIF's first frame, BMP; kinds.multimodal.core) through
+- IMAGE (BYTES): encoded files (JPEG, PNG, WebP, GIF's first frame, BMP; embtrt_backend.image_core) through
   the image tower, EMBEDDING and TOKENS (zero per image).
 
 Both inputs are optional in the config; a request with both, or neither, is refused (INVALID_ARG). The
@@ -15,7 +15,7 @@ from ... import InputError
 from ...core import Request
 from ...doors.base import Item
 from ...doors.pooled import PooledDoor
-from .core import ImageCore, ImageRequest
+from ...image_core import ImageCore, ImageRequest
 
 INPUTS = ("TEXT", "IMAGE")
 

@@ -34,6 +34,7 @@ from ...batch_core import Rows, TokenRows
 from ...core import CoreConfig
 from ...options import TRITON_PARAMETERS, TRUNCATE
 from ...text import TextTokenizer
+from ...token_vectors import padded, unpadded  # noqa: F401 (the head's layout, read here by the door and clients)
 
 SIDES = {"query": "query", "document": "document", "passage": "document", "corpus": "document"}
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")   # encode_document's prompt: the first the model has
@@ -247,17 +248,3 @@ class MultiVectorCore(TokenRows):
             np.maximum.at(best, inv, w[keep])
             sparse.append((uid, best))
         return MultiVectorOutcome(vectors, rows.tokens, dense, sparse)
-
-
-def padded(vectors: list[np.ndarray], dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-text vectors -> (TOKEN_EMBEDDINGS [texts, max count, dim] zero-padded, TOKEN_COUNTS [texts, 1])."""
-    counts = np.fromiter((len(v) for v in vectors), dtype=np.int64, count=len(vectors))
-    out = np.zeros((len(vectors), int(counts.max(initial=0)), dim), dtype=np.float32)
-    for i, v in enumerate(vectors):
-        out[i, :len(v)] = v
-    return out, counts.reshape(-1, 1)
-
-
-def unpadded(embeddings: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
-    """The inverse of padded: each text's [count, dim] vectors."""
-    return [embeddings[i, :int(n)] for i, n in enumerate(np.asarray(counts).reshape(-1))]

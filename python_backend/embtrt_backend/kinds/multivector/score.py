@@ -7,21 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-NO_TOKEN = -1e9   # a document with no scoreable vector (sentence-transformers' score for it)
-
-
-def maxsim(query: np.ndarray, document: np.ndarray, mean: bool = False) -> float:
-    """One query's [q, dim] vectors against one document's [d, dim]: sum_i max_j q_i . d_j, in float32
-    (mean: divided by q)."""
-    if len(document) == 0:
-        return NO_TOKEN
-    s = float((np.asarray(query, np.float32) @ np.asarray(document, np.float32).T).max(axis=1).sum(dtype=np.float32))
-    return s / max(len(query), 1) if mean else s
-
-
-def maxsim_matrix(queries: list[np.ndarray], documents: list[np.ndarray], mean: bool = False) -> np.ndarray:
-    """[queries, documents] float32 MaxSim scores."""
-    return np.asarray([[maxsim(q, d, mean) for d in documents] for q in queries], dtype=np.float32)
+from ...token_vectors import NO_TOKEN, maxsim, maxsim_matrix  # noqa: F401 (the token-vector head's scores)
 
 
 def lexical(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:

@@ -1,8 +1,9 @@
-"""The image side of a text-and-image embedder's front door: each request's encoded files -> `pixel_values`
+"""The image input's core (every kind whose input takes images: the text-and-image embedder, the page-image
+retriever): each request's encoded files -> `pixel_values`
 (embtrt_backend.images: decoded upright and RGB as transformers' load_image, preprocessed as the model's
 image processor with its PIL backend) -> the image tower, in runs of at most its max batch, several
-requests' images together -> each request's vectors with its options applied (width, vector type), as the
-text side's request core does for texts.
+requests' images together -> each request's outputs with its options applied (a pooled vector's width and type; a page's token
+vectors), as the text side's request core does for texts.
 
 A request's images are decoded when it is parsed (a bad one refuses that request only, naming its row),
 on a few threads (Pillow's decoders and resize release the GIL); only the preprocessed arrays wait for the
@@ -17,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import InputError
-from ...images import ImageLimits, ProcessorConfig, load, opened, pixel_values
-from ...options import RequestOptions
+from . import InputError
+from .images import ImageLimits, ProcessorConfig, load, opened, pixel_values
+from .options import RequestOptions
 
 PROCESSOR_FILE = "image_processor.json"   # the model's image processor settings, in the front door's folder
 DECODE_THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
