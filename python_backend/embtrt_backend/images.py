@@ -109,7 +109,9 @@ def load(img, row: int = 0):
 
 @dataclass(frozen=True)
 class ProcessorConfig:
-    """A CLIP-style image processor's settings (its preprocessor_config.json), as its PIL backend applies them."""
+    """An image processor's settings (its preprocessor_config.json), as its PIL backend applies them: a CLIP-style
+    shortest-edge resize and center crop, or (`fixed`) a resize to one height and width, the aspect ratio not kept
+    (SigLIP's, as ColPali's processor uses it)."""
 
     shortest_edge: int = 224
     crop: tuple[int, int] = (224, 224)          # (height, width)
@@ -121,12 +123,19 @@ class ProcessorConfig:
     do_center_crop: bool = True
     do_rescale: bool = True
     do_normalize: bool = True
+    fixed: tuple[int, int] | None = None        # (height, width): every image resized to it
 
     @classmethod
     def from_dict(cls, d: dict) -> "ProcessorConfig":
         size, crop = d.get("size", {}), d.get("crop_size", {})
+        if isinstance(size, dict) and "height" in size and "width" in size and "shortest_edge" not in size:
+            fixed = (int(size["height"]), int(size["width"]))
+            return cls(min(fixed), fixed, int(d.get("resample", 3)), float(d.get("rescale_factor", 1 / 255)),
+                       tuple(d.get("image_mean", cls.mean)), tuple(d.get("image_std", cls.std)),
+                       bool(d.get("do_resize", True)), bool(d.get("do_center_crop", False)), bool(d.get("do_rescale", True)),
+                       bool(d.get("do_normalize", True)), fixed)
         if not isinstance(size, dict) or "shortest_edge" not in size:
-            raise ValueError(f"image processor size {size!r}: a shortest_edge resize is served")
+            raise ValueError(f"image processor size {size!r}: a shortest_edge or a height and width resize is served")
         crop = (int(crop["height"]), int(crop["width"])) if isinstance(crop, dict) else (int(crop), int(crop))
         return cls(int(size["shortest_edge"]), crop, int(d.get("resample", 3)), float(d.get("rescale_factor", 1 / 255)),
                    tuple(d.get("image_mean", cls.mean)), tuple(d.get("image_std", cls.std)), bool(d.get("do_resize", True)),
@@ -166,7 +175,9 @@ def pixel_values(img, cfg: ProcessorConfig, limits: ImageLimits = ImageLimits(),
 
         rgba = img.convert("RGBA")
         img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
-    if cfg.do_resize:
+    if cfg.do_resize and cfg.fixed is not None:   # the limits bound its size: it is the model's own
+        img = img.resize((cfg.fixed[1], cfg.fixed[0]), resample=cfg.resample)
+    elif cfg.do_resize:
         h, w = resized_size(img.height, img.width, cfg.shortest_edge)
         if h * w > limits.max_pixels:   # a thin image's resize would (1 x 20000 -> 224 x 4.5M: 3 GB)
             raise InputError(f"row {row}: the image is {img.width} x {img.height} pixels: resized to "

@@ -273,6 +273,17 @@ class TorchMultiVector(_Torch):
         return multivector_head(self.torch, hidden, self.heads, self.layout, self.normalize).float()
 
 
+def torch_class(name: str) -> type:
+    """A kind's python-torch class (Kind.torch_encoder): a class of this module by name, or one a kind's own package
+    brings ("kinds.pages.torch:TorchPages", relative to embtrt_backend)."""
+    if ":" not in name:
+        return globals()[name]
+    from importlib import import_module
+
+    module, attr = name.split(":")
+    return getattr(import_module(f"{__package__}.{module}"), attr)
+
+
 def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_code: bool = False) -> _Torch:
     """The python-torch encoder of a model's parameters, by its kind, on its device; with static
     shapes (CUDA graphs on CUDA) where the parameters list them (`graph_shapes`) and `cuda_graphs`
@@ -282,7 +293,7 @@ def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_cod
         kind = kind_of(p.get("kind"))   # the kind's Kind names its class here (Kind.torch_encoder)
     except ValueError as exc:
         raise ValueError(f"{exc}: python-torch runs {', '.join(k.label for k in KINDS)}") from None
-    enc: _Torch = globals()[kind.torch_encoder].from_params(p, hf_dir, threads, trust_remote_code, device)
+    enc: _Torch = torch_class(kind.torch_encoder).from_params(p, hf_dir, threads, trust_remote_code, device)
     if p.get("graph_shapes") and p.get("cuda_graphs", "true") == "true":
         enc.capture(parse_graph_shapes(p["graph_shapes"]), tuple(p["input_names"].split(",")))
     return enc
@@ -314,3 +325,6 @@ class _ImageTower:
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=c.autocast_bf16):
             out = c.model.get_image_features(pixel_values=pixels.to(next(c.model.parameters()).dtype))
             return getattr(out, "pooler_output", out).float().cpu().numpy()
+
+
+TorchModel = _Torch   # the base a kind's own python-torch class extends (Kind.torch_encoder "module:Class")

@@ -24,24 +24,25 @@ def folder(tmp_path: Path, name: str, files: dict[str, object]) -> Path:
 ST = {"modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]}
 SEQ = {"architectures": ["BertForSequenceClassification"]}
 CASES = {   # folder -> (kind, rule number, a phrase of why)
-    "colbert": ({**ST, "config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "multivector", 1,
+    "colpali": ({"config.json": {"architectures": ["ColPaliForRetrieval"]}}, "pages", 1, "names ColPaliForRetrieval"),
+    "colbert": ({**ST, "config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "multivector", 2,
                 "MultiVectorEncoder"),
     "m3": ({**ST, "config.json": {"architectures": ["XLMRobertaModel"]}, "colbert_linear.pt": "", "sparse_linear.pt": ""},
-           "multivector", 2, "colbert_linear.pt and sparse_linear.pt"),
-    "splade": ({"config_sentence_transformers.json": {"model_type": "SparseEncoder"}}, "sparse", 3, "SparseEncoder"),
+           "multivector", 3, "colbert_linear.pt and sparse_linear.pt"),
+    "splade": ({"config_sentence_transformers.json": {"model_type": "SparseEncoder"}}, "sparse", 4, "SparseEncoder"),
     "splade-modules": ({"modules.json": [{"type": "sentence_transformers.sparse_encoder.models.SpladePooling"}]},
-                       "sparse", 3, "SPLADE"),
+                       "sparse", 4, "SPLADE"),
     "ce": ({"config_sentence_transformers.json": {"model_type": "CrossEncoder"}, "config.json": {**SEQ, "num_labels": 3}},
-           "reranker", 4, "model_type CrossEncoder"),
-    "one-label": ({"config.json": {**SEQ, "id2label": {"0": "LABEL_0"}}}, "reranker", 4, "with one label"),
+           "reranker", 5, "model_type CrossEncoder"),
+    "one-label": ({"config.json": {**SEQ, "id2label": {"0": "LABEL_0"}}}, "reranker", 5, "with one label"),
     "old-ce": ({"config.json": {**SEQ, "num_labels": 3, "sbert_ce_default_activation_function": "torch.nn.Sigmoid"}},
-               "reranker", 4, "before 4.0"),
-    "cls3": ({"config.json": {**SEQ, "id2label": {"0": "a", "1": "b", "2": "c"}}}, "classifier", 5, "with 3 labels"),
+               "reranker", 5, "before 4.0"),
+    "cls3": ({"config.json": {**SEQ, "id2label": {"0": "a", "1": "b", "2": "c"}}}, "classifier", 6, "with 3 labels"),
     "clip": ({"modules.json": [{"idx": 0, "path": "0_CLIPModel", "type": "sentence_transformers.models.CLIPModel"}]},
-             "multimodal", 6, "texts and images"),
-    "st": (ST, "embedder", 7, "SentenceTransformer folder"),
-    "bare": ({"config.json": {"architectures": ["BertModel"]}}, "embedder", 7, "names BertModel (an encoder)"),
-    "empty": ({}, "embedder", 7, "no architecture"),
+             "multimodal", 7, "texts and images"),
+    "st": (ST, "embedder", 8, "SentenceTransformer folder"),
+    "bare": ({"config.json": {"architectures": ["BertModel"]}}, "embedder", 8, "names BertModel (an encoder)"),
+    "empty": ({}, "embedder", 8, "no architecture"),
 }
 
 
@@ -60,7 +61,8 @@ def test_why_not_names_what_the_rule_looked_for(tmp_path):
     found = detect(folder(tmp_path, "cls3", CASES["cls3"][0]))
     said = dict((r.kind.name, why) for r, why in found.passed)
     assert "3 labels and no CrossEncoder mark" in said["reranker"]
-    assert "MultiVectorEncoder" in [why for r, why in found.passed][0]
+    assert "not ColPaliForRetrieval" in [why for r, why in found.passed][0]
+    assert "MultiVectorEncoder" in [why for r, why in found.passed][1]
 
 
 @pytest.mark.parametrize("name, admitted, refused", [
@@ -80,7 +82,7 @@ def test_every_rule_is_its_own_kinds_and_every_kind_has_one():
     assert {r.kind.name for r in DETECTION} == set(NAMES)
     for r in DETECTION:
         assert r.test.startswith(f"embtrt.kinds.{r.kind.name}.reference:"), r.test   # the kind's own module
-    assert rules_help().count(". ") >= len(DETECTION) and "7. embedder" in rules_help()
+    assert rules_help().count(". ") >= len(DETECTION) and "8. embedder" in rules_help()
 
 
 def test_the_build_log_line_names_the_rule_or_kinds_choice_beside_it(tmp_path):
@@ -90,10 +92,10 @@ def test_the_build_log_line_names_the_rule_or_kinds_choice_beside_it(tmp_path):
     from embtrt.export.spec_options import spec_from_options
 
     bundled = spec_from_options(None, tmp_path / "unused")
-    assert kind_line(bundled) == "embedder (rule 7 of 7: a sentence-transformers SentenceTransformer folder)"
+    assert kind_line(bundled) == "embedder (rule 8 of 8: a sentence-transformers SentenceTransformer folder)"
     one = folder(tmp_path, "one-label", CASES["one-label"][0])
     chosen = kind_line(SimpleNamespace(model_dir=one, kind="classifier"))   # as spec_from_options admits it
-    assert chosen.startswith("classifier, as --kind says (the folder alone: reranker (rule 4 of 7: config.json names")
+    assert chosen.startswith("classifier, as --kind says (the folder alone: reranker (rule 5 of 8: config.json names")
 
 
 def test_a_causal_lm_without_sentence_transformers_files_is_refused_not_built_as_an_embedder(tmp_path):
@@ -111,20 +113,25 @@ def test_a_causal_lm_without_sentence_transformers_files_is_refused_not_built_as
 
 
 @pytest.mark.parametrize("config, extra, said", [
-    ({"architectures": ["ColPaliForRetrieval"], "model_type": "colpali", "vlm_config": {"model_type": "paligemma"}}, {},
-     "ColPaliForRetrieval over a vision-language model"),
-    ({"architectures": ["ColPaliForRetrieval"], "model_type": "colpali", "vlm_config": {"model_type": "paligemma"}},
-     {"config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "ColPaliForRetrieval over"),   # not ColBERT
+    ({"architectures": ["ColQwen2ForRetrieval"], "model_type": "colqwen2", "vlm_config": {"model_type": "qwen2_vl"}}, {},
+     "ColQwen2ForRetrieval over a vision-language model"),
+    ({"architectures": ["ColQwen2ForRetrieval"], "model_type": "colqwen2", "vlm_config": {"model_type": "qwen2_vl"}},
+     {"config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "ColQwen2ForRetrieval over"),   # not ColBERT
     ({"architectures": ["Qwen3VLModel"], "model_type": "qwen3_vl", "image_token_id": 151655}, {}, "Qwen3VLModel, whose text"),
 ])
 def test_a_vision_language_model_of_one_sequence_is_refused_not_built_as_a_text_kind(tmp_path, config, extra, said):
     """#70 groundwork: a ColPali folder was detected as an embedder (rule 7), saved by sentence-transformers as a
-    ColBERT (rule 1), a Qwen3-VL as an embedder: each would be served as a text model, not its output. A CLIP-style
-    two-tower config (vision_config and text_config, no image token) is not caught."""
+    ColBERT (rule 1), a Qwen3-VL as an embedder: each would be served as a text model, not its output. Now a
+    ColPaliForRetrieval folder is the page-image retriever's (first rule); a VLM only a text kind's rule matches is
+    refused. A CLIP-style two-tower config (vision_config and text_config, no image token) is not caught."""
     from embtrt.errors import SpecError
 
     with pytest.raises(SpecError, match="vision-language model that reads images in one sequence") as e:
         detect(folder(tmp_path, "vlm", {"config.json": config, **extra}))
     assert said in e.value.message and "text-and-image kind" in str(e.value.hint)
     clip = {"architectures": ["CLIPModel"], "model_type": "clip", "text_config": {}, "vision_config": {}}
-    assert detect(folder(tmp_path, "clip", {"config.json": clip})).kind.name == "embedder"   # as before: rule 7
+    assert detect(folder(tmp_path, "clip", {"config.json": clip})).kind.name == "embedder"   # as before: rule 8
+    colpali = {"architectures": ["ColPaliForRetrieval"], "model_type": "colpali", "vlm_config": {"model_type": "paligemma"}}
+    for more in ({}, {"config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}):
+        found = detect(folder(tmp_path, f"colpali{len(more)}", {"config.json": colpali, **more}))
+        assert found.kind.name == "pages" and found.why == "config.json names ColPaliForRetrieval"

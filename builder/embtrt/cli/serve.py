@@ -71,7 +71,7 @@ def embed(
 ) -> None:
     """Embed texts (and, with a text-and-image model, images) over gRPC and print the vectors with the latency."""
     import numpy as np
-    from embtrt_backend.kinds import kind_of
+    from embtrt_backend.kinds import POOLED, kind_of
 
     from ..common.plugins import implementation
     from ..errors import ClientError
@@ -82,7 +82,7 @@ def embed(
         raise ClientError("nothing to embed", "give texts, or --image FILE for a text-and-image model")
     model = resolve_model(url, model)
     kind = kind_of(model_kind(url, model))
-    if kind.image_input:   # a model that takes images: its own client embeds both
+    if kind.image_input and kind.has(POOLED):   # a model that takes images and pools: its own client embeds both
         if input_type is not None:
             raise ClientError("--input-type does not apply to a text-and-image model", "use --prompt-name")
         with implementation(kind, "client")(url, model) as ic:
@@ -94,8 +94,11 @@ def embed(
             ms = (time.perf_counter() - t0) * 1e3
         _print_vectors(model, identity, ms, texts + [f"image {p}" for p in images], np.concatenate(parts), as_json)
         return
+    if images and not kind.has(POOLED):   # a page-image retriever: token vectors, not one vector per item
+        raise ClientError(f"model {model!r} is {kind.label}: it gives token vectors, not one vector per image",
+                          kind.client_hint)
     if images:
-        raise ClientError(f"model {model!r} is an embedder of texts: it takes no images",
+        raise ClientError(f"model {model!r} is {kind.label} of texts: it takes no images",
                           "point --model at a text-and-image model (docs/images.md)")
     with EmbeddingClient(url, model) as c:
         meta = c.metadata()

@@ -68,19 +68,22 @@ def one_sequence_vlm(path: Path) -> str:
 
 def detect(path: Path) -> Detection:
     """The kind of the model folder at `path`: the first rule that matches (the last rule matches
-    every folder). A vision-language model of one sequence is refused first: no kind serves it yet, and its
-    sentence-transformers files (a MultiVectorEncoder ColPali) or its architecture would match a text kind's rule."""
+    every folder). A vision-language model of one sequence is only a kind whose input takes images (a page-image
+    retriever's rule): one that a text kind's rule would match (its sentence-transformers files say
+    MultiVectorEncoder, or its architecture an encoder) is refused, as serving its text side alone would not be
+    its output."""
     path = Path(path)
     vlm = one_sequence_vlm(path)
-    if vlm:
-        raise SpecError(f"{path} is a vision-language model that reads images in one sequence with its text ({vlm}): "
-                        "page-image retrieval (ColPali, ColQwen) and VLM embedders are not served yet, and serving its "
-                        "text side alone as a text kind would not be its output",
-                        "CLIP-style two-tower models (separate text and image towers) build as the text-and-image kind "
-                        "(docs/images.md)")
     passed: list[tuple[Rule, str]] = []
     for rule in DETECTION:
         matched, why = resolve(rule.test)(path)
+        if matched and vlm and not rule.kind.image_input:
+            raise SpecError(f"{path} is a vision-language model that reads images in one sequence with its text ({vlm}): "
+                            "of these, ColPaliForRetrieval folders are served (page-image retrieval); ColQwen-style "
+                            "retrievers and VLM embedders are not yet, and serving its text side alone as a text kind would "
+                            "not be its output",
+                            "CLIP-style two-tower models (separate text and image towers) build as the text-and-image kind "
+                            "(docs/images.md)")
         if matched:
             return Detection(rule.kind, why, rule, tuple(passed))
         passed.append((rule, why))

@@ -150,7 +150,8 @@ class EmbeddingClient(GrpcClient):
             cfg, params = self._config()
             found = params.get("embtrt.kind") or kind_of(None).name
             if found not in BY_NAME or not embeds_texts(BY_NAME[found]):
-                raise ClientError(f"model {self.model!r} at {self.url} is a {found}, not an embedder (texts in, one "
+                what = BY_NAME[found].label if found in BY_NAME else f"of kind {found}"
+                raise ClientError(f"model {self.model!r} at {self.url} is {what}, not an embedder (texts in, one "
                                   "pooled vector each out)", _hint(found))
             dims = cfg["output"][0].get("dims", ["0"])
             dim = int(params["embtrt.dim"]) if params.get("embtrt.dim") else int(dims[-1])

@@ -12,10 +12,11 @@ from .classifier import KIND as CLASSIFIER
 from .embedder import KIND as EMBEDDER
 from .multimodal import KIND as MULTIMODAL
 from .multivector import KIND as MULTIVECTOR
+from .pages import KIND as PAGES
 from .reranker import KIND as RERANKER
 from .sparse import KIND as SPARSE
 
-KINDS: tuple[Kind, ...] = (EMBEDDER, RERANKER, SPARSE, CLASSIFIER, MULTIVECTOR, MULTIMODAL)
+KINDS: tuple[Kind, ...] = (EMBEDDER, RERANKER, SPARSE, CLASSIFIER, MULTIVECTOR, MULTIMODAL, PAGES)
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 DEFAULT = EMBEDDER   # a manifest or front door from before kinds (schema 1 and 2) is an embedder's
@@ -24,6 +25,7 @@ DEFAULT = EMBEDDER   # a manifest or front door from before kinds (schema 1 and 
 # may serve a folder as K where the deciding rule is K's or names K in `also`. Each test is the kind's
 # own, in its reference module (embtrt.reference.detect runs them and says why each one did not match).
 DETECTION: tuple[Rule, ...] = (
+    Rule(PAGES, "embtrt.kinds.pages.reference:pages_rule", "a ColPaliForRetrieval folder (page images and queries)"),
     Rule(MULTIVECTOR, "embtrt.kinds.multivector.reference:colbert_rule", "a MultiVectorEncoder folder (ColBERT)"),
     Rule(MULTIVECTOR, "embtrt.kinds.multivector.reference:m3_rule",
          "bge-m3's colbert_linear.pt / sparse_linear.pt beside the model (--kind embedder: its dense vector alone)",
@@ -50,7 +52,8 @@ def kind_of(name: str | None) -> Kind:
         raise ValueError(f"unknown kind of model {name!r}: one of {', '.join(NAMES)}") from None
 
 
-__all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIMODAL", "MULTIVECTOR", "NAMES", "RERANKER", "SPARSE", "BY_NAME",
+__all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIMODAL", "MULTIVECTOR", "NAMES", "PAGES", "RERANKER", "SPARSE",
+           "BY_NAME",
            "DETECTION", "Kind", "Rule", "kind_of",
            # the parts kinds are composed of (base.py)
            "DOOR", "LABEL_SCORES", "PAIR", "POOLED", "POOLS", "SCORES", "SPARSE_WEIGHTS", "TEXT", "TEXT_OR_IMAGE",

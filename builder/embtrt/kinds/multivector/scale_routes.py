@@ -9,6 +9,8 @@
   encoding_format?: float | base64, embed_dtype?: float32 | float16, truncate_prompt_tokens?: -1}` ->
   vLLM's `{id, object: "list", created, model, data: [{index, object: "pooling", data}], usage}`, `data`
   a list of vectors or (base64) the row-major bytes of [count, dim] in embed_dtype, little-endian.
+  A model whose input takes images (a page-image retriever) also takes vLLM's multimodal `messages` on /pooling:
+  one user message whose content is one image_url part (a data URI) -> that image's token vectors.
 - `encode`: POST /v1/encode, FlagEmbedding's BGEM3FlagModel.encode over HTTP: `{model?, input: str |
   [str], return_dense?: true, return_sparse?: false, return_colbert_vecs?: false, encoding_format?,
   embed_dtype?}` -> `{object: "list", model, data: [{index, dense_vecs?, lexical_weights?: {token id: w},
@@ -50,6 +52,7 @@ class TokenRequest:
     outputs: tuple[str, ...] = VECTORS
     encoding: str = "float"   # float | base64
     dtype: str = "float32"
+    images: tuple[str, ...] = ()   # /pooling's `messages`: images as data URIs (a model whose input takes images)
 
 
 def _resolve(body: dict, models: Mapping, kinds: Mapping[str, Kind], cfg) -> str:
@@ -65,7 +68,7 @@ def _resolve(body: dict, models: Mapping, kinds: Mapping[str, Kind], cfg) -> str
                            f"{', '.join(map(repr, models))})", param="model")
     if not isinstance(name, str):
         raise ApiError(400, "model must be a string", param="model")
-    if name in kinds and kinds[name].name != MULTIVECTOR.name:
+    if name in kinds and not kinds[name].has(TOKEN_VECTORS):   # a kind with the token-vector head serves these routes
         raise wrong_kind(name, kinds[name], MULTIVECTOR)
     if name not in models:
         raise no_such_model(name, models, MULTIVECTOR, "serves token vectors of")
@@ -119,9 +122,28 @@ def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, bod
     if cut is not None and cut != -1:
         raise ApiError(400, "truncate_prompt_tokens: only -1 (cut at the model's length) is served", param="truncate_prompt_tokens")
     fmt, dtype = _format(body)
+    if body.get("messages") is not None and body.get("input") is None:
+        images = message_images(body["messages"], name, kinds[name])
+        return TokenRequest(api, sent, name, [], encoding=fmt, dtype=dtype, images=images)
     texts = text_list(body.get("input"), "input", cfg.max_items)
     return TokenRequest(api, sent, name, texts, _side(body.get("embedding_mode"), "embedding_mode"),
                         encoding=fmt, dtype=dtype)
+
+
+def message_images(messages: Any, name: str, kind: Kind) -> tuple[str, ...]:
+    """vLLM's /pooling `messages` (one user message whose content is one image_url part: one image's token vectors,
+    for a model whose input takes images) -> its data URI; a 400 naming the field otherwise."""
+    if not kind.image_input:
+        raise ApiError(400, f"messages: {name!r} is {kind.label}: it takes texts in input", param="messages",
+                       code="wrong_modality")
+    msg = messages[0] if isinstance(messages, list) and len(messages) == 1 and isinstance(messages[0], dict) else None
+    parts = msg.get("content") if msg is not None and msg.get("role", "user") == "user" else None
+    if not isinstance(parts, list) or len(parts) != 1 or not isinstance(parts[0], dict) \
+            or parts[0].get("type") != "image_url" or not isinstance(parts[0].get("image_url"), dict):
+        raise ApiError(400, 'messages must be one user message whose content is one image_url part '
+                       f'([{{"role": "user", "content": [{{"type": "image_url", "image_url": {{"url": "data:..."}}}}]}}]), '
+                       f"got {short(messages)}", param="messages")
+    return (parts[0]["image_url"].get("url"),)
 
 
 def parse_encode(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, body: Any) -> TokenRequest:
@@ -152,8 +174,11 @@ def _vectors(v: np.ndarray, req: TokenRequest) -> Any:
 async def answer_tokens(model, req) -> Answer:
     if not isinstance(req, TokenRequest):   # a model's own /embed_all (an embedder's)
         return await model.answer_embed_all(req)
-    got = await model.encode_texts(req.texts, req.side, req.outputs, "inputs" if req.api == "tei-all" else "input",
-                                   req.prompt_name, req.truncate)
+    if req.images:   # checked by the parser: the model's input takes images
+        got = await model.encode_images(list(req.images), "messages")
+    else:
+        got = await model.encode_texts(req.texts, req.side, req.outputs, "inputs" if req.api == "tei-all" else "input",
+                                       req.prompt_name, req.truncate)
     size = 8 * sum(v.size for v in got.vectors)
     if req.api == "tei-all":
         return got.vectors, size, tei_headers(got.tokens, sum(map(len, req.texts)))

@@ -97,6 +97,9 @@ def _parse_rerank(api: str, body: dict, models: Mapping[str, RerankModel], kinds
     if api == "cohere":
         query = _query(body.get("query"), "query")
         docs = _documents(body.get("documents"), "documents", max_items, texts_only=False)
+        if isinstance(body.get("documents"), dict) and name in kinds and not kinds[name].image_input:
+            raise ApiError(400, f"documents: {name!r} is {kinds[name].label}: it ranks text documents, not image_url parts",
+                           param="documents", code="wrong_modality")
         top_n = body.get("top_n")
         if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool)):
             raise ApiError(400, f"top_n must be an integer, got {top_n!r}", param="top_n")
@@ -190,6 +193,8 @@ def _documents(docs: object, field: str, max_items: int, texts_only: bool, objec
     string `text` (`objects_only`), or either; an empty string is a document (CrossEncoder scores it)."""
     if docs is None:
         raise ApiError(400, f"you must provide a {field} parameter", param=field)
+    if isinstance(docs, dict) and not texts_only and not objects_only:   # vLLM's multimodal documents
+        return _image_documents(docs, field, max_items)
     if not isinstance(docs, list) or not docs:
         raise ApiError(400, f"{field} must be a non-empty list", param=field, code="empty" if docs == [] else None)
     if len(docs) > max_items:
@@ -204,6 +209,25 @@ def _documents(docs: object, field: str, max_items: int, texts_only: bool, objec
             out.append(d["text"])
         else:
             raise ApiError(400, f"{field}[{i}] must be {what}, got {_short(d)}", param=field)
+    return out
+
+
+def _image_documents(docs: dict, field: str, max_items: int) -> list[str]:
+    """vLLM's multimodal documents, `{"content": [{"type": "image_url", "image_url": {"url": ...}}, ...]}` (each part
+    one document) -> their URLs (data URIs: a model whose input takes images decodes them; a text model refuses
+    them as not its documents' shape)."""
+    parts = docs.get("content")
+    if not isinstance(parts, list) or not parts:
+        raise ApiError(400, f'{field} must be a non-empty list, or {{"content": [image_url parts]}}', param=field)
+    if len(parts) > max_items:
+        raise ApiError(400, f"{field} has {len(parts)} items; at most {max_items} per request", param=field)
+    out = []
+    for i, p in enumerate(parts):
+        url = p.get("image_url") if isinstance(p, dict) and p.get("type") == "image_url" else None
+        if not isinstance(url, dict) or not isinstance(url.get("url"), str):
+            raise ApiError(400, f'{field}.content[{i}] must be an image_url part {{"type": "image_url", "image_url": '
+                           f'{{"url": "data:image/..."}}}}, got {_short(p)}', param=field)
+        out.append(url["url"])
     return out
 
 
