@@ -11,9 +11,12 @@ import shutil
 from pathlib import Path
 
 IMAGE, PATCH = 64, 16
+# (image size, patch, Gemma / SigLIP width, layers, heads, projection): "tiny" the tests' (16 image tokens); "small" the
+# benchmark's (224 / 16: 196 image tokens, width 256, 4 layers; speed depends on the shape, not the weights)
+SHAPES = {"tiny": (IMAGE, PATCH, 32, 2, 2, 16), "small": (224, 16, 256, 4, 4, 128)}
 
 
-def make_colpali(path: Path, st: bool = False) -> Path:
+def make_colpali(path: Path, st: bool = False, shape: str = "tiny") -> Path:
     import torch
     from tokenizers import decoders, models, pre_tokenizers, trainers
     from transformers import (ColPaliConfig, ColPaliForRetrieval, ColPaliProcessor, GemmaConfig, PaliGemmaConfig,
@@ -29,19 +32,21 @@ def make_colpali(path: Path, st: bool = False) -> Path:
                  pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel(), _corpus())
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
                                    unk_token="<unk>", padding_side="right", model_max_length=512)
-    images = SiglipImageProcessorPil(size={"height": IMAGE, "width": IMAGE}, image_seq_length=(IMAGE // PATCH) ** 2)
+    size, patch, width, layers, heads, dim = SHAPES[shape]
+    images = SiglipImageProcessorPil(size={"height": size, "width": size}, image_seq_length=(size // patch) ** 2)
     proc = ColPaliProcessor(image_processor=images, tokenizer=fast)
     vocab = len(proc.tokenizer)
     torch.manual_seed(21)
-    text = GemmaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=1, head_dim=16, max_position_embeddings=256, pad_token_id=0, eos_token_id=1,
-                       bos_token_id=2, initializer_range=0.2)
-    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                image_size=IMAGE, patch_size=PATCH, vision_use_head=False)
+    text = GemmaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=1, head_dim=width // heads,
+                       max_position_embeddings=256 if shape == "tiny" else 1024, pad_token_id=0, eos_token_id=1,
+                       bos_token_id=2, initializer_range=0.2 if shape == "tiny" else 0.02)
+    vision = SiglipVisionConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+                                num_attention_heads=heads, image_size=size, patch_size=patch, vision_use_head=False)
     vlm = PaliGemmaConfig(vision_config=vision.to_dict(), text_config=text.to_dict(), image_token_index=proc.image_token_id,
-                          vocab_size=vocab, projection_dim=32, hidden_size=32)
+                          vocab_size=vocab, projection_dim=width, hidden_size=width)
     hf = path.with_name(path.name + "-hf") if st else path
-    ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm.to_dict(), embedding_dim=16)).eval().save_pretrained(hf)
+    ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm.to_dict(), embedding_dim=dim)).eval().save_pretrained(hf)
     proc.save_pretrained(hf)
     if st:
         from sentence_transformers import MultiVectorEncoder

@@ -237,3 +237,21 @@ def test_embed_and_the_embedding_client_name_the_page_client(server, pages, tmp_
         with EmbeddingClient(server.grpc_url, "colpali") as c:
             c.embed(["a query"])
     assert "PageImageClient" in str(e.value.hint)
+
+
+def test_bench_pages_served_and_in_process(server, folders, pages, tmp_path):
+    """`embtrt bench --pages`: pages/s of the served model and of ColPaliForRetrieval in process, on the same pages."""
+    import json
+    import subprocess
+    import sys
+
+    for i, f in enumerate(pages):
+        (tmp_path / f"p{i}.png").write_bytes(f)
+    r = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--url", server.grpc_url, "--model", "colpali",
+                        "--pages", str(tmp_path), "--reference", str(folders["colpali"]), "--concurrency", "1,4",
+                        "--requests", "12", "--warmup", "2", "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)["results"]
+    assert [row["target"].split(":")[0] for row in rows] == ["triton", "triton", "inprocess"]
+    assert all(row["errors"] == 0 and row["pages_per_s"] > 0 for row in rows)
+    assert rows[0]["requests"] == 12 and rows[2]["pages_per_request"] == 8

@@ -1,11 +1,13 @@
 """The image input's reference data (every kind whose input takes images): the gates' seeded images, drawn shapes
 and gradients on noise in sizes from 40 to 400 pixels a side, as PNG, JPEG, WebP and GIF, an RGBA and a
-grayscale one among them; an encoded file as a data URI (the form sentence-transformers' encode reads)."""
+grayscale one among them; an encoded file as a data URI (the form sentence-transformers' encode reads); a
+folder's image files (the benches')."""
 
 from __future__ import annotations
 
 import base64
 import io
+from pathlib import Path
 
 import numpy as np
 
@@ -44,3 +46,14 @@ def gate_images(count: int = 16, seed: int = 53) -> list[tuple[bytes, str]]:
         img.save(buf, format=fmt, **({"quality": 90} if fmt in ("JPEG", "WEBP") else {}))
         out.append((buf.getvalue(), fmt))
     return out
+
+
+SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")
+
+
+def image_files(folder: Path) -> list[bytes]:
+    """The encoded images of a folder (sorted by name)."""
+    files = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
+    if not files:
+        raise FileNotFoundError(f"no image files ({', '.join(SUFFIXES)}) in {folder}")
+    return [p.read_bytes() for p in files]

@@ -10,17 +10,7 @@ import random
 from pathlib import Path
 
 from ...measure.kind_measure import inprocess_row, load_row, warm_then_load
-
-SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")
-
-
-def image_files(folder: Path) -> list[bytes]:
-    """The encoded images of a folder (sorted by name)."""
-    files = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
-    if not files:
-        raise FileNotFoundError(f"no image files ({', '.join(SUFFIXES)}) in {folder}")
-    return [p.read_bytes() for p in files]
-
+from ...reference.images import image_files  # noqa: F401 (the image input's, shared)
 
 async def _trial(url: str, model: str, reqs: list[list[bytes]], warmup: int, conc: int):
     import tritonclient.grpc.aio as aioclient

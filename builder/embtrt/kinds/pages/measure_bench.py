@@ -1,0 +1,59 @@
+"""`embtrt bench --pages FOLDER` (docs/visual-documents.md): pages/s of page-image retrievers served over gRPC at each
+concurrency, `per_request` encoded page files a request (the same files for every target), and ColPaliForRetrieval in
+process on the same pages (transformers' load_image of each file as a data URI, the processor's PIL backend, batch 8,
+fp32): what serving adds or saves against running the reference yourself."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+from ...measure.kind_measure import inprocess_row, load_row, warm_then_load
+
+INPROCESS_BATCH = 8
+
+
+async def _trial(url: str, model: str, reqs: list[list[bytes]], warmup: int, conc: int):
+    import tritonclient.grpc.aio as aioclient
+
+    from ...serve.wire import outputs, text_input
+
+    async with aioclient.InferenceServerClient(url) as c:
+        async def one(i: int) -> None:
+            await c.infer(model, [text_input(reqs[i], "IMAGE")], outputs=outputs("TOKEN_EMBEDDINGS", "TOKEN_COUNTS"),
+                          client_timeout=300)
+        return await warm_then_load(one, len(reqs), warmup, conc)
+
+
+def bench_pages(url: str, models: list[str], pages: list[bytes], concurrency: tuple[int, ...] = (1, 8),
+                per_request: int = 1, requests: int = 100, warmup: int = 5, reference: Path | None = None,
+                progress=lambda m: None, trust_remote_code: bool = False) -> list[dict]:
+    """Rows of each (model, concurrency) in pages/s; then the in-process reference where `reference` is given."""
+    rows = []
+    for conc in concurrency:
+        rng = random.Random(conc)
+        reqs = [[rng.choice(pages) for _ in range(per_request)] for _ in range(requests + warmup)]
+        for target in models:
+            name, _, at = target.partition("@")
+            u = at or url
+            progress(f"{name}@{u}: {per_request} pages per request at concurrency {conc}")
+            load = asyncio.run(_trial(u, name, reqs, warmup, conc))
+            rows.append(load_row(f"triton:{name}@{u}", {"pages_per_request": per_request, "concurrency": conc}, load,
+                                 "pages", per_request))
+    if reference is not None:
+        from transformers.image_utils import load_image
+
+        from ...reference.images import data_uri
+        from .reference import encode_images, load_reference
+
+        ref = load_reference(reference, trust_remote_code)
+        body = [data_uri(x, "png") for x in pages[:max(1, min(len(pages), requests * per_request))]]
+        calls = [body[i:i + INPROCESS_BATCH] for i in range(0, len(body), INPROCESS_BATCH)]
+        run = lambda call: encode_images(ref, [load_image(u) for u in call])   # noqa: E731
+        run(calls[0])   # warm
+        progress(f"in process: ColPaliForRetrieval on {len(body)} pages (batch {INPROCESS_BATCH})")
+        rows.append(inprocess_row(f"inprocess:ColPaliForRetrieval(processor's PIL pages, batch {INPROCESS_BATCH}, fp32)",
+                                  {"pages_per_request": INPROCESS_BATCH, "concurrency": 1}, run, calls, 1, "pages",
+                                  passes=1))
+    return rows
