@@ -255,3 +255,35 @@ def test_bench_pages_served_and_in_process(server, folders, pages, tmp_path):
     assert [row["target"].split(":")[0] for row in rows] == ["triton", "triton", "inprocess"]
     assert all(row["errors"] == 0 and row["pages_per_s"] > 0 for row in rows)
     assert rows[0]["requests"] == 12 and rows[2]["pages_per_request"] == 8
+
+
+def test_probe_and_k8s_take_a_page_image_retriever(server, repos, tmp_path):
+    """`embtrt probe` (a query and the probe image through the front door, each finite) and `embtrt k8s` (one pool of the
+    front door, a gateway in front) on the kind."""
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "embtrt.cli"]
+    r = subprocess.run([*cli, "probe", "--url", server.grpc_url, "--model", "colpali"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([*cli, "k8s", str(repos["colpali"]), "--out", str(tmp_path / "k8s"), "--image", "localhost/pool:test",
+                        "--server-python", "3.11"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pools = sorted(p.name for p in (tmp_path / "k8s").glob("colpali-pool-*.yaml"))
+    assert pools == ["colpali-pool-256.yaml"] and (tmp_path / "k8s" / "gateway.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_tune_takes_a_page_image_retriever(repos, tmp_path):
+    """`embtrt tune` on the front door, one query per request (its trial); the applied winner passes check and serves."""
+    from embtrt.kinds.pages.serve import PageImageClient
+    from embtrt.measure.tune import TuneSpec, tune
+    from embtrt.repository.check import check_repository
+
+    doc = tune(TuneSpec(repos["colpali"], slo_p99_ms=10000, concurrency=(2,), budget_min=1.0, requests=12, warmup=2,
+                        knobs=("front.max_queue_delay_us",), apply_to=tmp_path / "tuned"), log=lambda m: None)
+    assert len(doc["trials"]) >= 2 and all(t["results"]["2"]["req_per_s"] > 0 for t in doc["trials"])
+    assert check_repository(tmp_path / "tuned").passed
+    with start_server(tmp_path / "tuned", tmp_path) as srv, PageImageClient(srv.grpc_url, "colpali") as c:
+        assert len(c.encode_queries(["a query"])) == 1

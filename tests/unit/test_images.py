@@ -44,6 +44,23 @@ def test_the_processor_config_is_read_from_preprocessor_config():
     assert got.shape == (3, 48, 56) and float(np.abs(got - want).max()) <= 1e-5
 
 
+@pytest.mark.parametrize("kind", FORMS)
+def test_a_fixed_size_resize_equals_siglips_pil_processor(kind):
+    """A page-image retriever's preprocessing (#70): SigLIP's PIL processor resizes every image to one height and
+    width (the aspect ratio not kept, no crop) and normalizes by 0.5 / 0.5; its settings read from to_dict()."""
+    from transformers.image_utils import load_image
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    proc = SiglipImageProcessorPil(size={"height": 48, "width": 40})
+    cfg = ProcessorConfig.from_dict(proc.to_dict())
+    assert cfg.fixed == (48, 40) and not cfg.do_center_crop
+    uri = "data:image/png;base64," + base64.b64encode(encoded_form(kind)).decode()
+    want = proc(images=[load_image(uri)], return_tensors="np")["pixel_values"][0]
+    got = pixel_values(decode(from_data_uri(uri, 0)), cfg)
+    assert got.shape == want.shape == (3, 48, 40) and float(np.abs(got - want).max()) <= 1e-5
+    assert float(got.std()) > 0.1
+
+
 def test_hostile_inputs_are_refused_naming_their_row():
     from PIL import Image
 

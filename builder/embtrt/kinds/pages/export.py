@@ -102,7 +102,10 @@ class PagesBuild(FrontDoorBuild):
 
     def params(self, pad_id: int) -> dict[str, str]:
         i = self.info
-        return {**super().params(pad_id), "overflow": "reject", "overflow_stride": "0", "embtrt.dim": str(i.dim),
+        # on CUDA the model runs eagerly: a static shape captured for queries (TEXT's inputs) must not replay for a
+        # page's run (pixel_values beside them); CUDA graphs per (bucket, batch) for this kind are owed (#70 item 3)
+        graphs = {"cuda_graphs": "false"} if self.spec.device == "cuda" else {}
+        return {**super().params(pad_id), **graphs, "overflow": "reject", "overflow_stride": "0", "embtrt.dim": str(i.dim),
                 "pooler": "fused", "normalize": "false", "dimensions": "", "include_prompt": "true", "trim_padding": "false",
                 "pages_query_prefix": i.query_prefix, "pages_query_suffix": i.query_suffix,
                 "pages_image_ids": ",".join(map(str, i.image_ids)), "max_batch_size": str(self.spec.max_batch_size),

@@ -123,5 +123,7 @@ class PagesMeasure(KindMeasure):
         return [Load(one, 2 * len(self.images), max(1, concurrency // 4))]
 
     def trial(self, texts: list[str], conc: int, requests: int, warmup: int) -> Load:
-        """One real query per request."""
+        """One real query per request (within the served model's length: read first, as tune calls this alone)."""
+        if not hasattr(self, "max_tokens"):
+            self.read()
         return text_trial(self.url, self.model, self.queries(texts), conc, requests, warmup)
