@@ -6,7 +6,7 @@
 #   bash benchmarks/run_pages_bench.sh
 #
 # The model: a seeded ColPali of a small shape (tests/tiny_pages.make_colpali(shape="small"): SigLIP 224 / 16 ->
-# 196 image tokens, Gemma and SigLIP 256 wide, 4 layers each, 128-wide token vectors; 212 positions a page; speed
+# 196 image tokens, Gemma and SigLIP 256 wide, 4 layers each, 128-wide token vectors; 208 positions a page; speed
 # depends on the shape, not the weights), built for python-torch fp32 (the kind's one target). The pages: 32 seeded
 # 850 x 1100 JPEGs (a letter page at 100 dpi). `embtrt bench --pages` sends 1 page per request; the in-process line
 # is ColPaliForRetrieval on its processor's output (PIL backend, batch 8). Then benchmarks/image_memory.py: bursts of
