@@ -48,7 +48,7 @@ def check_source(source: Path, out: Path | None, target: str, rebuild: bool) -> 
     if not (source / "config.json").is_file() and not (source / "modules.json").is_file():
         raise SpecError(f"{source} is neither a repository written by embtrt build (no embtrt.json) nor a "
                         "model folder (no config.json)", "pass a Hugging Face / sentence-transformers model folder")
-    if target not in UP_TARGETS:
+    if target not in (*UP_TARGETS, "auto"):
         raise SpecError(f"embtrt up builds {', '.join(UP_TARGETS)}, not {target}",
                         "for TensorRT: embtrt build --target tensorrt, embtrt engines on the GPU host, then "
                         "embtrt up REPOSITORY")
@@ -65,6 +65,8 @@ def repository_for(source: Path, out: Path | None, target: str, rebuild: bool, l
     source = Path(source)
     if check_source(source, out, target, rebuild):
         return source
+    if target == "auto":
+        target = up_target(source)
     sha = model_hash(source)
     dest = out or cache_root() / "repos" / f"{source.resolve().name}-{sha[:12]}-{target}"
     if has_manifest(dest) and not rebuild:
@@ -84,6 +86,15 @@ def repository_for(source: Path, out: Path | None, target: str, rebuild: bool, l
     return dest
 
 
+def up_target(source: Path) -> str:
+    """`--target auto`: python-ort, or the folder's kind's own first target where its build does not take python-ort
+    (a page-image retriever: python-torch)."""
+    from .reference.detect import detect
+
+    own = detect(source).kind.targets
+    return own[0] if own and UP_TARGETS[0] not in own else UP_TARGETS[0]
+
+
 @dataclass
 class UpSpec:
     sources: list[Path]
@@ -91,7 +102,7 @@ class UpSpec:
     port: int = 8080
     grpc_port: int = 8001
     out: Path | None = None
-    target: str = "python-ort"
+    target: str = "auto"
     rebuild: bool = False
     api_key: str | None = None
     drain_grace_s: float = 5.0

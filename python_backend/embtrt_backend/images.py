@@ -130,9 +130,12 @@ class ProcessorConfig:
         size, crop = d.get("size", {}), d.get("crop_size", {})
         if isinstance(size, dict) and "height" in size and "width" in size and "shortest_edge" not in size:
             fixed = (int(size["height"]), int(size["width"]))
-            return cls(min(fixed), fixed, int(d.get("resample", 3)), float(d.get("rescale_factor", 1 / 255)),
-                       tuple(d.get("image_mean", cls.mean)), tuple(d.get("image_std", cls.std)),
-                       bool(d.get("do_resize", True)), bool(d.get("do_center_crop", False)), bool(d.get("do_rescale", True)),
+            if not d.get("do_resize", True):   # every image must come out one size: the model's
+                raise ValueError(f"image processor size {size!r} without do_resize: images of any size are not served")
+            crop = (int(crop["height"]), int(crop["width"])) if isinstance(crop, dict) and crop else fixed
+            return cls(min(fixed), crop, int(d.get("resample", 3)), float(d.get("rescale_factor", 1 / 255)),
+                       tuple(d.get("image_mean", cls.mean)), tuple(d.get("image_std", cls.std)), True,
+                       bool(d.get("do_center_crop", False)), bool(d.get("do_rescale", True)),
                        bool(d.get("do_normalize", True)), fixed)
         if not isinstance(size, dict) or "shortest_edge" not in size:
             raise ValueError(f"image processor size {size!r}: a shortest_edge or a height and width resize is served")

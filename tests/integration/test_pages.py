@@ -253,8 +253,8 @@ def test_bench_pages_served_and_in_process(server, folders, pages, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     rows = json.loads(r.stdout)["results"]
     assert [row["target"].split(":")[0] for row in rows] == ["triton", "triton", "inprocess"]
-    assert all(row["errors"] == 0 and row["pages_per_s"] > 0 for row in rows)
-    assert rows[0]["requests"] == 12 and rows[2]["pages_per_request"] == 8
+    assert all(row["errors"] == 0 and row["images_per_s"] > 0 for row in rows)
+    assert rows[0]["requests"] == 12 and rows[2]["images_per_request"] == 8
 
 
 def test_probe_and_k8s_take_a_page_image_retriever(server, repos, tmp_path):
@@ -287,3 +287,28 @@ def test_tune_takes_a_page_image_retriever(repos, tmp_path):
     assert check_repository(tmp_path / "tuned").passed
     with start_server(tmp_path / "tuned", tmp_path) as srv, PageImageClient(srv.grpc_url, "colpali") as c:
         assert len(c.encode_queries(["a query"])) == 1
+
+
+def test_one_command_serves_a_page_folder_on_its_own_target(folders, ref, pages, tmp_path):
+    """`embtrt up FOLDER` with no --target (auto): a page-image retriever builds for python-torch, its own target (python-ort,
+    up's default for the other kinds, is refused by its build), and its endpoint ranks pages with Cohere's SDK;
+    `embtrt build --target auto` picks the same."""
+    import signal
+
+    import cohere
+
+    from embtrt.export.spec_options import spec_from_options
+    from embtrt.kinds.pages.reference import encode_images, encode_queries, score
+    from test_up import Up
+
+    assert spec_from_options(folders["colpali"], tmp_path / "r").target == "python-torch"
+    up = Up(folders["colpali"], tmp_path)
+    try:
+        assert "(python-torch)" in up.text()
+        want = score(ref, encode_queries(ref, QUERIES[1:2]), encode_images(ref, _pil(pages[:3])))[0]
+        got = cohere.ClientV2(api_key="unused", base_url=f"http://127.0.0.1:{up.port}").rerank(
+            model="colpali", query=QUERIES[1], documents=[_uri(f) for f in pages[:3]])
+        assert max(abs(r.relevance_score - want[r.index]) for r in got.results) <= TOL
+        assert up.stop(signal.SIGINT) == 0
+    finally:
+        up.kill()

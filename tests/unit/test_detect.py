@@ -118,6 +118,10 @@ def test_a_causal_lm_without_sentence_transformers_files_is_refused_not_built_as
     ({"architectures": ["ColQwen2ForRetrieval"], "model_type": "colqwen2", "vlm_config": {"model_type": "qwen2_vl"}},
      {"config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "ColQwen2ForRetrieval over"),   # not ColBERT
     ({"architectures": ["Qwen3VLModel"], "model_type": "qwen3_vl", "image_token_id": 151655}, {}, "Qwen3VLModel, whose text"),
+    # a sentence-transformers save of a VLM embedder (a Transformer of text and image modalities): not two towers
+    ({"architectures": ["Qwen3VLModel"], "model_type": "qwen3_vl", "image_token_id": 151655},
+     {"modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}],
+      "sentence_bert_config.json": {"modality_config": {"text": {}, "image": {}, "message": {}}}}, "Qwen3VLModel, whose text"),
 ])
 def test_a_vision_language_model_of_one_sequence_is_refused_not_built_as_a_text_kind(tmp_path, config, extra, said):
     """#70 groundwork: a ColPali folder was detected as an embedder (rule 7), saved by sentence-transformers as a

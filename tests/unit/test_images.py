@@ -59,6 +59,14 @@ def test_a_fixed_size_resize_equals_siglips_pil_processor(kind):
     got = pixel_values(decode(from_data_uri(uri, 0)), cfg)
     assert got.shape == want.shape == (3, 48, 40) and float(np.abs(got - want).max()) <= 1e-5
     assert float(got.std()) > 0.1
+    # a crop after the fixed resize is the processor's too; a fixed size without resizing is refused (pages of any size)
+    cropped = SiglipImageProcessorPil(size={"height": 64, "width": 64}, do_center_crop=True,
+                                      crop_size={"height": 48, "width": 40})
+    want = cropped(images=[load_image(uri)], return_tensors="np")["pixel_values"][0]
+    got = pixel_values(decode(from_data_uri(uri, 0)), ProcessorConfig.from_dict(cropped.to_dict()))
+    assert got.shape == want.shape == (3, 48, 40) and float(np.abs(got - want).max()) <= 1e-5
+    with pytest.raises(ValueError, match="without do_resize"):
+        ProcessorConfig.from_dict({**proc.to_dict(), "do_resize": False})
 
 
 def test_hostile_inputs_are_refused_naming_their_row():

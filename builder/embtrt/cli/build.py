@@ -31,7 +31,7 @@ def build(
     out_dir: Path = typer.Option(..., "--out", help="Repository folder to write (required); it must not be a file, and must be empty unless --force."),
     kind: str = typer.Option("auto", help=KIND_HELP),
     name: Optional[str] = typer.Option(None, help="Front-door model name: a letter, then up to 63 letters, digits, '_' or '-'. Default: derived from the folder, sanitized ([A-Za-z0-9_-])."),
-    target: str = typer.Option("auto", help="auto | python-ort | python-openvino | python-torch | onnxruntime | tensorrt. Default auto: tensorrt when CUDA and TensorRT import, else python-ort. python-openvino (bf16 on AMX) is the fastest CPU target that passes the gate."),
+    target: str = typer.Option("auto", help="auto | python-ort | python-openvino | python-torch | onnxruntime | tensorrt. Default auto: tensorrt when CUDA and TensorRT import, else python-ort; a kind that builds for some targets only, its own (a page-image retriever: python-torch). python-openvino (bf16 on AMX) is the fastest CPU target that passes the gate."),
     buckets: Optional[str] = typer.Option(None, help="Input-length buckets in tokens, e.g. 32,128,256 (strictly increasing, the largest the max sequence length). Default: 32,128,512,... below the max sequence length, then the max."),
     max_seq_length: Optional[int] = typer.Option(None, help="Max tokens per text. Default: the reference's (sentence_bert_config.json), e.g. 256 for MiniLM."),
     pooling: str = typer.Option("auto", help="auto | cls | mean | last-token. Default auto: from 1_Pooling/config.json; cls for encoders, last-token for decoders without one."),

@@ -94,7 +94,7 @@ def embed(
             ms = (time.perf_counter() - t0) * 1e3
         _print_vectors(model, identity, ms, texts + [f"image {p}" for p in images], np.concatenate(parts), as_json)
         return
-    if images and not kind.has(POOLED):   # a page-image retriever: token vectors, not one vector per item
+    if images and kind.image_input:   # it takes images, and pools none (a page-image retriever: token vectors)
         raise ClientError(f"model {model!r} is {kind.label}: it gives token vectors, not one vector per image",
                           kind.client_hint)
     if images:

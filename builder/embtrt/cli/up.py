@@ -17,7 +17,7 @@ def up(
     port: int = typer.Option(8080, help="The HTTP port users call (OpenAI, TEI, Cohere, vLLM, NIM and infinity routes). Default 8080; 0 picks a free one (the ready line names it)."),
     grpc_port: int = typer.Option(8001, help="tritonserver's gRPC port, for tritonclient and embtrt embed. Default 8001; 0 picks a free one."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where to build a model folder's repository (one folder only). Default: $EMBTRT_CACHE/repos, else ~/.cache/embtrt/repos, one per folder, weights hash and target."),
-    target: str = typer.Option("python-ort", help="Target of a build: python-ort, python-openvino or python-torch (TensorRT: embtrt build, embtrt engines, then embtrt up REPOSITORY). Default python-ort."),
+    target: str = typer.Option("auto", help="Target of a build: python-ort, python-openvino or python-torch (TensorRT: embtrt build, embtrt engines, then embtrt up REPOSITORY). Default auto: python-ort, or the model's kind's own target where it builds for others only (a page-image retriever: python-torch)."),
     rebuild: bool = typer.Option(False, help="Build again even when a repository built from the same weights and target exists. Default off."),
     api_key_env: Optional[str] = typer.Option(None, help="Name of an environment variable holding the API key; requests must send Authorization: Bearer <key>. Default: no key."),
     drain_grace: float = typer.Option(5.0, help="On SIGTERM, seconds tritonserver keeps serving as usual after the gateway stopped taking connections; Ctrl-C skips it. Default 5."),

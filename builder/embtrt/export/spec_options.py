@@ -127,6 +127,9 @@ def spec_from_options(
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {a_or_an(found)} {found} ({why})",
                         f"build it as {a_or_an(found)} {found} (leave --kind out), or point at {a_or_an(kind)} {kind} folder")
+    own = kind_of(found).targets
+    if target == "auto" and own and given.target not in own:   # a kind that builds for some targets only: its own
+        given = given.with_(target=own[0])
     if kind_of(found).spec_fields:   # what the kind's reference reads of the folder (its export module)
         fields = implementation(kind_of(found), "spec_fields")(model_dir, max_seq_length, bucket_t, given.trust_remote_code,
                                                                overrides, default_prompt, default_name)

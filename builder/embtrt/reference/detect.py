@@ -68,16 +68,16 @@ def one_sequence_vlm(path: Path) -> str:
 
 def detect(path: Path) -> Detection:
     """The kind of the model folder at `path`: the first rule that matches (the last rule matches
-    every folder). A vision-language model of one sequence is only a kind whose input takes images (a page-image
-    retriever's rule): one that a text kind's rule would match (its sentence-transformers files say
-    MultiVectorEncoder, or its architecture an encoder) is refused, as serving its text side alone would not be
-    its output."""
+    every folder). A vision-language model of one sequence is only what a rule for such models decides (Rule.vlm: the
+    page-image retriever's); one that another rule would match (its sentence-transformers files say
+    MultiVectorEncoder or a text-and-image Transformer, or its architecture reads as an encoder) is refused, as
+    serving its text side alone, or it as two towers, would not be its output."""
     path = Path(path)
     vlm = one_sequence_vlm(path)
     passed: list[tuple[Rule, str]] = []
     for rule in DETECTION:
         matched, why = resolve(rule.test)(path)
-        if matched and vlm and not rule.kind.image_input:
+        if matched and vlm and not rule.vlm:
             raise SpecError(f"{path} is a vision-language model that reads images in one sequence with its text ({vlm}): "
                             "of these, ColPaliForRetrieval folders are served (page-image retrieval); ColQwen-style "
                             "retrievers and VLM embedders are not yet, and serving its text side alone as a text kind would "

@@ -25,7 +25,8 @@ DEFAULT = EMBEDDER   # a manifest or front door from before kinds (schema 1 and 
 # may serve a folder as K where the deciding rule is K's or names K in `also`. Each test is the kind's
 # own, in its reference module (embtrt.reference.detect runs them and says why each one did not match).
 DETECTION: tuple[Rule, ...] = (
-    Rule(PAGES, "embtrt.kinds.pages.reference:pages_rule", "a ColPaliForRetrieval folder (page images and queries)"),
+    Rule(PAGES, "embtrt.kinds.pages.reference:pages_rule", "a ColPaliForRetrieval folder (page images and queries)",
+         vlm=True),
     Rule(MULTIVECTOR, "embtrt.kinds.multivector.reference:colbert_rule", "a MultiVectorEncoder folder (ColBERT)"),
     Rule(MULTIVECTOR, "embtrt.kinds.multivector.reference:m3_rule",
          "bge-m3's colbert_linear.pt / sparse_linear.pt beside the model (--kind embedder: its dense vector alone)",

@@ -123,6 +123,8 @@ class Kind:
     cli: str = ""
     # pip distributions its front door imports beyond the target's (bundled with the repository): Pillow to decode images
     packages: tuple[str, ...] = ()
+    # the targets its build takes, the first its default (`embtrt build --target auto`, `embtrt up`); (): every target
+    targets: tuple[str, ...] = ()
 
     @property
     def noun(self) -> str:
@@ -197,4 +199,7 @@ class Rule:
     test: str                 # "module:function" of the builder: (model folder) -> (matched, why: what it saw)
     says: str                 # what it matches, in --help and docs
     also: tuple[Kind, ...] = ()   # the other kinds --kind may serve a folder it matches as
+    # it matches vision-language models that read images in one sequence with their text (ColPali): a folder of such
+    # a model that only another rule matches is refused (its text side alone, or a two-tower kind, is not its output)
+    vlm: bool = False
 

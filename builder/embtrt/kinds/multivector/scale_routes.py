@@ -55,8 +55,9 @@ class TokenRequest:
     images: tuple[str, ...] = ()   # /pooling's `messages`: images as data URIs (a model whose input takes images)
 
 
-def _resolve(body: dict, models: Mapping, kinds: Mapping[str, Kind], cfg) -> str:
-    """The body's model (optional: the only model, else --default-model) -> a served name; 400 / 404 otherwise."""
+def _resolve(body: dict, models: Mapping, kinds: Mapping[str, Kind], cfg, operation: str = "token_vectors") -> str:
+    """The body's model (optional: the only model, else --default-model) -> a served name; 400 (a model of a kind that
+    does not serve `operation`) / 404 otherwise."""
     name = body.get("model")
     if name is None and not models:
         raise ApiError(400, f"this gateway serves no {MULTIVECTOR.noun} (token vectors of an embedder: TEI's /embed_all)",
@@ -68,8 +69,8 @@ def _resolve(body: dict, models: Mapping, kinds: Mapping[str, Kind], cfg) -> str
                            f"{', '.join(map(repr, models))})", param="model")
     if not isinstance(name, str):
         raise ApiError(400, "model must be a string", param="model")
-    if name in kinds and not kinds[name].has(TOKEN_VECTORS):   # a kind with the token-vector head serves these routes
-        raise wrong_kind(name, kinds[name], MULTIVECTOR)
+    if name in kinds and (not kinds[name].has(TOKEN_VECTORS) or operation not in kinds[name].operations):
+        raise wrong_kind(name, kinds[name], MULTIVECTOR)   # a kind with the token-vector head serving the operation
     if name not in models:
         raise no_such_model(name, models, MULTIVECTOR, "serves token vectors of")
     return name
@@ -114,7 +115,7 @@ def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, bod
         prompt = body.get("prompt_name")
         if prompt is not None and not isinstance(prompt, str):
             raise ApiError(400, "prompt_name must be a string", param="prompt_name")
-        return TokenRequest(api, sent, name, texts, _side(body.get("input_type"), "input_type"), prompt, truncate)
+        return TokenRequest(api, sent, name, texts, _text_side(body, "input_type", name, kinds[name]), prompt, truncate)
     task = body.get("task")
     if task is not None and task != "token_embed":
         raise ApiError(400, f"task {short(task)}: a multi-vector model serves token_embed on /pooling", param="task")
@@ -122,12 +123,24 @@ def parse_tokens(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, bod
     if cut is not None and cut != -1:
         raise ApiError(400, "truncate_prompt_tokens: only -1 (cut at the model's length) is served", param="truncate_prompt_tokens")
     fmt, dtype = _format(body)
-    if body.get("messages") is not None and body.get("input") is None:
+    if body.get("messages") is not None:
+        if body.get("input") is not None:
+            raise ApiError(400, "send input (texts) or messages (an image), not both", param="messages")
         images = message_images(body["messages"], name, kinds[name])
         return TokenRequest(api, sent, name, [], encoding=fmt, dtype=dtype, images=images)
     texts = text_list(body.get("input"), "input", cfg.max_items)
-    return TokenRequest(api, sent, name, texts, _side(body.get("embedding_mode"), "embedding_mode"),
+    return TokenRequest(api, sent, name, texts, _text_side(body, "embedding_mode", name, kinds[name]),
                         encoding=fmt, dtype=dtype)
+
+
+def _text_side(body: dict, field: str, name: str, kind: Kind) -> str:
+    """A text's side; a model whose input takes images (a page-image retriever) reads every text as a query: a text
+    sent as a document is refused, as its front door refuses it (its documents are images)."""
+    side = _side(body.get(field), field)
+    if kind.image_input and body.get(field) is not None and side != "query":
+        raise ApiError(400, f"{field} {short(body.get(field))}: {name!r} is {kind.label}: a text is a query (its documents "
+                       "are images: vLLM's /pooling messages)", param=field)
+    return side
 
 
 def message_images(messages: Any, name: str, kind: Kind) -> tuple[str, ...]:
@@ -149,7 +162,7 @@ def message_images(messages: Any, name: str, kind: Kind) -> tuple[str, ...]:
 def parse_encode(models: Mapping, kinds: Mapping[str, Kind], cfg, path: str, body: Any) -> TokenRequest:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    name = _resolve(body, models, kinds, cfg)
+    name = _resolve(body, models, kinds, cfg, "encode")
     m3 = models[name].layout == "m3"
     dense, sparse = flag(body, "return_dense", m3), flag(body, "return_sparse", False)
     colbert = flag(body, "return_colbert_vecs", not m3)

@@ -19,4 +19,4 @@ def bench(o) -> None:
                        o.texts_per_request, o.requests, o.warmup, o.reference if o.inprocess else None,
                        progress=o.progress(), trust_remote_code=o.trust_remote_code)
     emit({"kind": KIND.name, "results": rows},
-         {"target": "target", "conc": "concurrency", "pages/request": "pages_per_request"}, "pages", o.out_dir, o.as_json)
+         {"target": "target", "conc": "concurrency", "images/request": "images_per_request"}, "images", o.out_dir, o.as_json)

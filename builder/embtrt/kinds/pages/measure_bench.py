@@ -39,8 +39,8 @@ def bench_pages(url: str, models: list[str], pages: list[bytes], concurrency: tu
             u = at or url
             progress(f"{name}@{u}: {per_request} pages per request at concurrency {conc}")
             load = asyncio.run(_trial(u, name, reqs, warmup, conc))
-            rows.append(load_row(f"triton:{name}@{u}", {"pages_per_request": per_request, "concurrency": conc}, load,
-                                 "pages", per_request))
+            rows.append(load_row(f"triton:{name}@{u}", {"images_per_request": per_request, "concurrency": conc}, load,
+                                 "images", per_request))
     if reference is not None:
         from transformers.image_utils import load_image
 
@@ -54,6 +54,6 @@ def bench_pages(url: str, models: list[str], pages: list[bytes], concurrency: tu
         run(calls[0])   # warm
         progress(f"in process: ColPaliForRetrieval on {len(body)} pages (batch {INPROCESS_BATCH})")
         rows.append(inprocess_row(f"inprocess:ColPaliForRetrieval(processor's PIL pages, batch {INPROCESS_BATCH}, fp32)",
-                                  {"pages_per_request": INPROCESS_BATCH, "concurrency": 1}, run, calls, 1, "pages",
+                                  {"images_per_request": INPROCESS_BATCH, "concurrency": 1}, run, calls, 1, "images",
                                   passes=1))
     return rows

@@ -60,12 +60,17 @@ class Pages(FrontDoorModel):
         return int(self.served.door["embtrt.dim"])
 
     @property
+    def max_image_bytes(self) -> int:
+        """The front door's limit on an encoded page (its build's), checked here before a page is sent."""
+        return int(self.served.door.get("image_max_bytes") or MAX_IMAGE_BYTES)
+
+    @property
     def schema(self) -> PagesModel:
-        return PagesModel(self.dim, MAX_IMAGE_BYTES * 4 // 3 * 78 // 76 + 64)
+        return PagesModel(self.dim, self.max_image_bytes * 4 // 3 * 78 // 76 + 64)
 
     def facts(self) -> dict:
         return {"dim": self.dim, "modalities": ["text", "image"], "similarity": "maxsim",
-                "image_tokens": len(self.served.door["pages_image_ids"].split(","))}
+                "page_positions": len(self.served.door["pages_image_ids"].split(","))}   # image tokens and prompt
 
     def tei_type(self) -> dict:
         return {"embedding": {"pooling": "multi-vector (page images)"}}
@@ -118,7 +123,7 @@ class Pages(FrontDoorModel):
 
     async def encode_images(self, images: list[str], field: str) -> Encoded:
         """Page images as data URIs -> each one's token vectors; a bad one a 400 naming `field[k]`."""
-        files = [image_bytes(x, k, field, MAX_IMAGE_BYTES) for k, x in enumerate(images)]
+        files = [image_bytes(x, k, field, self.max_image_bytes) for k, x in enumerate(images)]
         return await self._run(files, "IMAGE", field)
 
     async def rerank(self, req) -> tuple[np.ndarray, int]:

@@ -17,5 +17,5 @@ KIND = Kind(
     spec_fields="embtrt.kinds.pages.export:spec_fields",
     gateway_model="embtrt.kinds.pages.scale:Pages", measure="embtrt.kinds.pages.measure:PagesMeasure",
     client="embtrt.kinds.pages.serve:PageImageClient", packages=("pillow",),
-    bench_cli="embtrt.kinds.pages.cli:bench", bench_flag="--pages",
+    bench_cli="embtrt.kinds.pages.cli:bench", bench_flag="--pages", targets=("python-torch",),
 )
