@@ -102,3 +102,18 @@ class ImageCore:
                 outs.append(ImageOutcome(error=exc))
             start += n
         return outs
+
+
+def one_modality(arrays: dict, image: str, apart: str) -> tuple[str, np.ndarray]:
+    """The one input a request of a kind taking texts or images carries, ("TEXT", rows) or (`image`, rows): Triton gives
+    every input of a request the same batch size, so a request is texts or images; both, neither, or no rows are the
+    request's InputError (`apart`: how to send both)."""
+    text, files = arrays.get("TEXT"), arrays.get(image)
+    if text is not None and files is not None:
+        raise InputError(f"a request carries TEXT or {image}, not both: {apart}")
+    if text is None and files is None:
+        raise InputError(f"the request has no TEXT and no {image} input")
+    name, rows = ("TEXT", text) if files is None else (image, files)
+    if not rows.size:
+        raise InputError(f"{name} holds no rows")
+    return name, rows

@@ -169,7 +169,10 @@ class FrontDoorBuild:
         return front_params(self.spec, pad_id, self.kind.encoder_output)
 
     def input_tensors(self) -> list[dict]:
-        """The front door's inputs: the kind's text inputs (a kind may add optional ones: `optional` true)."""
+        """The front door's inputs: the kind's text inputs (a kind may add optional ones: `optional` true); a kind whose
+        input takes images: its text input and its image input, both optional (a request carries one of them)."""
+        if self.kind.image_input:
+            return [dict(_t(name, "TYPE_STRING", [1]), optional=True) for name in (*self.kind.inputs, self.kind.image_input)]
         return [_t(name, "TYPE_STRING", [1]) for name in self.kind.inputs]
 
     def files(self, work: Path) -> dict[str, Path]:
@@ -177,8 +180,15 @@ class FrontDoorBuild:
         return {}
 
     def warmup_samples(self) -> tuple[list[dict], dict[str, bytes]]:
-        """The front door's warm-up samples beside the text one (local mode), and their files under warmup/."""
-        return [], {}
+        """The front door's warm-up samples beside the text one (local mode), and their files under warmup/: where the
+        kind takes images, an 8 x 8 PNG through the image path (decode, preprocess, the model) before it is ready."""
+        if not self.kind.image_input:
+            return [], {}
+        from embtrt_backend.images import PROBE_PNG
+
+        name = self.kind.image_input
+        sample = {"name": "sample_image", "batch_size": 1, "inputs": [dict(_t(name, "TYPE_STRING", [1]), file="sample_image")]}
+        return [sample], {"warmup/sample_image": len(PROBE_PNG).to_bytes(4, "little") + PROBE_PNG}
 
     def extra_plans(self, ident: dict[str, str], work: Path) -> list[ModelPlan]:
         """Models beside the front door and its bucket encoders (a second tower's encoder model over BLS)."""

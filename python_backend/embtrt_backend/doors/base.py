@@ -27,6 +27,7 @@ class Door:
     """The base: `inputs` (the kind's, embtrt_backend.kinds) and the core's `run`."""
 
     inputs: tuple[str, ...] = ()
+    image_input = ""   # the input of encoded images, where the kind takes them (Kind.image_input): never long text
     core: Any
 
     @property
@@ -35,7 +36,9 @@ class Door:
 
     def row_bytes(self, arrays: dict[str, np.ndarray]) -> list[int]:
         """Each row's UTF-8 bytes (which bound its tokens), for the long-text lane."""
-        rows = [a.ravel() for a in arrays.values() if a is not None]
+        rows = [a.ravel() for name, a in arrays.items() if a is not None and name != self.image_input]
+        if not rows:   # an image request
+            return []
         if len(rows) == 1:
             return [len(t) for t in rows[0]]
         return [sum(len(t) for t in row) for row in zip(*rows)]   # a pair's texts together

@@ -152,10 +152,6 @@ class MultimodalBuild(FrontDoorBuild):
             p.update({"tower_image_model": f"{self.spec.name}_image", "tower_image_output": IMAGE_OUTPUT})
         return p
 
-    def input_tensors(self) -> list[dict]:
-        """TEXT and IMAGE, both optional: a request carries one of them."""
-        return [dict(_t(name, "TYPE_STRING", [1]), optional=True) for name in ("TEXT", "IMAGE")]
-
     def outputs(self) -> list[dict]:
         return [_t("EMBEDDING", "TYPE_FP32", [-1]), _t("EMBEDDING_INT8", "TYPE_INT8", [-1]),
                 _t("EMBEDDING_UINT8", "TYPE_UINT8", [-1]), _t("TOKENS", "TYPE_INT64", [1])]
@@ -203,14 +199,6 @@ class MultimodalBuild(FrontDoorBuild):
         if self.spec.target != "python-torch" and self.spec.router_mode == "local":
             out["1/" + IMAGE_GRAPH] = work / "onnx" / IMAGE_GRAPH
         return out
-
-    def warmup_samples(self) -> tuple[list[dict], dict[str, bytes]]:
-        """An 8 x 8 PNG through the image path (decode, preprocess, the image tower) before the model is ready."""
-        from embtrt_backend.images import PROBE_PNG
-
-        sample = {"name": "sample_image", "batch_size": 1,
-                  "inputs": [dict(_t("IMAGE", "TYPE_STRING", [1]), file="sample_image")]}
-        return [sample], {"warmup/sample_image": len(PROBE_PNG).to_bytes(4, "little") + PROBE_PNG}
 
     def extra_plans(self, ident: dict[str, str], work: Path) -> list[ModelPlan]:
         """onnxruntime (BLS): the image tower's encoder model, NAME_image."""

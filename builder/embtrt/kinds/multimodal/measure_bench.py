@@ -5,39 +5,20 @@ preprocessing, batch 32, fp32): what serving adds or saves against running the r
 
 from __future__ import annotations
 
-import asyncio
-import random
 from pathlib import Path
 
-from ...measure.kind_measure import inprocess_row, load_row, warm_then_load
+from embtrt_backend.kinds import MULTIMODAL
+
+from ...measure.image_load import served_image_rows
+from ...measure.kind_measure import inprocess_row
 from ...reference.images import image_files  # noqa: F401 (the image input's, shared)
-
-async def _trial(url: str, model: str, reqs: list[list[bytes]], warmup: int, conc: int):
-    import tritonclient.grpc.aio as aioclient
-
-    from ...serve.wire import outputs, text_input
-
-    async with aioclient.InferenceServerClient(url) as c:
-        async def one(i: int) -> None:
-            await c.infer(model, [text_input(reqs[i], "IMAGE")], outputs=outputs("EMBEDDING"), client_timeout=300)
-        return await warm_then_load(one, len(reqs), warmup, conc)
-
 
 def bench_images(url: str, models: list[str], images: list[bytes], concurrency: tuple[int, ...] = (1, 32),
                  per_request: int = 1, requests: int = 100, warmup: int = 5, reference: Path | None = None,
                  progress=lambda m: None, trust_remote_code: bool = False) -> list[dict]:
     """Rows of each (model, concurrency) in images/s; then the in-process reference where `reference` is given."""
-    rows = []
-    for conc in concurrency:
-        rng = random.Random(conc)
-        reqs = [[rng.choice(images) for _ in range(per_request)] for _ in range(requests + warmup)]
-        for target in models:
-            name, _, at = target.partition("@")
-            u = at or url
-            progress(f"{name}@{u}: {per_request} images per request at concurrency {conc}")
-            load = asyncio.run(_trial(u, name, reqs, warmup, conc))
-            rows.append(load_row(f"triton:{name}@{u}", {"images_per_request": per_request, "concurrency": conc}, load,
-                                 "images", per_request))
+    rows = served_image_rows(url, models, images, concurrency, per_request, requests, warmup, MULTIMODAL.image_input,
+                             ("EMBEDDING",), "images", progress)
     if reference is not None:
         from .reference import data_uri, load_reference
 

@@ -49,6 +49,7 @@ class Multimodal(FrontDoorModel):
     kind, does, value = MULTIMODAL, "embeds every text and image", "vector"
     outputs = ("EMBEDDING", "TOKENS")
     probe = (("TEXT", "EMBEDDING"), ["embtrt readiness probe"])
+    image_probe = ("IMAGE", "EMBEDDING")
     served_as = Served
 
     @property
@@ -62,19 +63,6 @@ class Multimodal(FrontDoorModel):
     def tei_type(self) -> dict:
         """TEI's /info model_type: an embedding model, pooled as its text tower is (CLIP: its pooled output)."""
         return {"embedding": {"pooling": self.served.manifest.pooling}}
-
-    async def ready(self) -> dict[str, str]:
-        """The text probe, then an 8 x 8 PNG through the image path: both must give finite vectors."""
-        from embtrt_backend.images import PROBE_PNG
-
-        state = await super().ready()
-        if state.get(self.pool.name) != "ok":
-            return state
-        try:
-            rows, _ = await self.call([PROBE_PNG], ("IMAGE", "EMBEDDING"), None, "input")
-            return {self.pool.name: "ok" if self.finite(rows) else "non-finite image vector"}
-        except ApiError as exc:
-            return {self.pool.name: f"image probe: {exc.message}"}
 
     def asked(self, how) -> tuple[str, ...]:
         return (how[1], "TOKENS")

@@ -111,10 +111,6 @@ class PagesBuild(FrontDoorBuild):
                 "pages_image_ids": ",".join(map(str, i.image_ids)), "max_batch_size": str(self.spec.max_batch_size),
                 "image_max_batch": str(min(IMAGE_MAX_BATCH, self.spec.max_batch_size))}
 
-    def input_tensors(self) -> list[dict]:
-        """TEXT and IMAGE, both optional: a request carries one of them."""
-        return [dict(_t(name, "TYPE_STRING", [1]), optional=True) for name in ("TEXT", "IMAGE")]
-
     def outputs(self) -> list[dict]:
         return [_t("TOKEN_EMBEDDINGS", "TYPE_FP32", [-1, self.info.dim]), _t("TOKEN_COUNTS", "TYPE_INT64", [1]),
                 _t("TOKENS", "TYPE_INT64", [1])]
@@ -151,14 +147,6 @@ class PagesBuild(FrontDoorBuild):
 
     def files(self, work: Path) -> dict[str, Path]:
         return {"1/image_processor.json": self._processor_file(work)}
-
-    def warmup_samples(self) -> tuple[list[dict], dict[str, bytes]]:
-        """An 8 x 8 PNG through the image path (decode, resize, the model) before the model is ready."""
-        from embtrt_backend.images import PROBE_PNG
-
-        sample = {"name": "sample_image", "batch_size": 1,
-                  "inputs": [dict(_t("IMAGE", "TYPE_STRING", [1]), file="sample_image")]}
-        return [sample], {"warmup/sample_image": len(PROBE_PNG).to_bytes(4, "little") + PROBE_PNG}
 
     def manifest_fields(self) -> dict:
         return {"pooling": "tokens-pages", "pooler": "fused"}

@@ -1,46 +1,26 @@
-"""`embtrt bench --pages FOLDER` (docs/visual-documents.md): pages/s of page-image retrievers served over gRPC at each
+"""`embtrt bench --pages FOLDER` (docs/visual-documents.md): images/s (page images) of page-image retrievers served over gRPC at each
 concurrency, `per_request` encoded page files a request (the same files for every target), and ColPaliForRetrieval in
 process on the same pages (transformers' load_image of each file as a data URI, the processor's PIL backend, batch 8,
 fp32): what serving adds or saves against running the reference yourself."""
 
 from __future__ import annotations
 
-import asyncio
-import random
 from pathlib import Path
 
-from ...measure.kind_measure import inprocess_row, load_row, warm_then_load
+from embtrt_backend.kinds import PAGES
+
+from ...measure.image_load import served_image_rows
+from ...measure.kind_measure import inprocess_row
 
 INPROCESS_BATCH = 8
-
-
-async def _trial(url: str, model: str, reqs: list[list[bytes]], warmup: int, conc: int):
-    import tritonclient.grpc.aio as aioclient
-
-    from ...serve.wire import outputs, text_input
-
-    async with aioclient.InferenceServerClient(url) as c:
-        async def one(i: int) -> None:
-            await c.infer(model, [text_input(reqs[i], "IMAGE")], outputs=outputs("TOKEN_EMBEDDINGS", "TOKEN_COUNTS"),
-                          client_timeout=300)
-        return await warm_then_load(one, len(reqs), warmup, conc)
 
 
 def bench_pages(url: str, models: list[str], pages: list[bytes], concurrency: tuple[int, ...] = (1, 8),
                 per_request: int = 1, requests: int = 100, warmup: int = 5, reference: Path | None = None,
                 progress=lambda m: None, trust_remote_code: bool = False) -> list[dict]:
     """Rows of each (model, concurrency) in pages/s; then the in-process reference where `reference` is given."""
-    rows = []
-    for conc in concurrency:
-        rng = random.Random(conc)
-        reqs = [[rng.choice(pages) for _ in range(per_request)] for _ in range(requests + warmup)]
-        for target in models:
-            name, _, at = target.partition("@")
-            u = at or url
-            progress(f"{name}@{u}: {per_request} pages per request at concurrency {conc}")
-            load = asyncio.run(_trial(u, name, reqs, warmup, conc))
-            rows.append(load_row(f"triton:{name}@{u}", {"images_per_request": per_request, "concurrency": conc}, load,
-                                 "images", per_request))
+    rows = served_image_rows(url, models, pages, concurrency, per_request, requests, warmup, PAGES.image_input,
+                             ("TOKEN_EMBEDDINGS", "TOKEN_COUNTS"), "page images", progress)
     if reference is not None:
         from transformers.image_utils import load_image
 

@@ -53,6 +53,7 @@ class Pages(FrontDoorModel):
     kind, does, value = PAGES, "encodes every query and page image", "token vector"
     outputs = (*VECTORS, "TOKENS")
     probe = (("TEXT",), ["embtrt readiness probe"])
+    image_probe = ("IMAGE",)
     served_as = ServedModel
 
     @property
@@ -87,19 +88,6 @@ class Pages(FrontDoorModel):
 
     def finite(self, rows) -> bool:
         return all(bool(np.all(np.isfinite(v))) for v in rows)
-
-    async def ready(self) -> dict[str, str]:
-        """The query probe, then an 8 x 8 PNG through the page path: both must give finite vectors."""
-        from embtrt_backend.images import PROBE_PNG
-
-        state = await super().ready()
-        if state.get(self.pool.name) != "ok":
-            return state
-        try:
-            rows, _ = await self.call([PROBE_PNG], ("IMAGE",), None, "input")
-            return {self.pool.name: "ok" if self.finite(rows) else "non-finite page vector"}
-        except ApiError as exc:
-            return {self.pool.name: f"image probe: {exc.message}"}
 
     async def _run(self, items: list, modality: str, field: str) -> Encoded:
         try:

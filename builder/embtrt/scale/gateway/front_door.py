@@ -32,6 +32,7 @@ class FrontDoorModel:
     does = ""           # what its front door does for every item ("scores every pair")
     outputs: tuple[str, ...] = ()   # the front door's outputs asked for, TOKENS last
     probe: tuple[Any, list] = (None, [])   # the readiness probe: (how, items)
+    image_probe: Any = None   # a kind whose input takes images: how the probe image (images.PROBE_PNG) is sent after it
     value = ""          # what a row holds, in the probe's reason ("non-finite score")
 
     def inputs(self, items: list, how: Any) -> list: raise NotImplementedError   # a call's input tensors
@@ -85,12 +86,21 @@ class FrontDoorModel:
         return self.unpack(items, tuple(outs)), tokens.reshape(-1)
 
     async def ready(self) -> dict[str, str]:
-        """The pool must answer the probe with finite values; {pool: 'ok' | reason}."""
+        """The pool must answer the probe with finite values, and (a kind taking images) the probe image too;
+        {pool: 'ok' | reason}."""
         try:
             rows, _ = await self.call(self.probe[1], self.probe[0], None, "input")
             state = "ok" if self.finite(rows) else f"non-finite {self.value}"
         except ApiError as exc:
             state = exc.message
+        if state == "ok" and self.image_probe is not None:
+            from embtrt_backend.images import PROBE_PNG
+
+            try:
+                rows, _ = await self.call([PROBE_PNG], self.image_probe, None, "input")
+                state = "ok" if self.finite(rows) else f"non-finite {self.value} of an image"
+            except ApiError as exc:
+                state = f"image probe: {exc.message}"
         return {self.pool.name: state}
 
     def describe(self) -> dict:

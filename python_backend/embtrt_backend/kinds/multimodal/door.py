@@ -11,40 +11,29 @@ request options (embedding_type, dimensions) apply to either; prompts and trunca
 
 from __future__ import annotations
 
-from ... import InputError
 from ...core import Request
 from ...doors.base import Item
 from ...doors.pooled import PooledDoor
-from ...image_core import ImageCore, ImageRequest
+from ...image_core import ImageCore, ImageRequest, one_modality
+from . import KIND
 
 INPUTS = ("TEXT", "IMAGE")
 
 
 class MultimodalDoor(PooledDoor):
     inputs = INPUTS
+    image_input = KIND.image_input
 
     def __init__(self, here: str, p: dict[str, str]) -> None:
         super().__init__(here, p)
         self.images = ImageCore.from_folder(here, p)
 
-    def row_bytes(self, arrays):
-        """A text's bytes for the long-text lane; an image request is never long text."""
-        text = arrays.get("TEXT")
-        return [] if text is None else [len(t) for t in text.ravel()]
-
     def parse(self, arrays, params, asked) -> Item:
-        text, image = arrays.get("TEXT"), arrays.get("IMAGE")
-        if text is not None and image is not None:
-            raise InputError("a request carries TEXT or IMAGE, not both: one modality per request (send the texts "
-                             "and the images in two requests)")
-        if image is None:
-            if text is None:
-                raise InputError("the request has no TEXT and no IMAGE input")
+        name, rows = one_modality(arrays, self.image_input, "one modality per request (send the texts and the images in "
+                                  "two requests)")
+        if name == "TEXT":
             return super().parse(arrays, params, asked)
-        files = list(image.ravel())
-        if not files:
-            raise InputError("IMAGE holds no rows")
-        return Item(self.images.prepare(files, self.request_options(params, asked)))
+        return Item(self.images.prepare(list(rows.ravel()), self.request_options(params, asked)))
 
     def run(self, items, encode):
         """Texts through the text core, images through the image core, each item's outcome in order."""

@@ -11,11 +11,11 @@ or corpus for IMAGE), else refused."""
 
 from __future__ import annotations
 
-from ... import InputError
 from ...doors.base import Door, Item
-from ...image_core import ImageRequest
+from ...image_core import ImageRequest, one_modality
 from ...text import decode_texts
 from ...token_vectors import padded
+from . import KIND
 from .core import PagesCore, QueryRequest, side
 
 INPUTS = ("TEXT", "IMAGE")
@@ -23,6 +23,7 @@ INPUTS = ("TEXT", "IMAGE")
 
 class PagesDoor(Door):
     inputs = INPUTS
+    image_input = KIND.image_input
 
     def __init__(self, here: str, p: dict[str, str]) -> None:
         self.core = PagesCore.from_folder(here, p)
@@ -31,28 +32,12 @@ class PagesDoor(Door):
     def buckets(self) -> tuple[int, ...]:
         return (self.core.cfg.max_query_tokens,)
 
-    def row_bytes(self, arrays):
-        """A text's bytes for the long-text lane; an image request is never long text."""
-        text = arrays.get("TEXT")
-        return [] if text is None else [len(t) for t in text.ravel()]
-
     def parse(self, arrays, params, asked) -> Item:
-        text, image = arrays.get("TEXT"), arrays.get("IMAGE")
-        if text is not None and image is not None:
-            raise InputError("a request carries TEXT or IMAGE, not both: queries and page images go in two requests")
-        if text is None and image is None:
-            raise InputError("the request has no TEXT and no IMAGE input")
-        if image is None:
-            side(params, "TEXT")
-            texts = decode_texts(text, self.core.cfg.max_text_bytes)
-            if not texts:
-                raise InputError("TEXT holds no rows")
-            return Item(QueryRequest(self.core.query_ids(texts)))
-        side(params, "IMAGE")
-        files = list(image.ravel())
-        if not files:
-            raise InputError("IMAGE holds no rows")
-        return Item(self.core.prepare_images(files))
+        name, rows = one_modality(arrays, self.image_input, "queries and page images go in two requests")
+        side(params, name)
+        if name == "TEXT":
+            return Item(QueryRequest(self.core.query_ids(decode_texts(rows, self.core.cfg.max_text_bytes))))
+        return Item(self.core.prepare_images(list(rows.ravel())))
 
     def run(self, items, encode):
         """Queries together, images together, each item's outcome in order."""
