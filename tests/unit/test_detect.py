@@ -25,24 +25,24 @@ ST = {"modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_tra
 SEQ = {"architectures": ["BertForSequenceClassification"]}
 CASES = {   # folder -> (kind, rule number, a phrase of why)
     "colpali": ({"config.json": {"architectures": ["ColPaliForRetrieval"]}}, "pages", 1, "names ColPaliForRetrieval"),
-    "colbert": ({**ST, "config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "multivector", 2,
+    "colbert": ({**ST, "config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "multivector", 3,
                 "MultiVectorEncoder"),
     "m3": ({**ST, "config.json": {"architectures": ["XLMRobertaModel"]}, "colbert_linear.pt": "", "sparse_linear.pt": ""},
-           "multivector", 3, "colbert_linear.pt and sparse_linear.pt"),
-    "splade": ({"config_sentence_transformers.json": {"model_type": "SparseEncoder"}}, "sparse", 4, "SparseEncoder"),
+           "multivector", 4, "colbert_linear.pt and sparse_linear.pt"),
+    "splade": ({"config_sentence_transformers.json": {"model_type": "SparseEncoder"}}, "sparse", 5, "SparseEncoder"),
     "splade-modules": ({"modules.json": [{"type": "sentence_transformers.sparse_encoder.models.SpladePooling"}]},
-                       "sparse", 4, "SPLADE"),
+                       "sparse", 5, "SPLADE"),
     "ce": ({"config_sentence_transformers.json": {"model_type": "CrossEncoder"}, "config.json": {**SEQ, "num_labels": 3}},
-           "reranker", 5, "model_type CrossEncoder"),
-    "one-label": ({"config.json": {**SEQ, "id2label": {"0": "LABEL_0"}}}, "reranker", 5, "with one label"),
+           "reranker", 6, "model_type CrossEncoder"),
+    "one-label": ({"config.json": {**SEQ, "id2label": {"0": "LABEL_0"}}}, "reranker", 6, "with one label"),
     "old-ce": ({"config.json": {**SEQ, "num_labels": 3, "sbert_ce_default_activation_function": "torch.nn.Sigmoid"}},
-               "reranker", 5, "before 4.0"),
-    "cls3": ({"config.json": {**SEQ, "id2label": {"0": "a", "1": "b", "2": "c"}}}, "classifier", 6, "with 3 labels"),
+               "reranker", 6, "before 4.0"),
+    "cls3": ({"config.json": {**SEQ, "id2label": {"0": "a", "1": "b", "2": "c"}}}, "classifier", 7, "with 3 labels"),
     "clip": ({"modules.json": [{"idx": 0, "path": "0_CLIPModel", "type": "sentence_transformers.models.CLIPModel"}]},
-             "multimodal", 7, "texts and images"),
-    "st": (ST, "embedder", 8, "SentenceTransformer folder"),
-    "bare": ({"config.json": {"architectures": ["BertModel"]}}, "embedder", 8, "names BertModel (an encoder)"),
-    "empty": ({}, "embedder", 8, "no architecture"),
+             "multimodal", 8, "texts and images"),
+    "st": (ST, "embedder", 9, "SentenceTransformer folder"),
+    "bare": ({"config.json": {"architectures": ["BertModel"]}}, "embedder", 9, "names BertModel (an encoder)"),
+    "empty": ({}, "embedder", 9, "no architecture"),
 }
 
 
@@ -62,7 +62,8 @@ def test_why_not_names_what_the_rule_looked_for(tmp_path):
     said = dict((r.kind.name, why) for r, why in found.passed)
     assert "3 labels and no CrossEncoder mark" in said["reranker"]
     assert "not ColPaliForRetrieval" in [why for r, why in found.passed][0]
-    assert "MultiVectorEncoder" in [why for r, why in found.passed][1]
+    assert "not qwen3_vl" in [why for r, why in found.passed][1]
+    assert "MultiVectorEncoder" in [why for r, why in found.passed][2]
 
 
 @pytest.mark.parametrize("name, admitted, refused", [
@@ -82,7 +83,7 @@ def test_every_rule_is_its_own_kinds_and_every_kind_has_one():
     assert {r.kind.name for r in DETECTION} == set(NAMES)
     for r in DETECTION:
         assert r.test.startswith(f"embtrt.kinds.{r.kind.name}.reference:"), r.test   # the kind's own module
-    assert rules_help().count(". ") >= len(DETECTION) and "8. embedder" in rules_help()
+    assert rules_help().count(". ") >= len(DETECTION) and "9. embedder" in rules_help()
 
 
 def test_the_build_log_line_names_the_rule_or_kinds_choice_beside_it(tmp_path):
@@ -92,10 +93,10 @@ def test_the_build_log_line_names_the_rule_or_kinds_choice_beside_it(tmp_path):
     from embtrt.export.spec_options import spec_from_options
 
     bundled = spec_from_options(None, tmp_path / "unused")
-    assert kind_line(bundled) == "embedder (rule 8 of 8: a sentence-transformers SentenceTransformer folder)"
+    assert kind_line(bundled) == "embedder (rule 9 of 9: a sentence-transformers SentenceTransformer folder)"
     one = folder(tmp_path, "one-label", CASES["one-label"][0])
     chosen = kind_line(SimpleNamespace(model_dir=one, kind="classifier"))   # as spec_from_options admits it
-    assert chosen.startswith("classifier, as --kind says (the folder alone: reranker (rule 5 of 8: config.json names")
+    assert chosen.startswith("classifier, as --kind says (the folder alone: reranker (rule 6 of 9: config.json names")
 
 
 def test_a_causal_lm_without_sentence_transformers_files_is_refused_not_built_as_an_embedder(tmp_path):

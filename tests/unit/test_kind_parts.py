@@ -15,7 +15,8 @@ def test_the_registry_lists_each_kind_as_its_parts():
     assert got == {"embedder": "text + pooled, length pools", "reranker": "pair + scores",
                    "classifier": "text or pair + scores per label", "sparse": "text + sparse",
                    "multivector": "text + token vectors", "multimodal": "text or image + pooled",
-                   "pages": "text or image + token vectors"}   # #69 item 5: a new kind of existing parts
+                   "pages": "text or image + token vectors",    # #69 item 5: a new kind of existing parts
+                   "vlm": "text, image or both + pooled"}
     assert kind_of("embedder").routing is POOLS and all(not k.length_pools for k in BY_NAME.values() if k.name != "embedder")
 
 
@@ -31,12 +32,13 @@ def test_what_the_layers_ask_is_what_each_kind_declared_before_its_parts():
         "multimodal": (("TEXT",), "EMBEDDING", "IMAGE", "", False, False),   # an image tower: no plans, pooled or not
     }
     assert {k.name: (k.inputs, k.probe_output, k.image_input, k.plan_check, k.tf32, k.length_pools)
-            for k in BY_NAME.values() if k.name != "pages"} == before
+            for k in BY_NAME.values() if k.name not in ("pages", "vlm")} == before
     # the page-image retriever (added after #69's parts) takes its values from its parts alone: the image input's, the
     # token-vector head's (an image input builds no plans)
     assert (kind_of("pages").input, kind_of("pages").heads) == (TEXT_OR_IMAGE, (TOKEN_VECTORS,))
     assert (kind_of("pages").probe_output, kind_of("pages").image_input, kind_of("pages").tensorrt) == \
         ("TOKEN_EMBEDDINGS", "IMAGE", False)
+    assert kind_of("vlm").has(POOLED) and (kind_of("vlm").image_input, kind_of("vlm").tensorrt) == ("IMAGE", False)
     # the classifier's TensorRT plan is judged by its head's rule (each label's score and logit), not the reranker's
     assert kind_of("classifier").plan_check == LABEL_SCORES.plan_check != SCORES.plan_check == kind_of("reranker").plan_check
     assert kind_of("classifier").input is TEXT_OR_PAIR and TEXT_OR_PAIR.optional == ("TEXT_PAIR",)

@@ -128,7 +128,7 @@ def graph_batch_sizes(spec: BuildSpec, bucket: int) -> list[int]:
 
 def hf_files(model_dir: Path) -> dict[str, Path]:
     """The model folder's own files the python-torch encoder loads (config and weights)."""
-    keep = (".json", ".safetensors", ".bin", ".py", ".txt", ".model")
+    keep = (".json", ".safetensors", ".bin", ".py", ".txt", ".model", ".jinja")   # .jinja: a chat template
     return {f"1/hf/{f.name}": f for f in sorted(Path(model_dir).iterdir())
             if f.is_file() and f.suffix in keep and not f.name.startswith(".")}
 

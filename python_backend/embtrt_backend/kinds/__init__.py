@@ -6,7 +6,7 @@ Only this package spells a kind's name; everything else names a kind through it.
 
 from __future__ import annotations
 
-from .base import (DOOR, LABEL_SCORES, PAIR, POOLED, POOLS, SCORES, SPARSE_WEIGHTS, TEXT, TEXT_OR_IMAGE, TEXT_OR_PAIR,
+from .base import (DOOR, LABEL_SCORES, PAIR, POOLED, POOLS, SCORES, SPARSE_WEIGHTS, TEXT, TEXT_AND_IMAGE, TEXT_OR_IMAGE, TEXT_OR_PAIR,
                    TEXT_SIDES, TOKEN_VECTORS, Head, Input, Kind, Routing, Rule)
 from .classifier import KIND as CLASSIFIER
 from .embedder import KIND as EMBEDDER
@@ -15,8 +15,9 @@ from .multivector import KIND as MULTIVECTOR
 from .pages import KIND as PAGES
 from .reranker import KIND as RERANKER
 from .sparse import KIND as SPARSE
+from .vlm import KIND as VLM
 
-KINDS: tuple[Kind, ...] = (EMBEDDER, RERANKER, SPARSE, CLASSIFIER, MULTIVECTOR, MULTIMODAL, PAGES)
+KINDS: tuple[Kind, ...] = (EMBEDDER, RERANKER, SPARSE, CLASSIFIER, MULTIVECTOR, MULTIMODAL, PAGES, VLM)
 BY_NAME: dict[str, Kind] = {k.name: k for k in KINDS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 DEFAULT = EMBEDDER   # a manifest or front door from before kinds (schema 1 and 2) is an embedder's
@@ -27,6 +28,7 @@ DEFAULT = EMBEDDER   # a manifest or front door from before kinds (schema 1 and 
 DETECTION: tuple[Rule, ...] = (
     Rule(PAGES, "embtrt.kinds.pages.reference:pages_rule", "a ColPaliForRetrieval folder (page images and queries)",
          vlm=True),
+    Rule(VLM, "embtrt.kinds.vlm.reference:vlm_rule", "a Qwen3-VL folder with last-token pooling (a VLM embedder)", vlm=True),
     Rule(MULTIVECTOR, "embtrt.kinds.multivector.reference:colbert_rule", "a MultiVectorEncoder folder (ColBERT)"),
     Rule(MULTIVECTOR, "embtrt.kinds.multivector.reference:m3_rule",
          "bge-m3's colbert_linear.pt / sparse_linear.pt beside the model (--kind embedder: its dense vector alone)",
@@ -53,9 +55,9 @@ def kind_of(name: str | None) -> Kind:
         raise ValueError(f"unknown kind of model {name!r}: one of {', '.join(NAMES)}") from None
 
 
-__all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIMODAL", "MULTIVECTOR", "NAMES", "PAGES", "RERANKER", "SPARSE",
+__all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIMODAL", "MULTIVECTOR", "NAMES", "PAGES", "RERANKER", "SPARSE", "VLM",
            "BY_NAME",
            "DETECTION", "Kind", "Rule", "kind_of",
            # the parts kinds are composed of (base.py)
-           "DOOR", "LABEL_SCORES", "PAIR", "POOLED", "POOLS", "SCORES", "SPARSE_WEIGHTS", "TEXT", "TEXT_OR_IMAGE",
+           "DOOR", "LABEL_SCORES", "PAIR", "POOLED", "POOLS", "SCORES", "SPARSE_WEIGHTS", "TEXT", "TEXT_AND_IMAGE", "TEXT_OR_IMAGE",
            "TEXT_OR_PAIR", "TEXT_SIDES", "TOKEN_VECTORS", "Head", "Input", "Routing"]

@@ -61,6 +61,8 @@ PAIR = Input("pair", ("QUERY", "DOCUMENT"))
 TEXT_OR_PAIR = Input("text or pair", ("TEXT",), optional=("TEXT_PAIR",))
 TEXT_SIDES = Input("text", ("TEXT",), prompts_per_side=True)   # a query or a document
 TEXT_OR_IMAGE = Input("text or image", ("TEXT",), image="IMAGE")
+# a text, an image, or both fused in one sequence (a request's TEXT and IMAGE rows side by side: row k is one input)
+TEXT_AND_IMAGE = Input("text, image or both", ("TEXT",), image="IMAGE")
 
 POOLED = Head("pooled", "EMBEDDING", "embtrt.export.onnx2trt:pooled_plan_check", tf32=True)
 SCORES = Head("scores", "SCORES", "embtrt.kinds.reranker.reference_gate:plan_check")

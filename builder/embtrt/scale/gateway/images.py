@@ -24,6 +24,14 @@ from .errors import ApiError, short
 MODALITIES = ("text", "image", "text_image")
 FUSED = ("a text and an image fused in one input needs a VLM embedder; {name} has two towers and embeds each "
          "alone: send the text and the image as separate inputs")
+FUSED_GRPC = ("a text and an image fused in one input: {name} embeds them over gRPC today (VlmEmbeddingClient.embed_fused: "
+              "TEXT and IMAGE rows side by side); over HTTP, send the text and the image as separate inputs")
+
+
+def fused_refusal(m, name: str) -> str:
+    """Why a fused input is refused: a two-tower model cannot embed it; a VLM embedder (`fused` in its schema) takes it
+    over gRPC only, for now."""
+    return (FUSED_GRPC if getattr(m, "fused", False) else FUSED).format(name=name)
 
 
 def takes_images(m) -> bool:
@@ -76,7 +84,7 @@ def media(items: list, mods: list[str] | None, m, name: str, kind: Kind, field: 
     if mods is None or all(x == "text" for x in mods):
         return ()
     if "text_image" in mods:
-        raise ApiError(400, f"modality text_image: {FUSED.format(name=name)}", param="modality")
+        raise ApiError(400, f"modality text_image: {fused_refusal(m, name)}", param="modality")
     if not takes_images(m):
         k = mods.index("image")
         raise ApiError(400, f"{field}[{k}] is an image, but {name} is {kind.label}: it embeds texts only",
@@ -107,7 +115,7 @@ def cohere_items(body: dict, version: str, m, name: str, kind: Kind, max_items: 
         if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
             raise ApiError(400, f"inputs[{k}] must be {{\"content\": [parts]}}, got {short(inp)}", param="inputs")
         if len(parts) > 1:
-            raise ApiError(400, f"inputs[{k}] has {len(parts)} content parts: {FUSED.format(name=name)}", param="inputs")
+            raise ApiError(400, f"inputs[{k}] has {len(parts)} content parts: {fused_refusal(m, name)}", param="inputs")
         part = parts[0]
         if part.get("type") == "text" and isinstance(part.get("text"), str):
             items.append(part["text"])

@@ -1,0 +1,104 @@
+"""One VLM embedder behind the gateway (`Vlm`): texts to the front door as TEXT, images as IMAGE (one modality per
+call), each in parts of at most its max batch, concurrently; the vectors back in input order, the request's width
+and vector type applied here (the front door returns the model's normalised vectors; `dimensions` truncates and
+renormalises them, as for every pooled model). It serves the embed operation's routes with texts and images as the
+text-and-image kind is served (OpenAI's and NIM's /v1/embeddings with `modality`, infinity's /embeddings, Cohere's
+/v2/embed `images` and one-part `inputs`), with the model card's default instruction. A text fused with an image
+(Cohere v2's two-part `inputs`) is served over gRPC (VlmEmbeddingClient.embed_fused) and refused over HTTP today."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+from embtrt_backend.kinds import VLM
+from embtrt_backend.options import ModelOptions
+
+from ...scale.gateway.errors import ApiError
+from ...scale.gateway.front_door import FrontDoorModel, renamed
+from ...scale.gateway.served import ServedModel
+from ...serve import wire
+
+
+@dataclass(frozen=True)
+class VlmModel:
+    """What the embed parsers need of a served VLM embedder (an embedder's EmbeddingsModel fields; it takes images)."""
+
+    options: ModelOptions
+    vocab_size: int
+    max_len: int
+    max_text_bytes: int
+    route: str = "frontdoor"
+    token_ids: bool = False
+    images: bool = True
+    fused: bool = True   # a text fused with an image is its input (served over gRPC; HTTP refuses it saying so)
+
+
+class ServedVlm(ServedModel):
+    """A VLM embedder: its request options (width and vector types, applied by the gateway; no prompts)."""
+
+    def __init__(self, repo) -> None:
+        super().__init__(repo)
+        self.options = ModelOptions(dim=int(self.door["embtrt.dim"]), normalize=True, prompts={})
+
+
+class Vlm(FrontDoorModel):
+    kind, does, value = VLM, "embeds every text and image", "vector"
+    outputs = ("EMBEDDING", "TOKENS")
+    probe = (("TEXT",), ["embtrt readiness probe"])
+    image_probe = ("IMAGE",)
+    served_as = ServedVlm
+
+    @property
+    def options(self) -> ModelOptions:
+        return self.served.options
+
+    @property
+    def schema(self) -> VlmModel:
+        s = self.served
+        return VlmModel(self.options, s.plain_tokenizer.get_vocab_size(with_added_tokens=True), s.max_len, s.max_text_bytes)
+
+    def facts(self) -> dict:
+        return {"dim": self.options.dim, "modalities": ["text", "image"]}
+
+    def tei_type(self) -> dict:
+        return {"embedding": {"pooling": "last-token"}}
+
+    def inputs(self, items: list, how) -> list:
+        return [wire.text_input(items, how[0])]
+
+    def unpack(self, items: list, outs: tuple):
+        return outs[0]
+
+    async def embed(self, texts: list[str] | None, ids: list[list[int]] | None, opts=None) -> tuple[np.ndarray, int]:
+        if texts is None:
+            raise ApiError(400, f"{self.served.name} is {self.kind.label}: it embeds texts and images, not token ids",
+                           param="input")
+        return await self.embed_items(texts, (), opts)
+
+    async def embed_items(self, texts: list[str], media: tuple, opts=None, field: str = "input") -> tuple[np.ndarray, int]:
+        """Items in input order (`media[k]` an image's encoded bytes, or None: texts[k] is a text) -> (their vectors,
+        with the request's width and type; the tokens)."""
+        opts = opts if opts is not None else self.options.default
+        n = len(texts)
+        at_text = [k for k in range(n) if not media or media[k] is None]
+        at_image = [k for k in range(n) if media and media[k] is not None]
+        self.admission.check_chars([texts[k] for k in at_text])
+
+        async def run(rows: list[int], modality: str, values: list):
+            if not rows:
+                return [], 0
+            try:
+                return await self.send(values, (modality,), None, field)
+            except ApiError as exc:
+                raise renamed(exc, field, rows) from None
+
+        (tv, tt), (iv, it) = await asyncio.gather(run(at_text, "TEXT", [texts[k] for k in at_text]),
+                                                  run(at_image, "IMAGE", [media[k] for k in at_image]))
+        vecs = np.empty((n, self.options.dim), dtype=np.float32)
+        if tv:
+            vecs[at_text] = np.concatenate(tv)
+        if iv:
+            vecs[at_image] = np.concatenate(iv)
+        return self.options.finish(vecs, opts), tt + it

@@ -1,0 +1,194 @@
+"""VLM embedders (#70 item 2): a tiny seeded Qwen3-VL-Embedding-shaped folder (a text, an image, or both fused in
+one sequence -> one pooled vector) built on its own target (python-torch), gated, served on a real tritonserver
+over gRPC equal to the model card's computation written with transformers (Qwen3VLProcessor, chat template, last
+token, normalised) for texts, images, fused inputs and a request's instruction; behind `embtrt gateway` on the embed
+routes with the openai client and Cohere's SDK (texts and images; a fused input refused over HTTP saying where it is
+served); hostile images and over-long inputs refused naming their row while serving goes on; `embtrt verify`."""
+
+import io
+
+import numpy as np
+import pytest
+
+from conftest import start_server
+from test_gateway import gateway
+from tiny_images import pattern, png_header_only
+
+pytestmark = pytest.mark.integration
+COS, TOL = 0.99999, 1e-4
+TEXTS = ["what is the revenue in the third quarter?", "a chart of sales by region", "Hello, world!", "le rapport annuel"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from tiny_vlm import make_vlm
+
+    return make_vlm(tmp_path_factory.mktemp("vlm") / "vlm_tiny")
+
+
+@pytest.fixture(scope="module")
+def repo(folder, tmp_path_factory):
+    from embtrt.export import build
+    from embtrt.export.spec_options import spec_from_options
+
+    spec = spec_from_options(folder, tmp_path_factory.mktemp("vlm-repo") / "repo")   # --target auto: its own, python-torch
+    assert spec.target == "python-torch" and spec.kind == "vlm"
+    return build(spec, log=lambda _: None).repository
+
+
+@pytest.fixture(scope="module")
+def server(repo, tmp_path_factory):
+    with start_server(repo, tmp_path_factory.mktemp("vlm-srv")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def images():
+    from embtrt.reference.images import gate_images
+
+    return [f for f, _ in gate_images(4, seed=71)]
+
+
+def _uri(f):
+    from embtrt.reference.images import data_uri
+
+    return data_uri(f, "png")
+
+
+def _pil(files):
+    from transformers.image_utils import load_image
+
+    return [load_image(_uri(f)) for f in files]
+
+
+def _close(got, want):
+    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert got.shape == want.shape and cos.min() >= COS and np.abs(got - want).max() <= TOL
+
+
+def test_detected_built_and_gated(folder, repo):
+    from embtrt.reference.detect import detect
+    from embtrt.repository.manifest import read_manifest
+
+    assert detect(folder).kind.name == "vlm"
+    m = read_manifest(repo)
+    parity = m.extra["parity"]
+    assert m.kind == "vlm" and m.target == "python-torch" and parity["passed"]
+    assert min(parity[f"{k}_cosine_min"] for k in ("texts", "images", "fused")) >= COS and parity["images"] == 16
+
+
+@pytest.mark.parametrize("target", ["python-ort", "onnxruntime"])
+def test_other_targets_are_refused_saying_why(folder, tmp_path, target):
+    from embtrt.errors import SpecError
+    from embtrt.export import build
+    from embtrt.export.spec_options import spec_from_options
+
+    with pytest.raises(SpecError, match="python-torch only .the vision-language model's ONNX export is not done"):
+        build(spec_from_options(folder, tmp_path / "r", target=target), log=lambda _: None)
+
+
+def test_served_texts_images_fused_and_instructions_equal_the_model_cards_computation(server, folder, images):
+    from embtrt.kinds.vlm.serve import VlmEmbeddingClient
+    from tiny_vlm import reference_embed
+
+    pics = _pil(images)
+    want = reference_embed(folder, [(t, None) for t in TEXTS] + [(None, p) for p in pics] + list(zip(TEXTS, pics)))
+    asked = "Retrieve the page that answers the question."
+    want_asked = reference_embed(folder, [(t, None) for t in TEXTS], instruction=asked)
+    with VlmEmbeddingClient(server.grpc_url, "vlm_tiny", batch_size=3) as c:
+        got = np.concatenate([c.embed(TEXTS), c.embed_images(images), c.embed_fused(TEXTS, images)])
+        got_asked = c.embed(TEXTS, instruction=asked)
+    _close(got, want)
+    _close(got_asked, want_asked)
+    # told apart: every input's vector differs from the others', the instruction changes them, fusing changes them
+    sims = got @ got.T
+    assert sims[~np.eye(len(got), dtype=bool)].max() < 0.999
+    assert np.abs(got_asked - got[:4]).max() > 1e-2 and np.abs(got[8:] - got[4:8]).max() > 1e-2
+
+
+def test_hostile_inputs_are_refused_naming_their_row_and_serving_goes_on(server, images):
+    import tritonclient.grpc as grpcclient
+    from PIL import Image
+
+    from embtrt.kinds.vlm.serve import VlmEmbeddingClient
+    from embtrt.serve.wire import text_input
+
+    tiff = io.BytesIO()
+    Image.fromarray(pattern(20, 20, 1)).save(tiff, "TIFF")
+    cases = {b"plain text, not an image": "row 1: not an image", images[0][:len(images[0]) // 2]: "row 1: the image file is truncated",
+             tiff.getvalue(): "row 1: image format TIFF is not decoded",
+             png_header_only(8000, 8000): "row 1: the image is 8000 x 8000 pixels, over the limit of 36000000",
+             b"": "row 1: an empty image"}
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for bad, said in cases.items():
+            with pytest.raises(grpcclient.InferenceServerException, match=said):
+                c.infer("vlm_tiny", [text_input([images[0], bad], "IMAGE")])
+        with pytest.raises(grpcclient.InferenceServerException, match="row 1: the input is .* tokens, over this model's 1024"):
+            c.infer("vlm_tiny", [text_input(["short", "word " * 1200])])
+        with pytest.raises(grpcclient.InferenceServerException, match="unknown request parameter 'prompt_name'"):
+            c.infer("vlm_tiny", [text_input(["q"])], parameters={"prompt_name": "query"})
+    finally:
+        c.close()
+    with VlmEmbeddingClient(server.grpc_url, "vlm_tiny") as vc:   # serving goes on
+        assert vc.embed_images(images[:2]).shape == (2, 32) and vc.embed(["still here"]).shape == (1, 32)
+
+
+@pytest.fixture(scope="module")
+def url(repo, server, tmp_path_factory):
+    with gateway(repo, tmp_path_factory.mktemp("gw-vlm") / "gw.log", "--triton", server.grpc_url) as u:
+        yield u
+
+
+def test_gateway_embeds_texts_and_images_with_the_anchors_clients(url, folder, images):
+    import cohere
+    import httpx
+    import openai
+
+    from tiny_vlm import reference_embed
+
+    pics = _pil(images)
+    want_t, want_i = reference_embed(folder, [(t, None) for t in TEXTS]), reference_embed(folder, [(None, p) for p in pics])
+    oa = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    got = np.asarray([d.embedding for d in oa.embeddings.create(model="vlm_tiny", input=TEXTS).data], np.float32)
+    _close(got, want_t)
+    img = oa.embeddings.create(model="vlm_tiny", input=[_uri(f) for f in images], extra_body={"modality": "image"})
+    _close(np.asarray([d.embedding for d in img.data], np.float32), want_i)
+    narrow = oa.embeddings.create(model="vlm_tiny", input=TEXTS[:2], dimensions=8).data   # Matryoshka width, renormalised
+    w8 = want_t[:2, :8] / np.linalg.norm(want_t[:2, :8], axis=1, keepdims=True)
+    assert np.abs(np.asarray([d.embedding for d in narrow]) - w8).max() <= TOL
+    v2 = cohere.ClientV2(api_key="unused", base_url=url)
+    got = v2.embed(model="vlm_tiny", input_type="image", embedding_types=["float"], images=[_uri(f) for f in images])
+    _close(np.asarray(got.embeddings.float_, np.float32), want_i)
+    fused = httpx.post(url + "/v2/embed", json={"model": "vlm_tiny", "input_type": "search_document", "embedding_types": ["float"],
+                                                "inputs": [{"content": [{"type": "text", "text": TEXTS[0]},
+                                                                        {"type": "image_url", "image_url": {"url": _uri(images[0])}}]}]},
+                       timeout=60)
+    assert fused.status_code == 400 and "VlmEmbeddingClient.embed_fused" in fused.text
+    assert httpx.get(url + "/health/ready", timeout=30).status_code == 200
+
+
+def test_verify_gates_the_served_model(server, folder, corpus):
+    from embtrt.kinds.vlm.measure import VlmMeasure
+
+    rep = VlmMeasure.verify(server.grpc_url, "vlm_tiny", folder, corpus[:40], under_load=True, concurrency=4,
+                            log=lambda _: None)
+    assert rep.passed, rep.failures
+    assert rep.figures["gate"]["images"] == 16 and rep.figures["under_load"]["max_abs_diff"] <= 1e-4
+
+
+def test_embed_cli_embeds_texts_and_images(server, images, tmp_path):
+    """`embtrt embed` of a model that takes images uses its kind's client: texts and --image files, one vector each."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "a.png").write_bytes(images[0])
+    r = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", "--url", server.grpc_url, "--model", "vlm_tiny", "a query",
+                        "--image", str(tmp_path / "a.png"), "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    vecs = np.asarray(json.loads(r.stdout)["embeddings"])
+    assert vecs.shape == (2, 32) and np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    r = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", "--url", server.grpc_url, "--model", "vlm_tiny", "a query",
+                        "--dimensions", "8"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "takes an instruction only" in r.stdout + r.stderr
