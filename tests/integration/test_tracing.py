@@ -171,9 +171,14 @@ def test_embtrt_up_with_an_otlp_endpoint_traces_the_gateway_tritonserver_and_the
             grpc_trace = secrets.token_hex(16)
             with grpcclient.InferenceServerClient(f"127.0.0.1:{up.grpc}") as c:
                 c.infer(NAME, [wire.text_input(TEXTS)], headers={"traceparent": f"00-{grpc_trace}-{caller}-01"})
-            until(lambda: {"embtrt-gateway", "embtrt-triton"} <= {s["service"] for s in rx.of_trace(trace_id)}
-                  and any(s["name"] == f"frontdoor {NAME}" for s in rx.of_trace(grpc_trace)), 60,
-                  "the gateway's, Triton's and the front door's spans")
+            try:
+                until(lambda: {"embtrt-gateway", "embtrt-triton"} <= {s["service"] for s in rx.of_trace(trace_id)}
+                      and any(s["name"] == f"frontdoor {NAME}" for s in rx.of_trace(grpc_trace)), 60,
+                      "the gateway's, Triton's and the front door's spans")
+            except AssertionError as exc:   # say what did arrive (an intermittent failure in CI, not yet explained)
+                seen = lambda t: sorted({(s["service"], s["name"]) for s in rx.of_trace(t)})   # noqa: E731
+                raise AssertionError(f"{exc}; the HTTP call's trace: {seen(trace_id)}; the gRPC call's: {seen(grpc_trace)}; "
+                                     f"{len(rx.spans)} spans in all; log: {up.text()[-1500:]}") from None
             assert up.stop(signal.SIGINT) == 0, up.text()[-2000:]
         finally:
             up.kill()
