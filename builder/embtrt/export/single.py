@@ -16,7 +16,7 @@ from embtrt_backend.kinds import Kind, kind_of
 from .. import __version__
 from ..common.files import sha256_file
 from ..common.log import Log
-from ..errors import RepositoryError
+from ..errors import RepositoryError, SpecError
 from ..reference.modelinfo import model_hash
 from ..repository.check import check_repository
 from ..repository.manifest import Manifest, ModelNames, write_manifest
@@ -138,6 +138,7 @@ class FrontDoorBuild:
     exporting = ""       # step 2's "exporting ..."
     tokenizer_noun = "tokenizer"
     changes = ""         # what reduced precision changes beyond the gate: "scores", "weights"
+    targets_why = ""     # why a kind that builds for some targets only (Kind.targets) builds for no other
     reference = ""       # the manifest's parity reference
 
     def __init__(self, spec: BuildSpec, log: Log) -> None:
@@ -200,6 +201,9 @@ class FrontDoorBuild:
         repo.mkdir(parents=True)
         work.mkdir(parents=True)
         steps = 6
+        if kind.targets and spec.target not in kind.targets:
+            raise SpecError(f"target {spec.target}: {kind.noun}s build for {' or '.join(kind.targets)} only ({self.targets_why})",
+                            f"build with --target {kind.targets[0]}")
         log(f"[1/{steps}] reading {spec.model_dir} as {self.reading()}")
         if spec.target == "python-openvino":
             require_openvino(spec.precision, log)

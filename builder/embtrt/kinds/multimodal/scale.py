@@ -11,7 +11,6 @@ the front door decodes it, so the gateway never holds pixels."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +18,7 @@ from embtrt_backend.kinds import MULTIMODAL
 from embtrt_backend.options import ModelOptions
 
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel, renamed
+from ...scale.gateway.front_door import FrontDoorModel
 from ...scale.gateway.served import Served
 from ...serve import wire
 
@@ -85,29 +84,6 @@ class Multimodal(FrontDoorModel):
         every item a text) -> (their vectors in input order; the texts' tokens). Texts and images go up in
         calls of their own modality, concurrently; a refused image or text is a 400 naming `field[k]`."""
         opts = opts if opts is not None else self.served.options.default
-        n = len(texts)
-        at_text = [k for k in range(n) if not media or media[k] is None]
-        at_image = [k for k in range(n) if media and media[k] is not None]
-        self.admission.check_chars([texts[k] for k in at_text])
-        params = option_params(opts)
         out = opts.output
-
-        async def run(rows: list[int], modality: str, values: list):
-            if not rows:
-                return [], 0
-            try:
-                return await self.send(values, (modality, out), params, field)
-            except ApiError as exc:
-                raise renamed(exc, field, rows) from None
-
-        (tv, tt), (iv, _) = await asyncio.gather(run(at_text, "TEXT", [texts[k] for k in at_text]),
-                                                 run(at_image, "IMAGE", [media[k] for k in at_image]))
-        parts = [np.concatenate(p) for p in (tv, iv) if p]
-        width = parts[0].shape[1]
-        vecs = np.empty((n, width), dtype=parts[0].dtype)
-        if tv:
-            vecs[at_text] = parts[0]
-        if iv:
-            vecs[at_image] = parts[-1]
-        return vecs, tt
+        return await self.send_items(texts, media, lambda modality: (modality, out), option_params(opts), field)
 

@@ -26,6 +26,8 @@ DEFAULT_TOKENS = 1024
 class VlmBuild(FrontDoorBuild):
     kind, changes = VLM, "vectors"
     reference = "the model card's recipe with transformers (chat template, last token, normalised; fp32)"
+    targets_why = ("the vision-language model's ONNX export is not done, so no ONNX Runtime, OpenVINO or TensorRT "
+                   "graph exists")
 
     @property
     def width(self) -> int:
@@ -36,10 +38,6 @@ class VlmBuild(FrontDoorBuild):
 
     def load(self) -> VlmReference:
         s = self.spec
-        if s.target != "python-torch":
-            raise SpecError(f"target {s.target}: VLM embedders build for python-torch only (the vision-language model's "
-                            "ONNX export is not done, so no ONNX Runtime, OpenVINO or TensorRT graph exists)",
-                            "build with --target python-torch")
         if s.router_mode != "local" or s.precision != "fp32":
             raise SpecError("a VLM embedder builds with its model in the front door, fp32, today",
                             "leave --router-encoder and --precision at their defaults")

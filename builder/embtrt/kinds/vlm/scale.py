@@ -8,7 +8,6 @@ text-and-image kind is served (OpenAI's and NIM's /v1/embeddings with `modality`
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +15,7 @@ from embtrt_backend.kinds import VLM
 from embtrt_backend.options import ModelOptions
 
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel, renamed
+from ...scale.gateway.front_door import FrontDoorModel
 from ...scale.gateway.served import ServedModel
 from ...serve import wire
 
@@ -81,24 +80,5 @@ class Vlm(FrontDoorModel):
         """Items in input order (`media[k]` an image's encoded bytes, or None: texts[k] is a text) -> (their vectors,
         with the request's width and type; the tokens)."""
         opts = opts if opts is not None else self.options.default
-        n = len(texts)
-        at_text = [k for k in range(n) if not media or media[k] is None]
-        at_image = [k for k in range(n) if media and media[k] is not None]
-        self.admission.check_chars([texts[k] for k in at_text])
-
-        async def run(rows: list[int], modality: str, values: list):
-            if not rows:
-                return [], 0
-            try:
-                return await self.send(values, (modality,), None, field)
-            except ApiError as exc:
-                raise renamed(exc, field, rows) from None
-
-        (tv, tt), (iv, it) = await asyncio.gather(run(at_text, "TEXT", [texts[k] for k in at_text]),
-                                                  run(at_image, "IMAGE", [media[k] for k in at_image]))
-        vecs = np.empty((n, self.options.dim), dtype=np.float32)
-        if tv:
-            vecs[at_text] = np.concatenate(tv)
-        if iv:
-            vecs[at_image] = np.concatenate(iv)
-        return self.options.finish(vecs, opts), tt + it
+        vecs, tokens = await self.send_items(texts, media, lambda modality: (modality,), None, field)
+        return self.options.finish(vecs, opts), tokens

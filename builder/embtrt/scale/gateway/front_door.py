@@ -73,6 +73,35 @@ class FrontDoorModel:
         self.metrics.count(self.pool.name, len(items), tokens)
         return [d[0] for d in done], tokens
 
+    async def send_items(self, texts: list, media: tuple, how: Callable[[str], Any], params: dict | None,
+                         field: str) -> tuple[np.ndarray, int]:
+        """A kind taking images: items in input order, `media[k]` an image's encoded bytes or None (texts[k] is a text;
+        `media` empty: every item a text) -> (their rows in input order, the tokens the front door counts). Texts and
+        images go up in calls of their own modality (`how(input name)`: Triton gives every input of a request one batch
+        size), concurrently; the texts' characters are admitted first; a refused item is a 400 naming `field[k]`."""
+        n = len(texts)
+        at = {"TEXT": [k for k in range(n) if not media or media[k] is None],
+              self.kind.image_input: [k for k in range(n) if media and media[k] is not None]}
+        self.admission.check_chars([texts[k] for k in at["TEXT"]])
+
+        async def run(modality: str, rows: list[int]) -> tuple[np.ndarray | None, int]:
+            if not rows:
+                return None, 0
+            values = [texts[k] if modality == "TEXT" else media[k] for k in rows]
+            try:
+                parts, tokens = await self.send(values, how(modality), params, field)
+            except ApiError as exc:
+                raise renamed(exc, field, rows) from None
+            return np.concatenate(parts), tokens
+
+        done = await asyncio.gather(*(run(m, rows) for m, rows in at.items()))
+        first = next(r for r, _ in done if r is not None)
+        out = np.empty((n, *first.shape[1:]), dtype=first.dtype)
+        for rows, (r, _) in zip(at.values(), done):
+            if r is not None:
+                out[rows] = r
+        return out, sum(t for _, t in done)
+
     async def call(self, items: list, how: Any, params: dict | None, field: str, offset: int = 0) -> tuple[Any, np.ndarray]:
         """One call of items (the request's from `offset` on) -> (their rows, each item's tokens). An item
         the front door refuses (INVALID_ARG, "row N: ...") is a 400 naming `field[offset + N]`."""
