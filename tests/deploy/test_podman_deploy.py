@@ -14,7 +14,8 @@ rendered files themselves are not changed):
 - An emptyDir on /dev/shm (medium Memory) is root-owned under podman: the pool pod keeps podman's own
   /dev/shm (a world-writable tmpfs), as Kubernetes' emptyDir would be.
 - emptyDirs (and the TLS Secret's volume) are named volumes (`models`, `tmp`, `minilm-tls`): the test
-  refuses to run when volumes of those names already exist, and removes them after.
+  refuses to run when volumes of those names already exist, and removes them after; what a killed run of
+  this test left (its network still there) is cleared first.
 """
 
 from __future__ import annotations
@@ -102,6 +103,29 @@ def exec_in(container: str, *cmd: str) -> subprocess.CompletedProcess:
     return sh("podman", "exec", container, *cmd, check=False, timeout=60)
 
 
+def clear_killed_run() -> list[str]:
+    """What a run of this test that was killed before its own cleanup left (a session ended mid-test left
+    both pods running, and the next run refused to start): recognised by this test's network, which nothing
+    else creates. Its pods, the secrets and volumes of this deployment's name, and the network are removed;
+    without the network nothing is touched (same-named volumes are then refused below). Returns what went."""
+    if sh("podman", "network", "exists", NET, check=False).returncode != 0:
+        return []
+    gone = podman("pod", "ps", "--filter", f"network={NET}", "--format", "{{.Name}}").split()
+    for pod in gone:
+        sh("podman", "pod", "rm", "-f", pod, check=False, timeout=120)
+    for line in podman("secret", "ls", "--format", "{{.ID}} {{.Name}}").splitlines():
+        sid, _, sname = line.partition(" ")
+        if sname.startswith(f"{NAME}-"):
+            sh("podman", "secret", "rm", sid, check=False)
+            gone.append(f"secret {sname}")
+    for v in podman("volume", "ls", "--format", "{{.Name}}").split():
+        if v in POD_VOLUMES or v.startswith(f"{NAME}-"):
+            sh("podman", "volume", "rm", "-f", v, check=False)
+            gone.append(f"volume {v}")
+    sh("podman", "network", "rm", "-f", NET, check=False)
+    return gone + [f"network {NET}"]
+
+
 @pytest.fixture(scope="module")
 def engine():
     required = os.environ.get("EMBTRT_REQUIRE_DEPLOY") == "1"   # CI: a deploy test that cannot run is a failure
@@ -110,6 +134,9 @@ def engine():
     if not shutil.which("podman") or not shutil.which("runc"):
         (pytest.fail if required else pytest.skip)(
             "podman and runc are missing: bash deploy/standin/podman-setup.sh (make test-all and make deploy-test do)")
+    cleared = clear_killed_run()
+    if cleared:
+        print(f"cleared what a killed run of this test left: {cleared}")
     taken = [v for v in POD_VOLUMES if sh("podman", "volume", "exists", v, check=False).returncode == 0]
     if taken:
         pytest.fail(f"podman volumes {taken} exist and are not this test's: remove them or run elsewhere")
