@@ -2,8 +2,9 @@
 one sequence -> one pooled vector) built on its own target (python-torch), gated, served on a real tritonserver
 over gRPC equal to the model card's computation written with transformers (Qwen3VLProcessor, chat template, last
 token, normalised) for texts, images, fused inputs and a request's instruction; behind `embtrt gateway` on the embed
-routes with the openai client and Cohere's SDK (texts and images; a fused input refused over HTTP saying where it is
-served); hostile images and over-long inputs refused naming their row while serving goes on; `embtrt verify`."""
+routes with the openai client and Cohere's SDK (texts, images, and fused inputs as Cohere v2's inputs and vLLM's
+messages, an instruction per request); hostile images and over-long inputs refused naming their row while serving
+goes on; `embtrt verify`."""
 
 import io
 
@@ -160,11 +161,71 @@ def test_gateway_embeds_texts_and_images_with_the_anchors_clients(url, folder, i
     v2 = cohere.ClientV2(api_key="unused", base_url=url)
     got = v2.embed(model="vlm_tiny", input_type="image", embedding_types=["float"], images=[_uri(f) for f in images])
     _close(np.asarray(got.embeddings.float_, np.float32), want_i)
-    fused = httpx.post(url + "/v2/embed", json={"model": "vlm_tiny", "input_type": "search_document", "embedding_types": ["float"],
-                                                "inputs": [{"content": [{"type": "text", "text": TEXTS[0]},
-                                                                        {"type": "image_url", "image_url": {"url": _uri(images[0])}}]}]},
-                       timeout=60)
-    assert fused.status_code == 400 and "VlmEmbeddingClient.embed_fused" in fused.text
+    nim = httpx.post(url + "/v1/embeddings", json={"model": "vlm_tiny", "input": [TEXTS[0]], "modality": "text_image"}, timeout=60)
+    assert nim.status_code == 400 and "Cohere v2's inputs" in nim.text and "vLLM's messages" in nim.text
+    assert httpx.get(url + "/health/ready", timeout=30).status_code == 200
+
+
+def test_gateway_embeds_fused_inputs_and_instructions_in_cohere_v2_and_vllm_shapes(url, folder, images):
+    """The fused shapes (#70 item 2): Cohere v2's two-part inputs with Cohere's SDK (either part first: the model card
+    puts the image before the text), vLLM's messages with a system message as the instruction, and `instruction` beside
+    openai's input: each equal to the model card's computation; a fused input with two images, or a conversation the
+    model cannot read, refused naming it while serving goes on."""
+    import cohere
+    import httpx
+    import openai
+
+    from tiny_vlm import reference_embed
+
+    pics = _pil(images)
+    asked = "Retrieve the page that answers the question."
+    want = reference_embed(folder, list(zip(TEXTS, pics)))
+    want_asked = reference_embed(folder, list(zip(TEXTS[:2], pics[:2])), instruction=asked)
+    part = lambda f: cohere.ImageUrlEmbedContent(image_url=cohere.EmbedImageUrl(url=_uri(f)))  # noqa: E731
+    inputs = [cohere.EmbedInput(content=[cohere.TextEmbedContent(text=t), part(f)] if k % 2 else
+                                [part(f), cohere.TextEmbedContent(text=t)]) for k, (t, f) in enumerate(zip(TEXTS, images))]
+    v2 = cohere.ClientV2(api_key="unused", base_url=url)
+    got = v2.embed(model="vlm_tiny", input_type="search_document", embedding_types=["float"], inputs=inputs)
+    _close(np.asarray(got.embeddings.float_, np.float32), want)
+    assert got.texts == TEXTS and got.meta.billed_units.images == 4
+    mixed = v2.embed(model="vlm_tiny", input_type="search_document", embedding_types=["float"],
+                     inputs=[inputs[0], cohere.EmbedInput(content=[cohere.TextEmbedContent(text=TEXTS[1])]),
+                             cohere.EmbedInput(content=[part(images[2])])])
+    _close(np.asarray(mixed.embeddings.float_, np.float32),
+           np.concatenate([want[:1], reference_embed(folder, [(TEXTS[1], None), (None, pics[2])])]))
+
+    def vllm(messages, **extra):
+        return httpx.post(url + "/v1/embeddings", json={"model": "vlm_tiny", "messages": messages, "encoding_format": "float",
+                                                        **extra}, timeout=60)
+
+    for k in range(2):
+        r = vllm([{"role": "system", "content": asked},
+                  {"role": "user", "content": [{"type": "image_url", "image_url": {"url": _uri(images[k])}},
+                                               {"type": "text", "text": TEXTS[k]}]}])
+        assert r.status_code == 200, r.text
+        _close(np.asarray([r.json()["data"][0]["embedding"]], np.float32), want_asked[k:k + 1])
+    r = vllm([{"role": "user", "content": TEXTS[2]}])
+    _close(np.asarray([r.json()["data"][0]["embedding"]], np.float32), reference_embed(folder, [(TEXTS[2], None)]))
+    oa = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    got = oa.embeddings.create(model="vlm_tiny", input=TEXTS, extra_body={"instruction": asked})
+    _close(np.asarray([d.embedding for d in got.data], np.float32),
+           reference_embed(folder, [(t, None) for t in TEXTS], instruction=asked))
+    # refused, naming what is wrong
+    two = {"type": "image_url", "image_url": {"url": _uri(images[1])}}
+    bad = httpx.post(url + "/v2/embed", json={"model": "vlm_tiny", "input_type": "search_document", "embedding_types": ["float"],
+                                              "inputs": [inputs[0].dict(), {"content": [*inputs[1].dict()["content"], two]}]},
+                     timeout=60)
+    assert bad.status_code == 400 and "inputs[1].content has 2 images" in bad.text, bad.text
+    cases = {"the role 'assistant' is not taken here": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+             "messages has no user message": [{"role": "system", "content": asked}],
+             "messages[1].content has 2 images": [{"role": "system", "content": asked}, {"role": "user", "content": [two, two]}],
+             "messages[0]: not an image": [{"role": "user", "content": [
+                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}]}]}
+    for said, messages in cases.items():
+        r = vllm(messages)
+        assert r.status_code == 400 and said in r.text, (said, r.text)
+    r = vllm([{"role": "system", "content": asked}, {"role": "user", "content": "q"}], instruction=asked)
+    assert r.status_code == 400 and "not both" in r.text
     assert httpx.get(url + "/health/ready", timeout=30).status_code == 200
 
 

@@ -201,3 +201,40 @@ def test_token_ids_are_refused_unless_the_gateway_takes_them(inp):
     assert err.message.startswith("token-id input is off on this gateway: ids are embedded as this model's own")
     assert "check_embedding_ctx_length=False" in err.message and "--token-ids" in err.message
     assert _parse({"model": "m", "input": ["still ok"]}, models={"m": _model(token_ids=False)}).texts
+
+
+# ---- a VLM embedder's fused shapes (embtrt.scale.gateway.images) ---------------------------------
+
+def test_messages_and_instruction_are_a_vlm_embedders_and_refused_for_a_text_embedder():
+    _refused({"model": "m", "messages": [{"role": "user", "content": "q"}]}, 400,
+             "messages (vLLM's chat-style embeddings) is served for VLM embedders; m is an embedder: send input",
+             "messages")
+    _refused({"model": "m", "input": "q", "instruction": "Represent it."}, 400,
+             "instruction is a VLM embedder's; m takes none", "instruction")
+
+
+def test_vllm_messages_are_one_input_with_the_system_message_as_its_instruction():
+    from embtrt.kinds.vlm.scale import VlmModel
+    from embtrt.scale.gateway.images import Fused
+
+    from embtrt.reference.images import data_uri, gate_images
+
+    png = gate_images(1, seed=3)[0][0]
+    vlm = {"v": VlmModel(ModelOptions(dim=8, normalize=True, prompts={}), VOCAB, MAX_LEN, 64)}
+    user = [{"type": "text", "text": "q"}, {"type": "image_url", "image_url": {"url": data_uri(png, "png")}}]
+    r = _parse({"model": "v", "messages": [{"role": "system", "content": [{"type": "text", "text": "Find it."}]},
+                                           {"role": "user", "content": user}]}, vlm)
+    assert (r.texts, r.media, r.instruction, r.media_field) == (["q"], (Fused(png),), "Find it.", "messages")
+    r = _parse({"model": "v", "messages": [{"role": "user", "content": "just text"}], "instruction": "Find it."}, vlm)
+    assert (r.texts, r.media, r.instruction) == (["just text"], (), "Find it.")
+    r = _parse({"model": "v", "input": ["a", "b"], "instruction": "Find it."}, vlm)
+    assert (r.texts, r.instruction) == (["a", "b"], "Find it.")
+    _refused({"model": "v", "input": "a", "instruction": ""}, 400, "instruction must be a non-empty string, got ''",
+             "instruction", vlm)
+    _refused({"model": "v", "input": "a", "messages": [{"role": "user", "content": "q"}]}, 400,
+             "send input or messages, not both", "messages", vlm)
+    _refused({"model": "v", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]},
+             400, "messages[0].content has 2 text parts: a fused input is one text and one image", "messages", vlm)
+    _refused({"model": "v", "messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+                                         {"role": "user", "content": "q"}]},
+             400, "messages[0]: a system message is the instruction, a text only", "messages", vlm)

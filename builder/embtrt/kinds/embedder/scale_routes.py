@@ -45,7 +45,7 @@ from ...scale.gateway.dialects import tei_headers, tei_truncation as _truncation
 from ...scale.gateway.errors import ApiError, empty, flag, model_name, short, text_list
 from ...scale.gateway.operation import Answer, Operation
 from ...scale.gateway.route_table import dialect_of
-from ...scale.gateway.images import cohere_items
+from ...scale.gateway.images import Fused, cohere_items, instruction
 from .scale_late import parse as parse_late, refuse_here
 from .scale_schema import (EmbeddingsModel, EmbeddingsRequest, _ids, _is_int, parse_embeddings, render as render_openai,
                            request_options, resolve_model)
@@ -201,15 +201,16 @@ def parse_cohere(version: str, body: Any, models: Mapping[str, EmbeddingsModel],
                        param="embedding_types")
     names = {"embedding_type": "embedding_types", "dimensions": "output_dimension", "prompt_name": "input_type"}
     width = body.get("output_dimension")
+    asked = instruction(body, m, name)
     if types is None:   # v1's floats: the vectors as the options give them
         return EmbeddingsRequest(model, name, texts, None, "float",
                                  request_options(m, {**raw, "dimensions": width}, names), version, media=media,
-                                 media_field=field)
+                                 media_field=field, instruction=asked)
     # by type: full-width floats from the model, each type finished from them (one forward pass for all)
     finishes = tuple((t, request_options(m, {**raw, "embedding_type": t, "dimensions": width}, names))
                      for t in dict.fromkeys(types))
     return EmbeddingsRequest(model, name, list(texts), None, "float", request_options(m, raw, names), version,
-                             types=finishes, media=media, media_field=field)
+                             types=finishes, media=media, media_field=field, instruction=asked)
 
 
 PARSERS = {"tei": parse_tei, "tei-all": parse_embed_all, "tei-similarity": parse_similarity,
@@ -242,6 +243,8 @@ async def answer(model, req: EmbeddingsRequest) -> Answer:
             raise ApiError(400, f"late chunking is served for text embedders; {req.served} is a {model.kind.name}",
                            param="late_chunking")
         vecs, tokens = await late_chunks(req.late.document, list(req.late.spans), req.options, req.late.field)
+    elif req.instruction is not None:   # a VLM embedder's items with the request's instruction
+        vecs, tokens = await model.embed_items(req.texts, req.media, req.options, req.media_field, req.instruction)
     elif req.media:   # a text-and-image model's images (and texts), each item in its own modality
         vecs, tokens = await model.embed_items(req.texts, req.media, req.options, req.media_field)
     else:
@@ -264,7 +267,7 @@ def render(model, req: EmbeddingsRequest, vecs: np.ndarray, tokens: int) -> Answ
     images = sum(x is not None for x in req.media)
     meta = {"api_version": {"version": version},
             "billed_units": {"input_tokens": tokens, **({"images": images} if images else {})}}
-    texts = [t for k, t in enumerate(req.texts or ()) if not req.media or req.media[k] is None]
+    texts = [t for k, t in enumerate(req.texts or ()) if not req.media or req.media[k] is None or isinstance(req.media[k], Fused)]
     doc: dict[str, Any] = {"id": str(uuid.uuid4()), "texts": texts, "meta": meta}
     if not req.types:   # v1 without embedding_types
         doc.update(embeddings=vecs, response_type="embeddings_floats")

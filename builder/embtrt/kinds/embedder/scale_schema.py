@@ -19,7 +19,7 @@ from embtrt_backend.kinds import EMBEDDER, Kind
 
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, model_name
 from ...scale.gateway.operation import Answer
-from ...scale.gateway.images import media, modalities, takes_images
+from ...scale.gateway.images import instruction, media, messages_input, modalities, takes_images
 from .scale_late import Late, parse as parse_late
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
@@ -61,6 +61,7 @@ class EmbeddingsRequest:
     media: tuple = ()
     media_field: str = "input"       # the body's field of those items (Cohere: images or inputs), in errors
     late: Late | None = None         # late chunking (scale_late.py): the document and its chunks' spans
+    instruction: str | None = None   # a VLM embedder's instruction for this request (None: the model's default)
 
 
 def model_suffixes(options: ModelOptions) -> list[str]:
@@ -136,6 +137,15 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
     def request(texts: list[str] | None, ids: list[list[int]] | None) -> EmbeddingsRequest:
         return EmbeddingsRequest(model, name, texts, ids, fmt, opts)
 
+    asked = instruction(body, m, name)
+    if body.get("messages") is not None:   # vLLM's chat-style embeddings: one conversation, one vector
+        items, found, system = messages_input(body, m, name, kinds.get(name, EMBEDDER))
+        if system is not None and asked is not None:
+            raise ApiError(400, "give the instruction as the system message or as instruction, not both", param="instruction")
+        if not found:
+            check_bytes(items, m.max_text_bytes, "messages")
+        return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found, media_field="messages",
+                                 instruction=system if system is not None else asked)
     if "input" not in body:
         raise ApiError(400, "you must provide an input parameter", param="input")
     inp = body["input"]
@@ -151,7 +161,7 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
             if found[k] is None:
                 check_bytes([x], m.max_text_bytes, "input", name=f"input[{k}]")
         return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found,
-                                 late=parse_late(body, items, "input", raw, max_items, found))
+                                 late=parse_late(body, items, "input", raw, max_items, found), instruction=asked)
     if body.get("modality") is not None:
         if any(x != "text" for x in modalities(body["modality"], len(inp) if isinstance(inp, list) else 1) or ()):
             raise ApiError(400, "images are data URI strings in input: token ids are texts' only", param="modality")

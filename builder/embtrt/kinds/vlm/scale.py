@@ -3,8 +3,9 @@ call), each in parts of at most its max batch, concurrently; the vectors back in
 and vector type applied here (the front door returns the model's normalised vectors; `dimensions` truncates and
 renormalises them, as for every pooled model). It serves the embed operation's routes with texts and images as the
 text-and-image kind is served (OpenAI's and NIM's /v1/embeddings with `modality`, infinity's /embeddings, Cohere's
-/v2/embed `images` and one-part `inputs`), with the model card's default instruction. A text fused with an image
-(Cohere v2's two-part `inputs`) is served over gRPC (VlmEmbeddingClient.embed_fused) and refused over HTTP today."""
+/v2/embed `images` and one-part `inputs`); a text fused with an image as Cohere v2's two-part `inputs` or vLLM's
+`messages` (scale.gateway.images), sent as TEXT and IMAGE rows side by side; the request's instruction (the system
+message, or `instruction`) as the front door's parameter, else the model card's default."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class VlmModel:
     route: str = "frontdoor"
     token_ids: bool = False
     images: bool = True
-    fused: bool = True   # a text fused with an image is its input (served over gRPC; HTTP refuses it saying so)
+    fused: bool = True   # a text fused with an image is one input; an instruction per request
 
 
 class ServedVlm(ServedModel):
@@ -65,6 +66,8 @@ class Vlm(FrontDoorModel):
         return {"embedding": {"pooling": "last-token"}}
 
     def inputs(self, items: list, how) -> list:
+        if len(how) == 2:   # fused: (text, image) pairs, TEXT and IMAGE rows side by side
+            return [wire.text_input([t for t, _ in items], how[0]), wire.text_input([b for _, b in items], how[1])]
         return [wire.text_input(items, how[0])]
 
     def unpack(self, items: list, outs: tuple):
@@ -76,9 +79,12 @@ class Vlm(FrontDoorModel):
                            param="input")
         return await self.embed_items(texts, (), opts)
 
-    async def embed_items(self, texts: list[str], media: tuple, opts=None, field: str = "input") -> tuple[np.ndarray, int]:
-        """Items in input order (`media[k]` an image's encoded bytes, or None: texts[k] is a text) -> (their vectors,
-        with the request's width and type; the tokens)."""
+    async def embed_items(self, texts: list[str], media: tuple, opts=None, field: str = "input",
+                          instruction: str | None = None) -> tuple[np.ndarray, int]:
+        """Items in input order (`media[k]` an image's encoded bytes, a Fused image with texts[k], or None: texts[k] is
+        a text) -> (their vectors, with the request's width and type; the tokens); `instruction` the system message
+        (None: the model's default)."""
         opts = opts if opts is not None else self.options.default
-        vecs, tokens = await self.send_items(texts, media, lambda modality: (modality,), None, field)
+        params = {"instruction": instruction} if instruction is not None else None
+        vecs, tokens = await self.send_items(texts, media, lambda modality: tuple(modality.split("+")), params, field)
         return self.options.finish(vecs, opts), tokens

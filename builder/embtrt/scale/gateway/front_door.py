@@ -75,19 +75,25 @@ class FrontDoorModel:
 
     async def send_items(self, texts: list, media: tuple, how: Callable[[str], Any], params: dict | None,
                          field: str) -> tuple[np.ndarray, int]:
-        """A kind taking images: items in input order, `media[k]` an image's encoded bytes or None (texts[k] is a text;
-        `media` empty: every item a text) -> (their rows in input order, the tokens the front door counts). Texts and
-        images go up in calls of their own modality (`how(input name)`: Triton gives every input of a request one batch
-        size), concurrently; the texts' characters are admitted first; a refused item is a 400 naming `field[k]`."""
-        n = len(texts)
+        """A kind taking images: items in input order, `media[k]` an image's encoded bytes, a Fused image (texts[k] goes
+        with it: one input) or None (texts[k] is a text; `media` empty: every item a text) -> (their rows in input order,
+        the tokens the front door counts). Texts, images and fused pairs go up in calls of their own (`how("TEXT")`,
+        `how("IMAGE")`, `how("TEXT+IMAGE")`: Triton gives every input of a request one batch size), concurrently; the
+        texts' characters are admitted first; a refused item is a 400 naming `field[k]`."""
+        from .images import Fused
+
+        n, image = len(texts), self.kind.image_input
+        fused = f"TEXT+{image}"   # a text fused with an image (images.Fused): both inputs in one row
         at = {"TEXT": [k for k in range(n) if not media or media[k] is None],
-              self.kind.image_input: [k for k in range(n) if media and media[k] is not None]}
-        self.admission.check_chars([texts[k] for k in at["TEXT"]])
+              image: [k for k in range(n) if media and media[k] is not None and not isinstance(media[k], Fused)],
+              fused: [k for k in range(n) if media and isinstance(media[k], Fused)]}
+        self.admission.check_chars([texts[k] for k in at["TEXT"] + at[fused]])
 
         async def run(modality: str, rows: list[int]) -> tuple[np.ndarray | None, int]:
             if not rows:
                 return None, 0
-            values = [texts[k] if modality == "TEXT" else media[k] for k in rows]
+            values = [texts[k] if modality == "TEXT" else (texts[k], media[k].image) if modality == fused else media[k]
+                      for k in rows]
             try:
                 parts, tokens = await self.send(values, how(modality), params, field)
             except ApiError as exc:
