@@ -24,7 +24,13 @@ TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def make_vlm(path: Path) -> Path:
+# the model's shape: "tiny" (the tests': width 32, 2 layers, 4 to 16 image tokens) or "small" (the bench's: width 256,
+# 4 layers, up to 256 image tokens; speed depends on the shape, not the weights)
+SHAPES = {"tiny": dict(width=32, layers=2, heads=2, kv=1, head_dim=16, mrope=[2, 3, 3], max_tokens=16),
+          "small": dict(width=256, layers=4, heads=4, kv=2, head_dim=64, mrope=[12, 10, 10], max_tokens=256)}
+
+
+def make_vlm(path: Path, shape: str = "tiny") -> Path:
     import torch
     from tokenizers import decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen3VLConfig, Qwen3VLModel
@@ -39,16 +45,19 @@ def make_vlm(path: Path) -> Path:
                                    padding_side="right", model_max_length=1024)
     fast.chat_template = TEMPLATE
     ids = {t: fast.convert_tokens_to_ids(t) for t in SPECIALS}
+    z = SHAPES[shape]
+    w = z["width"]
     images = Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32 * 4,
-                                      max_pixels=32 * 32 * 16, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+                                      max_pixels=32 * 32 * z["max_tokens"], image_mean=[0.5] * 3, image_std=[0.5] * 3)
     torch.manual_seed(41)
-    text = dict(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=1, head_dim=16, max_position_embeddings=1024, initializer_range=0.2,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
+    text = dict(vocab_size=len(fast), hidden_size=w, intermediate_size=2 * w, num_hidden_layers=z["layers"],
+                num_attention_heads=z["heads"], num_key_value_heads=z["kv"], head_dim=z["head_dim"],
+                max_position_embeddings=1024, initializer_range=0.2,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": z["mrope"],
                                  "mrope_interleaved": True}, pad_token_id=ids["<|endoftext|>"])
-    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
-                  temporal_patch_size=2, out_hidden_size=32, num_position_embeddings=64, deepstack_visual_indexes=[0],
-                  initializer_range=0.2)
+    vision = dict(depth=z["layers"], hidden_size=w, intermediate_size=2 * w, num_heads=z["heads"], patch_size=16,
+                  spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=w, num_position_embeddings=64,
+                  deepstack_visual_indexes=[0], initializer_range=0.2)
     cfg = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
                         video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
                         vision_end_token_id=ids["<|vision_end|>"])
@@ -60,7 +69,7 @@ def make_vlm(path: Path) -> Path:
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.sentence_transformer.modules.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.base.modules.Normalize"}]))
     (path / "1_Pooling").mkdir()
-    (path / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "lasttoken"}))
+    (path / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": w, "pooling_mode": "lasttoken"}))
     (path / "2_Normalize").mkdir()
     (path / "sentence_bert_config.json").write_text(json.dumps({
         "transformer_task": "feature-extraction", "module_output_name": "token_embeddings", "message_format": "structured",

@@ -175,7 +175,8 @@ def test_bench_s_scenario_options_each_pick_one_kind_and_two_are_refused():
     options pick two kinds and are refused, naming both, before anything is measured."""
     from embtrt_backend.kinds import KINDS
 
-    assert sorted(k.bench_flag for k in KINDS if k.bench_flag) == ["--classify", "--images", "--pages", "--rerank-documents", "--sparse"]
+    assert sorted(k.bench_flag for k in KINDS if k.bench_flag) == ["--classify", "--images", "--pages", "--rerank-documents",
+                                                                   "--sparse", "--vlm-images"]
     assert [k.name for k in KINDS if k.bench_cli and not k.bench_flag] == ["embedder"]   # the embedding scenarios
     r = runner.invoke(app, ["bench", "--model", "m", "--sparse", "--classify"])
     assert r.exit_code == SpecError.exit_code and "--sparse and --classify pick two kinds' scenarios" in r.output, r.output

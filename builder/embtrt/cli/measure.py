@@ -87,6 +87,7 @@ def bench(
     classify: bool = typer.Option(False, "--classify", help="Classifier scenarios: the --model targets are classifiers, measured in texts/s at each --concurrency with --texts-per-request real texts each (8 when left at 1); --reference (their model folder) adds in-process transformers (fp32, batch 32) on the same texts. Default off (embedding scenarios)."),
     sparse: bool = typer.Option(False, "--sparse", help="Sparse scenarios: the --model targets are sparse encoders (SPLADE), measured in texts/s per --buckets scenario and --concurrency with --texts-per-request texts each, as documents (or --option input_type=query); --reference (their SparseEncoder folder) adds in-process SparseEncoder.encode_document / encode_query (fp32, batch 32 and one at a time) on the same texts. Default off (embedding scenarios)."),
     images: Optional[Path] = typer.Option(None, "--images", help="Image scenarios: a folder of image files (jpg, png, webp, gif, bmp); the --model targets are text-and-image models, measured in images/s at each --concurrency with --texts-per-request images each; --reference (their model folder) adds in-process SentenceTransformer.encode of the same images (data URIs, batch 32, fp32). Default: none (embedding scenarios)."),
+    vlm_images: Optional[Path] = typer.Option(None, "--vlm-images", help="VLM-embedder image scenarios: a folder of image files (jpg, png, webp, gif, bmp); the --model targets are VLM embedders, measured in images/s at each --concurrency with --texts-per-request images each; --reference (their model folder) adds the model card's computation in process on the same images (the processor's PIL backend, one at a time, fp32). Default: none (embedding scenarios)."),
     pages: Optional[Path] = typer.Option(None, "--pages", help="Page-image scenarios: a folder of page images (jpg, png, webp, gif, bmp); the --model targets are page-image retrievers, measured in pages/s at each --concurrency with --texts-per-request pages each; --reference (their ColPali folder) adds in-process ColPaliForRetrieval on the processor's output (PIL backend, batch 8, fp32) of the same pages. Default: none (embedding scenarios)."),
     processes: int = typer.Option(1, help="Load generator processes for the --model (Triton) targets of embedding scenarios: above 1, embtrt.measure.loadgen drives them from that many processes, every request built before the clock starts (a host with cores to spare: the GPU host's 16). Default 1 (this process's asyncio driver)."),
     floor: bool = typer.Option(False, "--floor", help="Embedding scenarios: also serve the floor (a model with the front door's signature and no encoder, on a tritonserver of its own) and drive it as a target with the same generator and texts; the report says, per scenario, whether each Triton target's rate is under a third of the floor's, or may have been the generator's. Needs a tritonserver (embtrt[server]). Default off."),
@@ -100,11 +101,11 @@ def bench(
     from .measure_kinds import BenchOptions
 
     chosen = {"--rerank-documents": rerank_documents, "--classify": classify or None, "--images": images, "--sparse": sparse or None,
-              "--pages": pages}
+              "--pages": pages, "--vlm-images": vlm_images}
     picked = [k for k in KINDS if k.bench_flag and chosen.get(k.bench_flag) is not None]   # the kind the option picks
     if (processes != 1 or floor) and picked:
         raise SpecError("--processes and --floor apply to embedding scenarios only",
-                        "leave them out with --rerank-documents, --classify, --images, --pages or --sparse")
+                        "leave them out with --rerank-documents, --classify, --images, --pages, --vlm-images or --sparse")
     if len(picked) > 1:
         raise SpecError(f"{' and '.join(k.bench_flag for k in picked)} pick two kinds' scenarios: give one")
     kind = picked[0] if picked else next(k for k in KINDS if k.bench_cli and not k.bench_flag)   # the embedding scenarios
