@@ -253,3 +253,86 @@ def test_embed_cli_embeds_texts_and_images(server, images, tmp_path):
     r = subprocess.run([sys.executable, "-m", "embtrt.cli", "embed", "--url", server.grpc_url, "--model", "vlm_tiny", "a query",
                         "--dimensions", "8"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "takes an instruction only" in r.stdout + r.stderr
+
+
+def test_bench_vlm_images_served_and_in_process(server, folder, images, tmp_path):
+    """`embtrt bench --vlm-images`: images/s of the served model and of the model card's computation in process, on the
+    same images."""
+    import json
+    import subprocess
+    import sys
+
+    for i, f in enumerate(images):
+        (tmp_path / f"i{i}.png").write_bytes(f)
+    r = subprocess.run([sys.executable, "-m", "embtrt.cli", "bench", "--url", server.grpc_url, "--model", "vlm_tiny",
+                        "--vlm-images", str(tmp_path), "--reference", str(folder), "--concurrency", "1,4",
+                        "--requests", "12", "--warmup", "2", "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)["results"]
+    assert [row["target"].split(":")[0] for row in rows] == ["triton", "triton", "inprocess"]
+    assert all(row["errors"] == 0 and row["images_per_s"] > 0 for row in rows)
+    assert rows[0]["requests"] == 12 and rows[2]["images_per_request"] == 1
+
+
+def test_probe_and_k8s_take_a_vlm_embedder(server, repo, tmp_path):
+    """`embtrt probe` (a text and the probe image through the front door, each finite) and `embtrt k8s` (one pool of the
+    front door, a gateway in front) on the kind."""
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "embtrt.cli"]
+    r = subprocess.run([*cli, "probe", "--url", server.grpc_url, "--model", "vlm_tiny"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([*cli, "k8s", str(repo), "--out", str(tmp_path / "k8s"), "--image", "localhost/pool:test",
+                        "--server-python", "3.11"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pools = sorted(p.name for p in (tmp_path / "k8s").glob("*-pool-*.yaml"))   # one pool: the front door's longest bucket
+    assert pools == ["vlm-tiny-pool-1024.yaml"] and (tmp_path / "k8s" / "gateway.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_tune_takes_a_vlm_embedder(repo, tmp_path):
+    """`embtrt tune` on the front door, one text per request (its trial); the applied winner passes check and serves."""
+    from embtrt.kinds.vlm.serve import VlmEmbeddingClient
+    from embtrt.measure.tune import TuneSpec, tune
+    from embtrt.repository.check import check_repository
+
+    doc = tune(TuneSpec(repo, slo_p99_ms=10000, concurrency=(2,), budget_min=1.0, requests=12, warmup=2,
+                        knobs=("front.max_queue_delay_us",), apply_to=tmp_path / "tuned"), log=lambda m: None)
+    assert len(doc["trials"]) >= 2 and all(t["results"]["2"]["req_per_s"] > 0 for t in doc["trials"])
+    assert check_repository(tmp_path / "tuned").passed
+    with start_server(tmp_path / "tuned", tmp_path) as srv, VlmEmbeddingClient(srv.grpc_url, "vlm_tiny") as c:
+        assert c.embed(["a query"]).shape == (1, 32)
+
+
+@pytest.mark.slow
+def test_bf16_builds_behind_the_reduced_gate_serves_and_verifies(folder, server, corpus, images, tmp_path):
+    """--precision bf16 (CPU autocast; fp16 or bf16 on CUDA): gated by seed 003's reduced bounds (texts 0.999, images and
+    fused inputs 0.995, retrieval both ways by top-10 overlap >= 0.98), served, and `verify` of the served model by the
+    same bounds; its vectors are not the fp32 build's (the precision is applied), yet within them."""
+    from embtrt.export import build
+    from embtrt.export.spec_options import spec_from_options
+    from embtrt.kinds.vlm.measure import VlmMeasure
+    from embtrt.kinds.vlm.serve import VlmEmbeddingClient
+    from embtrt.repository.manifest import read_manifest
+
+    repo = build(spec_from_options(folder, tmp_path / "bf16", precision="bf16"),   # --target auto: python-torch
+                 log=lambda _: None).repository
+    parity = read_manifest(repo).extra["parity"]
+    assert parity["passed"] and parity["precision"] == "bf16"
+    assert parity["texts_cosine_min"] >= 0.999 and min(parity["images_cosine_min"], parity["fused_cosine_min"]) >= 0.995
+    assert parity["text_to_image_overlap"] >= 0.98 and parity["image_to_text_overlap"] >= 0.98
+    (tmp_path / "srv").mkdir()
+    with start_server(repo, tmp_path / "srv") as srv:
+        # the build gate's texts (its 16 short ones): on 36 corpus texts the tiny model's bf16 image -> text overlap was
+        # 0.969 here (texts whose cosines with an image lie within bf16's score error, 0.0125, trade places): verify
+        # reports that as a failure, by the same bound
+        gated = [t for t in corpus if len(t) < 300][:16]
+        rep = VlmMeasure.verify(srv.grpc_url, "vlm_tiny", folder, gated, log=lambda _: None)
+        assert rep.passed, rep.failures
+        assert any("(limit 0.995)" in line for line in rep.lines) and any("(bf16)" in line for line in rep.lines)
+        with VlmEmbeddingClient(srv.grpc_url, "vlm_tiny") as c16, VlmEmbeddingClient(server.grpc_url, "vlm_tiny") as c32:
+            a, b = c16.embed_fused(TEXTS, images), c32.embed_fused(TEXTS, images)
+    cos = (a * b).sum(1)
+    assert np.abs(a - b).max() > 1e-4 and cos.min() >= 0.995, (np.abs(a - b).max(), cos.min())

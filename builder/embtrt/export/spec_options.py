@@ -108,28 +108,28 @@ def spec_from_options(
     seq = max_seq_length if max_seq_length is not None else max(*bucket_t, 2) if bucket_t else 1 << 20
     stride = {} if max_seq_length is not None else {"overflow_stride": 0}
     names = {**overrides, **({default_name: ""} if default_name and default_name not in overrides else {})}
+    from ..reference.detect import detect
+    from ..reference.modelinfo import require_trusted
+
+    require_trusted(model_dir, bool(rest.get("trust_remote_code", False)))
+    detection = detect(model_dir)
+    found, why = detection.kind.name, detection.why
+    if kind != "auto" and detection.admits(kind):
+        found = kind   # a *ForSequenceClassification folder as a reranker or a classifier, bge-m3 as an embedder
+    resolved, own = resolve_target(target), kind_of(found).targets
+    if target == "auto" and own and resolved not in own:   # a kind that builds for some targets only: its own, before
+        resolved = own[0]                                   # --precision and the rest are checked against a target
     given = BuildSpec(
-        model_dir=model_dir, out=Path(out), name=name, target=resolve_target(target),
+        model_dir=model_dir, out=Path(out), name=name, target=resolved,
         pooling="mean" if pooling == "auto" else pooling, normalize=bool(normalize), buckets=bucket_t or default_buckets(seq),
         max_seq_length=seq, hidden_size=1 << 30, max_batch_size=max_batch_size, preferred_batch_sizes=pref,
         pooler=pooler or "fused", prompts=tuple(names.items()), default_prompt_name=default_name, dimensions=widths,
         **{**rest, **stride},  # type: ignore[arg-type]
     )
 
-    from ..reference.detect import detect
-    from ..reference.modelinfo import require_trusted
-
-    require_trusted(model_dir, given.trust_remote_code)
-    detection = detect(model_dir)
-    found, why = detection.kind.name, detection.why
-    if kind != "auto" and detection.admits(kind):
-        found = kind   # a *ForSequenceClassification folder as a reranker or a classifier, bge-m3 as an embedder
     if kind != "auto" and kind != found:
         raise SpecError(f"invalid kind: --kind {kind}, but {model_dir.name} is {a_or_an(found)} {found} ({why})",
                         f"build it as {a_or_an(found)} {found} (leave --kind out), or point at {a_or_an(kind)} {kind} folder")
-    own = kind_of(found).targets
-    if target == "auto" and own and given.target not in own:   # a kind that builds for some targets only: its own
-        given = given.with_(target=own[0])
     if kind_of(found).spec_fields:   # what the kind's reference reads of the folder (its export module)
         fields = implementation(kind_of(found), "spec_fields")(model_dir, max_seq_length, bucket_t, given.trust_remote_code,
                                                                overrides, default_prompt, default_name)

@@ -1,7 +1,7 @@
-"""`embtrt verify` on a VLM embedder: the gate's bound (every vector's cosine >= 0.99999 with the model card's
-computation) on a served deployment, the corpus texts that fit, the gate's 16 seeded images and texts fused with
-them, over gRPC; --under-load resends every text in mixed-size requests at a concurrency, each vector equal to its
-unloaded one; --against compares two deployments by the same bound. `embtrt tune`'s trial: one text per request."""
+"""`embtrt verify` on a VLM embedder: the gate (kinds.vlm.reference_gate, by the served precision) on a served
+deployment, the corpus texts that fit, the gate's 16 seeded images and texts fused with them, over gRPC;
+--under-load resends every text in mixed-size requests at a concurrency, each vector equal to its unloaded one;
+--against compares two deployments by the same bounds. `embtrt tune`'s trial: one text per request."""
 
 from __future__ import annotations
 
@@ -14,14 +14,10 @@ from ...measure.driver import Load
 from ...measure.kind_measure import KindMeasure, KindReport, text_trial
 from ...reference.images import data_uri, gate_images
 from ...reference.verdict import Verdict
-from .reference import COSINE
+from .reference_gate import GROUPS, judge
 
 UNDER_LOAD = 1e-4
 MARGIN = 64   # the chat template's tokens around a text: a text of at most max - MARGIN bytes fits
-
-
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    return float(((a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)).min(initial=1.0))
 
 
 class VlmMeasure(KindMeasure):
@@ -31,7 +27,8 @@ class VlmMeasure(KindMeasure):
         from .serve import VlmEmbeddingClient
 
         with VlmEmbeddingClient(self.url, self.model) as c:
-            self.max_tokens = int(c.parameters()["max_seq_length"])
+            p = c.parameters()
+            self.max_tokens, self.precision = int(p["max_seq_length"]), p.get("precision", "fp32")
         self.images = [f for f, _ in gate_images()]
 
     def texts(self, texts: list[str]) -> list[str]:
@@ -54,13 +51,12 @@ class VlmMeasure(KindMeasure):
         return UNDER_LOAD, ""
 
     def against(self, rep: KindReport, got, other, where: tuple[str, str]) -> float:
-        worst = 0.0
-        for name in ("texts", "images", "fused"):
-            low = _cos(got[name], other[name])
-            rep.check(low >= COSINE, f"against {where[1]} at {where[0]}: {name} cosine min {low:.6f} (limit {COSINE})",
-                      f"against {where[0]}: {name} differ (cosine {low:.6f})")
-            worst = max(worst, 1.0 - low)
-        return worst
+        """Two deployments by the gate's bounds of the reduced one's precision (fp32 alike: 0.99999)."""
+        v = judge(got, other, self.precision)
+        for line in v.lines:
+            rep.check(line.startswith("[ok]"), f"against {where[1]} at {where[0]}: {line.split('] ', 1)[-1]}",
+                      f"against {where[0]}: {line.split('] ', 1)[-1]}")
+        return max(1.0 - float(v.figures.get(f"{n}_cosine_min", 1.0)) for n in GROUPS)
 
     def gate(self, reference: Path, texts: list[str], got, trust_remote_code: bool) -> Verdict:
         from transformers.image_utils import load_image
@@ -71,13 +67,7 @@ class VlmMeasure(KindMeasure):
         pics = [load_image(data_uri(f, "png")) for f in self.images]
         want = {"texts": embed(ref, [(x, None) for x in t]), "images": embed(ref, [(None, p) for p in pics]),
                 "fused": embed(ref, list(zip(t[:len(pics)], pics)))}
-        v = Verdict()
-        for name, w in want.items():
-            low = _cos(got[name], w)
-            v.check(low >= COSINE, f"{name}: {len(w)} inputs, cosine min {low:.6f} (limit {COSINE})",
-                    f"{name}: cosine {low:.6f} < {COSINE}")
-            v.figures[f"{name}_cosine_min"], v.figures[name] = low, len(w)
-        return v
+        return judge(got, want, self.precision)
 
     def groups(self, texts: list[str]) -> list[int]:
         return [len(self.texts(texts))]

@@ -19,7 +19,6 @@ from ...errors import ModelError
 
 MODEL_TYPES = ("qwen3_vl",)
 INSTRUCTION = "Represent the user's input."
-COSINE = 0.99999   # the gate's bound: every served vector's cosine with the reference's (fp32)
 
 
 def _pooling(path: Path) -> str:
