@@ -54,3 +54,40 @@ def make_colpali(path: Path, st: bool = False, shape: str = "tiny") -> Path:
         MultiVectorEncoder(str(hf), device="cpu").save(str(path))
         shutil.rmtree(hf)
     return path
+
+
+def make_colqwen2(path: Path) -> Path:
+    """A tiny seeded ColQwen2ForRetrieval (Qwen2-VL: text and vision width 32, 2 layers; the image processor's PIL
+    backend, patch 14, merge 2: an image gives (H/28)(W/28) tokens within 4 to 16) with a ColQwen2Processor, saved as
+    transformers saves them; the tokenizer tiny_vlm's (a byte-level BPE with Qwen's special tokens)."""
+    import torch
+    from tokenizers import models, pre_tokenizers, trainers
+    from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, PreTrainedTokenizerFast, Qwen2VLConfig
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from tiny_models import _corpus, _train
+    from tiny_vlm import SPECIALS
+
+    from tokenizers import decoders
+
+    tok = _train(models.BPE(), trainers.BpeTrainer(vocab_size=1000, special_tokens=SPECIALS,
+                                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+                 pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel(), _corpus())
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                                   padding_side="right", model_max_length=1024)
+    ids = {t: fast.convert_tokens_to_ids(t) for t in SPECIALS}
+    images = Qwen2VLImageProcessorPil(patch_size=14, merge_size=2, temporal_patch_size=2, min_pixels=28 * 28 * 4,
+                                      max_pixels=28 * 28 * 16)
+    torch.manual_seed(61)
+    text = dict(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=1024, initializer_range=0.2,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+                pad_token_id=ids["<|endoftext|>"])
+    vision = dict(depth=2, embed_dim=32, hidden_size=32, mlp_ratio=2, num_heads=2, patch_size=14, spatial_merge_size=2,
+                  temporal_patch_size=2, initializer_range=0.2)
+    vlm = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
+                        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+                        vision_end_token_id=ids["<|vision_end|>"])
+    ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=64, initializer_range=0.2)).eval().save_pretrained(path)
+    ColQwen2Processor(image_processor=images, tokenizer=fast).save_pretrained(path)
+    return path

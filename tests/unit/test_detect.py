@@ -113,11 +113,18 @@ def test_a_causal_lm_without_sentence_transformers_files_is_refused_not_built_as
     assert found.kind.name == "embedder" and "SentenceTransformer folder" in found.why
 
 
+@pytest.mark.parametrize("extra", [{}, {"config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}])
+def test_a_colqwen2_folder_is_a_page_image_retriever_whoever_saved_it(tmp_path, extra):
+    """#70 item 1: ColQwen2ForRetrieval builds as the page-image retriever (transformers' class, its positions), saved by
+    transformers or by sentence-transformers' MultiVectorEncoder (not a ColBERT: rule 1 decides first)."""
+    config = {"architectures": ["ColQwen2ForRetrieval"], "model_type": "colqwen2", "vlm_config": {"model_type": "qwen2_vl"}}
+    found = detect(folder(tmp_path, "colqwen2", {"config.json": config, **extra}))
+    assert found.kind.name == "pages" and "ColQwen2ForRetrieval" in found.why
+
+
 @pytest.mark.parametrize("config, extra, said", [
-    ({"architectures": ["ColQwen2ForRetrieval"], "model_type": "colqwen2", "vlm_config": {"model_type": "qwen2_vl"}}, {},
-     "ColQwen2ForRetrieval over a vision-language model"),
-    ({"architectures": ["ColQwen2ForRetrieval"], "model_type": "colqwen2", "vlm_config": {"model_type": "qwen2_vl"}},
-     {"config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "ColQwen2ForRetrieval over"),   # not ColBERT
+    ({"architectures": ["ColQwen2_5ForRetrieval"], "model_type": "colqwen2_5", "vlm_config": {"model_type": "qwen2_5_vl"}},
+     {"config_sentence_transformers.json": {"model_type": "MultiVectorEncoder"}}, "ColQwen2_5ForRetrieval over"),   # not ColBERT
     ({"architectures": ["Qwen3VLModel"], "model_type": "qwen3_vl", "image_token_id": 151655}, {}, "Qwen3VLModel, whose text"),
     # a sentence-transformers save of a VLM embedder (a Transformer of text and image modalities): not two towers
     ({"architectures": ["Qwen3VLModel"], "model_type": "qwen3_vl", "image_token_id": 151655},

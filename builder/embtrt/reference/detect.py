@@ -79,9 +79,9 @@ def detect(path: Path) -> Detection:
         matched, why = resolve(rule.test)(path)
         if matched and vlm and not rule.vlm:
             raise SpecError(f"{path} is a vision-language model that reads images in one sequence with its text ({vlm}): "
-                            "of these, ColPaliForRetrieval folders are served (page-image retrieval); ColQwen-style "
-                            "retrievers and VLM embedders are not yet, and serving its text side alone as a text kind would "
-                            "not be its output",
+                            "of these, ColPaliForRetrieval and ColQwen2ForRetrieval folders (page-image retrieval) and "
+                            "Qwen3-VL embedders with sentence-transformers' last-token pooling are served; serving its text "
+                            "side alone as a text kind would not be its output",
                             "CLIP-style two-tower models (separate text and image towers) build as the text-and-image kind "
                             "(docs/images.md)")
         if matched:

@@ -29,7 +29,7 @@ DEFAULT_QUERY_TOKENS = 512
 
 class PagesBuild(FrontDoorBuild):
     kind, changes = PAGES, "token vectors"
-    reference = "ColPaliForRetrieval on ColPaliProcessor's queries and images (PIL backend, fp32)"
+    reference = "ColPaliForRetrieval or ColQwen2ForRetrieval on its processor's queries and images (PIL backend, fp32)"
     targets_why = ("the vision-language model's ONNX export is not done, so no ONNX Runtime, OpenVINO or TensorRT "
                    "graph exists")
 
@@ -44,7 +44,11 @@ class PagesBuild(FrontDoorBuild):
     def reading(self) -> str:
         i = getattr(self, "_info", None)
         if i is None:
-            return "a page-image retriever (ColPali-style)"
+            return "a page-image retriever (ColPali or ColQwen2-style)"
+        if i.family == "qwen2":
+            return (f"a page-image retriever (ColQwen2-style, transformers' positions: pages at their own resolution, at "
+                    f"most {i.image_tokens} image tokens; queries up to {self.spec.max_seq_length} tokens; {i.dim}-wide "
+                    "token vectors)")
         return (f"a page-image retriever (ColPali-style: pages {i.image_size[1]} x {i.image_size[0]} as {i.image_tokens} "
                 f"image tokens; queries up to {self.spec.max_seq_length} tokens; {i.dim}-wide token vectors)")
 
@@ -69,7 +73,8 @@ class PagesBuild(FrontDoorBuild):
 
         i = self.info
         return PagesConfig(dim=i.dim, query_prefix=i.query_prefix, query_suffix=i.query_suffix, image_ids=i.image_ids,
-                           max_query_tokens=self.spec.max_seq_length, pad_id=pad_id, max_batch=self.spec.max_batch_size)
+                           max_query_tokens=self.spec.max_seq_length, pad_id=pad_id, max_batch=self.spec.max_batch_size,
+                           family=i.family)
 
     def check_tokenizer(self, hf_tok, tok_json: Path, pad_id: int, work: Path, texts: list[str]) -> None:
         """The front door's query ids (its prefix, the text, the augmentation) equal processor(text=...)'s; the image
@@ -90,8 +95,10 @@ class PagesBuild(FrontDoorBuild):
         if bad:
             raise ParityError(f"the serving tokenizer differs from the processor's on {len(bad)} queries (first: "
                               f"{short[bad[0]][:60]!r})", "the tokenizer.json lacks settings of the processor's tokenizer")
-        self.log(f"[ok] serving tokenizer equals the processor's on {len(short)} queries; an image's sequence is "
-                 f"{len(self.info.image_ids)} tokens ({self.info.image_tokens} image tokens)")
+        self.log(f"[ok] serving tokenizer equals the processor's on {len(short)} queries; " + (
+            f"an image's sequence is {len(self.info.image_ids)} tokens ({self.info.image_tokens} image tokens)"
+            if self.info.family != "qwen2" else f"an image's sequence its visual prompt with up to {self.info.image_tokens} "
+            "image tokens (checked in the gate: the vectors of every page's sequence)"))
 
     @staticmethod
     def queries(core, texts: list[str]) -> list[str]:
@@ -105,8 +112,10 @@ class PagesBuild(FrontDoorBuild):
         graphs = {"cuda_graphs": "false"} if self.spec.device == "cuda" else {}
         return {**super().params(pad_id), **graphs, "overflow": "reject", "overflow_stride": "0", "embtrt.dim": str(i.dim),
                 "pooler": "fused", "normalize": "false", "dimensions": "", "include_prompt": "true", "trim_padding": "false",
-                "pages_query_prefix": i.query_prefix, "pages_query_suffix": i.query_suffix,
-                "pages_image_ids": ",".join(map(str, i.image_ids)), "max_batch_size": str(self.spec.max_batch_size),
+                "pages_query_prefix": i.query_prefix, "pages_query_suffix": i.query_suffix, "pages_family": i.family,
+                **({"pages_image_prompt": i.image_prompt, "pages_image_token": i.image_token} if i.family == "qwen2" else
+                   {"pages_image_ids": ",".join(map(str, i.image_ids))}),
+                "max_batch_size": str(self.spec.max_batch_size),
                 "image_max_batch": str(min(IMAGE_MAX_BATCH, self.spec.max_batch_size))}
 
     def outputs(self) -> list[dict]:
@@ -114,8 +123,8 @@ class PagesBuild(FrontDoorBuild):
                 _t("TOKENS", "TYPE_INT64", [1])]
 
     def gating(self, texts: list[str]) -> str:
-        return (f"served token vectors vs ColPaliForRetrieval on {min(GATE_QUERIES, len(texts))} real texts as queries and "
-                "16 seeded page images, and their MaxSim scores vs score_retrieval")
+        return (f"served token vectors vs {type(self.ref.model).__name__} on {min(GATE_QUERIES, len(texts))} real texts as "
+                "queries and 16 seeded page images, and their MaxSim scores vs score_retrieval")
 
     def _processor_file(self, work: Path) -> Path:
         """image_processor.json in the work folder (the gate's core reads it, then the front door's folder): written once."""
@@ -130,6 +139,10 @@ class PagesBuild(FrontDoorBuild):
         from embtrt_backend.kinds.pages.core import PagesCore, QueryRequest
 
         self._processor_file(work)
+        if self.info.family == "qwen2" and not (work / "hf").exists():   # its image processor, read as the front door reads 1/hf/
+            import shutil
+
+            shutil.copytree(self.spec.model_dir, work / "hf", ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
         core = PagesCore.from_folder(str(work), params)
         queries = self.queries(core, texts)[:GATE_QUERIES]
         files = gate_images()
@@ -146,6 +159,8 @@ class PagesBuild(FrontDoorBuild):
         return judge(served, want, score(ref, want["queries"], want["images"]), self.log).as_dict(lines=False)
 
     def files(self, work: Path) -> dict[str, Path]:
+        if self.info.family == "qwen2":   # its image processor is read from 1/hf/ (the model's own files)
+            return {}
         return {"1/image_processor.json": self._processor_file(work)}
 
     def manifest_fields(self) -> dict:
@@ -171,6 +186,7 @@ def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int
     if bucket_t and bucket_t != (seq,):
         raise SpecError("--buckets: a page-image retriever's queries run in one bucket of --max-seq-length tokens",
                         "leave --buckets out")
+    names = ("input_ids", "attention_mask") + (("token_type_ids",) if info.family == "paligemma" else ())
     return dict(kind=PAGES.name, max_seq_length=seq, buckets=(seq,), hidden_size=info.dim,
-                input_names=("input_ids", "attention_mask", "token_type_ids"), pooling="cls", normalize=False,
+                input_names=names, pooling="cls", normalize=False,
                 pooler="fused", prompts=(), default_prompt_name=None, overflow_stride=0)

@@ -32,8 +32,8 @@ def bench_pages(url: str, models: list[str], pages: list[bytes], concurrency: tu
         calls = [body[i:i + INPROCESS_BATCH] for i in range(0, len(body), INPROCESS_BATCH)]
         run = lambda call: encode_images(ref, [load_image(u) for u in call])   # noqa: E731
         run(calls[0])   # warm
-        progress(f"in process: ColPaliForRetrieval on {len(body)} pages (batch {INPROCESS_BATCH})")
-        rows.append(inprocess_row(f"inprocess:ColPaliForRetrieval(processor's PIL pages, batch {INPROCESS_BATCH}, fp32)",
+        progress(f"in process: {type(ref.model).__name__} on {len(body)} pages (batch {INPROCESS_BATCH})")
+        rows.append(inprocess_row(f"inprocess:{type(ref.model).__name__}(processor's PIL pages, batch {INPROCESS_BATCH}, fp32)",
                                   {"images_per_request": INPROCESS_BATCH, "concurrency": 1}, run, calls, 1, "images",
                                   passes=1))
     return rows

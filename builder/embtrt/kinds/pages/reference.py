@@ -1,9 +1,17 @@
 """A page-image retriever's folder and its reference (#70): a ColPali-style folder (config.json's architecture
 ColPaliForRetrieval, saved by transformers or by sentence-transformers' MultiVectorEncoder, whose files are the
-same plus its modules), read by transformers' ColPaliForRetrieval with its ColPaliProcessor on the PIL image
-backend (the one the front door's preprocessing equals; torchvision's resizes differently). The reference's
-vectors are `model(**processor(...)).embeddings` at the attended positions: what MultiVectorEncoder's
-encode_query / encode_document return, and what score_retrieval scores (its zero rows add nothing)."""
+same plus its modules) or a ColQwen2 one (ColQwen2ForRetrieval), read by transformers' class with its processor
+(ColPaliProcessor, ColQwen2Processor) on the PIL image backend (the one the front door's preprocessing equals;
+torchvision's resizes differently). The reference's vectors are `model(**processor(...)).embeddings` at the attended
+positions: what MultiVectorEncoder's encode_query / encode_document return, and what score_retrieval scores (its zero
+rows add nothing).
+
+ColQwen2: transformers' ColQwen2ForRetrieval is followed, not colpali-engine's ColQwen2. transformers' class scatters
+the image features into the input embeddings itself and calls the Qwen2-VL model without the image grid, so every
+position is numbered 0..n-1 along the row (1-D, as plain text); colpali-engine's passes the grid and gets Qwen2-VL's
+3-D M-RoPE positions for the image tokens. They give different vectors for a page (the same for a query: no image).
+embtrt serves transformers' computation because it is the reference library's and the one a user comparing against
+transformers gets; docs/visual-documents.md says so."""
 
 from __future__ import annotations
 
@@ -16,8 +24,9 @@ import numpy as np
 from ...common.files import json_object
 from ...errors import ModelError
 
-ARCHITECTURES = ("ColPaliForRetrieval",)
-NOT_YET = ("ColQwen2ForRetrieval", "ColQwen2_5ForRetrieval")   # position ids differ from colpali-engine's: not served yet
+ARCHITECTURES = ("ColPaliForRetrieval", "ColQwen2ForRetrieval")
+FAMILIES = {"ColPaliForRetrieval": "paligemma", "ColQwen2ForRetrieval": "qwen2"}
+NOT_YET = ("ColQwen2_5ForRetrieval",)   # no transformers class
 BATCH = 8
 
 
@@ -37,13 +46,16 @@ def pages_rule(path: Path) -> tuple[bool, str]:
 @dataclass(frozen=True)
 class PagesInfo:
     dim: int                        # a token vector's width (embedding_dim)
-    image_size: tuple[int, int]     # (height, width) every page is resized to
-    image_tokens: int               # image_seq_length
-    image_ids: tuple[int, ...]      # an image's whole sequence
+    image_size: tuple[int, int]     # (height, width) every page is resized to (qwen2: the largest, max_pixels' square)
+    image_tokens: int               # image_seq_length (qwen2: the most an image takes)
+    image_ids: tuple[int, ...]      # an image's whole sequence (qwen2: none, each image's its own)
     query_prefix: str               # "<bos>Question: "
     query_suffix: str               # the augmentation tokens and "\n"
     max_length: int                 # the text model's positions
     processor: dict                 # the image processor's settings (image_processor.json)
+    family: str = "paligemma"       # paligemma | qwen2
+    image_prompt: str = ""          # qwen2: the visual prompt, its image token once
+    image_token: str = ""
 
 
 @dataclass
@@ -62,12 +74,12 @@ def load_reference(path: Path, trust_remote_code: bool = False) -> PagesReferenc
 
     arch = architecture(path)
     if arch in NOT_YET:
-        raise ModelError(f"{path} is a {arch}: ColQwen-style page-image retrievers are not served yet (transformers' class "
-                         "and colpali-engine place image positions differently; embtrt serves ColPaliForRetrieval)",
-                         "build a ColPaliForRetrieval folder")
+        raise ModelError(f"{path} is a {arch}: transformers has no class of it, so there is no reference to gate against "
+                         "(embtrt serves ColPaliForRetrieval and ColQwen2ForRetrieval)",
+                         "build a ColPaliForRetrieval or ColQwen2ForRetrieval folder")
     if arch not in ARCHITECTURES:
         raise ModelError(f"{path} is not a page-image retriever (config.json names {arch or 'no architecture'})",
-                         "point at a ColPaliForRetrieval folder")
+                         "point at a ColPaliForRetrieval or ColQwen2ForRetrieval folder")
     processor = AutoProcessor.from_pretrained(str(path), backend="pil", trust_remote_code=trust_remote_code)
     model = AutoModelForPreTraining.from_pretrained(str(path), dtype=torch.float32,
                                                     trust_remote_code=trust_remote_code).eval()
@@ -79,6 +91,15 @@ def info_of(ref: PagesReference) -> PagesInfo:
 
     p, tok = ref.processor, ref.processor.tokenizer
     improc = {k: v for k, v in p.image_processor.to_dict().items() if not k.startswith("_")}
+    if FAMILIES.get(type(ref.model).__name__) == "qwen2":
+        ip = p.image_processor
+        top = int(getattr(ip, "max_pixels", None) or ip.size["longest_edge"])   # transformers 5 keeps it as size's longest_edge
+        most = top // (int(ip.patch_size) * int(ip.merge_size)) ** 2
+        side = int(top ** 0.5)
+        return PagesInfo(dim=int(ref.model.config.embedding_dim), image_size=(side, side), image_tokens=most, image_ids=(),
+                         query_prefix=p.query_prefix, query_suffix=f"{p.query_augmentation_token * 10}\n",
+                         max_length=int(ref.model.config.vlm_config.text_config.max_position_embeddings), processor=improc,
+                         family="qwen2", image_prompt=p.visual_prompt_prefix, image_token=p.image_token)
     size = improc["size"]
     ids = p(images=[Image.new("RGB", (8, 8))])["input_ids"][0]
     text = ref.model.config.vlm_config.text_config
@@ -116,8 +137,13 @@ def encode_images(ref: PagesReference, images: list) -> list[np.ndarray]:
 
 
 def score(ref: PagesReference, queries: list[np.ndarray], pages: list[np.ndarray]) -> np.ndarray:
-    """processor.score_retrieval of the vectors: [queries, pages] MaxSim, float32."""
+    """processor.score_retrieval of the vectors, each page scored alone: [queries, pages] MaxSim, float32.
+    score_retrieval pads the pages of one call to the longest with zero vectors, and a query token whose every
+    similarity with a shorter page is negative then takes 0 as its max: a ColQwen2 page's score would depend on the
+    pages beside it (ColPali's pages are all one length). Alone, a page is scored over its own vectors only (a padded
+    query's zero rows add nothing)."""
     import torch
 
-    s = ref.processor.score_retrieval([torch.from_numpy(q) for q in queries], [torch.from_numpy(d) for d in pages])
-    return s.float().numpy()
+    q = [torch.from_numpy(x) for x in queries]
+    cols = [ref.processor.score_retrieval(q, [torch.from_numpy(d)]).float().numpy() for d in pages]
+    return np.concatenate(cols, axis=1) if cols else np.zeros((len(queries), 0), np.float32)

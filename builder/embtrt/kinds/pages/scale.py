@@ -71,7 +71,8 @@ class Pages(FrontDoorModel):
 
     def facts(self) -> dict:
         return {"dim": self.dim, "modalities": ["text", "image"], "similarity": "maxsim",
-                "page_positions": len(self.served.door["pages_image_ids"].split(","))}   # image tokens and prompt
+                # image tokens and prompt: every page's (ColPali), or "per page" (ColQwen2: each at its own resolution)
+                "page_positions": len(ids.split(",")) if (ids := self.served.door.get("pages_image_ids")) else "per page"}
 
     def tei_type(self) -> dict:
         return {"embedding": {"pooling": "multi-vector (page images)"}}

@@ -6,7 +6,7 @@ are scored by MaxSim (score_retrieval). A request carries one modality: TEXT or 
 from ..base import TEXT_OR_IMAGE, TOKEN_VECTORS, Kind
 
 KIND = Kind(
-    name="pages", label="a page-image retriever", reference="ColPaliForRetrieval",
+    name="pages", label="a page-image retriever", reference="ColPaliForRetrieval or ColQwen2ForRetrieval",
     operations=("token_vectors", "rank"), metric_route="pages",
     served_routes="POST /embed_all, /pooling (queries; vLLM's messages: a page image), or /v1/rerank, /v2/rerank, /rerank "
                   "(a query against page images as data URIs: MaxSim)",

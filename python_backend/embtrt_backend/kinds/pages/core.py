@@ -7,7 +7,8 @@ ColPaliForRetrieval gives them for its processor's output (`processor(text=...)`
   augmentation's included;
 - an image is its `pixel_values` (embtrt_backend.image_core: decoded, bounded and resized as the processor's PIL
   backend) beside one constant sequence (`<image>` x image_seq_length, then `<bos>` + the visual prompt + "\\n"),
-  all of whose positions are kept.
+  all of whose positions are kept; a ColQwen2-style model's (`pages_family` qwen2: kinds.pages.qwen) its patches at
+  its own resolution beside the visual prompt with one image token per merged patch.
 
 Queries of several requests run together, right-padded to the longest (attention mask 0, token_type_ids 0: the
 model's bidirectional mask makes a padded row equal the row alone), in runs of at most max_batch rows; images in
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import InputError
-from ...image_core import ImageCore, ImageRequest
+from ...image_core import ImageCore
 from ...options import TRITON_PARAMETERS
 
 DEFAULT_MAX_VECTOR_BYTES = 256 << 20   # a request's token vectors, fp32, padded: the front door's bound
@@ -40,15 +41,17 @@ class PagesConfig:
     max_batch: int                 # query rows per model run
     max_text_bytes: int = 1 << 20
     max_vector_bytes: int = DEFAULT_MAX_VECTOR_BYTES
+    family: str = "paligemma"      # paligemma (ColPali: token_type_ids, one image sequence) | qwen2 (ColQwen2)
 
     @classmethod
     def from_parameters(cls, p: dict[str, str]) -> "PagesConfig":
         return cls(dim=int(p["embtrt.dim"]), query_prefix=p["pages_query_prefix"], query_suffix=p["pages_query_suffix"],
-                   image_ids=tuple(int(x) for x in p["pages_image_ids"].split(",")),
+                   image_ids=tuple(int(x) for x in p.get("pages_image_ids", "").split(",") if x),
                    max_query_tokens=int(p["max_seq_length"]), pad_id=int(p["pad_id"]),
                    max_batch=int(p.get("max_batch_size") or p["encoder_max_batch_sizes"].split(",")[0]),
                    max_text_bytes=int(p.get("max_text_bytes") or (1 << 20)),
-                   max_vector_bytes=int(p.get("max_vector_bytes") or DEFAULT_MAX_VECTOR_BYTES))
+                   max_vector_bytes=int(p.get("max_vector_bytes") or DEFAULT_MAX_VECTOR_BYTES),
+                   family=p.get("pages_family") or "paligemma")
 
 
 @dataclass
@@ -76,8 +79,8 @@ def side(params: dict, modality: str) -> None:
 
 
 class PagesCore:
-    def __init__(self, cfg: PagesConfig, tokenizer, images: ImageCore) -> None:
-        self.cfg, self.tokenizer, self.images = cfg, tokenizer, images
+    def __init__(self, cfg: PagesConfig, tokenizer, images) -> None:
+        self.cfg, self.tokenizer, self.images = cfg, tokenizer, images   # images: ImageCore, or QwenPages (qwen2)
 
     @classmethod
     def from_folder(cls, folder: str, p: dict[str, str]) -> "PagesCore":
@@ -86,7 +89,12 @@ class PagesCore:
         tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
         tok.no_padding()
         tok.no_truncation()
-        return cls(PagesConfig.from_parameters(p), tok, ImageCore.from_folder(folder, p))
+        cfg = PagesConfig.from_parameters(p)
+        if cfg.family == "qwen2":
+            from .qwen import QwenPages
+
+            return cls(cfg, tok, QwenPages.from_folder(folder, p, tok))
+        return cls(cfg, tok, ImageCore.from_folder(folder, p))
 
     def query_ids(self, texts: list[str]) -> list[np.ndarray]:
         """Each query's ids as the processor makes them; a query over the limit is refused by row."""
@@ -110,7 +118,11 @@ class PagesCore:
             raise InputError(f"the request's {rows} items would return {size} bytes of token vectors, over the limit of "
                              f"{self.cfg.max_vector_bytes}: send fewer items per request", "input")
 
-    def prepare_images(self, files: list[bytes]) -> ImageRequest:
+    def prepare_images(self, files: list[bytes]):
+        if self.cfg.family == "qwen2":   # each image's own length, known once it is read
+            got = self.images.prepare(files)
+            self.bound(len(files), max(len(r.ids) for r in got.rows))
+            return got
         self.bound(len(files), len(self.cfg.image_ids))
         return self.images.prepare(files, None)
 
@@ -125,8 +137,10 @@ class PagesCore:
                 mask = np.zeros((len(chunk), width), dtype=np.int64)
                 for i, x in enumerate(chunk):
                     ids[i, :len(x)], mask[i, :len(x)] = x, 1
-                out = np.asarray(encode(c.max_query_tokens, {"input_ids": ids, "attention_mask": mask,
-                                                "token_type_ids": np.zeros_like(ids)}), dtype=np.float32)
+                feeds = {"input_ids": ids, "attention_mask": mask}
+                if c.family == "paligemma":   # PaliGemma's prefix attention: zeros, every attended position
+                    feeds["token_type_ids"] = np.zeros_like(ids)
+                out = np.asarray(encode(c.max_query_tokens, feeds), dtype=np.float32)
                 vectors += [out[i, :len(x)] for i, x in enumerate(chunk)]
         except Exception as exc:  # noqa: BLE001 (each request's INTERNAL error)
             return [PagesOutcome(error=exc) for _ in requests]
@@ -138,7 +152,9 @@ class PagesCore:
             start += n
         return outs
 
-    def run_images(self, requests: list[ImageRequest], encode) -> list[PagesOutcome]:
+    def run_images(self, requests: list, encode) -> list[PagesOutcome]:
+        if self.cfg.family == "qwen2":
+            return self._run_qwen(requests, encode)
         ids = np.asarray(self.cfg.image_ids, dtype=np.int64)
 
         def tower(feeds):
@@ -151,3 +167,15 @@ class PagesCore:
         return [PagesOutcome(error=o.error) if o.error is not None else
                 PagesOutcome(o.vectors, np.full(len(o.vectors), len(ids), dtype=np.int64)) for o in done]
 
+
+    def _run_qwen(self, requests: list, encode) -> list[PagesOutcome]:
+        try:
+            vectors = self.images.run([r for req in requests for r in req.rows], encode, self.cfg.max_query_tokens)
+        except Exception as exc:  # noqa: BLE001 (each request's INTERNAL error)
+            return [PagesOutcome(error=exc) for _ in requests]
+        outs, start = [], 0
+        for req in requests:
+            mine = vectors[start:start + len(req.rows)]
+            outs.append(PagesOutcome(mine, np.asarray([len(v) for v in mine], dtype=np.int64)))
+            start += len(req.rows)
+        return outs

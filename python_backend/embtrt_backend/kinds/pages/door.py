@@ -17,6 +17,7 @@ from ...text import decode_texts
 from ...token_vectors import padded
 from . import KIND
 from .core import PagesCore, QueryRequest, side
+from .qwen import QwenImages
 
 INPUTS = ("TEXT", "IMAGE")
 
@@ -42,7 +43,7 @@ class PagesDoor(Door):
     def run(self, items, encode):
         """Queries together, images together, each item's outcome in order."""
         outs: list = [None] * len(items)
-        for cls, run in ((QueryRequest, self.core.run_queries), (ImageRequest, self.core.run_images)):
+        for cls, run in ((QueryRequest, self.core.run_queries), ((ImageRequest, QwenImages), self.core.run_images)):
             at = [i for i, it in enumerate(items) if isinstance(it.work, cls)]
             if at:
                 for i, o in zip(at, run([items[i].work for i in at], encode)):

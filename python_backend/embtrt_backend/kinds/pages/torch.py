@@ -1,7 +1,8 @@
-"""The page-image retriever on python-torch: ColPaliForRetrieval (AutoModelForPreTraining) called as its processor's
-output calls it, token_type_ids included (zeros: PaliGemma's attention is then bidirectional over every attended
-position, padded batches as unpadded ones) -> `embeddings` [rows, length, dim] float32, each position's vector
-L2-normalised and a padded position's zero (the model's own masking)."""
+"""The page-image retriever on python-torch: ColPaliForRetrieval or ColQwen2ForRetrieval (AutoModelForPreTraining)
+called as its processor's output calls it (ColPali: token_type_ids included, zeros: PaliGemma's attention is then
+bidirectional over every attended position, padded batches as unpadded ones; ColQwen2: pixel_values padded per image
+and image_grid_thw beside them) -> `embeddings` [rows, length, dim] float32, each position's vector L2-normalised and
+a padded position's zero (the model's own masking)."""
 
 from __future__ import annotations
 
