@@ -120,7 +120,7 @@ class GraphSet:
                  input_names: tuple[str, ...], device: str, capture: bool) -> None:
         if "attention_mask" not in input_names:
             raise ValueError(f"input names {input_names}: the graphs need an attention_mask")
-        self.torch = torch
+        self.torch, self.input_names = torch, frozenset(input_names)
         self.shapes = {b: tuple(sorted(s)) for b, s in shapes.items()}
         self.stream = torch.cuda.Stream() if capture else None
         pool = torch.cuda.graph_pool_handle() if capture else None
@@ -141,8 +141,10 @@ class GraphSet:
         return None if padded is None else (length, padded)
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray | None:
+        """A run on its static shape -> its output; None where none covers it, or where it feeds more than the
+        shapes' inputs (a page's pixel_values beside a query's inputs: only the eager forward reads them)."""
         rows, length = feeds["attention_mask"].shape
-        key = self.covers(rows, length)
+        key = self.covers(rows, length) if self.input_names.issuperset(feeds) else None
         if key is None:
             self.eager += 1
             return None

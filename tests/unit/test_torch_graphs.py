@@ -70,7 +70,11 @@ def test_static_shapes_give_each_row_what_an_eager_run_gives_and_fall_back_where
     assert graphs.replays == 5
     assert graphs.run({"input_ids": np.ones((5, 8), np.int64), "attention_mask": np.ones((5, 8), np.int64)}) is None
     assert graphs.run({"input_ids": np.ones((1, 12), np.int64), "attention_mask": np.ones((1, 12), np.int64)}) is None
-    assert graphs.replays == 5
+    # a run feeding more than the shapes' inputs (a page's pixel_values beside a query's) never replays a shape
+    page = {"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64),
+            "pixel_values": np.zeros((1, 3, 4, 4), np.float32)}
+    assert graphs.run(page) is None
+    assert graphs.replays == 5 and graphs.eager == 3
 
 
 def test_a_static_shapes_result_is_a_copy_that_the_next_run_does_not_overwrite():

@@ -107,10 +107,9 @@ class PagesBuild(FrontDoorBuild):
 
     def params(self, pad_id: int) -> dict[str, str]:
         i = self.info
-        # on CUDA the model runs eagerly: a static shape captured for queries (TEXT's inputs) must not replay for a
-        # page's run (pixel_values beside them); CUDA graphs per (bucket, batch) for this kind are owed (#70 item 3)
-        graphs = {"cuda_graphs": "false"} if self.spec.device == "cuda" else {}
-        return {**super().params(pad_id), **graphs, "overflow": "reject", "overflow_stride": "0", "embtrt.dim": str(i.dim),
+        # on CUDA, queries run on CUDA graphs per (bucket, batch size) padded to the bucket; a page's run (pixel_values
+        # beside the query inputs) is never a static shape's and runs eagerly (torch_graphs.GraphSet.run)
+        return {**super().params(pad_id), "overflow": "reject", "overflow_stride": "0", "embtrt.dim": str(i.dim),
                 "pooler": "fused", "normalize": "false", "dimensions": "", "include_prompt": "true", "trim_padding": "false",
                 "pages_query_prefix": i.query_prefix, "pages_query_suffix": i.query_suffix, "pages_family": i.family,
                 **({"pages_image_prompt": i.image_prompt, "pages_image_token": i.image_token} if i.family == "qwen2" else

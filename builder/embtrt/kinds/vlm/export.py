@@ -51,8 +51,9 @@ class VlmBuild(FrontDoorBuild):
 
     def params(self, pad_id: int) -> dict[str, str]:
         r = self.ref
-        graphs = {"cuda_graphs": "false"} if self.spec.device == "cuda" else {}   # eager on CUDA: images vary in size
-        return {**super().params(pad_id), **graphs, "overflow": "reject", "overflow_stride": "0",
+        # on CUDA, runs of texts alone on CUDA graphs per (bucket, batch size); a run with an image (its patches vary
+        # with its size) runs eagerly (torch_graphs.GraphSet.run)
+        return {**super().params(pad_id), "overflow": "reject", "overflow_stride": "0",
                 "embtrt.dim": str(r.hidden), "pooler": "fused", "normalize": "true", "dimensions": "",
                 "vlm_image_token": r.image_token, "vlm_image_token_id": str(r.image_token_id),
                 "max_batch_size": str(self.spec.max_batch_size)}
@@ -109,5 +110,6 @@ def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int
         raise SpecError(f"--max-seq-length {seq}: the model takes at most {ref.max_length} positions",
                         f"give at most {ref.max_length}")
     return dict(kind=VLM.name, max_seq_length=seq, buckets=(seq,), hidden_size=ref.hidden,
-                input_names=("input_ids", "attention_mask"), pooling="last-token", normalize=True, pooler="fused",
+                input_names=("input_ids", "attention_mask", "mm_token_type_ids"), pooling="last-token", normalize=True,
+                pooler="fused",
                 prompts=(), default_prompt_name=None, overflow_stride=0)

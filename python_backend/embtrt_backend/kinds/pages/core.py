@@ -11,8 +11,10 @@ ColPaliForRetrieval gives them for its processor's output (`processor(text=...)`
   its own resolution beside the visual prompt with one image token per merged patch.
 
 Queries of several requests run together, right-padded to the longest (attention mask 0, token_type_ids 0: the
-model's bidirectional mask makes a padded row equal the row alone), in runs of at most max_batch rows; images in
-runs of at most image_max_batch. Plain numpy (+ tokenizers); the model runs in the encoder (kinds.pages.torch)."""
+model's bidirectional mask makes a padded row equal the row alone; ColQwen2's causal one likewise), or to the bucket
+where the encoder has static shapes (CUDA graphs: `pad_to_bucket`), in runs of at most max_batch rows; images in runs
+of at most image_max_batch, eagerly (their pixel_values are not a static shape's input). Plain numpy (+ tokenizers);
+the model runs in the encoder (kinds.pages.torch)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class PagesConfig:
     max_text_bytes: int = 1 << 20
     max_vector_bytes: int = DEFAULT_MAX_VECTOR_BYTES
     family: str = "paligemma"      # paligemma (ColPali: token_type_ids, one image sequence) | qwen2 (ColQwen2)
+    pad_to_bucket: bool = False    # python-torch on CUDA with graphs: queries padded to the bucket (their static shapes)
 
     @classmethod
     def from_parameters(cls, p: dict[str, str]) -> "PagesConfig":
@@ -51,7 +54,7 @@ class PagesConfig:
                    max_batch=int(p.get("max_batch_size") or p["encoder_max_batch_sizes"].split(",")[0]),
                    max_text_bytes=int(p.get("max_text_bytes") or (1 << 20)),
                    max_vector_bytes=int(p.get("max_vector_bytes") or DEFAULT_MAX_VECTOR_BYTES),
-                   family=p.get("pages_family") or "paligemma")
+                   family=p.get("pages_family") or "paligemma", pad_to_bucket=p.get("pad_to_bucket") == "true")
 
 
 @dataclass
@@ -132,7 +135,7 @@ class PagesCore:
         try:
             for a in range(0, len(rows), c.max_batch):
                 chunk = rows[a:a + c.max_batch]
-                width = max(len(x) for x in chunk)
+                width = c.max_query_tokens if c.pad_to_bucket else max(len(x) for x in chunk)
                 ids = np.full((len(chunk), width), c.pad_id, dtype=np.int64)
                 mask = np.zeros((len(chunk), width), dtype=np.int64)
                 for i, x in enumerate(chunk):

@@ -9,8 +9,9 @@ computes it with the model's processor:
   repeated once per merged patch (t * h * w / merge^2), as the processor expands it;
 - tokenized, bounded by max_seq_length (an input over it is refused naming its row: cutting a fused input would
   drop its end, the last token the vector is read at);
-- rows of several requests together, right-padded, in runs of at most max_batch rows; `mm_token_type_ids` 1 at
-  the image tokens (the model's 3-D positions need it). The model runs in the encoder (kinds.vlm.torch)."""
+- rows of several requests together, right-padded, in runs of at most max_batch rows (runs of texts alone padded to
+  the bucket where the encoder has static shapes: CUDA graphs; a run with an image runs eagerly); `mm_token_type_ids`
+  1 at the image tokens (the model's 3-D positions need it). The model runs in the encoder (kinds.vlm.torch)."""
 
 from __future__ import annotations
 
@@ -58,8 +59,9 @@ def instruction_of(params: dict, default: str) -> str:
 
 class VlmCore:
     def __init__(self, tokenizer, images, image_token: str, image_token_id: int, pad_id: int, max_tokens: int,
-                 max_batch: int, limits: ImageLimits, instruction: str = DEFAULT_INSTRUCTION) -> None:
-        self.tokenizer, self.images, self.limits = tokenizer, images, limits
+                 max_batch: int, limits: ImageLimits, instruction: str = DEFAULT_INSTRUCTION,
+                 pad_to_bucket: bool = False) -> None:
+        self.tokenizer, self.images, self.limits, self.pad_to_bucket = tokenizer, images, limits, pad_to_bucket
         self.image_token, self.image_token_id, self.pad_id = image_token, image_token_id, pad_id
         self.max_tokens, self.max_batch, self.instruction = max_tokens, max(1, max_batch), instruction
         self.merge = int(getattr(images, "merge_size", 2))
@@ -74,7 +76,8 @@ class VlmCore:
                              int(p.get("image_max_request_pixels", ImageLimits.max_request_pixels)))
         return cls(AutoTokenizer.from_pretrained(hf), AutoImageProcessor.from_pretrained(hf, backend="pil"),
                    p["vlm_image_token"], int(p["vlm_image_token_id"]), int(p["pad_id"]), int(p["max_seq_length"]),
-                   int(p["max_batch_size"]), limits, p.get("vlm_instruction") or DEFAULT_INSTRUCTION)
+                   int(p["max_batch_size"]), limits, p.get("vlm_instruction") or DEFAULT_INSTRUCTION,
+                   p.get("pad_to_bucket") == "true")
 
     def row(self, text: str | None, image: bytes | None, instruction: str, k: int) -> Row:
         """One input -> its ids (and its image's patches and grid); an InputError naming row k."""
@@ -121,13 +124,14 @@ class VlmCore:
         return outs
 
     def _run(self, chunk: list[Row], encode) -> np.ndarray:
-        width = max(len(r.ids) for r in chunk)
+        pictures = [r for r in chunk if r.pixels is not None]
+        # texts alone on static shapes (CUDA graphs) padded to the bucket; a run with an image runs eagerly
+        width = self.max_tokens if self.pad_to_bucket and not pictures else max(len(r.ids) for r in chunk)
         ids = np.full((len(chunk), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(chunk), width), dtype=np.int64)
         for i, r in enumerate(chunk):
             ids[i, :len(r.ids)], mask[i, :len(r.ids)] = r.ids, 1
         feeds = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": (ids == self.image_token_id).astype(np.int64)}
-        pictures = [r for r in chunk if r.pixels is not None]
         if pictures:
             feeds["pixel_values"] = np.concatenate([r.pixels for r in pictures])
             feeds["image_grid_thw"] = np.stack([r.grid for r in pictures])
