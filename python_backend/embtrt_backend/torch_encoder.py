@@ -60,29 +60,42 @@ class _Torch:
             hf_dir, dtype=torch.float32, trust_remote_code=trust_remote_code).eval().to(device=device, dtype=dtype)
         self.autocast_bf16 = device == "cpu" and precision == "bf16"
         self.graphs = None
+        self.more_graphs: list = []   # further static-shape sets (a page-image retriever's pages), tried in turn
 
     def forward(self, inputs: dict):
         """inputs (tensors on the device) -> the float32 output tensor on the device."""
         raise NotImplementedError
 
-    def capture(self, shapes: dict[int, tuple[int, ...]], input_names: tuple[str, ...], capture: bool | None = None) -> None:
+    def capture(self, shapes: dict[int, tuple[int, ...]], input_names: tuple[str, ...], capture: bool | None = None,
+                extra: dict[str, tuple[int, ...]] | None = None, fill: dict | None = None) -> None:
         """Static shapes for these (bucket: batch sizes): CUDA graphs on CUDA, the eager stand-in on
-        the CPU (capture=False); every shape warmed up before this returns."""
+        the CPU (capture=False); every shape warmed up before this returns. `extra`: float inputs of a fixed
+        shape per row (a page's pixel_values): a further set beside the first, for the runs that feed them; `fill`: the
+        values its warm-up runs on (a page's sequence, whose image tokens the model counts)."""
         def forward(inputs):
             with self.torch.inference_mode(), self.torch.autocast("cpu", dtype=self.torch.bfloat16,
                                                                   enabled=self.autocast_bf16):
                 return self.forward(inputs)
 
         capture = self.device == "cuda" if capture is None else capture
-        self.graphs = GraphSet(self.torch, forward, shapes, tuple(input_names), self.device, capture)
-        print(f"embtrt python-torch: {len(self.graphs.graphs)} static shapes ready on {self.device} "
+        made = GraphSet(self.torch, forward, shapes, tuple(input_names), self.device, capture, extra, fill)
+        if self.graphs is None:
+            self.graphs = made
+        else:
+            self.more_graphs.append(made)
+        print(f"embtrt python-torch: {len(made.graphs)} static shapes ready on {self.device} "
               f"({'CUDA graphs, captured and replayed once' if capture else 'eager stand-in without CUDA'}): "
-              f"{format_graph_shapes(self.graphs.shapes)}", file=sys.stderr, flush=True)
+              f"{format_graph_shapes(made.shapes)}" + (f" with {', '.join(extra)}" if extra else ""),
+              file=sys.stderr, flush=True)
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         torch = self.torch
         if self.graphs is not None:
             out = self.graphs.run(feeds)
+            for more in self.more_graphs if out is None else ():
+                out = more.run(feeds)
+                if out is not None:
+                    break
             runs = self.graphs.replays + self.graphs.eager
             if runs in (1, 10, 100) or runs % REPORT_EVERY == 0:   # evidence in the server log that the static shapes serve
                 print(f"embtrt python-torch: {runs} runs, {self.graphs.replays} on static shapes, "
@@ -296,6 +309,11 @@ def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_cod
     enc: _Torch = torch_class(kind.torch_encoder).from_params(p, hf_dir, threads, trust_remote_code, device)
     if p.get("graph_shapes") and p.get("cuda_graphs", "true") == "true":
         enc.capture(parse_graph_shapes(p["graph_shapes"]), tuple(p["input_names"].split(",")))
+        if p.get("image_graph_shapes"):   # a kind's image runs of one fixed shape (a ColPali page: "pixel_values:3,448,448")
+            name, _, tail = p["image_graph_input"].partition(":")
+            enc.capture(parse_graph_shapes(p["image_graph_shapes"]), tuple(p["input_names"].split(",")),
+                        extra={name: tuple(int(x) for x in tail.split(","))},
+                        fill={"input_ids": np.asarray([int(x) for x in p["image_graph_ids"].split(",")], np.int64)})
     return enc
 
 

@@ -70,12 +70,18 @@ class StaticShape:
     the eager forward on the same buffers, capture=False), its output and a pinned host copy."""
 
     def __init__(self, torch, forward: Callable[[dict], object], rows: int, length: int,
-                 input_names: tuple[str, ...], device: str, capture: bool, pool=None, stream=None) -> None:
+                 input_names: tuple[str, ...], device: str, capture: bool, pool=None, stream=None,
+                 extra: dict[str, tuple[int, ...]] | None = None, fill: dict[str, np.ndarray] | None = None) -> None:
         self.torch, self.forward, self.rows, self.length, self.capture = torch, forward, rows, length, capture
         pin = capture   # pinned host memory only where there is a device to copy to
         self.staging = {n: torch.zeros((rows, length), dtype=torch.int64, pin_memory=pin) for n in input_names}
         self.inputs = {n: torch.zeros((rows, length), dtype=torch.int64, device=device) for n in input_names}
+        for n, tail in (extra or {}).items():   # float inputs of a fixed shape per row (a page's pixel_values)
+            self.staging[n] = torch.zeros((rows, *tail), dtype=torch.float32, pin_memory=pin)
+            self.inputs[n] = torch.zeros((rows, *tail), dtype=torch.float32, device=device)
         self.inputs["attention_mask"][:, 0] = 1   # warm-up and capture attend one token per row
+        for n, row in (fill or {}).items():   # a run's fixed values (a page's sequence: its image tokens must be there)
+            self.inputs[n][:] = torch.as_tensor(np.asarray(row), dtype=self.inputs[n].dtype)
         self.graph = None
         if capture:
             # the buffers above (and the model's cast to the device) were queued on the current
@@ -100,7 +106,8 @@ class StaticShape:
         torch = self.torch
         rows = feeds["attention_mask"].shape[0]
         for name, buf in self.inputs.items():
-            self.staging[name].numpy()[:] = pad_rows(np.asarray(feeds[name], dtype=np.int64), self.rows)
+            kind = np.int64 if buf.dtype == torch.int64 else np.float32
+            self.staging[name].numpy()[:] = pad_rows(np.asarray(feeds[name], dtype=kind), self.rows)
             buf.copy_(self.staging[name], non_blocking=self.capture)
         if self.graph is not None:
             self.graph.replay()
@@ -117,10 +124,12 @@ class GraphSet:
     (the shared pool is sized by the first capture)."""
 
     def __init__(self, torch, forward: Callable[[dict], object], shapes: dict[int, tuple[int, ...]],
-                 input_names: tuple[str, ...], device: str, capture: bool) -> None:
+                 input_names: tuple[str, ...], device: str, capture: bool,
+                 extra: dict[str, tuple[int, ...]] | None = None, fill: dict[str, np.ndarray] | None = None) -> None:
         if "attention_mask" not in input_names:
             raise ValueError(f"input names {input_names}: the graphs need an attention_mask")
-        self.torch, self.input_names = torch, frozenset(input_names)
+        self.torch, self.input_names = torch, frozenset(input_names) | frozenset(extra or ())
+        self.required = frozenset(extra or ())   # a run must feed these (a page's pixel_values) to be this set's
         self.shapes = {b: tuple(sorted(s)) for b, s in shapes.items()}
         self.stream = torch.cuda.Stream() if capture else None
         pool = torch.cuda.graph_pool_handle() if capture else None
@@ -128,7 +137,7 @@ class GraphSet:
         for length in sorted(self.shapes, reverse=True):
             for rows in sorted(self.shapes[length], reverse=True):
                 self.graphs[(length, rows)] = StaticShape(torch, forward, rows, length, input_names, device,
-                                                          capture, pool, self.stream)
+                                                          capture, pool, self.stream, extra, fill)
         self.replays = 0   # runs served by a static shape
         self.eager = 0     # runs no static shape covers (run eagerly by the caller)
 
@@ -144,7 +153,8 @@ class GraphSet:
         """A run on its static shape -> its output; None where none covers it, or where it feeds more than the
         shapes' inputs (a page's pixel_values beside a query's inputs: only the eager forward reads them)."""
         rows, length = feeds["attention_mask"].shape
-        key = self.covers(rows, length) if self.input_names.issuperset(feeds) else None
+        ok = self.input_names.issuperset(feeds) and self.required.issubset(feeds)
+        key = self.covers(rows, length) if ok else None
         if key is None:
             self.eager += 1
             return None

@@ -107,15 +107,31 @@ class PagesBuild(FrontDoorBuild):
 
     def params(self, pad_id: int) -> dict[str, str]:
         i = self.info
-        # on CUDA, queries run on CUDA graphs per (bucket, batch size) padded to the bucket; a page's run (pixel_values
-        # beside the query inputs) is never a static shape's and runs eagerly (torch_graphs.GraphSet.run)
-        return {**super().params(pad_id), "overflow": "reject", "overflow_stride": "0", "embtrt.dim": str(i.dim),
+        # on CUDA, queries run on CUDA graphs per (bucket, batch size) padded to the bucket; a ColPali page (one sequence
+        # length, one pixel shape) on graphs of its own per batch size; a ColQwen2 page (its size varies) eagerly
+        return {**super().params(pad_id), **self.image_graphs(), "overflow": "reject", "overflow_stride": "0", "embtrt.dim": str(i.dim),
                 "pooler": "fused", "normalize": "false", "dimensions": "", "include_prompt": "true", "trim_padding": "false",
                 "pages_query_prefix": i.query_prefix, "pages_query_suffix": i.query_suffix, "pages_family": i.family,
                 **({"pages_image_prompt": i.image_prompt, "pages_image_token": i.image_token} if i.family == "qwen2" else
                    {"pages_image_ids": ",".join(map(str, i.image_ids))}),
                 "max_batch_size": str(self.spec.max_batch_size),
-                "image_max_batch": str(min(IMAGE_MAX_BATCH, self.spec.max_batch_size))}
+                "image_max_batch": str(self.image_max_batch)}
+
+    def image_graphs(self) -> dict[str, str]:
+        """python-torch on CUDA with graphs, a ColPali page: its static shapes (the page sequence's length, batch sizes
+        up to image_max_batch) and its pixel_values' shape per row."""
+        from embtrt_backend.torch_graphs import format_graph_shapes, graph_batch_sizes
+
+        s, i = self.spec, self.info
+        if not (s.target == "python-torch" and s.device == "cuda" and s.cuda_graphs and i.family == "paligemma"):
+            return {}
+        return {"image_graph_shapes": format_graph_shapes({len(i.image_ids): graph_batch_sizes(self.image_max_batch)}),
+                "image_graph_input": "pixel_values:" + ",".join(map(str, i.pixel_shape)),
+                "image_graph_ids": ",".join(map(str, i.image_ids))}
+
+    @property
+    def image_max_batch(self) -> int:
+        return min(IMAGE_MAX_BATCH, self.spec.max_batch_size)
 
     def outputs(self) -> list[dict]:
         return [_t("TOKEN_EMBEDDINGS", "TYPE_FP32", [-1, self.info.dim]), _t("TOKEN_COUNTS", "TYPE_INT64", [1]),

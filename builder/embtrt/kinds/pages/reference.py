@@ -56,6 +56,7 @@ class PagesInfo:
     family: str = "paligemma"       # paligemma | qwen2
     image_prompt: str = ""          # qwen2: the visual prompt, its image token once
     image_token: str = ""
+    pixel_shape: tuple[int, ...] = ()   # paligemma: a page's pixel_values per row (3, H, W)
 
 
 @dataclass
@@ -101,12 +102,14 @@ def info_of(ref: PagesReference) -> PagesInfo:
                          max_length=int(ref.model.config.vlm_config.text_config.max_position_embeddings), processor=improc,
                          family="qwen2", image_prompt=p.visual_prompt_prefix, image_token=p.image_token)
     size = improc["size"]
-    ids = p(images=[Image.new("RGB", (8, 8))])["input_ids"][0]
+    probe = p(images=[Image.new("RGB", (8, 8))], return_tensors="pt")
+    ids = probe["input_ids"][0].tolist()
     text = ref.model.config.vlm_config.text_config
     return PagesInfo(dim=int(ref.model.config.embedding_dim), image_size=(int(size["height"]), int(size["width"])),
                      image_tokens=int(p.image_seq_length), image_ids=tuple(int(i) for i in ids),
                      query_prefix=f"{tok.bos_token}{p.query_prefix}", query_suffix=f"{p.query_augmentation_token * 10}\n",
-                     max_length=int(text.max_position_embeddings), processor=improc)
+                     max_length=int(text.max_position_embeddings), processor=improc,
+                     pixel_shape=tuple(int(x) for x in probe["pixel_values"].shape[1:]))
 
 
 def _vectors(ref: PagesReference, batch) -> list[np.ndarray]:
