@@ -96,10 +96,11 @@ class _Torch:
                 out = more.run(feeds)
                 if out is not None:
                     break
-            runs = self.graphs.replays + self.graphs.eager
+            runs = self.graphs.replays + self.graphs.eager   # every run meets the first set
+            replays = self.graphs.replays + sum(g.replays for g in self.more_graphs)
             if runs in (1, 10, 100) or runs % REPORT_EVERY == 0:   # evidence in the server log that the static shapes serve
-                print(f"embtrt python-torch: {runs} runs, {self.graphs.replays} on static shapes, "
-                      f"{self.graphs.eager} eager", file=sys.stderr, flush=True)
+                print(f"embtrt python-torch: {runs} runs, {replays} on static shapes, {runs - replays} eager",
+                      file=sys.stderr, flush=True)
             if out is not None:
                 return out
         inputs = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in feeds.items()}
@@ -310,11 +311,29 @@ def torch_encoder(p: dict[str, str], hf_dir: str, threads: int, trust_remote_cod
     if p.get("graph_shapes") and p.get("cuda_graphs", "true") == "true":
         enc.capture(parse_graph_shapes(p["graph_shapes"]), tuple(p["input_names"].split(",")))
         if p.get("image_graph_shapes"):   # a kind's image runs of one fixed shape (a ColPali page: "pixel_values:3,448,448")
-            name, _, tail = p["image_graph_input"].partition(":")
-            enc.capture(parse_graph_shapes(p["image_graph_shapes"]), tuple(p["input_names"].split(",")),
-                        extra={name: tuple(int(x) for x in tail.split(","))},
-                        fill={"input_ids": np.asarray([int(x) for x in p["image_graph_ids"].split(",")], np.int64)})
+            capture_images(enc, p)
     return enc
+
+
+def capture_images(enc: _Torch, p: dict[str, str]) -> None:
+    """The image runs' static shapes (`image_graph_shapes`, `image_graph_input`, `image_graph_ids`), captured with
+    transformers' input checks off (they read a tensor on the host, which a capture forbids; the warm-up and capture run
+    on the model's own page sequence); where the capture fails anyway, the image runs stay eager, said in the log."""
+    name, _, tail = p["image_graph_input"].partition(":")
+    before = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
+    os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+    try:
+        enc.capture(parse_graph_shapes(p["image_graph_shapes"]), tuple(p["input_names"].split(",")),
+                    extra={name: tuple(int(x) for x in tail.split(","))},
+                    fill={"input_ids": np.asarray([int(x) for x in p["image_graph_ids"].split(",")], np.int64)})
+    except Exception as exc:  # noqa: BLE001 (the images run eagerly; the queries' static shapes stand)
+        print(f"embtrt python-torch: the image runs' static shapes were not captured ({type(exc).__name__}: {exc}); "
+              "image runs are eager", file=sys.stderr, flush=True)
+    finally:
+        if before is None:
+            os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
+        else:
+            os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = before
 
 
 class TorchClip(_Torch):

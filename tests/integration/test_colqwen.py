@@ -111,11 +111,13 @@ def test_hostile_pages_are_refused_naming_their_row_and_serving_goes_on(server, 
     from embtrt.kinds.pages.serve import PageImageClient
     from embtrt.serve.wire import text_input
 
-    tiff = io.BytesIO()
+    tiff, thin = io.BytesIO(), io.BytesIO()
     Image.fromarray(pattern(20, 20, 1)).save(tiff, "TIFF")
+    Image.fromarray(pattern(600, 2, 1)).save(thin, "PNG")   # 300:1, past the processor's aspect ratio
     cases = {b"plain text, not an image": "row 1: not an image", pages[0][:len(pages[0]) // 2]: "row 1: the image file is truncated",
              tiff.getvalue(): "row 1: image format TIFF is not decoded",
              png_header_only(8000, 8000): "row 1: the image is 8000 x 8000 pixels, over the limit of 36000000",
+             thin.getvalue(): "row 1: the image processor refuses it: absolute aspect ratio must be smaller than 200",
              b"": "row 1: an empty image"}
     c = grpcclient.InferenceServerClient(server.grpc_url)
     try:

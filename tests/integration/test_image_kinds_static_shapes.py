@@ -68,10 +68,9 @@ def test_page_queries_run_on_static_shapes_and_pages_eagerly(tmp_path, family):
         cuda.spec, cuda._info = _cuda_spec(folder), info_of(load_reference(folder))
         q = cuda.image_graphs()
         assert q["image_graph_shapes"] == f"{len(plain.cfg.image_ids)}:1,2,4,8"
-        name, _, tail = q["image_graph_input"].partition(":")
-        static.capture({len(plain.cfg.image_ids): (1, 2, 4)}, tuple(p["input_names"].split(",")), capture=False,
-                       extra={name: tuple(int(x) for x in tail.split(","))},
-                       fill={"input_ids": np.asarray([int(x) for x in q["image_graph_ids"].split(",")])})
+        from embtrt_backend.torch_encoder import capture_images
+
+        capture_images(static, {**p, **q, "image_graph_shapes": f"{len(plain.cfg.image_ids)}:1,2,4"})   # capture=False: CPU
     run = lambda enc: lambda _bucket, feeds: enc.run(feeds)   # noqa: E731
     want = plain.run_queries([QueryRequest(plain.query_ids(QUERIES))], run(eager))[0].vectors
     got = padded.run_queries([QueryRequest(padded.query_ids(QUERIES))], run(static))[0].vectors

@@ -114,11 +114,13 @@ def test_hostile_inputs_are_refused_naming_their_row_and_serving_goes_on(server,
     from embtrt.kinds.vlm.serve import VlmEmbeddingClient
     from embtrt.serve.wire import text_input
 
-    tiff = io.BytesIO()
+    tiff, thin = io.BytesIO(), io.BytesIO()
     Image.fromarray(pattern(20, 20, 1)).save(tiff, "TIFF")
+    Image.fromarray(pattern(600, 2, 1)).save(thin, "PNG")   # 300:1, past the processor's aspect ratio
     cases = {b"plain text, not an image": "row 1: not an image", images[0][:len(images[0]) // 2]: "row 1: the image file is truncated",
              tiff.getvalue(): "row 1: image format TIFF is not decoded",
              png_header_only(8000, 8000): "row 1: the image is 8000 x 8000 pixels, over the limit of 36000000",
+             thin.getvalue(): "row 1: the image processor refuses it: absolute aspect ratio must be smaller than 200",
              b"": "row 1: an empty image"}
     c = grpcclient.InferenceServerClient(server.grpc_url)
     try:
@@ -219,7 +221,7 @@ def test_gateway_embeds_fused_inputs_and_instructions_in_cohere_v2_and_vllm_shap
     cases = {"the role 'assistant' is not taken here": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
              "messages has no user message": [{"role": "system", "content": asked}],
              "messages[1].content has 2 images": [{"role": "system", "content": asked}, {"role": "user", "content": [two, two]}],
-             "messages[0]: not an image": [{"role": "user", "content": [
+             "messages[1]: not an image": [{"role": "system", "content": asked}, {"role": "user", "content": [
                  {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}]}]}
     for said, messages in cases.items():
         r = vllm(messages)

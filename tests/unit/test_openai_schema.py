@@ -238,3 +238,26 @@ def test_vllm_messages_are_one_input_with_the_system_message_as_its_instruction(
     _refused({"model": "v", "messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
                                          {"role": "user", "content": "q"}]},
              400, "messages[0]: a system message is the instruction, a text only", "messages", vlm)
+
+
+def test_vllm_messages_refuse_a_part_without_its_image_an_empty_system_message_and_late_chunking():
+    from embtrt.kinds.vlm.scale import VlmModel
+
+    vlm = {"v": VlmModel(ModelOptions(dim=8, normalize=True, prompts={}), VOCAB, MAX_LEN, 64)}
+    for url in ({}, {"url": None}, {"url": ""}):   # never read as a text: the image would be lost
+        _refused({"model": "v", "messages": [{"role": "user", "content": [{"type": "text", "text": "q"},
+                                                                          {"type": "image_url", "image_url": url}]}]},
+                 400, f"messages[0].content[1]: an image_url part's url is a data URI string (data:image/png;base64,...), "
+                 f"got {url.get('url')!r}" if url else "messages[0].content[1]: an image_url part's url is a data URI "
+                 "string (data:image/png;base64,...), got None", "messages", vlm)
+    _refused({"model": "v", "messages": [{"role": "system", "content": " "}, {"role": "user", "content": "q"}]}, 400,
+             "messages[0]: an empty system message (the instruction): leave it out for the model's default", "messages", vlm)
+    _refused({"model": "v", "messages": [{"role": "user", "content": "q"}], "late_chunking": True}, 400,
+             "late_chunking applies to input texts, not to messages", "late_chunking", vlm)
+    long = "x" * 65   # over the model's 64 bytes: named by the user message's own index
+    _refused({"model": "v", "messages": [{"role": "system", "content": "Find it."}, {"role": "user", "content": long}]},
+             400, "messages[1] is 65 bytes of UTF-8, over the limit of 64 bytes per text", "messages", vlm)
+    _refused({"model": "v", "input": "q", "instruction": "y" * 65}, 400,
+             "instruction is 65 bytes of UTF-8, over the limit of 64 bytes per text", "instruction", vlm)
+    r = _parse({"model": "v", "messages": [{"role": "system", "content": "Find it."}, {"role": "user", "content": "q"}]}, vlm)
+    assert r.item_names == ("messages[1]",)

@@ -59,11 +59,13 @@ def spec_from_options(
     """The spec of `embtrt build`'s options, named as the command's parameters (every BuildSpec
     field not named here passes through as given). None leaves a value to the model folder.
 
-    What the user gave is validated first, before the folder is read (reading it loads the
-    model: seconds to minutes): --out (when `force` is given, as the CLI does), --name,
-    --target, --precision, --buckets and every other field, by the BuildSpec rules themselves on a
-    provisional spec whose model-given values are ones no rule refuses. Then the model fills in
-    the rest and the whole spec is validated again."""
+    The folder's kind is read first from its config files (cheap: nothing is loaded; a folder that runs its own
+    code, or a vision-language model no rule serves, is refused here), so that `--target auto` takes a kind's own
+    target (a page-image retriever's python-torch) before the options are checked against one. Then what the user
+    gave is validated, before the model is loaded (seconds to minutes): --out (when `force` is given, as the CLI
+    does), --name, --target, --precision, --buckets and every other field, by the BuildSpec rules themselves on a
+    provisional spec whose model-given values are ones no rule refuses. Then the model fills in the rest and the
+    whole spec is validated again."""
     bundled = model_dir is None
     model_dir = default_model_path() if model_dir is None else Path(model_dir).resolve()
     if force is not None:

@@ -243,8 +243,9 @@ async def answer(model, req: EmbeddingsRequest) -> Answer:
             raise ApiError(400, f"late chunking is served for text embedders; {req.served} is a {model.kind.name}",
                            param="late_chunking")
         vecs, tokens = await late_chunks(req.late.document, list(req.late.spans), req.options, req.late.field)
-    elif req.instruction is not None:   # a VLM embedder's items with the request's instruction
-        vecs, tokens = await model.embed_items(req.texts, req.media, req.options, req.media_field, req.instruction)
+    elif req.instruction is not None or req.item_names:   # a VLM embedder's items: the request's instruction, names
+        vecs, tokens = await model.embed_items(req.texts, req.media, req.options, req.media_field, req.instruction,
+                                               req.item_names)
     elif req.media:   # a text-and-image model's images (and texts), each item in its own modality
         vecs, tokens = await model.embed_items(req.texts, req.media, req.options, req.media_field)
     else:

@@ -62,6 +62,7 @@ class EmbeddingsRequest:
     media_field: str = "input"       # the body's field of those items (Cohere: images or inputs), in errors
     late: Late | None = None         # late chunking (scale_late.py): the document and its chunks' spans
     instruction: str | None = None   # a VLM embedder's instruction for this request (None: the model's default)
+    item_names: tuple[str, ...] = ()   # each item's name in errors where it is not media_field[k] (a message's index)
 
 
 def model_suffixes(options: ModelOptions) -> list[str]:
@@ -139,13 +140,15 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
 
     asked = instruction(body, m, name)
     if body.get("messages") is not None:   # vLLM's chat-style embeddings: one conversation, one vector
-        items, found, system = messages_input(body, m, name, kinds.get(name, EMBEDDER))
+        items, found, system, at = messages_input(body, m, name, kinds.get(name, EMBEDDER))
         if system is not None and asked is not None:
             raise ApiError(400, "give the instruction as the system message or as instruction, not both", param="instruction")
-        if not found:
-            check_bytes(items, m.max_text_bytes, "messages")
+        if system is not None:
+            check_bytes([system], m.max_text_bytes, "messages", name="the system message")
+        if not found or found[0] is not None and not isinstance(found[0], bytes):   # a text, alone or fused
+            check_bytes(items, m.max_text_bytes, "messages", name=f"messages[{at}]")
         return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found, media_field="messages",
-                                 instruction=system if system is not None else asked)
+                                 instruction=system if system is not None else asked, item_names=(f"messages[{at}]",))
     if "input" not in body:
         raise ApiError(400, "you must provide an input parameter", param="input")
     inp = body["input"]

@@ -51,7 +51,8 @@ class VlmMeasure(KindMeasure):
         return UNDER_LOAD, ""
 
     def against(self, rep: KindReport, got, other, where: tuple[str, str]) -> float:
-        """Two deployments by the gate's bounds of the reduced one's precision (fp32 alike: 0.99999)."""
+        """Two deployments by the gate's bounds of this deployment's precision (fp32: 0.99999 and top-10s equal up to
+        ties; reduced: seed 003's); verify the reduced-precision deployment with --against the fp32 one."""
         v = judge(got, other, self.precision)
         for line in v.lines:
             rep.check(line.startswith("[ok]"), f"against {where[1]} at {where[0]}: {line.split('] ', 1)[-1]}",

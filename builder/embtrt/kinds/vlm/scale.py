@@ -80,11 +80,12 @@ class Vlm(FrontDoorModel):
         return await self.embed_items(texts, (), opts)
 
     async def embed_items(self, texts: list[str], media: tuple, opts=None, field: str = "input",
-                          instruction: str | None = None) -> tuple[np.ndarray, int]:
+                          instruction: str | None = None, names: tuple[str, ...] = ()) -> tuple[np.ndarray, int]:
         """Items in input order (`media[k]` an image's encoded bytes, a Fused image with texts[k], or None: texts[k] is
         a text) -> (their vectors, with the request's width and type; the tokens); `instruction` the system message
-        (None: the model's default)."""
+        (None: the model's default); `names`: each item's name in a refusal (a message's index)."""
         opts = opts if opts is not None else self.options.default
         params = {"instruction": instruction} if instruction is not None else None
-        vecs, tokens = await self.send_items(texts, media, lambda modality: tuple(modality.split("+")), params, field)
+        vecs, tokens = await self.send_items(texts, media, lambda modality: tuple(modality.split("+")), params, field,
+                                             names)
         return self.options.finish(vecs, opts), tokens

@@ -74,12 +74,12 @@ class FrontDoorModel:
         return [d[0] for d in done], tokens
 
     async def send_items(self, texts: list, media: tuple, how: Callable[[str], Any], params: dict | None,
-                         field: str) -> tuple[np.ndarray, int]:
+                         field: str, names: tuple[str, ...] = ()) -> tuple[np.ndarray, int]:
         """A kind taking images: items in input order, `media[k]` an image's encoded bytes, a Fused image (texts[k] goes
         with it: one input) or None (texts[k] is a text; `media` empty: every item a text) -> (their rows in input order,
         the tokens the front door counts). Texts, images and fused pairs go up in calls of their own (`how("TEXT")`,
         `how("IMAGE")`, `how("TEXT+IMAGE")`: Triton gives every input of a request one batch size), concurrently; the
-        texts' characters are admitted first; a refused item is a 400 naming `field[k]`."""
+        texts' characters are admitted first; a refused item is a 400 naming `field[k]` (or `names[k]`)."""
         from .images import Fused
 
         n, image = len(texts), self.kind.image_input
@@ -97,7 +97,7 @@ class FrontDoorModel:
             try:
                 parts, tokens = await self.send(values, how(modality), params, field)
             except ApiError as exc:
-                raise renamed(exc, field, rows) from None
+                raise renamed(exc, field, rows, names=names) from None
             return np.concatenate(parts), tokens
 
         done = await asyncio.gather(*(run(m, rows) for m, rows in at.items()))
@@ -163,14 +163,16 @@ async def prepared(admission: Admission, core, texts: list[str] | None, ids: lis
     return batch
 
 
-def renamed(exc: ApiError, field: str, rows: list[int], to: str | None = None) -> ApiError:
+def renamed(exc: ApiError, field: str, rows: list[int], to: str | None = None, names: tuple[str, ...] = ()) -> ApiError:
     """A refusal naming `field[k]` of a part of a request (its rows `rows` of the request) -> the same error
-    naming the request's item, `to[rows[k]]` (`to`: the request's own field name, default `field`)."""
+    naming the request's item, `to[rows[k]]` (`to`: the request's own field name, default `field`), or its name
+    in `names` where given (a message's own index)."""
     m = re.match(re.escape(field) + r"\[(\d+)\]", exc.message)
     if m is None or int(m.group(1)) >= len(rows):
         return exc
-    out = ApiError(exc.status, f"{to or field}[{rows[int(m.group(1))]}]" + exc.message[m.end():], exc.type,
-                   to or exc.param, exc.code)
+    row = rows[int(m.group(1))]
+    item = names[row] if row < len(names) else f"{to or field}[{row}]"
+    out = ApiError(exc.status, item + exc.message[m.end():], exc.type, to or exc.param, exc.code)
     out.served = exc.served
     return out
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from embtrt_backend.kinds import Kind
 
-from .errors import ApiError, short
+from .errors import ApiError, check_bytes, short
 
 MODALITIES = ("text", "image", "text_image")
 FUSED = ("a text and an image fused in one input needs a VLM embedder; {name} has two towers and embeds each "
@@ -56,6 +56,7 @@ def instruction(body: dict, m, name: str) -> str | None:
         raise ApiError(400, f"instruction is a VLM embedder's; {name} takes none", param="instruction")
     if not isinstance(value, str) or not value.strip():
         raise ApiError(400, f"instruction must be a non-empty string, got {short(value)}", param="instruction")
+    check_bytes([value], m.max_text_bytes, "instruction", name="instruction")
     return value
 
 
@@ -164,7 +165,11 @@ def content(parts: list, where: str, param: str) -> tuple[str | None, str | None
             texts.append(part["text"])
         elif part.get("type") == "image_url" and isinstance(part.get("image_url"), (dict, str)):
             url = part["image_url"]
-            images.append(url.get("url") if isinstance(url, dict) else url)
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str) or not url:   # a part without its image: never read as a text
+                raise ApiError(400, f"{where}[{j}]: an image_url part's url is a data URI string "
+                               f"(data:image/png;base64,...), got {short(url)}", param=param)
+            images.append(url)
         else:
             raise ApiError(400, f"{where}[{j}] must be a text part or an image_url part, got {short(part)}", param=param)
     if len(images) > 1:
@@ -174,15 +179,18 @@ def content(parts: list, where: str, param: str) -> tuple[str | None, str | None
     return (texts[0] if texts else None), (images[0] if images else None)
 
 
-def messages_input(body: dict, m, name: str, kind: Kind) -> tuple[list[str], tuple, str | None]:
+def messages_input(body: dict, m, name: str, kind: Kind) -> tuple[list[str], tuple, str | None, int]:
     """vLLM's chat-style embedding body (`messages`, one conversation -> one vector) -> (items, media, its
-    instruction: the system message's text, None where it has none); a 400 naming the message at fault."""
+    instruction: the system message's text, None where it has none; the user message's index); a 400 naming the
+    message at fault."""
     msgs = body.get("messages")
     if not getattr(m, "fused", False):
         raise ApiError(400, f"messages (vLLM's chat-style embeddings) is served for VLM embedders; {name} is {kind.label}: "
                        "send input", param="messages")
     if body.get("input") is not None:
         raise ApiError(400, "send input or messages, not both", param="messages")
+    if body.get("late_chunking") not in (None, False):
+        raise ApiError(400, "late_chunking applies to input texts, not to messages", param="late_chunking")
     if not isinstance(msgs, list) or not msgs or not all(isinstance(x, dict) for x in msgs):
         raise ApiError(400, f"messages must be a non-empty list of messages, got {short(msgs)}", param="messages")
     system, user, at = None, None, 0
@@ -196,6 +204,9 @@ def messages_input(body: dict, m, name: str, kind: Kind) -> tuple[list[str], tup
             system, image = content(parts, f"messages[{j}].content", "messages")
             if image is not None or system is None:
                 raise ApiError(400, f"messages[{j}]: a system message is the instruction, a text only", param="messages")
+            if not system.strip():
+                raise ApiError(400, f"messages[{j}]: an empty system message (the instruction): leave it out for the "
+                               "model's default", param="messages")
         elif role == "user" and user is None:
             user, at = content(parts, f"messages[{j}].content", "messages"), j
         else:
@@ -205,6 +216,6 @@ def messages_input(body: dict, m, name: str, kind: Kind) -> tuple[list[str], tup
         raise ApiError(400, "messages has no user message: it holds the text, the image, or both", param="messages")
     text, url = user
     if url is None:
-        return [text or ""], (), system
+        return [text or ""], (), system, at
     data = image_bytes(url, at, "messages", getattr(m, "max_image_bytes", 8 << 20))
-    return [text if text is not None else url], (Fused(data) if text is not None else data,), system
+    return [text if text is not None else url], (Fused(data) if text is not None else data,), system, at

@@ -12,9 +12,10 @@ ColPaliForRetrieval gives them for its processor's output (`processor(text=...)`
 
 Queries of several requests run together, right-padded to the longest (attention mask 0, token_type_ids 0: the
 model's bidirectional mask makes a padded row equal the row alone; ColQwen2's causal one likewise), or to the bucket
-where the encoder has static shapes (CUDA graphs: `pad_to_bucket`), in runs of at most max_batch rows; images in runs
-of at most image_max_batch, eagerly (their pixel_values are not a static shape's input). Plain numpy (+ tokenizers);
-the model runs in the encoder (kinds.pages.torch)."""
+where the encoder has static shapes (CUDA graphs: `pad_to_bucket`, in runs of at most the bucket's max batch), in runs
+of at most max_batch rows; images in runs of at most image_max_batch (a ColPali page on static shapes of its own where
+the encoder has them; a ColQwen2 page eagerly). Plain numpy (+ tokenizers); the model runs in the encoder
+(kinds.pages.torch)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,13 @@ class PagesConfig:
 
     @classmethod
     def from_parameters(cls, p: dict[str, str]) -> "PagesConfig":
+        rows = int(p.get("max_batch_size") or p["encoder_max_batch_sizes"].split(",")[0])
+        if p.get("pad_to_bucket") == "true":   # runs of at most the bucket's max batch: the static shapes' largest
+            rows = min(rows, int(p["encoder_max_batch_sizes"].split(",")[0]))
         return cls(dim=int(p["embtrt.dim"]), query_prefix=p["pages_query_prefix"], query_suffix=p["pages_query_suffix"],
                    image_ids=tuple(int(x) for x in p.get("pages_image_ids", "").split(",") if x),
                    max_query_tokens=int(p["max_seq_length"]), pad_id=int(p["pad_id"]),
-                   max_batch=int(p.get("max_batch_size") or p["encoder_max_batch_sizes"].split(",")[0]),
+                   max_batch=rows,
                    max_text_bytes=int(p.get("max_text_bytes") or (1 << 20)),
                    max_vector_bytes=int(p.get("max_vector_bytes") or DEFAULT_MAX_VECTOR_BYTES),
                    family=p.get("pages_family") or "paligemma", pad_to_bucket=p.get("pad_to_bucket") == "true")

@@ -64,6 +64,8 @@ class QwenPages:
         try:
             picture = load(img, row)
             out = self.processor(images=[picture], return_tensors="np")
+        except ValueError as exc:   # the processor's own refusal (an aspect ratio over 200): the client's, by row
+            raise InputError(f"row {row}: the image processor refuses it: {exc}", "input", row) from None
         finally:
             img.close()
         grid = np.asarray(out["image_grid_thw"][0], np.int64)

@@ -74,10 +74,13 @@ class VlmCore:
         limits = ImageLimits(int(p.get("image_max_bytes", ImageLimits.max_bytes)),
                              int(p.get("image_max_pixels", ImageLimits.max_pixels)),
                              int(p.get("image_max_request_pixels", ImageLimits.max_request_pixels)))
+        static = p.get("pad_to_bucket") == "true"
+        rows = int(p["max_batch_size"])
+        if static:   # runs of at most the bucket's max batch: the static shapes' largest (the token budget's)
+            rows = min(rows, int(p["encoder_max_batch_sizes"].split(",")[0]))
         return cls(AutoTokenizer.from_pretrained(hf), AutoImageProcessor.from_pretrained(hf, backend="pil"),
                    p["vlm_image_token"], int(p["vlm_image_token_id"]), int(p["pad_id"]), int(p["max_seq_length"]),
-                   int(p["max_batch_size"]), limits, p.get("vlm_instruction") or DEFAULT_INSTRUCTION,
-                   p.get("pad_to_bucket") == "true")
+                   rows, limits, p.get("vlm_instruction") or DEFAULT_INSTRUCTION, static)
 
     def row(self, text: str | None, image: bytes | None, instruction: str, k: int) -> Row:
         """One input -> its ids (and its image's patches and grid); an InputError naming row k."""
@@ -93,6 +96,8 @@ class VlmCore:
             img = load(opened(bytes(image), self.limits, k), k)
             try:
                 out = self.images(images=[img], return_tensors="np")
+            except ValueError as exc:   # the processor's own refusal (an aspect ratio over 200): the client's, by row
+                raise InputError(f"row {k}: the image processor refuses it: {exc}", "input", k) from None
             finally:
                 img.close()
             pixels, grid = np.asarray(out["pixel_values"], np.float32), np.asarray(out["image_grid_thw"][0], np.int64)
