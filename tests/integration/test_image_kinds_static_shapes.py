@@ -3,7 +3,7 @@ host captures (torch_graphs.StaticShape, capture=False here), fed by the front d
 repository's parameters with `pad_to_bucket` on (as a python-torch build for --device cuda renders them):
 
 - a page-image retriever's queries (ColPali: input_ids, attention_mask, token_type_ids; ColQwen2: input_ids,
-  attention_mask) run on the static shapes, padded to the bucket, and equal their eager vectors; its pages (their
+  attention_mask) run on the static shapes, padded to the smallest bucket that holds them, and equal their eager vectors; its pages (their
   pixel_values beside the query inputs) never replay a query's shape: a ColPali page (one length, one pixel shape)
   replays its own set's, a ColQwen2 page (its size varies) runs eagerly, equal either way;
 - a VLM embedder's runs of texts alone run on the static shapes (input_ids, attention_mask, mm_token_type_ids) and
@@ -28,13 +28,15 @@ def _built(folder, out):
     return repo / name / "1", {k: v.string_value for k, v in cfg.parameters.items()}
 
 
-def _encoders(here, p, bucket):
-    """(the eager encoder, the static-shape one: batch sizes 1, 2 and 4 at the bucket, capture=False)."""
+def _encoders(here, p):
+    """(the eager encoder, the static-shape one: batch sizes 1, 2 and 4 at every bucket, capture=False)."""
     from embtrt_backend.encoder import encoder_from_parameters
 
     eager = encoder_from_parameters(str(here), p)
     static = encoder_from_parameters(str(here), p)
-    static.capture({bucket: (1, 2, 4)}, tuple(p["input_names"].split(",")), capture=False)
+    buckets = [int(b) for b in p["buckets"].split(",")]
+    assert len(buckets) > 1 and buckets[-1] == int(p["max_seq_length"])   # the text kinds' default buckets
+    static.capture({b: (1, 2, 4) for b in buckets}, tuple(p["input_names"].split(",")), capture=False)
     return eager, static
 
 
@@ -57,8 +59,7 @@ def test_page_queries_run_on_static_shapes_and_pages_eagerly(tmp_path, family):
 
     folder = (make_colpali if family == "colpali" else make_colqwen2)(tmp_path / family)
     here, p = _built(folder, tmp_path / "repo")
-    bucket = int(p["max_seq_length"])
-    eager, static = _encoders(here, p, bucket)
+    eager, static = _encoders(here, p)
     plain, padded = PagesCore.from_folder(str(here), p), PagesCore.from_folder(str(here), {**p, "pad_to_bucket": "true"})
     if family == "colpali":   # a ColPali page is one shape: graphs of its own (the params a cuda build renders)
         from embtrt.kinds.pages.export import PagesBuild
@@ -75,7 +76,7 @@ def test_page_queries_run_on_static_shapes_and_pages_eagerly(tmp_path, family):
     want = plain.run_queries([QueryRequest(plain.query_ids(QUERIES))], run(eager))[0].vectors
     got = padded.run_queries([QueryRequest(padded.query_ids(QUERIES))], run(static))[0].vectors
     _same(got, want)
-    assert static.graphs.replays == 1 and static.graphs.eager == 0   # 3 queries: the (bucket, 4) shape
+    assert static.graphs.replays == 1 and static.graphs.eager == 0   # 3 queries: the smallest bucket's (length, 4) shape
     files = [f for f, _ in gate_images(3, seed=9)]
     pages_want = plain.run_images([plain.prepare_images(files)], run(eager))[0].vectors
     pages_got = padded.run_images([padded.prepare_images(files)], run(static))[0].vectors
@@ -94,8 +95,7 @@ def test_vlm_texts_run_on_static_shapes_and_images_eagerly(tmp_path):
 
     here, p = _built(make_vlm(tmp_path / "vlm"), tmp_path / "repo")
     assert p["input_names"] == "input_ids,attention_mask,mm_token_type_ids"
-    bucket = int(p["max_seq_length"])
-    eager, static = _encoders(here, p, bucket)
+    eager, static = _encoders(here, p)
     plain, padded = VlmCore.from_folder(str(here), p), VlmCore.from_folder(str(here), {**p, "pad_to_bucket": "true"})
     run = lambda enc: lambda _bucket, feeds: enc.run(feeds)   # noqa: E731
     want = plain.run([plain.prepare(QUERIES, None, {})], run(eager))[0].vectors

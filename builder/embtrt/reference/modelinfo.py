@@ -255,6 +255,19 @@ def default_buckets(max_seq_length: int) -> tuple[int, ...]:
     return tuple(edges + [max_seq_length])
 
 
+def one_input_buckets(given: tuple[int, ...] | None, seq: int) -> tuple[int, ...]:
+    """A kind whose inputs are never cut (a page-image retriever's queries, a VLM embedder's inputs): the lengths a CUDA
+    build pads a run of texts to (the smallest that fits its longest: the static shapes), --buckets or the defaults up
+    to --max-seq-length; the largest must be --max-seq-length (a SpecError otherwise)."""
+    from ..errors import SpecError
+
+    buckets = tuple(sorted(set(given))) if given else default_buckets(seq)
+    if buckets[-1] != seq:
+        raise SpecError(f"--buckets {','.join(map(str, buckets))}: the largest bucket is the longest input, "
+                        f"--max-seq-length {seq}", f"end --buckets with {seq}, or leave it out")
+    return buckets
+
+
 def read_st_prompts(path: Path, trust_remote_code: bool = False) -> tuple[dict[str, str], str | None, bool]:
     """(prompts, default prompt name, include_prompt) as sentence-transformers sees them after
     loading the folder: its `prompts` attribute (sentence-transformers 6 adds empty `query` /

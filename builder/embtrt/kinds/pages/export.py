@@ -19,6 +19,7 @@ from ...errors import ParityError, SpecError
 from ...export.render import _t
 from ...export.single import FrontDoorBuild
 from ...reference.images import data_uri, gate_images
+from ...reference.modelinfo import one_input_buckets
 from .reference import PagesInfo, encode_images, encode_queries, info_of, load_reference, score
 from .reference_gate import judge
 
@@ -198,10 +199,8 @@ def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int
     if seq > info.max_length:
         raise SpecError(f"--max-seq-length {seq}: the model takes at most {info.max_length} positions",
                         f"give at most {info.max_length}")
-    if bucket_t and bucket_t != (seq,):
-        raise SpecError("--buckets: a page-image retriever's queries run in one bucket of --max-seq-length tokens",
-                        "leave --buckets out")
+    buckets = one_input_buckets(bucket_t, seq)
     names = ("input_ids", "attention_mask") + (("token_type_ids",) if info.family == "paligemma" else ())
-    return dict(kind=PAGES.name, max_seq_length=seq, buckets=(seq,), hidden_size=info.dim,
+    return dict(kind=PAGES.name, max_seq_length=seq, buckets=buckets, hidden_size=info.dim,
                 input_names=names, pooling="cls", normalize=False,
                 pooler="fused", prompts=(), default_prompt_name=None, overflow_stride=0)

@@ -16,6 +16,7 @@ from ...errors import SpecError
 from ...export.render import _t
 from ...export.single import FrontDoorBuild
 from ...reference.images import data_uri, gate_images
+from ...reference.modelinfo import one_input_buckets
 from .reference import VlmReference, embed, load_reference
 from .reference_gate import GROUPS, judge
 
@@ -101,7 +102,8 @@ build_vlm_in = VlmBuild.build_in
 
 def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int, ...] | None, trust_remote_code: bool,
                 overrides: dict[str, str], default_prompt: str | None, default_name: str | None) -> dict:
-    """A VLM embedder's spec fields: the input length (one bucket), its width; no prompts (an instruction per request)."""
+    """A VLM embedder's spec fields: the input length and its buckets (the static shapes of runs of texts on CUDA), its
+    width; no prompts (an instruction per request)."""
     if overrides or default_prompt is not None:
         raise SpecError("a VLM embedder takes no prompts: its instruction is a request parameter", "leave --prompt out")
     ref = load_reference(model_dir, trust_remote_code)
@@ -109,7 +111,7 @@ def spec_fields(model_dir: Path, max_seq_length: int | None, bucket_t: tuple[int
     if seq > ref.max_length:
         raise SpecError(f"--max-seq-length {seq}: the model takes at most {ref.max_length} positions",
                         f"give at most {ref.max_length}")
-    return dict(kind=VLM.name, max_seq_length=seq, buckets=(seq,), hidden_size=ref.hidden,
+    return dict(kind=VLM.name, max_seq_length=seq, buckets=one_input_buckets(bucket_t, seq), hidden_size=ref.hidden,
                 input_names=("input_ids", "attention_mask", "mm_token_type_ids"), pooling="last-token", normalize=True,
                 pooler="fused",
                 prompts=(), default_prompt_name=None, overflow_stride=0)

@@ -11,8 +11,9 @@ ColPaliForRetrieval gives them for its processor's output (`processor(text=...)`
   its own resolution beside the visual prompt with one image token per merged patch.
 
 Queries of several requests run together, right-padded to the longest (attention mask 0, token_type_ids 0: the
-model's bidirectional mask makes a padded row equal the row alone; ColQwen2's causal one likewise), or to the bucket
-where the encoder has static shapes (CUDA graphs: `pad_to_bucket`, in runs of at most the bucket's max batch), in runs
+model's bidirectional mask makes a padded row equal the row alone; ColQwen2's causal one likewise), or to the smallest
+bucket that holds the longest where the encoder has static shapes (CUDA graphs: `pad_to_bucket`, in runs within every
+bucket's max batch), in runs
 of at most max_batch rows; images in runs of at most image_max_batch (a ColPali page on static shapes of its own where
 the encoder has them; a ColQwen2 page eagerly). Plain numpy (+ tokenizers); the model runs in the encoder
 (kinds.pages.torch)."""
@@ -45,20 +46,22 @@ class PagesConfig:
     max_text_bytes: int = 1 << 20
     max_vector_bytes: int = DEFAULT_MAX_VECTOR_BYTES
     family: str = "paligemma"      # paligemma (ColPali: token_type_ids, one image sequence) | qwen2 (ColQwen2)
-    pad_to_bucket: bool = False    # python-torch on CUDA with graphs: queries padded to the bucket (their static shapes)
+    pad_to_bucket: bool = False    # python-torch on CUDA with graphs: queries padded to a bucket (their static shapes)
+    buckets: tuple[int, ...] = ()  # the query lengths' buckets (the largest max_query_tokens)
 
     @classmethod
     def from_parameters(cls, p: dict[str, str]) -> "PagesConfig":
         rows = int(p.get("max_batch_size") or p["encoder_max_batch_sizes"].split(",")[0])
-        if p.get("pad_to_bucket") == "true":   # runs of at most the bucket's max batch: the static shapes' largest
-            rows = min(rows, int(p["encoder_max_batch_sizes"].split(",")[0]))
+        if p.get("pad_to_bucket") == "true":   # runs within every bucket's max batch: each bucket's static shapes cover them
+            rows = min(rows, *(int(x) for x in p["encoder_max_batch_sizes"].split(",")))
         return cls(dim=int(p["embtrt.dim"]), query_prefix=p["pages_query_prefix"], query_suffix=p["pages_query_suffix"],
                    image_ids=tuple(int(x) for x in p.get("pages_image_ids", "").split(",") if x),
                    max_query_tokens=int(p["max_seq_length"]), pad_id=int(p["pad_id"]),
                    max_batch=rows,
                    max_text_bytes=int(p.get("max_text_bytes") or (1 << 20)),
                    max_vector_bytes=int(p.get("max_vector_bytes") or DEFAULT_MAX_VECTOR_BYTES),
-                   family=p.get("pages_family") or "paligemma", pad_to_bucket=p.get("pad_to_bucket") == "true")
+                   family=p.get("pages_family") or "paligemma", pad_to_bucket=p.get("pad_to_bucket") == "true",
+                   buckets=tuple(int(x) for x in p.get("buckets", p["max_seq_length"]).split(",")))
 
 
 @dataclass
@@ -139,7 +142,8 @@ class PagesCore:
         try:
             for a in range(0, len(rows), c.max_batch):
                 chunk = rows[a:a + c.max_batch]
-                width = c.max_query_tokens if c.pad_to_bucket else max(len(x) for x in chunk)
+                longest = max(len(x) for x in chunk)   # on static shapes: the smallest bucket that holds it
+                width = next((b for b in c.buckets if b >= longest), c.max_query_tokens) if c.pad_to_bucket else longest
                 ids = np.full((len(chunk), width), c.pad_id, dtype=np.int64)
                 mask = np.zeros((len(chunk), width), dtype=np.int64)
                 for i, x in enumerate(chunk):
@@ -147,7 +151,7 @@ class PagesCore:
                 feeds = {"input_ids": ids, "attention_mask": mask}
                 if c.family == "paligemma":   # PaliGemma's prefix attention: zeros, every attended position
                     feeds["token_type_ids"] = np.zeros_like(ids)
-                out = np.asarray(encode(c.max_query_tokens, feeds), dtype=np.float32)
+                out = np.asarray(encode(width if c.pad_to_bucket else c.max_query_tokens, feeds), dtype=np.float32)
                 vectors += [out[i, :len(x)] for i, x in enumerate(chunk)]
         except Exception as exc:  # noqa: BLE001 (each request's INTERNAL error)
             return [PagesOutcome(error=exc) for _ in requests]

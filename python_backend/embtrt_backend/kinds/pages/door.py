@@ -31,7 +31,7 @@ class PagesDoor(Door):
 
     @property
     def buckets(self) -> tuple[int, ...]:
-        return (self.core.cfg.max_query_tokens,)
+        return self.core.cfg.buckets or (self.core.cfg.max_query_tokens,)
 
     def parse(self, arrays, params, asked) -> Item:
         name, rows = one_modality(arrays, self.image_input, "queries and page images go in two requests")

@@ -60,8 +60,9 @@ def instruction_of(params: dict, default: str) -> str:
 class VlmCore:
     def __init__(self, tokenizer, images, image_token: str, image_token_id: int, pad_id: int, max_tokens: int,
                  max_batch: int, limits: ImageLimits, instruction: str = DEFAULT_INSTRUCTION,
-                 pad_to_bucket: bool = False) -> None:
+                 pad_to_bucket: bool = False, buckets: tuple[int, ...] = ()) -> None:
         self.tokenizer, self.images, self.limits, self.pad_to_bucket = tokenizer, images, limits, pad_to_bucket
+        self.buckets = tuple(buckets) or (max_tokens,)   # a run of texts on static shapes: the smallest that holds it
         self.image_token, self.image_token_id, self.pad_id = image_token, image_token_id, pad_id
         self.max_tokens, self.max_batch, self.instruction = max_tokens, max(1, max_batch), instruction
         self.merge = int(getattr(images, "merge_size", 2))
@@ -76,11 +77,12 @@ class VlmCore:
                              int(p.get("image_max_request_pixels", ImageLimits.max_request_pixels)))
         static = p.get("pad_to_bucket") == "true"
         rows = int(p["max_batch_size"])
-        if static:   # runs of at most the bucket's max batch: the static shapes' largest (the token budget's)
-            rows = min(rows, int(p["encoder_max_batch_sizes"].split(",")[0]))
+        if static:   # runs within every bucket's max batch (the token budget's): each bucket's static shapes cover them
+            rows = min(rows, *(int(x) for x in p["encoder_max_batch_sizes"].split(",")))
         return cls(AutoTokenizer.from_pretrained(hf), AutoImageProcessor.from_pretrained(hf, backend="pil"),
                    p["vlm_image_token"], int(p["vlm_image_token_id"]), int(p["pad_id"]), int(p["max_seq_length"]),
-                   rows, limits, p.get("vlm_instruction") or DEFAULT_INSTRUCTION, static)
+                   rows, limits, p.get("vlm_instruction") or DEFAULT_INSTRUCTION, static,
+                   tuple(int(x) for x in p.get("buckets", p["max_seq_length"]).split(",")))
 
     def row(self, text: str | None, image: bytes | None, instruction: str, k: int) -> Row:
         """One input -> its ids (and its image's patches and grid); an InputError naming row k."""
@@ -130,8 +132,10 @@ class VlmCore:
 
     def _run(self, chunk: list[Row], encode) -> np.ndarray:
         pictures = [r for r in chunk if r.pixels is not None]
-        # texts alone on static shapes (CUDA graphs) padded to the bucket; a run with an image runs eagerly
-        width = self.max_tokens if self.pad_to_bucket and not pictures else max(len(r.ids) for r in chunk)
+        # texts alone on static shapes (CUDA graphs) padded to the smallest bucket that holds them; with an image, eager
+        width = max(len(r.ids) for r in chunk)
+        if self.pad_to_bucket and not pictures:
+            width = next((b for b in self.buckets if b >= width), self.max_tokens)
         ids = np.full((len(chunk), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(chunk), width), dtype=np.int64)
         for i, r in enumerate(chunk):
@@ -140,4 +144,4 @@ class VlmCore:
         if pictures:
             feeds["pixel_values"] = np.concatenate([r.pixels for r in pictures])
             feeds["image_grid_thw"] = np.stack([r.grid for r in pictures])
-        return np.asarray(encode(self.max_tokens, feeds), dtype=np.float32)
+        return np.asarray(encode(width if self.pad_to_bucket and not pictures else self.max_tokens, feeds), dtype=np.float32)

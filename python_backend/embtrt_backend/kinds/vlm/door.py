@@ -23,7 +23,7 @@ class VlmDoor(Door):
 
     @property
     def buckets(self) -> tuple[int, ...]:
-        return (self.core.max_tokens,)
+        return self.core.buckets
 
     def parse(self, arrays, params, asked) -> Item:
         text, image = arrays.get("TEXT"), arrays.get(self.image_input)
