@@ -15,6 +15,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -42,22 +43,13 @@ class ImageOutcome:
 class ImageCore:
     def __init__(self, processor: ProcessorConfig, limits: ImageLimits, max_batch: int) -> None:
         self.processor, self.limits, self.max_batch = processor, limits, max(1, max_batch)
-        self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_folder(cls, folder: str, p: dict[str, str]) -> "ImageCore":
         with open(os.path.join(folder, PROCESSOR_FILE), encoding="utf-8") as f:
             processor = ProcessorConfig.from_dict(json.load(f))
-        limits = ImageLimits(int(p.get("image_max_bytes", ImageLimits.max_bytes)),
-                             int(p.get("image_max_pixels", ImageLimits.max_pixels)),
-                             int(p.get("image_max_request_pixels", ImageLimits.max_request_pixels)))
+        limits = ImageLimits.from_parameters(p)
         return cls(processor, limits, int(p.get("image_max_batch", "8")))
-
-    def header(self, data: bytes, row: int):
-        """One encoded file's header (nothing decoded), or the InputError naming its row."""
-        if not isinstance(data, (bytes, bytearray)) or not data:
-            raise InputError(f"row {row}: an empty image", "input", row)
-        return opened(bytes(data), self.limits, row)
 
     def one(self, img, row: int) -> np.ndarray:
         """One opened image -> its pixel_values [3, H, W], or the InputError naming its row; its decoded buffers
@@ -68,19 +60,9 @@ class ImageCore:
             img.close()
 
     def prepare(self, files: list[bytes], options: RequestOptions) -> ImageRequest:
-        """A request's encoded files -> its ImageRequest: every header read first (the formats, each image's and
-        the request's pixels bounded before anything decodes), then the images decoded; the first bad file's
-        InputError (by row) refuses the request."""
-        heads = [self.header(f, k) for k, f in enumerate(files)]
-        total = sum(h.size[0] * h.size[1] for h in heads)
-        if total > self.limits.max_request_pixels:
-            raise InputError(f"the request's {len(files)} images hold {total} pixels, over the limit of "
-                             f"{self.limits.max_request_pixels} per request: send them in several requests", "input")
-        if len(heads) == 1:
-            return ImageRequest(self.one(heads[0], 0)[None], options)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="embtrt-decode")
-        return ImageRequest(np.stack(list(self._pool.map(self.one, heads, range(len(heads))))), options)
+        """A request's encoded files -> its ImageRequest (read_images: every header bounded first, then decoded); the
+        first bad file's InputError (by row) refuses the request."""
+        return ImageRequest(np.stack(read_images(files, self.limits, self.one)), options)
 
     def run(self, requests: list[ImageRequest], tower, finish) -> list[ImageOutcome]:
         """Every request's images through `tower` (feeds -> [rows, dim]) in runs of at most max_batch rows;
@@ -102,6 +84,47 @@ class ImageCore:
                 outs.append(ImageOutcome(error=exc))
             start += n
         return outs
+
+
+def header(data: bytes, limits: ImageLimits, row: int):
+    """One encoded file's header (nothing decoded), or the InputError naming its row."""
+    if not isinstance(data, (bytes, bytearray)) or not data:
+        raise InputError(f"row {row}: an empty image", "input", row)
+    return opened(bytes(data), limits, row)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def read_images(files: list[bytes], limits: ImageLimits, one: Callable[[Any, int], Any]) -> list:
+    """A request's encoded files -> `one(header, row)` of each, in order: every header read first (the formats, each
+    image's and the request's pixels bounded before anything decodes), then the images decoded (`one` decodes,
+    preprocesses and closes its image) on a few threads (Pillow's decoders and resize release the GIL); the first bad
+    file's InputError (by row) refuses the request."""
+    global _POOL
+    heads = [header(f, limits, k) for k, f in enumerate(files)]
+    total = sum(h.size[0] * h.size[1] for h in heads)
+    if total > limits.max_request_pixels:
+        raise InputError(f"the request's {len(files)} images hold {total} pixels, over the limit of "
+                         f"{limits.max_request_pixels} per request: send them in several requests", "input")
+    if len(heads) == 1:
+        return [one(heads[0], 0)]
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="embtrt-decode")
+    return list(_POOL.map(one, heads, range(len(heads))))
+
+
+def dynamic_patches(processor, img, row: int) -> tuple[np.ndarray, np.ndarray]:
+    """One opened image decoded (upright, RGB) and through a dynamic-resolution processor (Qwen2-VL's, PIL backend)
+    -> (its patches [n, patch dim], its grid [t, h, w]); closed at once; the processor's own refusal (an aspect ratio
+    over 200) the InputError naming its row."""
+    try:
+        out = processor(images=[load(img, row)], return_tensors="np")
+    except ValueError as exc:
+        raise InputError(f"row {row}: the image processor refuses it: {exc}", "input", row) from None
+    finally:
+        img.close()
+    return np.asarray(out["pixel_values"], np.float32), np.asarray(out["image_grid_thw"][0], np.int64)
 
 
 def one_modality(arrays: dict, image: str, apart: str) -> tuple[str, np.ndarray]:

@@ -41,6 +41,12 @@ class ImageLimits:
     # of a core: seven 36-megapixel images, or 21 12-megapixel phone photos)
     max_request_pixels: int = 256_000_000
 
+    @classmethod
+    def from_parameters(cls, p: dict[str, str]) -> "ImageLimits":
+        """A front door's limits (its `image_max_*` parameters; absent: the defaults)."""
+        return cls(int(p.get("image_max_bytes", cls.max_bytes)), int(p.get("image_max_pixels", cls.max_pixels)),
+                   int(p.get("image_max_request_pixels", cls.max_request_pixels)))
+
 
 def from_data_uri(value: str, row: int) -> bytes:
     """A data URI (`data:image/<type>;base64,...`) or bare base64 -> the encoded file's bytes. An http(s) URL

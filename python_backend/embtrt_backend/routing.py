@@ -24,6 +24,19 @@ def assign_buckets(lengths: np.ndarray, buckets: tuple[int, ...] | list[int]) ->
     return idx
 
 
+def fitting_bucket(length: int, buckets: tuple[int, ...] | list[int]) -> int:
+    """The smallest bucket that holds `length` tokens (assign_buckets' rule, for one run's longest row)."""
+    return int(buckets[int(assign_buckets(np.asarray([length]), buckets)[0])])
+
+
+def run_rows(p: dict[str, str], rows: int) -> int:
+    """A front door's rows per run: `rows`, and on static shapes (`pad_to_bucket`) at most every bucket's max batch
+    (`encoder_max_batch_sizes`, the token budget's), so whichever bucket a run pads to has a shape that covers it."""
+    if p.get("pad_to_bucket") != "true":
+        return rows
+    return min(rows, *(int(x) for x in p["encoder_max_batch_sizes"].split(",")))
+
+
 def chunk_sorted(lengths, max_batch: int, run_overhead_tokens: int) -> list[tuple[int, int]]:
     """Cut ascending `lengths` into [start, end) chunks of at most max_batch rows that minimise
     sum(run_overhead_tokens + rows * longest row): each chunk is padded to its longest row,

@@ -19,7 +19,7 @@ from embtrt_backend.kinds import EMBEDDER, Kind
 
 from ...scale.gateway.errors import NO_KINDS, ApiError, check_bytes, model_name
 from ...scale.gateway.operation import Answer
-from ...scale.gateway.images import instruction, media, messages_input, modalities, takes_images
+from ...scale.gateway.images import Fused, instruction, media, messages_input, modalities, takes_images
 from .scale_late import Late, parse as parse_late
 
 if TYPE_CHECKING:  # the serving-side package, imported where it is used (as served.py does through common.backend)
@@ -145,7 +145,7 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
             raise ApiError(400, "give the instruction as the system message or as instruction, not both", param="instruction")
         if system is not None:
             check_bytes([system], m.max_text_bytes, "messages", name="the system message")
-        if not found or found[0] is not None and not isinstance(found[0], bytes):   # a text, alone or fused
+        if not found or isinstance(found[0], Fused):   # a text, alone or fused with the image
             check_bytes(items, m.max_text_bytes, "messages", name=f"messages[{at}]")
         return EmbeddingsRequest(model, name, items, None, fmt, opts, media=found, media_field="messages",
                                  instruction=system if system is not None else asked, item_names=(f"messages[{at}]",))

@@ -154,8 +154,9 @@ class PagesBuild(FrontDoorBuild):
 
         from embtrt_backend.kinds.pages.core import PagesCore, QueryRequest
 
-        self._processor_file(work)
-        if self.info.family == "qwen2" and not (work / "hf").exists():   # its image processor, read as the front door reads 1/hf/
+        if self.info.family == "paligemma":   # ImageCore reads it; a ColQwen2 page's processor is read from hf/
+            self._processor_file(work)
+        elif not (work / "hf").exists():   # its image processor, read as the front door reads 1/hf/
             import shutil
 
             shutil.copytree(self.spec.model_dir, work / "hf", ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))

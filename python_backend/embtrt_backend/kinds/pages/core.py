@@ -28,6 +28,7 @@ import numpy as np
 from ... import InputError
 from ...image_core import ImageCore
 from ...options import TRITON_PARAMETERS
+from ...routing import fitting_bucket, run_rows
 
 DEFAULT_MAX_VECTOR_BYTES = 256 << 20   # a request's token vectors, fp32, padded: the front door's bound
 KNOWN = ("input_type",)
@@ -51,9 +52,7 @@ class PagesConfig:
 
     @classmethod
     def from_parameters(cls, p: dict[str, str]) -> "PagesConfig":
-        rows = int(p.get("max_batch_size") or p["encoder_max_batch_sizes"].split(",")[0])
-        if p.get("pad_to_bucket") == "true":   # runs within every bucket's max batch: each bucket's static shapes cover them
-            rows = min(rows, *(int(x) for x in p["encoder_max_batch_sizes"].split(",")))
+        rows = run_rows(p, int(p.get("max_batch_size") or p["encoder_max_batch_sizes"].split(",")[0]))
         return cls(dim=int(p["embtrt.dim"]), query_prefix=p["pages_query_prefix"], query_suffix=p["pages_query_suffix"],
                    image_ids=tuple(int(x) for x in p.get("pages_image_ids", "").split(",") if x),
                    max_query_tokens=int(p["max_seq_length"]), pad_id=int(p["pad_id"]),
@@ -143,7 +142,7 @@ class PagesCore:
             for a in range(0, len(rows), c.max_batch):
                 chunk = rows[a:a + c.max_batch]
                 longest = max(len(x) for x in chunk)   # on static shapes: the smallest bucket that holds it
-                width = next((b for b in c.buckets if b >= longest), c.max_query_tokens) if c.pad_to_bucket else longest
+                width = fitting_bucket(longest, c.buckets) if c.pad_to_bucket else longest
                 ids = np.full((len(chunk), width), c.pad_id, dtype=np.int64)
                 mask = np.zeros((len(chunk), width), dtype=np.int64)
                 for i, x in enumerate(chunk):

@@ -12,14 +12,12 @@ is the image's (what the processor's attention mask keeps)."""
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from ... import InputError
-from ...image_core import DECODE_THREADS
-from ...images import ImageLimits, load, opened
+from ...image_core import dynamic_patches, read_images
+from ...images import ImageLimits
 
 
 @dataclass
@@ -40,15 +38,12 @@ class QwenPages:
         self.processor, self.tokenizer, self.prompt, self.image_token = processor, tokenizer, prompt, image_token
         self.pad_id, self.limits, self.max_batch = pad_id, limits, max(1, max_batch)
         self.merge = int(getattr(processor, "merge_size", 2))
-        self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_folder(cls, folder: str, p: dict[str, str], tokenizer) -> "QwenPages":
         from transformers import AutoImageProcessor
 
-        limits = ImageLimits(int(p.get("image_max_bytes", ImageLimits.max_bytes)),
-                             int(p.get("image_max_pixels", ImageLimits.max_pixels)),
-                             int(p.get("image_max_request_pixels", ImageLimits.max_request_pixels)))
+        limits = ImageLimits.from_parameters(p)
         processor = AutoImageProcessor.from_pretrained(os.path.join(folder, "hf"), backend="pil")
         return cls(processor, tokenizer, p["pages_image_prompt"], p["pages_image_token"], int(p["pad_id"]), limits,
                    int(p.get("image_max_batch", "8")))
@@ -61,35 +56,15 @@ class QwenPages:
         return len(self.tokenizer.encode(self.prompt.replace(self.image_token, self.image_token * most, 1)).ids)
 
     def one(self, img, row: int) -> QwenImage:
-        try:
-            picture = load(img, row)
-            out = self.processor(images=[picture], return_tensors="np")
-        except ValueError as exc:   # the processor's own refusal (an aspect ratio over 200): the client's, by row
-            raise InputError(f"row {row}: the image processor refuses it: {exc}", "input", row) from None
-        finally:
-            img.close()
-        grid = np.asarray(out["image_grid_thw"][0], np.int64)
+        pixels, grid = dynamic_patches(self.processor, img, row)
         n = int(np.prod(grid)) // self.merge ** 2
         ids = np.asarray(self.tokenizer.encode(self.prompt.replace(self.image_token, self.image_token * n, 1)).ids, np.int64)
-        return QwenImage(ids, np.asarray(out["pixel_values"], np.float32), grid)
+        return QwenImage(ids, pixels, grid)
 
     def prepare(self, files: list[bytes]) -> QwenImages:
-        """A request's encoded files -> its images (every header read and bounded first, as the image kind's), the
-        first bad file's InputError (by row) refusing the request."""
-        heads = []
-        for k, f in enumerate(files):
-            if not isinstance(f, (bytes, bytearray)) or not f:
-                raise InputError(f"row {k}: an empty image", "input", k)
-            heads.append(opened(bytes(f), self.limits, k))
-        total = sum(h.size[0] * h.size[1] for h in heads)
-        if total > self.limits.max_request_pixels:
-            raise InputError(f"the request's {len(files)} images hold {total} pixels, over the limit of "
-                             f"{self.limits.max_request_pixels} per request: send them in several requests", "input")
-        if len(heads) == 1:
-            return QwenImages([self.one(heads[0], 0)])
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="embtrt-decode")
-        return QwenImages(list(self._pool.map(self.one, heads, range(len(heads)))))
+        """A request's encoded files -> its images (image_core.read_images: every header read and bounded first, as
+        the image kind's), the first bad file's InputError (by row) refusing the request."""
+        return QwenImages(read_images(files, self.limits, self.one))
 
     def run(self, rows: list[QwenImage], encode, bucket: int) -> list[np.ndarray]:
         """Every image's [positions, dim] vectors, in runs of at most max_batch."""

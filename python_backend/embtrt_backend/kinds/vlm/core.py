@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import InputError
-from ...images import ImageLimits, load, opened
+from ...image_core import dynamic_patches, read_images
+from ...images import ImageLimits
 from ...options import TRITON_PARAMETERS
+from ...routing import fitting_bucket, run_rows
 
 DEFAULT_INSTRUCTION = "Represent the user's input."
 KNOWN = ("instruction",)
@@ -72,20 +74,16 @@ class VlmCore:
         from transformers import AutoImageProcessor, AutoTokenizer
 
         hf = os.path.join(folder, "hf")
-        limits = ImageLimits(int(p.get("image_max_bytes", ImageLimits.max_bytes)),
-                             int(p.get("image_max_pixels", ImageLimits.max_pixels)),
-                             int(p.get("image_max_request_pixels", ImageLimits.max_request_pixels)))
-        static = p.get("pad_to_bucket") == "true"
-        rows = int(p["max_batch_size"])
-        if static:   # runs within every bucket's max batch (the token budget's): each bucket's static shapes cover them
-            rows = min(rows, *(int(x) for x in p["encoder_max_batch_sizes"].split(",")))
+        limits = ImageLimits.from_parameters(p)
         return cls(AutoTokenizer.from_pretrained(hf), AutoImageProcessor.from_pretrained(hf, backend="pil"),
                    p["vlm_image_token"], int(p["vlm_image_token_id"]), int(p["pad_id"]), int(p["max_seq_length"]),
-                   rows, limits, p.get("vlm_instruction") or DEFAULT_INSTRUCTION, static,
+                   run_rows(p, int(p["max_batch_size"])), limits, p.get("vlm_instruction") or DEFAULT_INSTRUCTION,
+                   p.get("pad_to_bucket") == "true",
                    tuple(int(x) for x in p.get("buckets", p["max_seq_length"]).split(",")))
 
-    def row(self, text: str | None, image: bytes | None, instruction: str, k: int) -> Row:
-        """One input -> its ids (and its image's patches and grid); an InputError naming row k."""
+    def row(self, text: str | None, image: tuple[np.ndarray, np.ndarray] | None, instruction: str, k: int) -> Row:
+        """One input (a text, its image's patches and grid, or both) -> its ids and the image's; an InputError naming
+        row k."""
         content = ([{"type": "image"}] if image is not None else []) + \
             ([{"type": "text", "text": text}] if text is not None else [])
         messages = [{"role": "system", "content": [{"type": "text", "text": instruction}]},
@@ -93,16 +91,7 @@ class VlmCore:
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         pixels = grid = None
         if image is not None:
-            if not isinstance(image, (bytes, bytearray)) or not image:
-                raise InputError(f"row {k}: an empty image", "input", k)
-            img = load(opened(bytes(image), self.limits, k), k)
-            try:
-                out = self.images(images=[img], return_tensors="np")
-            except ValueError as exc:   # the processor's own refusal (an aspect ratio over 200): the client's, by row
-                raise InputError(f"row {k}: the image processor refuses it: {exc}", "input", k) from None
-            finally:
-                img.close()
-            pixels, grid = np.asarray(out["pixel_values"], np.float32), np.asarray(out["image_grid_thw"][0], np.int64)
+            pixels, grid = image
             prompt = prompt.replace(self.image_token, self.image_token * int(np.prod(grid) // self.merge ** 2), 1)
         ids = np.asarray(self.tokenizer(prompt)["input_ids"], np.int64)
         if len(ids) > self.max_tokens:
@@ -113,7 +102,10 @@ class VlmCore:
     def prepare(self, texts: list[str] | None, files: list[bytes] | None, params: dict) -> VlmRequest:
         instruction = instruction_of(params, self.instruction)
         n = len(texts if texts is not None else files or [])
-        return VlmRequest([self.row(texts[k] if texts is not None else None, files[k] if files is not None else None,
+        # the images read as every image kind's (each header and the request's pixels bounded before any decodes)
+        pics = read_images(files, self.limits, lambda img, k: dynamic_patches(self.images, img, k)) if files is not None \
+            else None
+        return VlmRequest([self.row(texts[k] if texts is not None else None, pics[k] if pics is not None else None,
                                     instruction, k) for k in range(n)])
 
     def run(self, requests: list[VlmRequest], encode) -> list[VlmOutcome]:
@@ -135,7 +127,7 @@ class VlmCore:
         # texts alone on static shapes (CUDA graphs) padded to the smallest bucket that holds them; with an image, eager
         width = max(len(r.ids) for r in chunk)
         if self.pad_to_bucket and not pictures:
-            width = next((b for b in self.buckets if b >= width), self.max_tokens)
+            width = fitting_bucket(width, self.buckets)
         ids = np.full((len(chunk), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(chunk), width), dtype=np.int64)
         for i, r in enumerate(chunk):
