@@ -128,3 +128,23 @@ def png_header_only(w: int, h: int) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
+
+
+def hostile_images(good: bytes, thin: bool = True) -> dict[bytes, str]:
+    """Files a front door that decodes images must refuse, each sent as row 1 beside `good`, and what its refusal
+    says: not an image, truncated, a format not decoded, a header over the pixel limit, an empty item; `thin`: a 600 x 2
+    PNG, past a dynamic-resolution processor's aspect ratio (Qwen2-VL's: 200)."""
+    from PIL import Image
+
+    def encoded(w: int, h: int, fmt: str) -> bytes:
+        buf = io.BytesIO()
+        Image.fromarray(pattern(w, h, 1)).save(buf, fmt)
+        return buf.getvalue()
+
+    cases = {b"plain text, not an image": "row 1: not an image", good[:len(good) // 2]: "row 1: the image file is truncated",
+             encoded(20, 20, "TIFF"): "row 1: image format TIFF is not decoded",
+             png_header_only(8000, 8000): "row 1: the image is 8000 x 8000 pixels, over the limit of 36000000",
+             b"": "row 1: an empty image"}
+    if thin:
+        cases[encoded(600, 2, "PNG")] = "row 1: the image processor refuses it: absolute aspect ratio must be smaller than 200"
+    return cases

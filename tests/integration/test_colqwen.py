@@ -5,14 +5,13 @@ tritonserver and behind `embtrt gateway`, equal to transformers' ColQwen2ForRetr
 score_retrieval of each page alone (Cohere's SDK on the rerank route); hostile pages refused naming their row while
 serving goes on; `embtrt verify`."""
 
-import io
 
 import numpy as np
 import pytest
 
 from conftest import start_server
 from test_gateway import gateway
-from tiny_images import pattern, png_header_only
+from tiny_images import hostile_images
 
 pytestmark = pytest.mark.integration
 COS, TOL = 0.9999, 1e-4
@@ -106,19 +105,11 @@ def test_served_queries_and_pages_of_several_lengths_equal_colqwen2_for_retrieva
 
 def test_hostile_pages_are_refused_naming_their_row_and_serving_goes_on(server, pages):
     import tritonclient.grpc as grpcclient
-    from PIL import Image
 
     from embtrt.kinds.pages.serve import PageImageClient
     from embtrt.serve.wire import text_input
 
-    tiff, thin = io.BytesIO(), io.BytesIO()
-    Image.fromarray(pattern(20, 20, 1)).save(tiff, "TIFF")
-    Image.fromarray(pattern(600, 2, 1)).save(thin, "PNG")   # 300:1, past the processor's aspect ratio
-    cases = {b"plain text, not an image": "row 1: not an image", pages[0][:len(pages[0]) // 2]: "row 1: the image file is truncated",
-             tiff.getvalue(): "row 1: image format TIFF is not decoded",
-             png_header_only(8000, 8000): "row 1: the image is 8000 x 8000 pixels, over the limit of 36000000",
-             thin.getvalue(): "row 1: the image processor refuses it: absolute aspect ratio must be smaller than 200",
-             b"": "row 1: an empty image"}
+    cases = hostile_images(pages[0])
     c = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         for bad, said in cases.items():

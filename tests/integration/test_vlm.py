@@ -6,14 +6,13 @@ routes with the openai client and Cohere's SDK (texts, images, and fused inputs 
 messages, an instruction per request); hostile images and over-long inputs refused naming their row while serving
 goes on; `embtrt verify`."""
 
-import io
 
 import numpy as np
 import pytest
 
 from conftest import start_server
 from test_gateway import gateway
-from tiny_images import pattern, png_header_only
+from tiny_images import hostile_images
 
 pytestmark = pytest.mark.integration
 COS, TOL = 0.99999, 1e-4
@@ -109,19 +108,11 @@ def test_served_texts_images_fused_and_instructions_equal_the_model_cards_comput
 
 def test_hostile_inputs_are_refused_naming_their_row_and_serving_goes_on(server, images):
     import tritonclient.grpc as grpcclient
-    from PIL import Image
 
     from embtrt.kinds.vlm.serve import VlmEmbeddingClient
     from embtrt.serve.wire import text_input
 
-    tiff, thin = io.BytesIO(), io.BytesIO()
-    Image.fromarray(pattern(20, 20, 1)).save(tiff, "TIFF")
-    Image.fromarray(pattern(600, 2, 1)).save(thin, "PNG")   # 300:1, past the processor's aspect ratio
-    cases = {b"plain text, not an image": "row 1: not an image", images[0][:len(images[0]) // 2]: "row 1: the image file is truncated",
-             tiff.getvalue(): "row 1: image format TIFF is not decoded",
-             png_header_only(8000, 8000): "row 1: the image is 8000 x 8000 pixels, over the limit of 36000000",
-             thin.getvalue(): "row 1: the image processor refuses it: absolute aspect ratio must be smaller than 200",
-             b"": "row 1: an empty image"}
+    cases = hostile_images(images[0])
     c = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         for bad, said in cases.items():
