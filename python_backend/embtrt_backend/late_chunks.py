@@ -1,7 +1,7 @@
 """Late chunking (#71): the chunks of one document embedded in one pass over the whole document, each chunk's
 vector pooled from its own tokens, so that every chunk's tokens have seen the whole document (Jina's
 `late_chunking: true`). The rule, used by the front door (LateCore, over gRPC: the request parameter
-`late_chunking` with the TEXT rows the chunks) and by the gateway (builder/embtrt/kinds/embedder/scale_late.py):
+`late_chunking` with the TEXT rows the chunks) and by the gateway (builder/embtrt/scale/gateway/ops/late.py):
 
 - the chunks are joined with SEPARATOR, one space, into the document (or, at the gateway, explicit spans cut
   one document); a token belongs to the chunk holding its last character (a byte-level piece that carries

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
+# a text's side by the names requests give it (input_type, embedding_mode): a query, or a document
+SIDES = {"query": "query", "document": "document", "passage": "document", "corpus": "document"}
+# the head's front-door outputs, and bge-m3's (FlagEmbedding's dense, lexical and colbert parts) in its order
+VECTORS = ("TOKEN_EMBEDDINGS", "TOKEN_COUNTS")
+M3_ALL = ("DENSE", "SPARSE_INDICES", "SPARSE_VALUES", *VECTORS)
+
 
 def padded(vectors: list[np.ndarray], dim: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-text vectors -> (TOKEN_EMBEDDINGS [texts, max count, dim] zero-padded, TOKEN_COUNTS [texts, 1])."""

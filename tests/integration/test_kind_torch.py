@@ -121,7 +121,7 @@ def test_the_torch_splade_top_k_equals_keeping_the_largest_weights(splade_k):
     """--active-dims-in-graph on python-torch: TorchSplade's top-K is keep_largest of its full weights."""
     from tokenizers import Tokenizer
 
-    from embtrt_backend.kinds.sparse.weights import keep_largest
+    from embtrt_backend.sparse_weights import keep_largest
     from embtrt_backend.torch_encoder import TorchSplade
 
     folder = splade_k[0]

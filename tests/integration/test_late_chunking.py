@@ -1,4 +1,4 @@
-"""#71 item 2: late chunking through the gateway (builder/embtrt/kinds/embedder/scale_late.py). The reference:
+"""#71 item 2: late chunking through the gateway (builder/embtrt/scale/gateway/ops/late.py). The reference:
 sentence-transformers' token embeddings of the whole document (`encode(output_value="token_embeddings")`) with
 each chunk's tokens (its last character's chunk, special tokens none, from the tokenizer's own offsets,
 computed here apart from the gateway's code) mean-pooled and normalized as the model does. A real tritonserver

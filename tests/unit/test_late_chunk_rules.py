@@ -1,5 +1,5 @@
 """#71: late chunking's rules without a server (python_backend/embtrt_backend/late_chunks.py, and the gateway's forms:
-builder/embtrt/kinds/embedder/scale_late.py): the join, which
+builder/embtrt/scale/gateway/ops/late.py): the join, which
 chunk owns each token (its last character's), the pooling, the spans' checks. The served case against
 sentence-transformers is tests/integration/test_late_chunking.py."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embtrt.kinds.embedder import scale_late
+from embtrt.scale.gateway.ops import late as scale_late
 from embtrt_backend import late_chunks as lc
 from embtrt.scale.gateway.errors import ApiError
 

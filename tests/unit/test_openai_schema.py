@@ -1,4 +1,4 @@
-"""The gateway's /v1/embeddings schema on its own (embtrt.kinds.embedder.scale_schema): bodies
+"""The gateway's /v1/embeddings schema on its own (scale/gateway/dialects/openai.py, ops/embed.py): bodies
 parsed into EmbeddingsRequest, and each bad body refused with its own status, message and param,
 without a server. The same refusals through the real gateway: tests/integration/test_gateway.py."""
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from embtrt_backend.options import ModelOptions
 
-from embtrt.kinds.embedder.scale_schema import EmbeddingsModel, EmbeddingsRequest, parse_embeddings
+from embtrt.scale.gateway.dialects.openai import parse_embeddings
+from embtrt.scale.gateway.ops.embed import EmbeddingsModel, EmbeddingsRequest
 from embtrt.scale.gateway.errors import ApiError
 
 VOCAB, MAX_LEN, MAX_BYTES = 100, 8, 16

@@ -8,10 +8,14 @@ from types import SimpleNamespace
 import pytest
 from embtrt_backend.kinds import MULTIVECTOR, PAGES, RERANKER
 
-from embtrt.kinds.multivector.scale_routes import parse_encode, parse_tokens
 from embtrt.kinds.pages.scale import PagesModel
-from embtrt.kinds.reranker.scale_schema import RerankModel, parse_rerank
+from embtrt.scale.gateway.dialects.cohere import parse_rank
+from embtrt.scale.gateway.ops.rank import RerankModel
 from embtrt.scale.gateway.errors import ApiError
+from embtrt.scale.gateway.operations import operations
+
+# the operations' rows, as the gateway's handler calls them: each route's body parsed by its dialect's shape
+parse_tokens, parse_encode = operations()["token_vectors"].parse, operations()["encode"].parse
 
 CFG = SimpleNamespace(default_model=None, max_items=64)
 KINDS = {"pages": PAGES, "colbert": MULTIVECTOR, "ce": RERANKER}
@@ -59,11 +63,11 @@ def test_encode_naming_the_page_model_is_a_400_naming_its_routes():
 def test_vllm_image_documents_rank_on_the_page_model_and_a_text_reranker_refuses_them():
     models = {"pages": PAGE, "ce": RerankModel(num_labels=1, max_text_bytes=1 << 20)}
     body = {"query": "q", "documents": {"content": [IMAGE, IMAGE]}}
-    req = parse_rerank("cohere", {**body, "model": "pages"}, models, KINDS, 64)
+    req = parse_rank({**body, "model": "pages"}, models, KINDS, 64)
     assert req.documents == [IMAGE["image_url"]["url"]] * 2
-    _refused(parse_rerank, "cohere", {**body, "model": "ce"}, models, KINDS, 64, said="it ranks text documents",
+    _refused(parse_rank, {**body, "model": "ce"}, models, KINDS, 64, said="it ranks text documents",
              code="wrong_modality")
-    _refused(parse_rerank, "cohere", {"model": "pages", "query": "q", "documents": {"content": [{"type": "text", "text": "a"}]}},
+    _refused(parse_rank, {"model": "pages", "query": "q", "documents": {"content": [{"type": "text", "text": "a"}]}},
              models, KINDS, 64, said="documents.content[0] must be an image_url part")
-    _refused(parse_rerank, "cohere", {"model": "pages", "query": "q", "documents": {"content": [IMAGE] * 65}}, models, KINDS, 64,
+    _refused(parse_rank, {"model": "pages", "query": "q", "documents": {"content": [IMAGE] * 65}}, models, KINDS, 64,
              said="has 65 items; at most 64")

@@ -1,4 +1,4 @@
-"""The gateway's rerank schemas on their own (embtrt.kinds.reranker.scale_schema): the three API shapes
+"""The gateway's rerank shapes on their own (scale/gateway/dialects: cohere, tei, nim): the three API shapes
 (Cohere / Jina / vLLM, TEI, NIM) parsed into one RerankRequest, each bad body refused with its own
 status, message and field, and scores rendered in each shape, sorted, without a server. The same
 routes through a real gateway and tritonserver: tests/integration/test_gateway_rerank.py."""
@@ -7,9 +7,20 @@ import numpy as np
 import pytest
 from embtrt_backend.kinds import EMBEDDER
 
-from embtrt.kinds.reranker.scale_schema import RerankModel, parse_rerank
+from embtrt.scale.gateway.dialects import cohere, nim, tei
 from embtrt.scale.gateway.errors import ApiError
-from embtrt.kinds.reranker.scale_schema import render
+from embtrt.scale.gateway.ops.rank import RerankModel
+
+DIALECTS = {"cohere": cohere, "tei": tei, "nim": nim}
+
+
+def parse_rerank(api: str, body, models, kinds, max_items: int):
+    return DIALECTS[api].parse_rank(body, models, kinds, max_items)
+
+
+def render(req, scores, tokens: int):
+    """The response in the request's own shape (its `api`: vLLM's body on /rerank answers as Cohere's)."""
+    return DIALECTS[req.api].render_rank(req, scores, tokens)
 
 MODELS = {"ce": RerankModel(num_labels=1, max_text_bytes=64), "ce3": RerankModel(num_labels=3, max_text_bytes=64)}
 EMBEDDERS = {"emb": EMBEDDER}   # the gateway's other models' kinds by name

@@ -84,28 +84,48 @@ def test_an_operation_without_a_handler_is_refused_at_start():
         Routes({op: op for op in OPS if op != "embed_sparse"}, set())
 
 
-def test_the_kinds_bring_the_operations_once_each(monkeypatch):
-    """operations(): each kind's rows (Kind.gateway_operations), in the kinds' order, the route table made
-    of them; two kinds bringing one operation is a start-up error."""
-    import dataclasses
-
-    from embtrt_backend import kinds as registry
-
+def test_the_operations_are_the_gateways_parts_one_row_each(monkeypatch):
+    """operations(): the shared operations' rows (scale/gateway/ops, SHARED's order), then the gateway's COMMON
+    ones; two rows of one operation are a start-up error."""
     from embtrt.scale.gateway import operations as ops
 
     assert list(ops.operations()) == ["embed", "rank", "embed_sparse", "classify", "token_vectors", "encode",
                                       "tokenize"]   # the gateway's COMMON last
     assert [r.path for r in TABLE][:3] == ["/v1/embeddings", "/embeddings", "/embed"]
-    twice = [*registry.KINDS, dataclasses.replace(registry.KINDS[1], name="again")]
-    monkeypatch.setattr(ops, "KINDS", twice)
+    monkeypatch.setattr(ops, "SHARED", (*ops.SHARED, ops.SHARED[1]))
     ops.operations.cache_clear()
     try:
-        with pytest.raises(ValueError, match="two kinds bring the gateway operation 'rank'"):
+        with pytest.raises(ValueError, match="two rows of the gateway operation 'rank'"):
             ops.operations()
     finally:
-        monkeypatch.setattr(ops, "KINDS", registry.KINDS)
+        monkeypatch.undo()
         ops.operations.cache_clear()
     assert "rank" in ops.operations()
+
+
+def test_every_routes_dialect_holds_its_operations_shape_and_a_request_answers_in_its_own(monkeypatch):
+    """Each (operation, dialect) of the route table is a shape of that dialect's module; a route whose dialect has
+    no shape of its operation stops the gateway at start; a request answers with its own dialect's shape (vLLM's
+    body on TEI's /rerank parses as Cohere's and answers so)."""
+    from types import SimpleNamespace
+
+    from embtrt.scale.gateway import operations as ops
+    from embtrt.scale.gateway.dialects import SHAPES, cohere, tei
+    from embtrt.scale.gateway.ops.rank import RerankModel
+    from embtrt.scale.gateway.route_table import Route
+
+    brought = dict(ops.operations())
+    for r in TABLE:
+        if r.operation in brought:
+            assert (r.operation, r.dialect) in SHAPES, r
+    assert SHAPES[("rank", "tei")].parse.__module__ == tei.__name__
+    models, cfg = {"ce": RerankModel(1, 64)}, SimpleNamespace(max_items=4, default_model=None)
+    req = brought["rank"].parse(models, {}, cfg, "/rerank", {"query": "q", "documents": ["a", "b"]})
+    assert req.api == "cohere" and SHAPES[("rank", req.api)].answer is SHAPES[("rank", "cohere")].answer
+    assert cohere.parse_rank.__module__ == cohere.__name__
+    monkeypatch.setattr(ops, "ROUTES", (*TABLE, Route("POST", "/v2/ranking", "rank", "nim-v2")))
+    with pytest.raises(ValueError, match="POST /v2/ranking speaks 'nim-v2', whose module holds no 'rank' shape"):
+        ops.check_table(brought)
 
 
 def test_the_table_and_the_operations_agree_or_the_gateway_does_not_start(monkeypatch):
@@ -118,7 +138,7 @@ def test_the_table_and_the_operations_agree_or_the_gateway_does_not_start(monkey
     with pytest.raises(ValueError, match="the operation 'summarize' has no route"):
         ops.check_table({**brought, "summarize": Operation("summarize", "summarize", "latency", None, None)})
     monkeypatch.setattr(ops, "ROUTES", (*TABLE, Route("POST", "/v1/summarize", "summarize", "openai")))
-    with pytest.raises(ValueError, match="POST /v1/summarize names the operation 'summarize', which no kind brings"):
+    with pytest.raises(ValueError, match="POST /v1/summarize names the operation 'summarize', which the gateway does not have"):
         ops.check_table(brought)
 
 

@@ -24,7 +24,7 @@ def test_names_parse_for_one_model_and_for_one_of_several():
 
 
 def test_the_gateway_answers_to_the_served_names_only_and_reports_the_first(minilm_repo, tiny_repos):
-    from embtrt.kinds.embedder.scale_schema import parse_embeddings
+    from embtrt.scale.gateway.dialects.openai import parse_embeddings
 
     cfg = GatewayConfig(repository=minilm_repo, triton="127.0.0.1:1",
                         served_names=(("all_minilm_l6_v2", ("text-embedding-3-small", "ada-002")),))

@@ -7,7 +7,7 @@ import pytest
 
 from embtrt_backend import InputError
 from embtrt_backend.options import ModelOptions
-from embtrt_backend.kinds.sparse.weights import densify, resolve, sparsify
+from embtrt_backend.sparse_weights import densify, resolve, sparsify
 
 
 def test_sparsify_pads_rows_and_keeps_the_largest():

@@ -1,4 +1,4 @@
-"""The gateway's sparse routes' schema on its own (embtrt.kinds.sparse.scale_schema): TEI's
+"""The gateway's sparse routes' schema on its own (scale/gateway/dialects: tei, embtrt): TEI's
 /embed_sparse and /v1/sparse bodies parsed into one SparseRequest, each bad body refused with its own
 status, message and param, and the vectors rendered in each shape, without a server. The same routes
 through the real gateway: tests/integration/test_gateway_sparse.py."""
@@ -8,10 +8,21 @@ import pytest
 from embtrt_backend.kinds import EMBEDDER, RERANKER, SPARSE
 from embtrt_backend.options import ModelOptions
 
-from embtrt.kinds.embedder.scale_schema import parse_embeddings
-from embtrt.kinds.reranker.scale_schema import parse_rerank
+from embtrt.scale.gateway.dialects.openai import parse_embeddings
+from embtrt.scale.gateway.dialects.cohere import parse_rank
 from embtrt.scale.gateway.errors import ApiError
-from embtrt.kinds.sparse.scale_schema import SparseModel, SparseRequest, parse_sparse, render
+from embtrt.scale.gateway.dialects import embtrt, tei
+from embtrt.scale.gateway.ops.sparse import SparseModel, SparseRequest
+
+DIALECTS = {"tei": tei, "embtrt": embtrt}
+
+
+def parse_sparse(api: str, body, models, max_items: int, kinds):
+    return DIALECTS[api].parse_sparse(body, models, kinds, max_items)
+
+
+def render(req, rows, tokens: int, token_of=None):
+    return DIALECTS[req.api].render_sparse(req, rows, tokens, token_of)
 
 MAX_BYTES = 16
 MODELS = {"sp": SparseModel(ModelOptions(dim=100, normalize=False, prompts={"query": "query: ", "document": ""}),
@@ -124,7 +135,7 @@ def test_the_embeddings_and_rerank_schemas_refuse_a_sparse_encoder_naming_the_sp
     assert (info.value.status, info.value.message, info.value.code) == (400, message.format("an embedder"),
                                                                          "wrong_model_kind")
     with pytest.raises(ApiError) as info:
-        parse_rerank("cohere", {"model": "sp", "query": "q", "documents": ["a"]}, {}, {"sp": SPARSE}, 4)
+        parse_rank({"model": "sp", "query": "q", "documents": ["a"]}, {}, {"sp": SPARSE}, 4)
     assert (info.value.status, info.value.message) == (400, message.format("a reranker"))
 
 

@@ -44,6 +44,13 @@ DETECTION: tuple[Rule, ...] = (
 )
 
 
+def of_operation(operation: str) -> Kind:
+    """The kind whose operation `operation` is (the first whose first operation it is, else the first serving it):
+    the gateway's messages name its models ("this gateway serves no reranker")."""
+    return next((k for k in KINDS if k.operations[0] == operation), None) or \
+        next(k for k in KINDS if operation in k.operations)
+
+
 def kind_of(name: str | None) -> Kind:
     """The kind named `name` (None or "": the default, as configs from before kinds say nothing);
     ValueError naming the kinds for an unknown one."""
@@ -57,7 +64,7 @@ def kind_of(name: str | None) -> Kind:
 
 __all__ = ["CLASSIFIER", "DEFAULT", "EMBEDDER", "KINDS", "MULTIMODAL", "MULTIVECTOR", "NAMES", "PAGES", "RERANKER", "SPARSE", "VLM",
            "BY_NAME",
-           "DETECTION", "Kind", "Rule", "kind_of",
+           "DETECTION", "Kind", "Rule", "kind_of", "of_operation",
            # the parts kinds are composed of (base.py)
            "DOOR", "LABEL_SCORES", "PAIR", "POOLED", "POOLS", "SCORES", "SPARSE_WEIGHTS", "TEXT", "TEXT_AND_IMAGE", "TEXT_OR_IMAGE",
            "TEXT_OR_PAIR", "TEXT_SIDES", "TOKEN_VECTORS", "Head", "Input", "Routing"]

@@ -81,7 +81,7 @@ class Kind:
     name: str                 # the manifest's `kind`, the front door's `embtrt.kind` parameter
     label: str                # "an embedder": in messages
     reference: str            # the sentence-transformers class whose outputs it serves
-    operations: tuple[str, ...]   # what its models do behind the gateway (scale/gateway/operations.py)
+    operations: tuple[str, ...]   # what its models do behind the gateway (scale/gateway/ops: the operations are parts)
     metric_route: str         # the `route` label of embtrt_gateway_requests for those requests
     served_routes: str        # the gateway routes that serve it: told to a client that named it on another's
     client_hint: str          # how a model of this kind is called (told to a client of another kind that named it)
@@ -95,9 +95,6 @@ class Kind:
     # (embtrt.common.plugins.implementation): the names keep this package free of the builder
     build: str = ""           # (spec, work folder, texts, log) -> BuildResult: export, gate, repository
     gateway_model: str = ""   # the gateway's class of a served model of this kind
-    # the gateway operations (scale.gateway.operations.Operation rows) this kind brings: those of its
-    # `operations` that no other kind brings
-    gateway_operations: str = ""
     # (model folder, max_seq_length, buckets, trust_remote_code, prompt overrides, --default-prompt, its name) ->
     # the BuildSpec fields its reference reads of the folder; "": the embedder's (export.spec_options' own)
     spec_fields: str = ""

@@ -1,7 +1,7 @@
 """The classification of one classifier model behind the gateway (`Classifier`): a request's texts (or
 text pairs) to the model's front door, which tokenizes, plans, runs and applies the activation itself,
 in parts of at most its max batch sent concurrently; the scores back in input order, and the tokens
-the front door reports as the usage. Every API shape (scale_schema) comes here as one `ClassifyRequest`."""
+the front door reports as the usage. Every API shape (scale/gateway/dialects) comes here as one `ClassifyRequest` (ops/classify.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ...scale.gateway.front_door import FrontDoorModel, renamed
 from ...scale.gateway.served import ServedReranker
 from ...scale.gateway.pairs import check_row_tokens, tei_labels
 from ...serve import wire
-from .scale_schema import ClassifyModel, ClassifyRequest
+from ...scale.gateway.ops.classify import ClassifyModel, ClassifyRequest
 
 
 class ServedClassifier(ServedReranker):

@@ -19,8 +19,7 @@ from embtrt_backend.options import EMBEDDING_TYPES
 from ...errors import SpecError
 from ...serve import wire
 from ...scale.gateway.coalescer import PoolBatcher
-from .scale_routes import EmbedderSchema, answer as answer_embeddings
-from .scale_schema import model_suffixes
+from ...scale.gateway.ops.embed import EmbeddingsModel, model_suffixes
 from ...scale.gateway.config import GatewayConfig, Pool, model_pools
 from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import prepared
@@ -67,7 +66,7 @@ class Gateway:
                                              self._limit, self._coalesced)
                          for p in self.pools} if cfg.coalesce_us > 0 else {}
         s = self.served   # what parsing a request needs (registry.MultiGateway.schemas)
-        self.schema = EmbedderSchema(s.options, s.vocab_size, s.max_len, s.max_text_bytes, self.route, cfg.token_ids)
+        self.schema = EmbeddingsModel(s.options, s.vocab_size, s.max_len, s.max_text_bytes, self.route, cfg.token_ids)
 
     def _limit(self, key) -> int:
         return self.served.max_batch_size if key[0] == "frontdoor" else self.served.max_batch[key[1]]
@@ -188,10 +187,6 @@ class Gateway:
         self.metrics.count(pool.name, len(texts), counted)
         return s.options.finish(vecs, opts), counted
 
-    async def answer_embed_all(self, req):
-        """TEI's /embed_all on this model (its schema's parse_embed_all parsed it)."""
-        return await answer_embeddings(self, req)
-
     async def token_vectors(self, texts: list[str] | None, ids: list[list[int]] | None, opts) -> tuple[list[np.ndarray], int]:
         """-> (each input's token embeddings [its tokens, hidden], as SentenceTransformer.encode(output_value=
         "token_embeddings") gives them; the tokens). Needs encoders that return them (a --pooler python
@@ -226,10 +221,10 @@ class Gateway:
 
     async def late_chunks(self, document: str, spans: list[tuple[int, int]], opts, field: str = "input") -> tuple[np.ndarray, int]:
         """-> (one vector per chunk span of `document`, pooled from its own tokens of one pass over the whole
-        document, as the options ask; the document's tokens): late chunking (scale_late.py)."""
+        document, as the options ask; the document's tokens): late chunking (scale/gateway/ops/late.py)."""
         from embtrt_backend import InputError
 
-        from . import scale_late as lc
+        from ...scale.gateway.ops import late as lc
 
         s = self.served
         why = lc.refusal(s.core.cfg.pooling, s.core.cfg.fused)

@@ -4,7 +4,7 @@ each in parts of at most its max batch, concurrently; the vectors back in input 
 the request's options (prompt and truncation to texts; width and vector type to both) and reports each text's
 tokens (an image takes none) as the usage.
 
-It serves the embed operation (kinds.embedder.scale_routes: OpenAI's and NIM's /v1/embeddings with `modality`,
+It serves the embed operation (scale/gateway/ops/embed.py and the dialects: OpenAI's and NIM's /v1/embeddings with `modality`,
 infinity's /embeddings with `modality: "image"`, Cohere's /v1/embed and /v2/embed with `images` and `inputs`,
 TEI's /embed for texts). An image arrives as an encoded file (a data URI decoded from base64 by the parser);
 the front door decodes it, so the gateway never holds pixels."""

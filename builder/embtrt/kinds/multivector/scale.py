@@ -3,7 +3,7 @@ door, which prompts, tokenizes, cuts each side, encodes and compacts each text's
 (docs/multivector.md), in parts of at most its max batch sent concurrently, with only the outputs the
 request needs; the vectors back in input order, and the tokens the front door reports as the usage.
 
-It serves token vectors (TEI's /embed_all, vLLM's /pooling, /v1/encode: scale_routes) and rank (the
+It serves token vectors (TEI's /embed_all, vLLM's /pooling, /v1/encode: scale/gateway/ops/tokens.py) and rank (the
 rerank routes): MaxSim of the query's vectors against each document's (MultiVectorEncoder.similarity),
 or for bge-m3 FlagEmbedding's compute_score in the mode the request asks (default colbert+sparse+dense,
 weights [1, 1, 1] for dense, sparse, colbert). A bge-m3 model also serves the embed routes (its dense
@@ -20,6 +20,7 @@ import numpy as np
 from embtrt_backend.kinds import MULTIVECTOR
 from embtrt_backend.kinds.multivector.core import MultiVectorCore, unpadded
 from embtrt_backend.kinds.multivector.score import M3_MODES, M3_PARTS, m3_score, maxsim
+from embtrt_backend.token_vectors import VECTORS
 
 from ...scale.gateway.dialects import DOC_FIELDS, INPUT_FIELDS
 from ...scale.gateway.errors import ApiError
@@ -28,8 +29,6 @@ from ...scale.gateway.served import ServedModel
 from embtrt_backend.options import ModelOptions
 from ...serve import wire
 
-VECTORS = ("TOKEN_EMBEDDINGS", "TOKEN_COUNTS")
-M3_ALL = ("DENSE", "SPARSE_INDICES", "SPARSE_VALUES", *VECTORS)
 M3_OPERATIONS = ("embed", "embed_sparse")   # what a bge-m3 model serves beyond the kind's own
 PART_OUTPUTS = {"dense": ("DENSE",), "lexical": ("SPARSE_INDICES", "SPARSE_VALUES"), "colbert": VECTORS}
 

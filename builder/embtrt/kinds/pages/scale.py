@@ -2,9 +2,9 @@
 (one modality per call: Triton's batch rule), each in parts of at most its max batch, concurrently; each item's
 token vectors back in input order.
 
-It serves the token-vector routes (kinds.multivector.scale_routes: TEI's /embed_all and vLLM's /pooling with
+It serves the token-vector routes (scale/gateway/ops/tokens.py: TEI's /embed_all and vLLM's /pooling with
 `input` texts are queries, as MultiVectorEncoder renders every text; vLLM's /pooling `messages` with one image_url
-part is a page) and the rank routes (kinds.reranker.scale_schema): the query's vectors against each page's by
+part is a page) and the rank routes (ops/rank.py): the query's vectors against each page's by
 MaxSim (score_retrieval), the pages sent as data URIs: the Cohere / Jina / vLLM /v1/rerank, /v2/rerank and
 /rerank bodies' `documents` strings, or vLLM's multimodal `documents: {"content": [image_url parts]}`. TEI's and
 NIM's rerank bodies and vLLM's /score take text documents: refused, saying which routes take pages."""

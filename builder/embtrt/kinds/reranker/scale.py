@@ -3,7 +3,8 @@ with each document) to the model's front door, which tokenizes, truncates, plans
 the activation itself (docs/rerankers.md), in parts of at most its max batch sent concurrently; the
 scores back in document order, and the tokens the front door reports (TOKENS) as the usage.
 
-Every API shape (scale_schema) comes here as one `RerankRequest`: one semantics behind the routes."""
+Every API shape (scale/gateway/dialects) comes here as one `RerankRequest` (ops/rank.py): one semantics behind the
+routes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import FrontDoorModel
 from ...scale.gateway.pairs import check_row_tokens, tei_labels
 from ...scale.gateway.dialects import DOC_FIELDS
-from .scale_schema import RerankModel, RerankRequest
+from ...scale.gateway.ops.rank import RerankModel, RerankRequest
 from ...scale.gateway.served import ServedReranker
 
 

@@ -3,7 +3,7 @@ ONNX (one [rows, vocab] weight vector per text) -> the front door over the reque
 gate against SparseEncoder.encode_query / encode_document -> manifest -> check.
 
 The served path is the front door's request core (embtrt_backend.core, fused: the graph pools)
-and its sparsifying step (embtrt_backend.kinds.sparse.weights), so the gate judges exactly what is served.
+and its sparsifying step (embtrt_backend.sparse_weights), so the gate judges exactly what is served.
 docs/sparse.md has the contract.
 """
 
@@ -52,7 +52,7 @@ def export_splade(se, spec: BuildSpec, path: Path, texts: list[str], log: Log) -
     batch = texts[5:13]
     enc = tok(batch, padding=True, truncation=True, max_length=spec.max_seq_length, return_tensors="np")
     got = sess.run([SPARSE.encoder_output], {n: enc[n].astype(np.int64) for n in names})[0]
-    from embtrt_backend.kinds.sparse.weights import keep_largest
+    from embtrt_backend.sparse_weights import keep_largest
 
     got = keep_largest(got, spec.sparse_max_active_dims or None)   # as the front door keeps them
     worst = float(np.abs(got - se_encode(se, batch)).max())
@@ -69,7 +69,7 @@ def served_weights(core, encoder, texts: list[str], input_type: str, static=None
     (queries of an inference-free SPLADE) its static query side; each vector's `default_k` largest
     weights kept (the folder's max_active_dims, as the front door keeps them)."""
     from embtrt_backend.core import Request
-    from embtrt_backend.kinds.sparse.weights import keep_largest, resolve
+    from embtrt_backend.sparse_weights import keep_largest, resolve
 
     opts, k, query = resolve(core.options, {"input_type": input_type}, default_k)
     if query and static is not None:
@@ -114,7 +114,7 @@ class SparseBuild(FrontDoorBuild):
         spec, log = self.spec, self.log
         check_tokenizer(spec.with_(model_dir=torch_dir(spec)), tok_json, pad_id, texts, log)
         if spec.sparse_query_max_length:   # inference-free: the query side's tokenizer and weights, served as they are
-            from embtrt_backend.kinds.sparse.weights import StaticQuery
+            from embtrt_backend.sparse_weights import StaticQuery
 
             from .reference import static_query_weights
 

@@ -79,7 +79,7 @@ class SparseMeasure(KindMeasure):
         return weight_error(got, base, self.precision)
 
     async def call(self, client, texts: list[str], group: int, first: int, count: int) -> np.ndarray:
-        from embtrt_backend.kinds.sparse.weights import densify
+        from embtrt_backend.sparse_weights import densify
 
         from ...serve.wire import text_input
 

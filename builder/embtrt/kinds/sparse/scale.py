@@ -3,7 +3,8 @@ to the model's front door, which prompts, tokenizes, truncates, encodes and keep
 dimensions itself (docs/sparse.md), in parts of at most its max batch sent concurrently; the vectors
 back in input order, and the tokens the front door reports (TOKENS) as the usage.
 
-Both API shapes (scale_schema) come here as one `SparseRequest`: one semantics behind the routes."""
+Both API shapes (scale/gateway/dialects) come here as one `SparseRequest` (ops/sparse.py): one semantics behind
+the routes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ...scale.gateway.errors import ApiError
 from ...scale.gateway.front_door import FrontDoorModel, prepared
 from ...scale.gateway.served import ServedSparse
 from ...scale.gateway.dialects import INPUT_FIELDS
-from .scale_schema import SparseModel, SparseRequest
+from ...scale.gateway.ops.sparse import SparseModel, SparseRequest
 
 Vector = tuple[np.ndarray, np.ndarray]           # one text's (indices ascending, values)
 

@@ -26,9 +26,10 @@ texts go to the sparse encoder's front door, which encodes them as `SparseEncode
 Modules, one job each: config (GatewayConfig, --pool, pools), errors (ApiError, OpenAI's error
 envelope), served (what the gateway knows of a repository), front_door (the model
 of a kind whose front door plans every bucket), coalescer (PoolBatcher), upstream (gRPC clients,
-retries over a pool's replicas), registry (several models, /v1/models), routes and operations (the
-route table and what each operation runs), metrics (Prometheus), http (the ASGI app, `run`). A
-kind's request shapes and model live in its package: embtrt.kinds.embedder.scale_schema (the
-/v1/embeddings body parsed and validated, pure) / .scale (the embedding algorithm of one model),
-embtrt.kinds.reranker.scale_schema / .scale, embtrt.kinds.sparse.scale_schema / .scale.
+retries over a pool's replicas), registry (several models, /v1/models), route_table, routes and operations
+(the one literal table and what each operation runs), ops/ (the operations: each one's request, model record
+and what it asks a model), dialects/ (one module per API family: its shape of every operation it has, parsed
+and rendered, pure, and its error body), metrics (Prometheus), http (the ASGI app, `run`). A kind's gateway
+model lives in its package (embtrt.kinds.<kind>.scale: the embedding algorithm of one embedder, a reranker's
+pairs, ...).
 """

@@ -1,5 +1,5 @@
 """The gateway's ASGI layer. Requests go by the route table (routes.py) to their operation's
-handler: every model operation (operations.py, its rows brought by the kinds' scale_routes / scale_schema: POST
+handler: every model operation (operations.py: the operations of ops/ with the dialects' shapes: POST
 /v1/embeddings, the rerank routes POST /v1/rerank, /v2/rerank, /rerank, /v1/ranking, the sparse routes
 POST /v1/sparse, /embed_sparse) through one plain
 ASGI `Handler` (key, admission, body limit, deadline, JSON, errors, metrics) around the operation's
@@ -19,7 +19,8 @@ from typing import Any
 from .anchors import Root, add_routes
 from .asgi import _dumps, _loads, _respond, _within, check_key, check_length
 from .config import GatewayConfig
-from .dialects import TIMED, render_error, tei_timing
+from .dialects import TIMED, render_error
+from .dialects.tei import timing as tei_timing
 from .errors import ApiError
 from . import tracing
 from .fields import refuse_misspelt

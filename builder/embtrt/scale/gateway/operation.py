@@ -1,7 +1,6 @@
 """One gateway operation's row (`Operation`): what http.Handler runs for a route between the
-envelope and the response. The rows live with what brings them (the kinds' scale_routes /
-scale_schema, the gateway's tokenize.py); operations.py collects them; its routes are the route
-table's (route_table.py)."""
+envelope and the response, made by operations.py of an operation's declaration (`Declared`, in ops/) and the
+dialects' shapes of it (`Shape`, in dialects/); its routes are the route table's (route_table.py)."""
 
 from __future__ import annotations
 
@@ -32,3 +31,21 @@ class Operation:
     def routes(self) -> dict[str, str]:
         """Its POST paths, each with the dialect (API shape) it speaks there: the route table's rows."""
         return routes_of(self.name)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One operation's request shape in one dialect (the dialects' modules hold them): its parser, with
+    Operation.parse's arguments, and its answer (the model asked, the response written in that shape)."""
+    parse: Callable[[Mapping[str, Any], Mapping[str, Kind], Any, str, Any], Any]
+    answer: Callable[[Any, Any], Awaitable[Answer]]
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A shared operation as its module (scale/gateway/ops) declares it: operations.py makes its row, parsing
+    and answering with the dialects' shapes."""
+    name: str
+    metric_route: str
+    latency: str
+    needs: tuple[tuple[str, ...], ...]

@@ -84,8 +84,8 @@ class MultiGateway:
                 self.kinds[n] = g.kind
             for op in (*g.kind.operations, *COMMON):
                 if op not in self.serving:
-                    raise SpecError(f"{g.kind.label} serves the operation {op!r}, which no kind brings "
-                                    "(Kind.gateway_operations)", "a kind's package must bring its operations' rows")
+                    raise SpecError(f"{g.kind.label} serves the operation {op!r}, which the gateway does not have",
+                                    "an operation is a module of scale/gateway/ops with its shapes in scale/gateway/dialects")
                 for n in names:
                     self.serving[op][n] = g
         named = {e[0] for e in cfg.pools if len(e) == 3}

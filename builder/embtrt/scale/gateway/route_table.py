@@ -1,11 +1,11 @@
 """The gateway's HTTP surface, one literal table: (method, path, operation, dialect), read at a glance.
 
-The operation is what a served model does for the route (`embed`, `rank`, ...: operations.py collects
-the rows the kinds bring, each a parser and an answer) or the gateway's own (`models`, `ready`, ...);
-the dialect is the API shape its body, response and errors speak (dialects.py). Which kinds serve a
-route follows from their `Kind.operations`; docs/scale-out.md's table of the anchors' routes is
-checked against this one (tests/unit/test_routes.py), and operations() refuses to start where an
-operation a kind brings has no route here or a route here names an operation nobody brings."""
+The operation is what a served model does for the route (`embed`, `rank`, ...: the gateway's parts, ops/) or
+the gateway's own (`models`, `ready`, ...); the dialect is the API shape its body, response and errors speak
+(dialects/, a module per API family, holding its shape of each operation). Which kinds serve a route follows
+from their `Kind.operations`; docs/scale-out.md's table of the anchors' routes is checked against this one
+(tests/unit/test_routes.py), and operations() refuses to start where an operation has no route here, a route
+here names an operation that does not exist, or a route's dialect has no shape of its operation."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ ROUTES: tuple[Route, ...] = (
     # token_vectors: TEI, vLLM's pooling; encode: FlagEmbedding's outputs
     R("POST", "/embed_all", "token_vectors", "tei-all"),
     R("POST", "/pooling", "token_vectors", "vllm-pooling"),
-    R("POST", "/v1/encode", "encode", "openai"),
+    R("POST", "/v1/encode", "encode", "embtrt"),
     # tokenize: every model (TEI, vLLM)
     R("POST", "/tokenize", "tokenize", "tei-text"),
     R("POST", "/decode", "tokenize", "tei-text"),

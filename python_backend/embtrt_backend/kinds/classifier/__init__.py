@@ -14,7 +14,6 @@ KIND = Kind(
     build="embtrt.kinds.classifier.export:build_classifier_in", spec_fields="embtrt.kinds.classifier.export:spec_fields",
     gateway_model="embtrt.kinds.classifier.scale:Classifier",
     measure="embtrt.kinds.classifier.measure:ClassifyMeasure",
-    gateway_operations="embtrt.kinds.classifier.scale_routes:OPERATIONS",
     cli="embtrt.kinds.classifier.cli", client="embtrt.kinds.classifier.serve:ClassifyClient",
     bench_cli="embtrt.kinds.classifier.cli:bench", bench_flag="--classify",
 )

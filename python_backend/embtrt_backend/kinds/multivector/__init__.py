@@ -15,7 +15,6 @@ KIND = Kind(
     spec_fields="embtrt.kinds.multivector.export:spec_fields",
     gateway_model="embtrt.kinds.multivector.scale:MultiVector",
     measure="embtrt.kinds.multivector.measure:MultiVectorMeasure",
-    gateway_operations="embtrt.kinds.multivector.scale_routes:OPERATIONS",
     cli="embtrt.kinds.multivector.cli", client="embtrt.kinds.multivector.serve:MultiVectorClient",
     rank_inprocess="embtrt.kinds.multivector.measure:inprocess_maxsim_rows",
 )

@@ -34,9 +34,8 @@ from ...batch_core import Rows, TokenRows
 from ...core import CoreConfig
 from ...options import TRITON_PARAMETERS, TRUNCATE
 from ...text import TextTokenizer
-from ...token_vectors import padded, unpadded  # noqa: F401 (the head's layout, read here by the door and clients)
+from ...token_vectors import SIDES, padded, unpadded  # noqa: F401 (the head's layout, read here by the door and clients)
 
-SIDES = {"query": "query", "document": "document", "passage": "document", "corpus": "document"}
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")   # encode_document's prompt: the first the model has
 KNOWN = ("input_type", "prompt_name", "truncate")
 DEFAULT_MAX_VECTOR_BYTES = 256 << 20   # a request's token vectors, fp32, padded: the front door's bound

@@ -12,7 +12,6 @@ KIND = Kind(
     build="embtrt.kinds.reranker.export:build_reranker_in", spec_fields="embtrt.kinds.reranker.export:spec_fields",
     gateway_model="embtrt.kinds.reranker.scale:Reranker",
     measure="embtrt.kinds.reranker.measure:RerankMeasure",
-    gateway_operations="embtrt.kinds.reranker.scale_routes:OPERATIONS",
     cli="embtrt.kinds.reranker.cli", client="embtrt.kinds.reranker.serve:RerankClient",
     bench_cli="embtrt.kinds.reranker.cli:bench", bench_flag="--rerank-documents",
 )

@@ -12,7 +12,6 @@ KIND = Kind(
     build="embtrt.kinds.sparse.export:build_sparse_in", spec_fields="embtrt.kinds.sparse.export:spec_fields",
     gateway_model="embtrt.kinds.sparse.scale:Sparse",
     measure="embtrt.kinds.sparse.measure:SparseMeasure",
-    gateway_operations="embtrt.kinds.sparse.scale_schema:OPERATIONS",
     cli="embtrt.kinds.sparse.cli", client="embtrt.kinds.sparse.serve:SparseClient",
     bench_cli="embtrt.kinds.sparse.cli:bench", bench_flag="--sparse",
 )

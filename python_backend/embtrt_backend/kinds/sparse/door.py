@@ -2,7 +2,7 @@
 row's active dimensions, SPARSE_INDICES (INT64) and SPARSE_VALUES (FP32) [rows, width] padded with
 index -1 / value 0 to the request's longest row, and TOKENS per text.
 
-Options (embtrt_backend.kinds.sparse.weights.resolve): prompt_name, input_type, truncate, max_active_dims (at most
+Options (embtrt_backend.sparse_weights.resolve): prompt_name, input_type, truncate, max_active_dims (at most
 the graph's K where it was built with --active-dims-in-graph: within_graph). An inference-free
 SPLADE's queries (input_type query) take its static query side (StaticQuery) and no encoder run."""
 
@@ -13,7 +13,7 @@ import os
 from ... import InputError
 from ...core import Request, RequestCore
 from . import KIND as SPARSE
-from .weights import resolve, sparsify, within_graph
+from ...sparse_weights import resolve, sparsify, within_graph
 from ...text import decode_texts
 from ...doors.base import Door, Item
 
@@ -29,7 +29,7 @@ class SparseDoor(Door):
         if p.get("query_route") == "static":
             import numpy as np
 
-            from .weights import StaticQuery
+            from ...sparse_weights import StaticQuery
 
             self.static = StaticQuery(os.path.join(here, "query_tokenizer.json"),
                                       np.load(os.path.join(here, "embtrt_query_weights.npy")), int(p["query_max_length"]))

@@ -1,4 +1,5 @@
-"""A sparse encoder's request options and its output: the request core's [rows, vocab] weights
+"""The sparse-weights head's request options and its output (every kind with the head: SPLADE, bge-m3's lexical
+weights): the request core's [rows, vocab] weights
 (SPLADE, pooled in the graph) -> each row's active dimensions (indices, weights), as
 SparseEncoder.encode_query / encode_document return them.
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import InputError
-from ...options import INPUT_TYPES, ModelOptions, RequestOptions
+from . import InputError
+from .options import INPUT_TYPES, ModelOptions, RequestOptions
 
 NOT_SPARSE = ("dimensions", "embedding_type")
 

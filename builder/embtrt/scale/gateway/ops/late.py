@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from embtrt_backend.late_chunks import SEPARATOR, document_tokens, join, pool, refusal, untruncated
 
-from ...scale.gateway.errors import ApiError
+from ..errors import ApiError
 
 # the rule itself (join, owners, pool) is the front door's: embtrt_backend.late_chunks
 __all__ = ["SEPARATOR", "Late", "check_spans", "document_tokens", "join", "parse", "pool", "refusal", "refuse_here",
