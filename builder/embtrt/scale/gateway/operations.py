@@ -12,12 +12,13 @@ serves operations that exist brings no row.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from functools import cache
 
 from .dialects import SHAPES
 from .operation import Answer, Declared, Operation
 from .ops import classify, embed, rank, sparse, tokenize, tokens
-from .route_table import OWN_OPERATIONS, ROUTES, dialect_of
+from .route_table import OWN_OPERATIONS, ROUTES, routes_of
 
 __all__ = ["Answer", "Operation", "COMMON", "operations"]
 
@@ -31,12 +32,16 @@ SHARED: tuple[Declared, ...] = (*embed.OPERATIONS, *rank.OPERATIONS, *sparse.OPE
 
 
 def row(op: Declared) -> Operation:
-    """A shared operation's row: a route's body parsed by its dialect's shape, answered by the request's own."""
-    def parse(models, kinds, cfg, path: str, body):
-        return SHAPES[(op.name, dialect_of(path))].parse(models, kinds, cfg, path, body)
+    """A shared operation's row: a route's body parsed by its dialect's shape, answered by the request's own
+    (both looked up once per request, in tables made here)."""
+    parsers = {path: SHAPES[(op.name, d)].parse for path, d in routes_of(op.name).items() if (op.name, d) in SHAPES}
+    answers = {api: shape.answer for (name, api), shape in SHAPES.items() if name == op.name}
 
-    async def answer(model, req) -> Answer:
-        return await SHAPES[(op.name, req.api)].answer(model, req)
+    def parse(models, kinds, cfg, path: str, body):
+        return parsers[path](models, kinds, cfg, path, body)
+
+    def answer(model, req) -> Awaitable[Answer]:   # the shape's own coroutine, not one more around it
+        return answers[req.api](model, req)
     return Operation(op.name, op.metric_route, op.latency, parse, answer, needs=op.needs)
 
 

@@ -139,8 +139,10 @@ async def answer_embed(model, req: EmbeddingsRequest) -> Answer:
     return render_embed(req, vecs, tokens)
 
 
-SHAPES = {
-    ("embed", "openai"): Shape(lambda models, kinds, cfg, path, body: parse_embeddings(
-        body, models, cfg.max_items, kinds, **({"optional": True, "default": cfg.default_model} if path == "/embeddings" else {})),
-        answer_embed),
-}
+def parse_embed(models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg, path: str, body: Any) -> EmbeddingsRequest:
+    if path == "/embeddings":   # TEI's and infinity's spelling, whose clients may send no model
+        return parse_embeddings(body, models, cfg.max_items, kinds, optional=True, default=cfg.default_model)
+    return parse_embeddings(body, models, cfg.max_items, kinds)
+
+
+SHAPES = {("embed", "openai"): Shape(parse_embed, answer_embed)}

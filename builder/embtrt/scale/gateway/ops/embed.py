@@ -12,7 +12,7 @@ resolved here, once (request_options: the model's own ModelOptions.resolve).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -159,17 +159,17 @@ def unit(v: np.ndarray) -> np.ndarray:
     return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
 
 
-async def vectors(model, req: EmbeddingsRequest) -> tuple[Any, int]:
-    """The model's vectors of the request (as its options ask; Cohere's by type: full-width floats) and its tokens."""
+def vectors(model, req: EmbeddingsRequest) -> Awaitable[tuple[Any, int]]:
+    """The model's vectors of the request (as its options ask; Cohere's by type: full-width floats) and its tokens:
+    the model's own coroutine, for the dialect's answer to await."""
     if req.late is not None:   # one pass over the document, each chunk pooled from its own tokens
         late_chunks = getattr(model, "late_chunks", None)
         if late_chunks is None:
             raise ApiError(400, f"late chunking is served for text embedders; {req.served} is a {model.kind.name}",
                            param="late_chunking")
-        return await late_chunks(req.late.document, list(req.late.spans), req.options, req.late.field)
+        return late_chunks(req.late.document, list(req.late.spans), req.options, req.late.field)
     if req.instruction is not None or req.item_names:   # a VLM embedder's items: the request's instruction, names
-        return await model.embed_items(req.texts, req.media, req.options, req.media_field, req.instruction,
-                                       req.item_names)
+        return model.embed_items(req.texts, req.media, req.options, req.media_field, req.instruction, req.item_names)
     if req.media:   # a text-and-image model's images (and texts), each item in its own modality
-        return await model.embed_items(req.texts, req.media, req.options, req.media_field)
-    return await model.embed(req.texts, req.ids, req.options)
+        return model.embed_items(req.texts, req.media, req.options, req.media_field)
+    return model.embed(req.texts, req.ids, req.options)
