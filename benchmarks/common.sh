@@ -27,6 +27,8 @@ serve_dir() {
 # @DIR runs DIR's code, e.g. a `git worktree add DIR BASE`, for the A/B of a gateway change), waiting
 # until /health/ready answers; sets GP (its port), GW_OPTS (the options without @DIR) and GW_CODE (DIR
 # or ""); its PID is the last of PIDS.
+# An A/B should run BOTH sides from worktrees (@BASE and @HEAD): a gateway from the installed checkout
+# measured 0.93 of a worktree's req/s with the same code (benchmarks/results/gateway-aa-head-worktree-vs-installed-20261207).
 start_gateway() {
   local opts=$3
   GP=$(port)
