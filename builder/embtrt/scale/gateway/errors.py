@@ -81,6 +81,13 @@ def no_such_model(model: str, models: Mapping, wanted: Kind, does: str) -> ApiEr
                     param="model", code="model_not_found")
 
 
+def json_object(body: object) -> dict:
+    """A request's decoded JSON body, which every shape takes as an object; a 400 otherwise."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
 def empty(field: str, what: str = "list") -> ApiError:
     """The 400 for an empty `field` (TEI answers it as `Empty`)."""
     return ApiError(400, f"{field} must be a non-empty {what}", param=field, code="empty")

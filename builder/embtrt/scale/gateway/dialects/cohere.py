@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from embtrt_backend.kinds import Kind
 
-from ..errors import ApiError, flag, short, text_list
+from ..errors import ApiError, flag, json_object, short, text_list
 from ..images import Fused, cohere_items, instruction
 from ..operation import Answer, Shape
 from ..ops import embed, rank
@@ -44,17 +44,11 @@ INPUT_TYPES = {"search_query": ("query",), "search_document": ("document", "pass
                "classification": ("classification",), "clustering": ("clustering",)}
 
 
-def _object(body: Any) -> dict:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return body
-
-
 def parse_rank(body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind], max_items: int,
                default: str | None = None, optional: bool = False) -> RerankRequest:
     """Cohere's rerank body -> RerankRequest (`optional`: the model may be left out, as on vLLM's /rerank)."""
-    body = _object(body)
-    name, m = rank.ranker(body, models, kinds, optional, default, "reranks with")
+    body = json_object(body)
+    name, m = rank.ranker(body, models, kinds, optional, default)
     query = rank.query(body.get("query"), "query")
     docs = rank.documents(body.get("documents"), "documents", max_items, texts_only=False)
     if isinstance(body.get("documents"), dict) and name in kinds and not kinds[name].image_input:
@@ -83,7 +77,7 @@ def render_rank(req: RerankRequest, scores: np.ndarray, tokens: int) -> tuple[An
 
 def parse_embed(version: str, body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind],
                  cfg) -> EmbeddingsRequest:
-    body = _object(body)
+    body = json_object(body)
     refuse_here(body, "Cohere's embed")
     if body.get("max_tokens") is not None:
         raise ApiError(400, "max_tokens is not served by this gateway (inputs are cut by truncate)", param="max_tokens")

@@ -19,7 +19,7 @@ from typing import Any
 
 from embtrt_backend.kinds import Kind
 
-from ..errors import ApiError, flag, text_list
+from ..errors import ApiError, flag, json_object, text_list
 from ..operation import Answer, Shape
 from embtrt_backend.token_vectors import M3_ALL, VECTORS
 
@@ -33,8 +33,7 @@ PARAMETERS = ("input_type", "prompt_name", "truncate", "max_active_dims", "dimen
 
 def parse_sparse(body: Any, models: Mapping[str, SparseModel], kinds: Mapping[str, Kind], max_items: int,
                  default: str | None = None) -> SparseRequest:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     name, m = sparse.encoder(body, models, kinds, False, default)
     items = sparse.texts(body.get("input"), "input", max_items)
     raw = {k: body[k] for k in PARAMETERS if body.get(k) is not None}
@@ -56,8 +55,7 @@ def render_sparse(req: SparseRequest, rows: sparse.Rows, tokens: int,
 
 
 def parse_encode(body: Any, models: Mapping, kinds: Mapping[str, Kind], cfg) -> TokenRequest:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     name = tokens.resolve(body, models, kinds, cfg, "encode")
     m3 = models[name].layout == "m3"
     dense, sparse = flag(body, "return_dense", m3), flag(body, "return_sparse", False)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from embtrt_backend.kinds import Kind
 
-from ..errors import ApiError
+from ..errors import ApiError, json_object
 from ..operation import Shape
 from ..ops import rank
 from ..ops.rank import RerankModel, RerankRequest
@@ -22,9 +22,8 @@ TRUNCATE = {"NONE": False, "END": True}
 
 def parse_rank(body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind], max_items: int,
                default: str | None = None) -> RerankRequest:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    name, m = rank.ranker(body, models, kinds, False, default, "reranks with")
+    body = json_object(body)
+    name, m = rank.ranker(body, models, kinds, False, default)
     q = body.get("query")
     if not isinstance(q, dict):
         raise ApiError(400, 'query must be an object {"text": "..."}', param="query")

@@ -16,7 +16,7 @@ from typing import Any
 
 from embtrt_backend.kinds import Kind
 
-from ..errors import NO_KINDS, ApiError, check_bytes
+from ..errors import NO_KINDS, ApiError, check_bytes, json_object
 from ..images import Fused, instruction, media, messages_input, modalities, takes_images
 from ..operation import Answer, Shape
 from ..ops import embed
@@ -38,8 +38,7 @@ def parse_embeddings(body: Any, models: Mapping[str, EmbeddingsModel], max_items
     the parameter at fault; a reranker's or sparse encoder's name (`rerankers`, `sparse`) is a 400 naming
     the routes that serve it. `optional`: a body without `model` goes to the only embedder, else to
     `default` (POST /embeddings, TEI's and infinity's path, whose clients may send none)."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     name, raw = embed.resolve_model(body.get("model"), models, kinds, optional, default)
     model: str = body.get("model") or name  # a string: resolve_model refused anything else
     m = models[name]

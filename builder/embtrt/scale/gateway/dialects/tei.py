@@ -54,7 +54,7 @@ import numpy as np
 from embtrt_backend.kinds import Kind
 from embtrt_backend.pairs import truncation_direction
 
-from ..errors import ApiError, check_bytes, empty, flag, short, text_list
+from ..errors import ApiError, check_bytes, empty, flag, json_object, short, text_list
 from ..operation import Shape
 from ..ops import classify, embed, rank, sparse, tokenize, tokens
 from ..ops.tokenize import TokenizeRequest
@@ -65,7 +65,8 @@ from ..ops.sparse import SparseModel, SparseRequest
 from ..ops.tokens import TokenRequest
 from ..operation import Answer
 from ..ops.rank import RerankModel, RerankRequest
-from . import cohere, vllm
+from .cohere import parse_rank as parse_cohere_rank
+from .vllm import parse_tokenize as parse_vllm_tokenize
 
 TYPES = {400: "Validation", 401: "Unauthorized", 404: "Validation", 408: "Validation", 413: "Validation",
          429: "Overloaded", 499: "Validation", 503: "Unhealthy", 504: "Backend"}
@@ -120,15 +121,14 @@ def parse_rank(body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str,
     """TEI's /rerank: `{query, texts, raw_scores?, return_text?, truncate?, truncation_direction?}` (and an optional
     `model`, which TEI has not) -> RerankRequest; rendered `[{index, score, text?}]`. A body with `documents` and no
     `texts` is vLLM's (its main rerank route): Cohere's shape, its `model` optional as TEI's, its errors vLLM's."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     if body.get("texts") is None and "documents" in body:
         try:
-            return cohere.parse_rank(body, models, kinds, max_items, default, optional=True)
+            return parse_cohere_rank(body, models, kinds, max_items, default, optional=True)
         except ApiError as exc:
             exc.dialect = "vllm"
             raise
-    name, m = rank.ranker(body, models, kinds, True, default, "reranks with")
+    name, m = rank.ranker(body, models, kinds, True, default)
     query = rank.query(body.get("query"), "query")
     docs = rank.documents(body.get("texts"), "texts", max_items, texts_only=True)
     given = body.get("truncation_direction", "right")
@@ -176,8 +176,7 @@ def _tei_inputs(inputs: Any, max_items: int) -> tuple[list[str], list[str | None
 
 
 def parse_predict(body: Any, models: Mapping[str, ClassifyModel], kinds: Mapping[str, Kind], cfg) -> ClassifyRequest:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     name, m = classify.classifier(body, models, kinds, cfg)
     if isinstance(body.get("parameters"), dict):   # Hugging Face's task API shape
         return _parse_hf(body, name, m, cfg)
@@ -223,8 +222,7 @@ def render_classify(req: ClassifyRequest, labels: list[str], scores: np.ndarray,
 
 def parse_sparse(body: Any, models: Mapping[str, SparseModel], kinds: Mapping[str, Kind], max_items: int,
                  default: str | None = None) -> SparseRequest:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     name, m = sparse.encoder(body, models, kinds, True, default)
     items = sparse.texts(body.get("inputs"), "inputs", max_items)
     direction = body.get("truncation_direction", "right")
@@ -244,8 +242,7 @@ def render_sparse(req: SparseRequest, rows: sparse.Rows, tokens: int, token_of=N
 
 
 def parse_token_vectors(body: Any, models: Mapping, kinds: Mapping[str, Kind], cfg):
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     sent, implied = tokens.sent_model(body, models, cfg)
     if isinstance(models.get(implied or ""), EmbeddingsModel):   # an embedder's token embeddings: its /embed body
         return parse_embed_all(body, {n: m for n, m in models.items() if isinstance(m, EmbeddingsModel)}, kinds, cfg)
@@ -265,12 +262,6 @@ async def answer_token_vectors(model, req) -> Answer:
         return await answer_embed(model, req)
     got = await tokens.encode(model, req)
     return got.vectors, 8 * sum(v.size for v in got.vectors), headers(got.tokens, sum(map(len, req.texts)))
-
-
-def _object(body: Any) -> dict:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return body
 
 
 def _texts(items: Any, field: str, max_items: int, m: EmbeddingsModel, name: str) -> tuple[list[str] | None, list | None]:
@@ -298,7 +289,7 @@ def _texts(items: Any, field: str, max_items: int, m: EmbeddingsModel, name: str
 
 
 def parse_embed(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:
-    body = _object(body)
+    body = json_object(body)
     model, name, raw = embed.optional_model(body, models, kinds, cfg)
     m = models[name]
     texts, ids = _texts(body.get("inputs"), "inputs", cfg.max_items, m, name)
@@ -324,7 +315,7 @@ def parse_embed_all(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Map
 
 
 def parse_similarity(body: Any, models: Mapping[str, EmbeddingsModel], kinds: Mapping[str, Kind], cfg) -> EmbeddingsRequest:
-    body = _object(body)
+    body = json_object(body)
     refuse_here(body, "/similarity")
     model, name, raw = embed.optional_model(body, models, kinds, cfg)
     m = models[name]
@@ -369,10 +360,9 @@ async def answer_embed(model, req: EmbeddingsRequest) -> Answer:
 
 def parse_tokenize(body: Any, models: Mapping, kinds: Mapping[str, Kind], cfg, path: str) -> TokenizeRequest:
     """TEI's POST /tokenize (a body with `prompt` or `messages` is vLLM's: vllm.parse_tokenize) and /decode."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     if path == "/tokenize" and ("prompt" in body or "messages" in body):
-        return vllm.parse_tokenize(body, models, kinds, cfg, path)
+        return parse_vllm_tokenize(body, models, kinds, cfg, path)
     name = tokenize.served_name(body, models, cfg)
     if path == "/decode":
         ids = body.get("ids")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from embtrt_backend.kinds import Kind
 
-from ..errors import ApiError, check_bytes, empty, flag, short, text_list
+from ..errors import ApiError, check_bytes, empty, flag, json_object, short, text_list
 from ..operation import Answer, Shape
 from ..ops import classify, rank, tokenize, tokens
 from ..ops.tokenize import TokenizeRequest
@@ -79,9 +79,8 @@ def parse_score(body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str
 
 
 def _parse_score(body: Any, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind], cfg) -> ScoreRequest:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    name, m = rank.ranker(body, models, kinds, True, cfg.default_model, "scores with")
+    body = json_object(body)
+    name, m = rank.ranker(body, models, kinds, True, cfg.default_model, rank.SCORE_API)
     left, right = next(((a, b) for a, b in SPELLINGS if a in body and b in body), ("queries", "documents"))
     if body.get(left) is None or body.get(right) is None:
         raise ApiError(400, f"you must provide {left} and {right} (or data_1 / data_2, text_1 / text_2)",
@@ -119,8 +118,7 @@ async def answer_score(model, req: ScoreRequest) -> Answer:
 
 def parse_classify(body: Any, models: Mapping[str, ClassifyModel], kinds: Mapping[str, Kind], cfg) -> ClassifyRequest:
     try:
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
+        body = json_object(body)
         name, m = classify.classifier(body, models, kinds, cfg)
         if "messages" in body:
             raise ApiError(400, "the chat form of /classify (messages) is not served; send input", param="messages")
@@ -146,8 +144,7 @@ def render_classify(req: ClassifyRequest, labels: list[str], scores: np.ndarray,
 
 
 def parse_pooling(body: Any, models: Mapping, kinds: Mapping[str, Kind], cfg) -> TokenRequest:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+    body = json_object(body)
     sent, _ = tokens.sent_model(body, models, cfg)
     name = tokens.resolve(body, tokens.heads(models, kinds), kinds, cfg)
     task = body.get("task")
@@ -196,8 +193,7 @@ def parse_tokenize(body: Any, models: Mapping, kinds: Mapping[str, Kind], cfg, p
     """vLLM's POST /tokenize (a body with `prompt`; its chat form, `messages`, refused: the models served here have
     no chat template) and /detokenize."""
     try:
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
+        body = json_object(body)
         name = tokenize.served_name(body, models, cfg)
         if path == "/detokenize":
             return TokenizeRequest("vllm", "decode", name, ids=[tokenize.id_list(body.get("tokens"), "tokens")],

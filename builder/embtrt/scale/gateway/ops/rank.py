@@ -65,21 +65,24 @@ class ScoreRequest:
     instruction: str | None = None   # an LLM-style reranker's (instruction_of)
 
 
+# (what a 404 says the gateway does with its models, what a model of several labels is told after "has N labels")
+RERANK_APIS = ("reranks with", " (a classifier, not a ranker): the rerank APIs take a model of one label, whose one "
+               "score orders the documents")
+SCORE_API = ("scores with", ": the score API takes a model of one label")
+
+
 def ranker(body: dict, models: Mapping[str, RerankModel], kinds: Mapping[str, Kind], optional: bool,
-           default: str | None, does: str) -> tuple[str, RerankModel]:
+           default: str | None, api: tuple[str, str] = RERANK_APIS) -> tuple[str, RerankModel]:
     """(the served name, its schema) of a body's `model` (optional where the shape has none: the only model, else
     --default-model): 400 for a model of a kind that does not rank (model_name), 404 where none answers to it, 400
-    for a classifier of several labels."""
+    for a classifier of several labels (`api`: RERANK_APIS or SCORE_API, what those two errors say)."""
+    does, one_label = api
     name = model_name(body.get("model"), models, kinds, RANKER, optional=optional, default=default)
     m = models.get(name)
     if m is None:
         raise no_such_model(name, models, RANKER, does)
     if m.num_labels != 1:
-        what = "the rerank APIs take" if does == "reranks with" else "the score API takes"
-        extra = " (a classifier, not a ranker)" if does == "reranks with" else ""
-        tail = ", whose one score orders the documents" if does == "reranks with" else ""
-        raise ApiError(400, f"{name!r} has {m.num_labels} labels{extra}: {what} a model of one label{tail}",
-                       param="model", code="wrong_model_kind")
+        raise ApiError(400, f"{name!r} has {m.num_labels} labels{one_label}", param="model", code="wrong_model_kind")
     return name, m
 
 
