@@ -157,14 +157,14 @@ def test_a_fused_build_and_a_cls_model_are_refused_naming_why(minilm_repo, minil
     position's: refused naming its pooling (before any call to a server)."""
     import asyncio
 
-    from embtrt.kinds.embedder.scale import Gateway
+    from embtrt.kinds.embedder.scale import Embedder
     from embtrt.scale.gateway.config import GatewayConfig
     from embtrt.scale.gateway.errors import ApiError
 
     with gateway(minilm_repo, tmp_path / "gw.log", "--triton", minilm_server.grpc_url) as u:
         r = httpx.post(f"{u}/v1/embeddings", json={"model": NAME, "input": CHUNKS, "late_chunking": True}, timeout=60)
     assert r.status_code == 400 and "rebuild it with --pooler python" in r.json()["error"]["message"], r.text
-    g = Gateway(GatewayConfig(tiny_repos["bert-cls"], triton="127.0.0.1:1"))
+    g = Embedder(GatewayConfig(tiny_repos["bert-cls"], triton="127.0.0.1:1"))
     with pytest.raises(ApiError, match="pools by cls"):
         asyncio.run(g.late_chunks("a b", [(0, 1), (2, 3)], g.served.options.default))
 

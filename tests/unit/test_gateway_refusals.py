@@ -9,7 +9,7 @@ import pytest
 
 from embtrt.scale.gateway.errors import ApiError
 from embtrt.scale.gateway.config import GatewayConfig
-from embtrt.kinds.embedder.scale import Gateway
+from embtrt.kinds.embedder.scale import Embedder
 
 NAME = "all_minilm_l6_v2"
 
@@ -30,9 +30,9 @@ def no_special_tokens(minilm_repo, tmp_path):
 
 
 def _refusal(repo, texts: list[str], **options) -> ApiError:
-    gw = Gateway(GatewayConfig(repository=repo, triton="127.0.0.1:1", route="ids"))
+    gw = Embedder(GatewayConfig(repository=repo, triton="127.0.0.1:1", route="ids"))
     with pytest.raises(ApiError) as info:
-        asyncio.run(gw._prepare(texts, None, gw.served.options.resolve(options)))
+        asyncio.run(gw.routing.prepare(texts, None, gw.served.options.resolve(options)))
     return info.value
 
 

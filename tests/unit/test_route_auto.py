@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from embtrt.kinds.embedder import scale as embed
-from embtrt.kinds.embedder.scale import ROUTE_RECHECK_S, ROUTE_RETRY_S, Gateway
+from embtrt.scale.gateway import length_pools
+from embtrt.scale.gateway.length_pools import ROUTE_RECHECK_S, ROUTE_RETRY_S, LengthPools
 
 
 class Clock:
@@ -35,19 +35,20 @@ def _gateway(answers: list):
                 raise answer
             return answer
 
-    gw = SimpleNamespace(route="auto", _route_next=-1e9, pools=[SimpleNamespace(urls=["127.0.0.1:1"])],
-                         upstream=SimpleNamespace(client=lambda url: Client()), served=SimpleNamespace(name="m"))
+    model = SimpleNamespace(pools=[SimpleNamespace(urls=["127.0.0.1:1"])],
+                            upstream=SimpleNamespace(client=lambda url: Client()), served=SimpleNamespace(name="m"))
+    gw = SimpleNamespace(route="auto", _route_next=-1e9, model=model)
     return gw, asked
 
 
 def _route(gw) -> str:
-    return asyncio.run(Gateway._text_route(gw))
+    return asyncio.run(LengthPools.text_route(gw))
 
 
 @pytest.fixture
 def clock(monkeypatch):
     c = Clock()
-    monkeypatch.setattr(embed.time, "monotonic", c)
+    monkeypatch.setattr(length_pools.time, "monotonic", c)
     return c
 
 

@@ -13,7 +13,8 @@ import numpy as np
 from embtrt_backend.kinds import CLASSIFIER
 
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel, renamed
+from ...scale.gateway.front_door import renamed
+from ...scale.gateway.model import GatewayModel
 from ...scale.gateway.served import ServedReranker
 from ...scale.gateway.pairs import check_row_tokens, tei_labels
 from ...serve import wire
@@ -29,7 +30,7 @@ class ServedClassifier(ServedReranker):
         self.labels = json.loads(self.door.get("labels") or "[]") or self.labels
 
 
-class Classifier(FrontDoorModel):
+class Classifier(GatewayModel):
     """The gateway of one classifier (repository): a request's texts, scored per label by its front door."""
 
     kind, does, value = CLASSIFIER, "classifies every text", "score"

@@ -18,7 +18,7 @@ from embtrt_backend.kinds import MULTIMODAL
 from embtrt_backend.options import ModelOptions
 
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.model import GatewayModel
 from ...scale.gateway.served import Served
 from ...serve import wire
 
@@ -44,7 +44,7 @@ def option_params(opts) -> dict:
     return {k: v for k, v in p.items() if v is not None}
 
 
-class Multimodal(FrontDoorModel):
+class Multimodal(GatewayModel):
     kind, does, value = MULTIMODAL, "embeds every text and image", "vector"
     outputs = ("EMBEDDING", "TOKENS")
     probe = (("TEXT", "EMBEDDING"), ["embtrt readiness probe"])

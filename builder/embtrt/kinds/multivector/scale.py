@@ -17,14 +17,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from embtrt_backend.kinds import MULTIVECTOR
+from embtrt_backend.kinds import MULTIVECTOR, Kind
 from embtrt_backend.kinds.multivector.core import MultiVectorCore, unpadded
 from embtrt_backend.kinds.multivector.score import M3_MODES, M3_PARTS, m3_score, maxsim
 from embtrt_backend.token_vectors import VECTORS
 
 from ...scale.gateway.dialects import DOC_FIELDS, INPUT_FIELDS
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel, renamed
+from ...scale.gateway.front_door import renamed
+from ...scale.gateway.model import GatewayModel
 from ...scale.gateway.served import ServedModel
 from embtrt_backend.options import ModelOptions
 from ...serve import wire
@@ -88,7 +89,7 @@ class Encoded:
     tokens: int = 0
 
 
-class MultiVector(FrontDoorModel):
+class MultiVector(GatewayModel):
     kind, does, value = MULTIVECTOR, "encodes every text", "vector"
     outputs = (*VECTORS, "TOKENS")
     probe = (Ask((*VECTORS, "TOKENS")), ["embtrt readiness probe"])
@@ -101,10 +102,11 @@ class MultiVector(FrontDoorModel):
         return MultiVectorModel(mv.layout, mv.dim, mv.hidden, dict(s.core.prompts), s.max_text_bytes, s.options,
                                 s.vocab_size, s.max_len)
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        if self.served.mv.layout == "m3":   # its dense vector and lexical weights on the embed and sparse routes
-            self.kind = replace(MULTIVECTOR, operations=(*MULTIVECTOR.operations, *M3_OPERATIONS))
+    def as_built(self) -> Kind:
+        """bge-m3 also serves its dense vector and lexical weights on the embed and sparse routes."""
+        if self.served.mv.layout == "m3":
+            return replace(MULTIVECTOR, operations=(*MULTIVECTOR.operations, *M3_OPERATIONS))
+        return MULTIVECTOR
 
     async def embed(self, texts: list[str] | None, ids: list[list[int]] | None, opts=None) -> tuple[np.ndarray, int]:
         """bge-m3 on the embed routes: its dense vectors (BGEM3FlagModel.encode's dense_vecs, normalised), with

@@ -21,7 +21,8 @@ from embtrt_backend.token_vectors import maxsim, unpadded
 
 from ...scale.gateway.dialects import DOC_FIELDS
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel, renamed
+from ...scale.gateway.front_door import renamed
+from ...scale.gateway.model import GatewayModel
 from ...scale.gateway.images import image_bytes
 from ...scale.gateway.served import ServedModel
 from ...serve import wire
@@ -49,7 +50,7 @@ class Encoded:
     tokens: int = 0
 
 
-class Pages(FrontDoorModel):
+class Pages(GatewayModel):
     kind, does, value = PAGES, "encodes every query and page image", "token vector"
     outputs = (*VECTORS, "TOKENS")
     probe = (("TEXT",), ["embtrt readiness probe"])

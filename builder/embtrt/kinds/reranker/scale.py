@@ -13,7 +13,7 @@ from embtrt_backend.kinds import RERANKER
 
 from ...serve import wire
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.model import GatewayModel
 from ...scale.gateway.pairs import check_row_tokens, tei_labels
 from ...scale.gateway.dialects import DOC_FIELDS
 from ...scale.gateway.ops.rank import RerankModel, RerankRequest
@@ -27,7 +27,7 @@ def _params(activation: str, truncate: bool, truncation_direction: str, instruct
             **({"instruction": instruction} if instruction is not None else {})}
 
 
-class Reranker(FrontDoorModel):
+class Reranker(GatewayModel):
     """The gateway of one reranker (repository): a request's pairs, scored by its front door."""
 
     kind, does, value = RERANKER, "scores every pair", "score"

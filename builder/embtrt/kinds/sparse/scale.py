@@ -13,7 +13,8 @@ from embtrt_backend.kinds import SPARSE
 
 from ...serve import wire
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel, prepared
+from ...scale.gateway.front_door import prepared
+from ...scale.gateway.model import GatewayModel
 from ...scale.gateway.served import ServedSparse
 from ...scale.gateway.dialects import INPUT_FIELDS
 from ...scale.gateway.ops.sparse import SparseModel, SparseRequest
@@ -21,7 +22,7 @@ from ...scale.gateway.ops.sparse import SparseModel, SparseRequest
 Vector = tuple[np.ndarray, np.ndarray]           # one text's (indices ascending, values)
 
 
-class Sparse(FrontDoorModel):
+class Sparse(GatewayModel):
     """The gateway of one sparse encoder (repository): a request's texts, encoded by its front door."""
 
     kind, does, value = SPARSE, "encodes every text", "weight"

@@ -16,7 +16,7 @@ from embtrt_backend.kinds import VLM
 from embtrt_backend.options import ModelOptions
 
 from ...scale.gateway.errors import ApiError
-from ...scale.gateway.front_door import FrontDoorModel
+from ...scale.gateway.model import GatewayModel
 from ...scale.gateway.served import ServedModel
 from ...serve import wire
 
@@ -43,7 +43,7 @@ class ServedVlm(ServedModel):
         self.options = ModelOptions(dim=int(self.door["embtrt.dim"]), normalize=True, prompts={})
 
 
-class Vlm(FrontDoorModel):
+class Vlm(GatewayModel):
     kind, does, value = VLM, "embeds every text and image", "vector"
     outputs = ("EMBEDDING", "TOKENS")
     probe = (("TEXT",), ["embtrt readiness probe"])

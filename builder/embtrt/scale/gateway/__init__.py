@@ -24,12 +24,15 @@ texts go to the sparse encoder's front door, which encodes them as `SparseEncode
 `encode_document` do (docs/sparse.md). Every kind can share one gateway.
 
 Modules, one job each: config (GatewayConfig, --pool, pools), errors (ApiError, OpenAI's error
-envelope), served (what the gateway knows of a repository), front_door (the model
-of a kind whose front door plans every bucket), coalescer (PoolBatcher), upstream (gRPC clients,
+envelope), served (what the gateway knows of a repository), model (GatewayModel, the one gateway
+model class of every kind: its pools, the front door's calls, readiness, its /v1/models entry), and its
+routing parts, by the kind's Kind.routing: front_door (Door: every request to the front door, which plans
+every bucket) and length_pools (LengthPools: texts to the front door or token ids to the buckets' encoders,
+coalesced), coalescer (PoolBatcher), upstream (gRPC clients,
 retries over a pool's replicas), registry (several models, /v1/models), route_table, routes and operations
 (the one literal table and what each operation runs), ops/ (the operations: each one's request, model record
 and what it asks a model), dialects/ (one module per API family: its shape of every operation it has, parsed
-and rendered, pure, and its error body), metrics (Prometheus), http (the ASGI app, `run`). A kind's gateway
-model lives in its package (embtrt.kinds.<kind>.scale: the embedding algorithm of one embedder, a reranker's
-pairs, ...).
+and rendered, pure, and its error body), metrics (Prometheus), http (the ASGI app, `run`). A kind's subclass of
+GatewayModel lives in its package (embtrt.kinds.<kind>.scale: what it sends and gets back, and the methods of
+its operations: an embedder's vectors and token vectors, a reranker's pairs, ...).
 """

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from embtrt_backend.pairs import DEFAULT
 
 from .errors import ApiError
-from .front_door import FrontDoorModel
+from .model import GatewayModel
 
 
-async def check_row_tokens(model: FrontDoorModel, rows: Sequence[tuple[str, str | None]], field: str) -> None:
+async def check_row_tokens(model: GatewayModel, rows: Sequence[tuple[str, str | None]], field: str) -> None:
     """The token cap (--max-request-tokens) of rows of a pair-core model (a reranker's pairs, a classifier's
     texts and pairs; a row's second text None: a single text): a row is at most the max length (cut, or
     refused by the front door with truncate false), and a token covers at least one UTF-8 byte; where that

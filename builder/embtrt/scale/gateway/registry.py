@@ -1,5 +1,5 @@
 """The models behind one gateway (`MultiGateway`): one model per repository, of its kind's gateway
-class (`Kind.gateway_model`: the embedder's `Gateway`, the reranker's `Reranker`, the sparse
+class (`Kind.gateway_model`, each a model.GatewayModel: the embedder's `Embedder`, the reranker's `Reranker`, the sparse
 encoder's `Sparse`), sharing the upstream clients and the metrics; the models serving each operation
 and what each allows a request (its `schema`, for the parsers' `model` resolution, NAME-query
 aliases included); readiness of every pool; the /v1/models entries."""
