@@ -140,27 +140,60 @@ def embeds_texts(kind: Kind) -> bool:
     return not kind.pairs and kind.has(POOLED)
 
 
-class EmbeddingClient(GrpcClient):
+class KindClient(GrpcClient):
+    """A gRPC client of one front door whose config says its kind is one this client takes (`accepts`: the
+    kind named KIND, or for a client of a capability the kinds that have it), read once."""
+
+    KIND = ""
+    _params: dict[str, str] | None = None
+    _cfg: dict | None = None
+
+    def accepts(self, kind: Kind) -> bool:
+        return kind.name == self.KIND
+
+    def refusal(self, found: str) -> str:
+        """What a model of another kind is told, with the client that kind takes (its hint)."""
+        return f"model {self.model!r} is not {kind_of(self.KIND).label} (kind {found})"
+
+    def parameters(self) -> dict[str, str]:
+        """The front door's config parameters (and its max_batch_size); a model of a kind it does not take is
+        refused naming the client that model takes."""
+        if self._params is None:
+            cfg, params = self._config()
+            found = params.get("embtrt.kind") or kind_of(None).name
+            if found not in BY_NAME or not self.accepts(BY_NAME[found]):
+                raise ClientError(self.refusal(found), _hint(found))
+            params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
+            self._cfg, self._params = cfg, params
+        return self._params
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch or max(1, int(self.parameters()["max_batch_size"]))
+
+
+class EmbeddingClient(KindClient):
+    """Texts in, one pooled vector each out: a model of any kind with a text input and a pooled head."""
+
     def __init__(self, url: str | list[str] = "127.0.0.1:8001", model: str = "all_minilm_l6_v2", **options) -> None:
         super().__init__(url, model, **options)
         self._meta: ModelIdentity | None = None
 
+    def accepts(self, kind: Kind) -> bool:
+        return embeds_texts(kind)
+
+    def refusal(self, found: str) -> str:
+        what = BY_NAME[found].label if found in BY_NAME else f"of kind {found}"
+        return f"model {self.model!r} at {self.url} is {what}, not an embedder (texts in, one pooled vector each out)"
+
     def metadata(self) -> ModelIdentity:
         if self._meta is None:
-            cfg, params = self._config()
-            found = params.get("embtrt.kind") or kind_of(None).name
-            if found not in BY_NAME or not embeds_texts(BY_NAME[found]):
-                what = BY_NAME[found].label if found in BY_NAME else f"of kind {found}"
-                raise ClientError(f"model {self.model!r} at {self.url} is {what}, not an embedder (texts in, one "
-                                  "pooled vector each out)", _hint(found))
-            dims = cfg["output"][0].get("dims", ["0"])
+            params = dict(self.parameters())
+            assert self._cfg is not None
+            dims = self._cfg["output"][0].get("dims", ["0"])
             dim = int(params["embtrt.dim"]) if params.get("embtrt.dim") else int(dims[-1])
-            self._meta = ModelIdentity(self.model, dim, int(cfg.get("max_batch_size", 0)), params)
+            self._meta = ModelIdentity(self.model, dim, int(params.pop("max_batch_size")), params)
         return self._meta
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch or max(1, self.metadata().max_batch_size)
 
     def _infer(self, texts: list[str], params: dict | None = None) -> np.ndarray:
         params = params or {}
@@ -183,29 +216,6 @@ class EmbeddingClient(GrpcClient):
         bs = self.batch_size
         parts = [self._infer(list(texts[i:i + bs]), params) for i in range(0, len(texts), bs)]
         return np.concatenate(parts)
-
-
-class KindClient(GrpcClient):
-    """A gRPC client of one front door whose config says `embtrt.kind == KIND` (a kind's name)."""
-
-    KIND = ""
-    _params: dict[str, str] | None = None
-
-    def parameters(self) -> dict[str, str]:
-        """The front door's config parameters (and its max_batch_size); a model of another kind is refused."""
-        if self._params is None:
-            cfg, params = self._config()
-            if params.get("embtrt.kind") != self.KIND:
-                found = params.get("embtrt.kind", kind_of(None).name)
-                raise ClientError(f"model {self.model!r} is not {kind_of(self.KIND).label} (kind {found})",
-                                  _hint(found))
-            params["max_batch_size"] = str(cfg.get("max_batch_size", 0))
-            self._params = params
-        return self._params
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch or max(1, int(self.parameters()["max_batch_size"]))
 
 
 def model_kind(url: str, model: str, timeout_s: float = 10.0) -> str:
