@@ -195,50 +195,110 @@ class FrontDoorBuild:
         """Models beside the front door and its bucket encoders (a second tower's encoder model over BLS)."""
         return []
 
+    # the skeleton's steps: a kind of another routing or head writes its own (kinds.embedder.export.EmbedderBuild)
+    steps = 6
+    # what the steps make, in order (build)
+    work: Path
+    repo: Path
+    msha: str
+    ref: Any
+    onnx_path: Path
+    validation: dict | None
+    tok_json: Path
+    pad_id: int
+    graph: Path | None
+    prec: Any
+    prec_record: dict | None
+    ident: dict[str, str]
+    bundle: dict | None
+
     def build(self, tmp: Path, texts: list[str]) -> BuildResult:
         spec, log, kind = self.spec, self.log, self.kind
-        work, repo = tmp / "work", tmp / "repo"
+        self.work, self.repo = work, repo = tmp / "work", tmp / "repo"
         repo.mkdir(parents=True)
         work.mkdir(parents=True)
-        steps = 6
         if kind.targets and spec.target not in kind.targets:
             raise SpecError(f"target {spec.target}: {kind.noun}s build for {' or '.join(kind.targets)} only ({self.targets_why})",
                             f"build with --target {kind.targets[0]}")
-        log(f"[1/{steps}] reading {spec.model_dir} as {self.reading()}")
+        log(f"[1/{self.steps}] {self.reading_line()}")
         if spec.target == "python-openvino":
             require_openvino(spec.precision, log)
-        msha = model_hash(spec.model_dir)
-        ref = self.ref = self.load()
-        onnx_path = work / "onnx" / "model.onnx"
-        validation: dict | None = None   # python-torch exports nothing: its encoder runs the PyTorch model
+        self.msha = model_hash(spec.model_dir)
+        self.ref = self.load()
+        self.export_step(texts)
+        self.tokenizer_step(texts)
+        self.precision_step(texts)
+        report = self.gate_step(texts)
+        self.ident = self.repository_identity()
+        plans = self.plans()
+        self.bundle = write_front_door(self.spec, plans, repo, log)
+        if self.bundle is None:
+            log("no Python packages bundled (--no-bundle-deps): the server's Python must have "
+                + ", ".join(sorted({m for p in plans if p.deps for m in p.deps["requires"]})))
+        manifest = self.manifest(plans, report, texts)
+        result = finish(repo, manifest, f"[{self.steps}/{self.steps}]", log, self.spec, self.prec, texts)
+        result.parity_lines = self.parity_lines(report)
+        return result
+
+    def parity_lines(self, report: Any) -> list[str]:
+        """The gate's lines the build result carries (`embtrt build` prints them again at the end)."""
+        return []
+
+    def reading_line(self) -> str:
+        return f"reading {self.spec.model_dir} as {self.reading()}"
+
+    def export_step(self, texts: list[str]) -> None:
+        """Step 2: the head to ONNX (`self.onnx_path`), validated against the reference (`self.validation`);
+        python-torch exports nothing (its encoder runs the PyTorch model)."""
+        spec, log = self.spec, self.log
+        self.onnx_path = self.work / "onnx" / "model.onnx"
+        self.validation = None
         if spec.target == "python-torch":
-            log(f"[2/{steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself"
+            log(f"[2/{self.steps}] no ONNX export: the python-torch encoder runs the PyTorch model itself"
                 + (" (bf16 autocast)" if spec.precision == "bf16" else ""))
         else:
-            log(f"[2/{steps}] exporting {self.exporting}")
-            validation = self.export(ref, onnx_path, texts)   # the graph, validated against sentence-transformers
+            log(f"[2/{self.steps}] exporting {self.exporting}")
+            self.validation = self.export(self.ref, self.onnx_path, texts)   # the graph, validated against sentence-transformers
 
-        log(f"[3/{steps}] {self.tokenizer_noun}")
-        tok_json = work / "tokenizer.json"
-        hf_tok = self.hf_tokenizer(ref)
+    def tokenizer_step(self, texts: list[str]) -> None:
+        """Step 3: the serving tokenizer (`self.tok_json`, `self.pad_id`), checked against the reference's."""
+        self.log(f"[3/{self.steps}] {self.tokenizer_noun}")
+        self.tok_json = tok_json = self.work / "tokenizer.json"
+        hf_tok = self.hf_tokenizer(self.ref)
         hf_tok.backend_tokenizer.save(str(tok_json))
-        pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
-        self.check_tokenizer(hf_tok, tok_json, pad_id, work, texts)
-        graph, prec, prec_record = precision_graph(spec, onnx_path, work, texts, tok_json, pad_id, log)
+        self.pad_id = int(hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0)
+        self.check_tokenizer(hf_tok, tok_json, self.pad_id, self.work, texts)
 
-        log(f"[4/{steps}] the gate: {self.gating(texts)}"
+    def precision_step(self, texts: list[str]) -> None:
+        """The graph the gate judges and the model serves (`self.graph`; tensorrt: `self.prec`, the precision ONNX;
+        `self.prec_record`, an ONNX Runtime target's precision graph): precision_graph."""
+        self.graph, self.prec, self.prec_record = precision_graph(self.spec, self.onnx_path, self.work, texts, self.tok_json,
+                                                                  self.pad_id, self.log)
+
+    def gate_step(self, texts: list[str]) -> Any:
+        """Step 4: the kind's gate on the front door's own core -> its verdict (a build it fails is refused)."""
+        spec, log, kind, prec = self.spec, self.log, self.kind, self.prec
+        log(f"[4/{self.steps}] the gate: {self.gating(texts)}"
             + (f" ({spec.precision} ONNX, padded to each bucket as its TensorRT plan runs)" if prec is not None else ""))
-        params = self.params(pad_id)
+        params = self.params(self.pad_id)
         # the one graph, or (tensorrt) each bucket's gate graph, run unoptimized where it is a simulation (bf16)
-        encoder = GateEncoder(spec, params, dict(prec.gate_by_bucket) if prec else {b: graph for b in spec.buckets},
+        encoder = GateEncoder(spec, params, dict(prec.gate_by_bucket) if prec else {b: self.graph for b in spec.buckets},
                               optimize=prec is None or prec.gate_run == "exact")
-        report = self.gate(ref, params, encoder, work, texts)
+        report = self.gate(self.ref, params, encoder, self.work, texts)
         refuse_on_gate(spec, report["passed"], report["failures"], f"{kind.noun} fails the gate",
                        f"{spec.precision} changes the {self.changes} beyond the reduced-precision gate for this model; "
                        "use --precision fp32" if spec.precision != "fp32" else "report the model architecture", log)
+        return report
 
-        log(f"[5/{steps}] rendering the front door {spec.name}")
-        ident = {**identity(spec, msha), "embtrt.kind": kind.name}
+    def repository_identity(self) -> dict[str, str]:
+        """The repository's identity (its config parameters and manifest)."""
+        return {**identity(self.spec, self.msha), "embtrt.kind": self.kind.name}
+
+    def plans(self) -> list[ModelPlan]:
+        """Step 5: the front door (and, over BLS, one encoder model per bucket, and the kind's extra models)."""
+        spec, kind, ident, graph = self.spec, self.kind, self.ident, self.graph
+        self.log(f"[5/{self.steps}] rendering the front door {spec.name}")
+        params = self.params(self.pad_id)
         inputs = self.input_tensors()
         more_warmup, more_data = self.warmup_samples() if spec.router_mode == "local" else ([], {})
         plan = ModelPlan(
@@ -250,36 +310,39 @@ class FrontDoorBuild:
                      "params": sorted((k, v) for k, v in params.items() if k not in ident) + sorted(ident.items()),
                      "warmup": front_warmup(spec, [t for t in inputs if t["name"] in kind.inputs]) + more_warmup},
             # local: the graph (1/model.onnx) or python-torch's model files (1/hf/); nothing over BLS
-            files={"1/tokenizer.json": tok_json, **(encoder_files(spec, graph) if spec.router_mode == "local" else {}),
-                   **self.files(work)},
+            files={"1/tokenizer.json": self.tok_json, **(encoder_files(spec, graph) if spec.router_mode == "local" else {}),
+                   **self.files(self.work)},
             backend_code=kind.front_door, data={**warmup_data(spec), **more_data})
         names = model_names(spec)["encoder"]   # bls: one encoder model per bucket over the one graph, its rows [width]
         encoders = [] if spec.router_mode == "local" else [
             _encoder_plan(spec, b, names[b], [_t(kind.encoder_output, "TYPE_FP32", self.encoder_dims())], kind.encoder_output,
                           {b: graph}, {}, sorted(ident.items())) for b in spec.buckets]
-        encoders += self.extra_plans(ident, work)
-        bundle = write_front_door(spec, [plan, *encoders], repo, log)
+        return [plan, *encoders, *self.extra_plans(ident, self.work)]
+
+    def manifest(self, plans: list[ModelPlan], report: Any, texts: list[str]) -> Manifest:
+        """The repository's manifest: the shared fields, the kind's (`manifest_fields`) and the build's record."""
+        spec, kind, ident, graph, prec = self.spec, self.kind, self.ident, self.graph, self.prec
         # the graph the gate judged (tensorrt: per bucket where they differ; precision_onnx has each plan's source)
         served: str | dict[str, str] | None = None if graph is None else sha256_file(graph)
         if prec is not None and len(set(prec.gate_by_bucket.values())) > 1:
             served = {str(b): sha256_file(g) for b, g in prec.gate_by_bucket.items()}
-        manifest = Manifest(
-            name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in encoders)),
+        return Manifest(
+            name=spec.name, identity=ident, models=ModelNames(spec.name, (), tuple(e.name for e in plans[1:])),
             normalize=False, dim=self.width, buckets=spec.buckets, max_seq_length=spec.max_seq_length,
             overflow="truncate", overflow_stride=0, precision=spec.precision, target=spec.target,
             backend_profile=ident["embtrt.backend_profile"], input_names=tuple(spec.input_names),
-            encoder_output=kind.encoder_output, pad_id=pad_id, max_batch_size=spec.max_batch_size,
+            encoder_output=kind.encoder_output, pad_id=self.pad_id, max_batch_size=spec.max_batch_size,
             max_batch_tokens=spec.max_batch_tokens, bucket_max_batch={b: spec.bucket_max_batch(b) for b in spec.buckets},
-            router_encoder=spec.router_mode, server_python=spec.server_python, bundle=bundle, kind=kind.name,
+            router_encoder=spec.router_mode, server_python=spec.server_python, bundle=self.bundle, kind=kind.name,
             activation=spec.activation, prompts=spec.prompt_map, default_prompt_name=spec.default_prompt_name,
             **self.manifest_fields(),
-            extra={"source": {"path": str(spec.model_dir), "sha256": msha},
+            extra={"source": {"path": str(spec.model_dir), "sha256": self.msha},
                    "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec).items()},
                    "versions": versions(),
-                   "onnx": None if graph is None else {"sha256": sha256_file(onnx_path), "export_validation": validation,
-                                                       "served_sha256": served}, "precision_onnx": prec_record,
+                   "onnx": None if graph is None else {"sha256": sha256_file(self.onnx_path),
+                                                       "export_validation": self.validation, "served_sha256": served},
+                   "precision_onnx": self.prec_record,
                    "parity": {**report, "reference": self.reference,
                               "allowed_mismatch": (not report["passed"]) and spec.allow_mismatch},
                    "pending": [], "rebuild": rebuild_command(spec) + f" --kind {kind.name}",
                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-        return finish(repo, manifest, f"[6/{steps}]", log, spec, prec, texts)
