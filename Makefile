@@ -97,6 +97,10 @@ bench-ab: $(STAMP) ## A/B of the serving hot path: the working tree against BASE
 	@test -n "$(BASE)" || { echo "usage: make bench-ab BASE=<commit> [MODE=own|pinned] [ROUNDS=3] [REQUESTS=1000] [OUT=dir]"; exit 2; }
 	$(BIN)/python benchmarks/ab.py $(BASE) --mode $(or $(MODE),own) --rounds $(or $(ROUNDS),3) --requests $(or $(REQUESTS),1000) $(if $(OUT),--out $(OUT))
 
+build-ab: $(STAMP) ## the build's A/B: the working tree and BASE=<commit> build the same folders (MiniLM, tiny models, several targets and routings) and must write byte-identical repositories; OUT keeps them
+	@test -n "$(BASE)" || { echo "usage: make build-ab BASE=<commit> [OUT=dir]"; exit 2; }
+	$(BIN)/python benchmarks/build_ab.py $(BASE) $(if $(OUT),--out $(OUT))
+
 bench-path: $(STAMP) ## the request path against BASE=<commit>: a tiny model (MODEL=tiny|minilm), the floor, c1..c64 over gRPC, CPU per request, batch sizes (docs/performance.md); ROUNDS, OUT
 	@test -n "$(BASE)" || { echo "usage: make bench-path BASE=<commit> [MODEL=tiny|minilm] [ROUNDS=3] [OUT=dir]"; exit 2; }
 	$(BIN)/python benchmarks/path.py $(BASE) --model $(or $(MODEL),tiny) --rounds $(or $(ROUNDS),3) $(if $(OUT),--out $(OUT))
@@ -130,4 +134,4 @@ deploy-test: $(STAMP) ## as root: podman + runc, stand-in images, `podman kube p
 clean: ## remove built repositories and caches (keeps .venv)
 	rm -rf repo .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install demo test test-quick test-all lint gpu-check gpu-kit bench bench-ab bench-path gateway-wheels images deploy-test clean
+.PHONY: help install demo test test-quick test-all lint gpu-check gpu-kit bench bench-ab build-ab bench-path gateway-wheels images deploy-test clean
