@@ -35,7 +35,8 @@ def _gateway(answers: list):
                 raise answer
             return answer
 
-    model = SimpleNamespace(pools=[SimpleNamespace(urls=["127.0.0.1:1"])],
+    pool = SimpleNamespace(urls=["127.0.0.1:1"])
+    model = SimpleNamespace(pool=pool, pools=[pool],
                             upstream=SimpleNamespace(client=lambda url: Client()), served=SimpleNamespace(name="m"))
     gw = SimpleNamespace(route="auto", _route_next=-1e9, model=model)
     return gw, asked

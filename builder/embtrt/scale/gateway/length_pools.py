@@ -57,7 +57,7 @@ class LengthPools:
         """One upstream call of coalesced rows: ("frontdoor", prompt_name, truncate) -> texts to the
         front door; ("ids", bucket) -> (ids, types, skip) rows to the bucket's encoder."""
         m = self.model
-        pool = m.pools[0] if key[0] == "frontdoor" else self.pool_of[key[1]]
+        pool = m.pool if key[0] == "frontdoor" else self.pool_of[key[1]]
         m.metrics.of(m.metrics.call_rows, pool.name, key[0]).observe(len(rows))
         if key[0] == "frontdoor":
             return await self._frontdoor(rows, key[1], key[2])
@@ -77,7 +77,7 @@ class LengthPools:
         self._route_next = now + ROUTE_RECHECK_S
         answered = False
         m = self.model
-        for url in m.pools[0].urls:
+        for url in m.pool.urls:
             try:
                 ready = await m.upstream.client(url).is_model_ready(m.served.name)
             except Exception:  # an unreachable or overloaded replica: ask the next one
@@ -99,8 +99,8 @@ class LengthPools:
         inp = wire.text_input(texts)
         params = {k: v for k, v in (("prompt_name", prompt_name), ("truncate", truncate)) if v is not None}
         if not m.served.door_tokens:
-            return await m.upstream.call(m.pools[0], 0, m.served.name, [inp], "EMBEDDING", params), None
-        vecs, tokens = await m.upstream.calls(m.pools[0], 0, m.served.name, [inp], ("EMBEDDING", "TOKENS"), params)
+            return await m.upstream.call(m.pool, 0, m.served.name, [inp], "EMBEDDING", params), None
+        vecs, tokens = await m.upstream.calls(m.pool, 0, m.served.name, [inp], ("EMBEDDING", "TOKENS"), params)
         return vecs, tokens
 
     async def vectors(self, texts: list[str] | None, ids: list[list[int]] | None, opts) -> tuple[np.ndarray, int]:
@@ -157,7 +157,7 @@ class LengthPools:
         if not cuts or not s.door_tokens or bound > admission.cfg.max_request_tokens:
             counted = sum(int(x) for c in (await self.prepare(texts, None, opts)).chunks for x in map(len, c.ids))
         key = ("frontdoor", opts.prompt_choice, opts.truncate)
-        pool = m.pools[0]
+        pool = m.pool
         mb = s.max_batch_size  # the front door takes at most its max batch per call: larger requests in parts
         parts = [texts[i:i + mb] for i in range(0, len(texts), mb)]
         done: list[tuple[np.ndarray, np.ndarray | None]]
