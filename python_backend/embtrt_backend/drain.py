@@ -13,13 +13,18 @@ EMBTRT_DRAIN_FILE first:
   (the last step of a request in flight) while they run, write `<file>.busy/<pid>` until the call
   returns, so the stopper knows when nothing is left in flight (Triton's metrics count queued
   requests, not running ones, and a refusal counts as a success) and can stop tritonserver
-  without unloading anything.
+  without unloading anything;
+- every such instance registers at start (`<file>.instances/<pid>-<n>`) and, once its watcher has
+  seen the file and listed what it runs, acknowledges it (`<file>.seen/<pid>-<n>`): the stopper
+  waits for every living instance's acknowledgement before it reads the listing, so that a stub not
+  scheduled for a while (a loaded host) cannot have its running call read as idle.
 
 The check is one stat() per execute() call and a 50 ms poll in one daemon thread per model instance.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from pathlib import Path
@@ -39,6 +44,25 @@ def busy_dir(flag: str) -> str:
     return flag + ".busy"
 
 
+def instances_dir(flag: str) -> str:
+    """Where each tracking instance registers at start (its pid first in the name)."""
+    return flag + ".instances"
+
+
+def seen_dir(flag: str) -> str:
+    """Where each tracking instance acknowledges the marker, under its registered name."""
+    return flag + ".seen"
+
+
+_NAMES = itertools.count()
+
+
+def _touch(d: str, name: str) -> None:
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "w"):
+        pass
+
+
 class Drain:
     """The marker file's state for one model instance. `path` None (EMBTRT_DRAIN_FILE unset): never draining."""
 
@@ -49,6 +73,8 @@ class Drain:
         self._lock = threading.Lock()
         self.seen = threading.Event()   # the watcher has seen the marker (and listed a running call, if any)
         if track and self.path is not None:
+            self.name = f"{os.getpid()}-{next(_NAMES)}"
+            _touch(instances_dir(self.path), self.name)   # before the model is ready: the stopper waits for it
             threading.Thread(target=self._watch, name="embtrt-drain", daemon=True).start()
 
     def draining(self) -> bool:
@@ -93,11 +119,8 @@ class Drain:
                 self._marked = None
 
     def _mark(self) -> None:
-        d = busy_dir(self.path)
-        os.makedirs(d, exist_ok=True)
-        self._marked = os.path.join(d, str(os.getpid()))
-        with open(self._marked, "w"):
-            pass
+        _touch(busy_dir(self.path), str(os.getpid()))
+        self._marked = os.path.join(busy_dir(self.path), str(os.getpid()))
 
     def _watch(self) -> None:
         stop = threading.Event()
@@ -107,5 +130,6 @@ class Drain:
             with self._lock:
                 if self._busy > 0 and self._marked is None:
                     self._mark()
+            _touch(seen_dir(self.path), self.name)   # listed: the stopper may read the listing now
             self.seen.set()
             return  # draining is for good: a later call is refused, or lists itself (enter)

@@ -294,6 +294,7 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
 
         asyncio.run(inflight())
         assert proc.wait(timeout=60) == 0
+        stopping = proc.stdout.read()   # serve's lines from the signal on: the drain's own account, for a failure
         assert in_flight_at_signal[0] > 0, "every request had finished before SIGTERM: nothing was drained"
         (code, body), running = while_draining[0]
         assert running is None and code == 503 and body["reason"].startswith("draining"), while_draining
@@ -303,7 +304,7 @@ def test_serve_recovers_from_a_killed_stub_and_drains_on_sigterm(minilm_repo, mi
         served = [k for k, r in enumerate(results) if isinstance(r, np.ndarray)]
         odd = [(k, type(r).__name__, str(r)[:400]) for k, r in enumerate(results)   # neither: named in full
                if not (isinstance(r, np.ndarray) and r.shape == (8, 384) or "the server is draining" in str(r))]
-        assert not odd, odd
+        assert not odd, (odd, stopping)
         assert served, "none served: the grace did not serve what was in flight"
         ref = st_embed(minilm_path, corpus)[:320].reshape(40, 8, -1)   # the corpus' cached reference
         assert_rows_equal(ref[served].reshape(-1, ref.shape[-1]), np.concatenate([results[k] for k in served]),

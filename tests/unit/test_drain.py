@@ -163,3 +163,95 @@ def test_a_call_refused_while_the_watcher_lists_it_leaves_no_busy_mark(tmp_path)
     assert d.begin() is False
     assert serve_drain.busy(flag) == 0, os.listdir(busy_dir(str(flag)))
     assert serve_drain.wait_idle(flag, timeout_s=2, quiet_s=0.1)
+
+
+_STARVED_STUB = """
+import sys, time
+sys.path.insert(0, {backend!r})
+from embtrt_backend.drain import Drain
+d = Drain({flag!r}, track=True)     # a front door's instance: its watcher thread runs
+assert d.begin()                    # a call in flight
+print("running", flush=True)
+for _ in range(60):                 # 0.6 s of work counted in steps: it outlasts a stop of the process
+    time.sleep(0.01)
+open({done!r}, "w").close()
+d.end()
+time.sleep(60)
+"""
+
+
+def test_a_running_call_whose_instance_is_starved_when_the_marker_appears_still_holds_the_drain(tmp_path):
+    """CI (2026-12-07, test_reliability's drain on a loaded 2-core machine): several requests were cut off
+    ("Socket closed"), one front-door call's worth. A call already running when the marker appears was
+    listed busy only once its instance's watcher thread ran, while the stopper waited a fixed 150 ms and
+    then 0.5 s of quiet: a stub not scheduled for that long had its call cut off when tritonserver was
+    killed. Starvation replayed with SIGSTOP: the stub is stopped mid-call as the marker is raised and
+    continued 1.5 s later; the drain must return only after the call has finished."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    flag, done = tmp_path / "draining", tmp_path / "finished"
+    backend = str(Path(backend_drain.__file__).resolve().parents[1])
+    stub = subprocess.Popen([sys.executable, "-c", _STARVED_STUB.format(backend=backend, flag=str(flag), done=str(done))],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert stub.stdout.readline().strip() == "running"
+        os.kill(stub.pid, signal.SIGSTOP)
+        resume = threading.Timer(1.5, os.kill, (stub.pid, signal.SIGCONT))
+        resume.start()   # 1.5 s: ten times the fixed wait the stopper used to trust, thrice its quiet period
+        t0 = time.monotonic()
+        d = serve_drain.drain(flag, grace_s=0, timeout_s=30, quiet_s=0.3)
+        took = time.monotonic() - t0
+        assert done.exists(), f"the drain returned after {took:.2f} s while the stopped instance's call still ran"
+        assert d.idle and d.busy_left == 0
+    finally:
+        resume.cancel()
+        os.kill(stub.pid, signal.SIGCONT)
+        stub.kill()
+        stub.wait()
+
+
+_REGISTERED_STUB = """
+import sys, time
+sys.path.insert(0, {backend!r})
+from embtrt_backend.drain import Drain
+d = Drain({flag!r}, track=True)
+print(d.name, flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_instance_that_never_acknowledges_holds_the_drain_to_its_timeout_and_a_dead_one_does_not(tmp_path):
+    """A living instance that has not acknowledged the marker is read as running a call (the drain gives up at
+    its timeout, idle False, counted in busy_left); one whose process is gone (a killed stub, reaped or not,
+    of a tritonserver since restarted) is not waited for."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    flag = tmp_path / "draining"
+    backend = str(Path(backend_drain.__file__).resolve().parents[1])
+    code = _REGISTERED_STUB.format(backend=backend, flag=str(flag))
+    stopped, killed = (subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+                       for _ in range(2))
+    try:
+        names = [p.stdout.readline().strip() for p in (stopped, killed)]
+        assert [n.split("-")[0] for n in names] == [str(stopped.pid), str(killed.pid)]
+        assert serve_drain.unseen(flag) == sorted(names)   # registered, the marker not raised yet
+        os.kill(stopped.pid, signal.SIGSTOP)               # alive, its watcher never runs
+        killed.kill()                                      # a zombie until waited for: dead all the same
+        until(lambda: serve_drain.unseen(flag) == [names[0]], 30, "the killed instance dropped from the wait")
+        d = serve_drain.drain(flag, grace_s=0, timeout_s=0.6, quiet_s=0.1)
+        assert not d.idle and d.busy_left == 1 and 0.6 <= d.refusing_s < 10
+        os.kill(stopped.pid, signal.SIGCONT)               # it runs again: sees the marker, acknowledges
+        assert serve_drain.wait_seen(flag, timeout_s=30) and serve_drain.unseen(flag) == []
+    finally:
+        for p in (stopped, killed):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.wait()

@@ -616,6 +616,43 @@ def test_pool_pods_drain_before_tritonserver_stops(repos, tmp_path):
     assert polls() < DRAIN_WAIT_S * 10           # it stopped at the call's end, not at its own bound
 
 
+
+def test_the_pre_stop_waits_for_an_instance_not_scheduled_when_the_flag_is_raised(tmp_path):
+    """A pod's Python model instance that has not run since the flag was raised may be running a call it has not
+    listed yet: the preStop waits for its acknowledgement (embtrt_backend.drain), and returns once it has."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from embtrt.scale.k8s.pools import pre_stop
+    from embtrt_backend import drain
+
+    flag = tmp_path / "drain"
+    backend = os.path.dirname(os.path.dirname(os.path.abspath(drain.__file__)))
+    stub = subprocess.Popen([sys.executable, "-c", f"import sys, time; sys.path.insert(0, {backend!r}); "
+                             f"from embtrt_backend.drain import Drain; d = Drain({str(flag)!r}, track=True); "
+                             "print(d.name, flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stub.stdout.readline().strip().startswith(f"{stub.pid}-")
+        os.kill(stub.pid, signal.SIGSTOP)
+        p = subprocess.Popen(pre_stop(0), env={**os.environ, "EMBTRT_DRAIN_FILE": str(flag)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            until(flag.exists, 30, "the preStop raising the flag")
+            time.sleep(1.0)
+            assert p.poll() is None, "preStop returned before the stopped instance acknowledged the flag"
+            os.kill(stub.pid, signal.SIGCONT)
+            out, err = p.communicate(timeout=30)
+        finally:
+            p.kill()
+        assert p.returncode == 0, err
+        assert os.listdir(f"{flag}.seen") == os.listdir(f"{flag}.instances")
+    finally:
+        os.kill(stub.pid, signal.SIGCONT)
+        stub.kill()
+        stub.wait()
+
 def test_a_dashboard_and_alert_rules_are_rendered_and_with_the_operator_monitors_that_select_the_pods(repos, tmp_path):
     """#72: the Grafana dashboard (a ConfigMap with the sidecar's label) and the alert rules for a CPU embedder;
     a GPU repository adds the GPU memory panel and alert; --alert-p99-ms, else the SLO tune recorded, else 1 s

@@ -8,8 +8,10 @@ still running are refused as well. `embtrt serve` stops it in three steps instea
 1. grace: served as usual for `grace_s` (balancers see /ready 503 and update their endpoints);
 2. refuse: the marker file (EMBTRT_DRAIN_FILE, embtrt_backend.drain) makes the entry models answer
    every new request UNAVAILABLE, which clients retry on another replica, while the calls in flight
-   finish: a model running one lists itself under `<marker>.busy/`. A request still queued (not
-   started) when refusing begins is refused too: nothing was computed for it, and it is retried;
+   finish: a model running one lists itself under `<marker>.busy/`, and every model instance that
+   tracks its calls acknowledges the marker once it has (`<marker>.seen/`): the listing is read only
+   when every living instance has, whatever the host's load. A request still queued (not started)
+   when refusing begins is refused too: nothing was computed for it, and it is retried;
 3. stop: once nothing is in flight (no model has listed a running call for `quiet_s`),
    tritonserver is killed at once: its models hold no state, and a closed port is
    UNAVAILABLE too. When `timeout_s` passes first, tritonserver's own shutdown finishes what is left.
@@ -22,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from embtrt_backend.drain import ENV, POLL_S, busy_dir  # noqa: F401 (ENV: the variable the stubs read)
+from embtrt_backend.drain import ENV, busy_dir, instances_dir, seen_dir  # noqa: F401 (ENV: the variable the stubs read)
 
 
 @dataclass
@@ -46,6 +48,37 @@ def busy(flag: Path) -> int:
         return 0
 
 
+def _alive(pid: int) -> bool:
+    """A process that still runs (a zombie, a killed stub not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def unseen(flag: Path) -> list[str]:
+    """The tracking model instances still alive that have not acknowledged the marker yet (they
+    register at start as `<pid>-<n>`; those of a tritonserver killed and restarted are dead)."""
+    try:
+        names = os.listdir(instances_dir(str(flag)))
+    except FileNotFoundError:
+        return []
+    seen = set(os.listdir(seen_dir(str(flag)))) if os.path.isdir(seen_dir(str(flag))) else set()
+    return sorted(n for n in names if n not in seen and _alive(int(n.split("-")[0])))
+
+
+def wait_seen(flag: Path, timeout_s: float, step_s: float = 0.02) -> bool:
+    """Until every living tracking instance has acknowledged the marker (and so listed the call it
+    runs); False when `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while unseen(flag):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step_s)
+    return True
+
+
 def wait_idle(flag: Path, timeout_s: float, quiet_s: float = 0.5, step_s: float = 0.02) -> bool:
     """Until no model has listed a running call for `quiet_s` (the gap between an ensemble's steps is
     shorter); False when `timeout_s` passes first. Triton's metrics cannot say it: they count queued
@@ -66,13 +99,14 @@ def wait_idle(flag: Path, timeout_s: float, quiet_s: float = 0.5, step_s: float 
 
 def drain(flag: Path, grace_s: float, timeout_s: float, quiet_s: float = 0.5, sleep=time.sleep) -> Drained:
     """Steps 1 and 2 of the module's doc: serve for `grace_s`, then refuse new requests and wait (at
-    most `timeout_s`) until the ones in flight have finished. The caller then stops tritonserver."""
+    most `timeout_s`) until every tracking instance has listed what it runs and the calls in flight
+    have finished. The caller then stops tritonserver. busy_left: listed calls and instances that
+    never acknowledged (read as running one)."""
     t0 = time.monotonic()
     if grace_s > 0:
         sleep(grace_s)
     t1 = time.monotonic()
     flag.parent.mkdir(parents=True, exist_ok=True)
     flag.touch()
-    sleep(3 * POLL_S)   # the front doors' watchers list the calls they are running
-    idle = wait_idle(flag, timeout_s, quiet_s)
-    return Drained(idle, t1 - t0, time.monotonic() - t1, busy(flag))
+    idle = wait_seen(flag, timeout_s) and wait_idle(flag, max(0.0, timeout_s - (time.monotonic() - t1)), quiet_s)
+    return Drained(idle, t1 - t0, time.monotonic() - t1, busy(flag) + len(unseen(flag)))

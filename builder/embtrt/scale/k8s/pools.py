@@ -33,11 +33,17 @@ TRITON_EXIT_S = 30   # tritonserver's --exit-timeout-secs (its default), after S
 
 
 def pre_stop(grace_s: int) -> list[str]:
-    """The preStop command: sleep the grace, raise the drain flag, wait until no Python model of
-    the pod lists a call in flight (their markers under DRAIN_FILE.busy) or DRAIN_WAIT_S passed."""
+    """The preStop command: sleep the grace, raise the drain flag, wait until every living Python model
+    instance of the pod has acknowledged it (DRAIN_FILE.seen, beside its registration in
+    DRAIN_FILE.instances: embtrt_backend.drain) and none lists a call in flight (DRAIN_FILE.busy), or
+    DRAIN_WAIT_S passed."""
     polls = DRAIN_WAIT_S * 10
-    return ["sh", "-c", f'sleep {grace_s}; touch "${DRAIN_ENV}"; sleep 0.2; i=0; '
-                        f'while [ "$i" -lt {polls} ] && [ -n "$(ls -A "${DRAIN_ENV}.busy" 2>/dev/null)" ]; '
+    f = f"${DRAIN_ENV}"
+    unseen = (f'u() {{ for n in $(ls "{f}.instances" 2>/dev/null); do [ -e "{f}.seen/$n" ] && continue; '
+              f's=$(sed "s/.*) //" "/proc/${{n%%-*}}/stat" 2>/dev/null | cut -c1); '
+              f'[ -n "$s" ] && [ "$s" != Z ] && return 0; done; return 1; }}; ')
+    return ["sh", "-c", f'sleep {grace_s}; touch "{f}"; {unseen}i=0; '
+                        f'while [ "$i" -lt {polls} ] && {{ u || [ -n "$(ls -A "{f}.busy" 2>/dev/null)" ]; }}; '
                         f'do sleep 0.1; i=$((i+1)); done']
 
 
