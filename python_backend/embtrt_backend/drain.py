@@ -14,7 +14,8 @@ EMBTRT_DRAIN_FILE first:
   returns, so the stopper knows when nothing is left in flight (Triton's metrics count queued
   requests, not running ones, and a refusal counts as a success) and can stop tritonserver
   without unloading anything;
-- every such instance registers at start (`<file>.instances/<pid>-<n>`) and, once its watcher has
+- every such instance registers at start (`<file>.instances/<pid>-<n>`, holding its process's start
+  time) and, once its watcher has
   seen the file and listed what it runs, acknowledges it (`<file>.seen/<pid>-<n>`): the stopper
   waits for every living instance's acknowledgement before it reads the listing, so that a stub not
   scheduled for a while (a loaded host) cannot have its running call read as idle.
@@ -57,10 +58,20 @@ def seen_dir(flag: str) -> str:
 _NAMES = itertools.count()
 
 
-def _touch(d: str, name: str) -> None:
+def _touch(d: str, name: str, text: str = "") -> None:
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, name), "w"):
-        pass
+    with open(os.path.join(d, name), "w") as f:
+        f.write(text)
+
+
+def started(pid: int | str = "self") -> str:
+    """The process's start time (/proc/PID/stat's 22nd field, clock ticks since boot; "" where there is none):
+    with the pid, it names the process, whose pid a later one may take (a restarted container's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 class Drain:
@@ -74,7 +85,9 @@ class Drain:
         self.seen = threading.Event()   # the watcher has seen the marker (and listed a running call, if any)
         if track and self.path is not None:
             self.name = f"{os.getpid()}-{next(_NAMES)}"
-            _touch(instances_dir(self.path), self.name)   # before the model is ready: the stopper waits for it
+            # before the model is ready, the stopper waits for it; its start time tells it from a later process
+            # given the same pid
+            _touch(instances_dir(self.path), self.name, started())
             threading.Thread(target=self._watch, name="embtrt-drain", daemon=True).start()
 
     def draining(self) -> bool:

@@ -227,7 +227,7 @@ time.sleep(60)
 def test_an_instance_that_never_acknowledges_holds_the_drain_to_its_timeout_and_a_dead_one_does_not(tmp_path):
     """A living instance that has not acknowledged the marker is read as running a call (the drain gives up at
     its timeout, idle False, counted in busy_left); one whose process is gone (a killed stub, reaped or not,
-    of a tritonserver since restarted) is not waited for."""
+    of a tritonserver since restarted), or whose pid another process has since taken, is not waited for."""
     import signal
     import subprocess
     import sys
@@ -245,6 +245,12 @@ def test_an_instance_that_never_acknowledges_holds_the_drain_to_its_timeout_and_
         os.kill(stopped.pid, signal.SIGSTOP)               # alive, its watcher never runs
         killed.kill()                                      # a zombie until waited for: dead all the same
         until(lambda: serve_drain.unseen(flag) == [names[0]], 30, "the killed instance dropped from the wait")
+        # a registration whose pid a later process has taken (a restarted container's): told apart by its start time
+        reused = Path(backend_drain.instances_dir(str(flag)), f"{os.getpid()}-0")
+        reused.write_text(backend_drain.started())
+        assert serve_drain.unseen(flag) == sorted([names[0], reused.name])   # this process, as it registered
+        reused.write_text(str(int(backend_drain.started()) - 1))
+        assert serve_drain.unseen(flag) == [names[0]]                       # an earlier process of that pid
         d = serve_drain.drain(flag, grace_s=0, timeout_s=0.6, quiet_s=0.1)
         assert not d.idle and d.busy_left == 1 and 0.6 <= d.refusing_s < 10
         os.kill(stopped.pid, signal.SIGCONT)               # it runs again: sees the marker, acknowledges

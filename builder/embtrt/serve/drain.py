@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from embtrt_backend.drain import ENV, busy_dir, instances_dir, seen_dir  # noqa: F401 (ENV: the variable the stubs read)
+from embtrt_backend.drain import ENV, busy_dir, instances_dir, seen_dir, started  # noqa: F401 (ENV: the variable the stubs read)
 
 
 @dataclass
@@ -48,24 +48,38 @@ def busy(flag: Path) -> int:
         return 0
 
 
-def _alive(pid: int) -> bool:
-    """A process that still runs (a zombie, a killed stub not yet reaped, does not)."""
+def _alive(pid: int, start: str) -> bool:
+    """The process that registered still runs: its pid is alive, not a zombie (a killed stub not yet reaped),
+    and started when it said (not a later process given the same pid)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
+    return state not in ("Z", "X") and (not start or started(pid) == start)
 
 
 def unseen(flag: Path) -> list[str]:
     """The tracking model instances still alive that have not acknowledged the marker yet (they
-    register at start as `<pid>-<n>`; those of a tritonserver killed and restarted are dead)."""
+    register at start as `<pid>-<n>`, holding their start time; those of a tritonserver killed and
+    restarted are gone)."""
+    d = instances_dir(str(flag))
     try:
-        names = os.listdir(instances_dir(str(flag)))
+        names = os.listdir(d)
     except FileNotFoundError:
         return []
     seen = set(os.listdir(seen_dir(str(flag)))) if os.path.isdir(seen_dir(str(flag))) else set()
-    return sorted(n for n in names if n not in seen and _alive(int(n.split("-")[0])))
+    out = []
+    for n in names:
+        if n in seen:
+            continue
+        try:
+            start = Path(d, n).read_text().strip()
+        except OSError:
+            continue
+        if _alive(int(n.split("-")[0]), start):
+            out.append(n)
+    return sorted(out)
 
 
 def wait_seen(flag: Path, timeout_s: float, step_s: float = 0.02) -> bool:

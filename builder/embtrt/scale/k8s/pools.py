@@ -34,14 +34,16 @@ TRITON_EXIT_S = 30   # tritonserver's --exit-timeout-secs (its default), after S
 
 def pre_stop(grace_s: int) -> list[str]:
     """The preStop command: sleep the grace, raise the drain flag, wait until every living Python model
-    instance of the pod has acknowledged it (DRAIN_FILE.seen, beside its registration in
-    DRAIN_FILE.instances: embtrt_backend.drain) and none lists a call in flight (DRAIN_FILE.busy), or
-    DRAIN_WAIT_S passed."""
+    instance of the pod (not one of a container since restarted: its start time) has acknowledged it
+    (DRAIN_FILE.seen, beside its registration in DRAIN_FILE.instances: embtrt_backend.drain) and none
+    lists a call in flight (DRAIN_FILE.busy), or DRAIN_WAIT_S passed."""
     polls = DRAIN_WAIT_S * 10
     f = f"${DRAIN_ENV}"
+    # u: an instance registered, not acknowledged, alive (not a zombie) and started when it said (/proc's 22nd field)
     unseen = (f'u() {{ for n in $(ls "{f}.instances" 2>/dev/null); do [ -e "{f}.seen/$n" ] && continue; '
-              f's=$(sed "s/.*) //" "/proc/${{n%%-*}}/stat" 2>/dev/null | cut -c1); '
-              f'[ -n "$s" ] && [ "$s" != Z ] && return 0; done; return 1; }}; ')
+              f's=$(sed "s/.*) //" "/proc/${{n%%-*}}/stat" 2>/dev/null); [ -n "$s" ] || continue; set -- $s; '
+              f'[ "$1" = Z ] && continue; shift 19; w=$(cat "{f}.instances/$n" 2>/dev/null); '
+              f'[ -z "$w" ] || [ "$w" = "$1" ] && return 0; done; return 1; }}; ')
     return ["sh", "-c", f'sleep {grace_s}; touch "{f}"; {unseen}i=0; '
                         f'while [ "$i" -lt {polls} ] && {{ u || [ -n "$(ls -A "{f}.busy" 2>/dev/null)" ]; }}; '
                         f'do sleep 0.1; i=$((i+1)); done']
