@@ -656,6 +656,31 @@ def test_the_pre_stop_waits_for_an_instance_not_scheduled_when_the_flag_is_raise
         stub.kill()
         stub.wait()
 
+
+def test_a_restarted_pool_container_starts_with_no_drain_flag_left_on_its_emptydir(repos, tmp_path):
+    """The drain's files lie on the /tmp emptyDir, which outlives a container restarted in its pod, after its
+    preStop raised the flag (a failed liveness probe runs it too): the container's command clears them before
+    tritonserver starts, else every model of the new container would refuse every request. The rendered
+    command runs here in sh, `tritonserver` on PATH a script that says what it was given and what it found."""
+    import os
+
+    pod = by_kind(rendered(repos["cpu"], tmp_path / "out"))["Deployment"]["bert-pool-32"]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    flag = tmp_path / "drain"
+    for f in (flag, Path(f"{flag}.busy/7"), Path(f"{flag}.seen/7-0"), Path(f"{flag}.instances/7-0")):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.touch()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tritonserver").write_text(f'#!/bin/sh\nls -a {tmp_path} | grep -c "^drain" || true\necho "$@"\n')
+    (bin_dir / "tritonserver").chmod(0o755)
+    env = {**os.environ, "EMBTRT_DRAIN_FILE": str(flag), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    run = subprocess.run(c["command"] + c["args"], env=env, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    found, args = run.stdout.splitlines()
+    assert found == "0", "drain files left for the new container"
+    assert args.split() == c["args"]   # tritonserver given its arguments unchanged
+
 def test_a_dashboard_and_alert_rules_are_rendered_and_with_the_operator_monitors_that_select_the_pods(repos, tmp_path):
     """#72: the Grafana dashboard (a ConfigMap with the sidecar's label) and the alert rules for a CPU embedder;
     a GPU repository adds the GPU memory panel and alert; --alert-p99-ms, else the SLO tune recorded, else 1 s

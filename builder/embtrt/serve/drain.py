@@ -71,7 +71,7 @@ def unseen(flag: Path) -> list[str]:
     seen = set(os.listdir(seen_dir(str(flag)))) if os.path.isdir(seen_dir(str(flag))) else set()
     out = []
     for n in names:
-        if n in seen:
+        if n in seen or not n.split("-")[0].isdigit():   # acknowledged, or no registration of a model instance
             continue
         try:
             start = Path(d, n).read_text().strip()

@@ -49,6 +49,15 @@ def pre_stop(grace_s: int) -> list[str]:
                         f'do sleep 0.1; i=$((i+1)); done']
 
 
+def start_command() -> list[str]:
+    """The pool container's command, before tritonserver's args: the drain's files cleared, then tritonserver.
+    They lie on the /tmp emptyDir, which outlives a container restarted in its pod (a failed liveness probe also
+    runs the preStop): a flag left behind would have the new container's models refuse every request, and a
+    registration or acknowledgement left behind would name a pid the new container's processes may reuse."""
+    f = f"${DRAIN_ENV}"
+    return ["sh", "-c", f'rm -rf "{f}" "{f}.busy" "{f}.seen" "{f}.instances"; exec tritonserver "$@"', "tritonserver"]
+
+
 def termination_grace_s(grace_s: int) -> int:
     """kubelet's bound on the whole stop: the preStop (grace, flag, wait) and tritonserver's exit."""
     return grace_s + 1 + DRAIN_WAIT_S + TRITON_EXIT_S + 5
@@ -181,7 +190,7 @@ def model_pools(spec: K8sSpec, repo: Path, m: Manifest, app: str, pvc: str, comm
             volumes.append(tls_volume(spec.tls_secret))
         container = {
             "name": "tritonserver", **image_fields(spec.image),
-            "command": ["tritonserver"], "args": triton_args(models, bool(spec.tls_secret)) + trace_args(spec),
+            "command": start_command(), "args": triton_args(models, bool(spec.tls_secret)) + trace_args(spec),
             "env": [{"name": ADMIN_ENV, "valueFrom": {"secretKeyRef": {"name": admin_secret, "key": "key"}}},
                     *writable_env(), {"name": DRAIN_ENV, "value": DRAIN_FILE}, *trace_env(spec)],
             "lifecycle": {"preStop": {"exec": {"command": pre_stop(spec.drain_grace_s)}}},
