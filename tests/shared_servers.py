@@ -20,6 +20,7 @@ the units by their number of tests, which undid balance's longest-first order: m
 from __future__ import annotations
 
 import pytest
+from embtrt.serve.launch import launch
 
 SHARED = ("rerank_server", "classifier_server", "multivector_server", "clip_server", "splade_server", "ov_server")
 _held: dict = {}   # fixture name -> its TritonServer, while the session fixture is set up
@@ -98,8 +99,7 @@ def _running(srv) -> bool:
 def pytest_runtest_setup(item) -> None:
     for name, srv in list(_held.items()):
         if name in item.fixturenames and not _running(srv):
-            srv.start()
-            srv.wait_ready()
+            launch(srv)   # as TritonServer's own start: once more after Triton's transient abort
 
 
 @pytest.hookimpl(hookwrapper=True)

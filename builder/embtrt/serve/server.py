@@ -417,9 +417,10 @@ class TritonServer:
             self.proc.wait(timeout=30)
 
     def __enter__(self) -> "TritonServer":
+        from .launch import launch
+
         try:
-            self.start()
-            self.wait_ready()
+            launch(self)   # start and wait until ready; once more after Triton's own transient abort
         except BaseException:
             self.stop()
             raise

@@ -13,6 +13,7 @@ from embtrt_backend import liveness
 from ..errors import ServerError
 from ..repository.manifest import has_manifest, read_manifest
 from .health import Health
+from .launch import launch
 from .ports import wait_free
 from .probe import probe
 from .server import ServerSpec, TritonServer
@@ -80,8 +81,7 @@ class Supervisor:
     def _start(self) -> None:
         self.health.set(False, "starting tritonserver", "starting")
         self.server = TritonServer(self.spec)
-        self.server.start()
-        self.server.wait_ready(should_stop=self._stop.is_set)
+        launch(self.server, should_stop=self._stop.is_set, log=self.log)
 
     def restart(self, reason: str) -> None:
         self.log(f"recovering: {reason}; restarting tritonserver")
