@@ -70,10 +70,10 @@ test-all: $(STAMP) ## every test: default tier, then slow tier + deploy test (as
 	export EMBTRT_TEST_RUN_DIR=$$(mktemp -d -t embtrt-test-run-XXXXXX); trap 'rm -rf "$$EMBTRT_TEST_RUN_DIR"' EXIT; \
 	if [ "$$(id -u)" = 0 ]; then bash deploy/standin/images.sh $(VENV) > build/images.log 2>&1 & images=$$!; fi; \
 	set -x; \
-	$(BIN)/python -m pytest -m "not slow and not deploy" -q -rfE $(XDIST) --durations=40 || rc=$$?; \
+	$(BIN)/python -m pytest -m "not slow and not deploy" -q -rfEs $(XDIST) --durations=40 || rc=$$?; \
 	if [ -n "$$images" ] && ! wait $$images; then echo "the deploy test's images failed to build:"; \
 	  tail -30 build/images.log; rc=1; fi; \
-	$(BIN)/python -m pytest -m "slow or deploy" -q -rfE $(XDIST) --durations=40 || rc=$$?; \
+	$(BIN)/python -m pytest -m "slow or deploy" -q -rfEs $(XDIST) --durations=40 || rc=$$?; \
 	exit $$rc
 
 lint: $(STAMP) ## ruff, import layers, kinds reached through the registry only, mypy (the TensorRT module against tensorrt-stubs), TensorRT names against the 10.13 and 11.4 bindings
