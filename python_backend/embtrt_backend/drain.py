@@ -64,14 +64,20 @@ def _touch(d: str, name: str, text: str = "") -> None:
         f.write(text)
 
 
+def stat_fields(pid: int | str = "self") -> list[str]:
+    """/proc/PID/stat's fields from the state (its 3rd) on, past the name (which may hold spaces and ')');
+    [] where there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def started(pid: int | str = "self") -> str:
     """The process's start time (/proc/PID/stat's 22nd field, clock ticks since boot; "" where there is none):
     with the pid, it names the process, whose pid a later one may take (a restarted container's)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    return next(iter(stat_fields(pid)[19:20]), "")
 
 
 class Drain:
@@ -132,8 +138,9 @@ class Drain:
                 self._marked = None
 
     def _mark(self) -> None:
-        _touch(busy_dir(self.path), str(os.getpid()))
-        self._marked = os.path.join(busy_dir(self.path), str(os.getpid()))
+        d, name = busy_dir(self.path), str(os.getpid())
+        _touch(d, name)
+        self._marked = os.path.join(d, name)
 
     def _watch(self) -> None:
         stop = threading.Event()

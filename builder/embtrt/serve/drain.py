@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from embtrt_backend.drain import ENV, busy_dir, instances_dir, seen_dir, started  # noqa: F401 (ENV: the variable the stubs read)
+from embtrt_backend.drain import ENV, busy_dir, instances_dir, seen_dir, stat_fields  # noqa: F401 (ENV: the variable the stubs read)
 
 
 @dataclass
@@ -51,12 +51,8 @@ def busy(flag: Path) -> int:
 def _alive(pid: int, start: str) -> bool:
     """The process that registered still runs: its pid is alive, not a zombie (a killed stub not yet reaped),
     and started when it said (not a later process given the same pid)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X") and (not start or started(pid) == start)
+    fields = stat_fields(pid)   # [state, ..., start time at 19, ...]
+    return bool(fields) and fields[0] not in ("Z", "X") and (not start or fields[19:20] == [start])
 
 
 def unseen(flag: Path) -> list[str]:
@@ -71,13 +67,14 @@ def unseen(flag: Path) -> list[str]:
     seen = set(os.listdir(seen_dir(str(flag)))) if os.path.isdir(seen_dir(str(flag))) else set()
     out = []
     for n in names:
-        if n in seen or not n.split("-")[0].isdigit():   # acknowledged, or no registration of a model instance
+        pid = n.split("-")[0]
+        if n in seen or not pid.isdigit():   # acknowledged, or no registration of a model instance
             continue
         try:
             start = Path(d, n).read_text().strip()
         except OSError:
             continue
-        if _alive(int(n.split("-")[0]), start):
+        if _alive(int(pid), start):
             out.append(n)
     return sorted(out)
 
